@@ -1,0 +1,176 @@
+"""Configuration: the one place every setting is declared, parsed and validated.
+
+Each setting is a command-line flag of `gang-extender serve` and an
+environment variable (GANG_EXTENDER_<NAME>); the flag wins. Invalid values stop
+the process at start-up with a message naming the flag or variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+ENV_PREFIX = "GANG_EXTENDER_"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """A setting with an invalid value; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    kubeconfig: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8888
+    url_prefix: str = "/scheduler"
+    permit_waiting_time_seconds: float = 60.0
+    max_permit_waiting_time_seconds: float = 80.0
+    denied_pg_expiration_seconds: float = 3.0
+    log_level: str = "info"
+    log_format: str = "json"
+
+
+@dataclass(frozen=True)
+class _Option:
+    name: str
+    parse: Callable[[str], Any]
+    help: str
+    metavar: str
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise ValueError("must be a number of seconds > 0")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise ValueError("must be a TCP port between 1 and 65535")
+    return value
+
+
+def _url_prefix(text: str) -> str:
+    prefix = "/" + text.strip().strip("/")
+    if " " in prefix:
+        raise ValueError("must be a URL path such as /scheduler")
+    return "" if prefix == "/" else prefix
+
+
+def _choice(options: Sequence[str]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return value
+
+    return parse
+
+
+def _kubeconfig(text: str) -> str:
+    path = os.path.expanduser(text)
+    if not os.path.isfile(path):
+        raise ValueError(f"file {path} does not exist")
+    return path
+
+
+_OPTIONS = (
+    _Option(
+        "kubeconfig",
+        _kubeconfig,
+        "kubeconfig file to reach the API server (else $KUBECONFIG, else in-cluster config)",
+        "PATH",
+    ),
+    _Option("host", str, "address to listen on", "ADDR"),
+    _Option("port", _port, "port to listen on", "PORT"),
+    _Option(
+        "url_prefix",
+        _url_prefix,
+        "path prefix of the verbs; must match urlPrefix in KubeSchedulerConfiguration",
+        "PATH",
+    ),
+    _Option(
+        "permit_waiting_time_seconds",
+        _positive_float,
+        "how long a reserved gang member waits for its siblings when the PodGroup sets "
+        "no scheduleTimeoutSeconds",
+        "SECONDS",
+    ),
+    _Option(
+        "max_permit_waiting_time_seconds",
+        _positive_float,
+        "cap on any gate wait; keep it below the extender's httpTimeout in "
+        "KubeSchedulerConfiguration (90s in deploy/)",
+        "SECONDS",
+    ),
+    _Option(
+        "denied_pg_expiration_seconds",
+        _positive_float,
+        "how long a failed group is turned away before it is tried again; also the "
+        "lifetime of a passed resource check",
+        "SECONDS",
+    ),
+    _Option("log_level", _choice(LOG_LEVELS), "log verbosity", "LEVEL"),
+    _Option("log_format", _choice(("json", "text")), "json (one object per line) or text", "FMT"),
+)
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def env_of(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare every setting as a flag; defaults are applied later, by load()."""
+    defaults = Settings()
+    for option in _OPTIONS:
+        default = getattr(defaults, option.name)
+        parser.add_argument(
+            flag_of(option.name),
+            dest=option.name,
+            metavar=option.metavar,
+            default=None,
+            help=f"{option.help} [env {env_of(option.name)}; default {default}]",
+        )
+
+
+def load(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
+    """Settings from flags, then environment, then defaults; raise ConfigError if invalid."""
+    values: dict[str, Any] = {}
+    for option in _OPTIONS:
+        raw = getattr(args, option.name, None)
+        source = flag_of(option.name)
+        if raw is None:
+            raw = env.get(env_of(option.name))
+            source = env_of(option.name)
+        if raw is None:
+            continue
+        try:
+            values[option.name] = option.parse(raw)
+        except ValueError as err:
+            raise ConfigError(f"{source}={raw!r}: {err}") from None
+    if "kubeconfig" not in values and env.get("KUBECONFIG"):
+        values["kubeconfig"] = env["KUBECONFIG"].split(os.pathsep)[0]
+    settings = Settings(**values)
+    if settings.permit_waiting_time_seconds > settings.max_permit_waiting_time_seconds:
+        raise ConfigError(
+            f"{flag_of('permit_waiting_time_seconds')}={settings.permit_waiting_time_seconds:g} "
+            f"exceeds {flag_of('max_permit_waiting_time_seconds')}="
+            f"{settings.max_permit_waiting_time_seconds:g}: raise the cap (and the scheduler's "
+            "httpTimeout) or lower the wait"
+        )
+    return settings
+
+
+def describe(settings: Settings) -> dict[str, Any]:
+    """Settings as logged at start-up."""
+    return {f.name: getattr(settings, f.name) for f in fields(settings)}

@@ -1,0 +1,177 @@
+"""The four extender verbs, on top of the admission core, the gate and the cluster state.
+
+This is the glue between the wire (app/wire.py, app/routes.py) and the
+decision logic: it looks the pod's group up, asks Admission whether the group
+may be placed, and sends gang members through the PermitGate. Pods that
+belong to no group pass every verb untouched and are bound at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from app.admission import Admission
+from app.gate import BindError, GateError, PermitGate
+from app.groups import GroupLabelError, GroupRef, GroupSpec, PodGroupSpecError, group_ref_of
+from app.metrics import Metrics
+from app.state import ClusterState, GroupNotFound, PodRecord, pod_record_from
+from app.wire import (
+    BindingArgs,
+    ExtenderArgs,
+    PreemptArgs,
+    binding_result,
+    filter_result,
+    host_priorities,
+    preempt_result,
+)
+
+log = logging.getLogger(__name__)
+
+
+class PodApi(Protocol):
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    default_seconds: float
+    max_seconds: float
+
+    def for_group(self, spec: GroupSpec) -> float:
+        """Seed precedence: the group's scheduleTimeoutSeconds, else the default; capped."""
+        wanted = spec.schedule_timeout_seconds or self.default_seconds
+        return min(float(wanted), self.max_seconds)
+
+
+class GangExtender:
+    def __init__(
+        self,
+        state: ClusterState,
+        admission: Admission,
+        gate: PermitGate,
+        api: PodApi,
+        metrics: Metrics,
+        wait: WaitPolicy,
+    ) -> None:
+        self.state = state
+        self.admission = admission
+        self.gate = gate
+        self._api = api
+        self._metrics = metrics
+        self._wait = wait
+
+    # ---- filter -------------------------------------------------------------------
+
+    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        names = args.names
+        meta = args.pod.get("metadata") or {}
+        pod_key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+        try:
+            ref = group_ref_of(meta.get("namespace") or "default", meta.get("labels"))
+        except GroupLabelError as err:
+            return self._reject(args, names, pod_key, None, "bad-group", str(err))
+        if ref is None:
+            return filter_result(args, names, {}, {})
+        try:
+            spec = self.state.group_spec(ref)
+        except (GroupNotFound, PodGroupSpecError) as err:
+            return self._reject(args, names, pod_key, ref.key, "no-group", str(err))
+
+        siblings = self._count_siblings(ref, meta.get("uid") or "")
+        verdict = self.admission.check(
+            spec, siblings, lambda: self.state.free_resources(exclude_group=spec.key)
+        )
+        self._metrics.filter_decisions.labels(verdict.reason).inc()
+        if not verdict.admitted:
+            return self._reject(args, names, pod_key, spec.key, verdict.reason, verdict.message)
+        log.debug(
+            "gang member admitted by filter (%s)",
+            verdict.reason,
+            extra={"pod": pod_key, "podgroup": spec.key, "verb": "filter"},
+        )
+        return filter_result(args, names, {}, {})
+
+    def _count_siblings(self, ref: GroupRef, uid: str) -> int:
+        members = self.state.members(ref.key)
+        # The pod being scheduled counts even if our watch has not delivered it yet.
+        if uid and not any(p.uid == uid for p in members):
+            return len(members) + 1
+        return len(members)
+
+    def _reject(
+        self,
+        args: ExtenderArgs,
+        names: list[str],
+        pod_key: str,
+        group_key: str | None,
+        reason: str,
+        message: str,
+    ) -> dict[str, Any]:
+        if reason in ("bad-group", "no-group"):
+            self._metrics.filter_decisions.labels(reason).inc()
+        log.debug(
+            message,
+            extra={"pod": pod_key, "podgroup": group_key, "verb": "filter", "reason": reason},
+        )
+        # Group-level reasons: no node is better than another and evicting pods
+        # cannot help, so every node is "unresolvable" and kube-scheduler skips
+        # preemption for this pod.
+        return filter_result(args, [], {}, dict.fromkeys(names, message))
+
+    # ---- prioritize -----------------------------------------------------------------
+
+    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        """Neutral scores for now: placement scoring is a later feature."""
+        return host_priorities(dict.fromkeys(args.names, 0))
+
+    # ---- preempt ----------------------------------------------------------------------
+
+    def preempt(self, args: PreemptArgs) -> dict[str, Any]:
+        """Accept kube-scheduler's candidates as they are (gang-aware rules come later)."""
+        return preempt_result(args.candidates)
+
+    # ---- bind ----------------------------------------------------------------------------
+
+    async def bind(self, args: BindingArgs) -> dict[str, Any]:
+        try:
+            await self._bind(args)
+        except (GateError, BindError) as err:
+            return binding_result(str(err))
+        return binding_result()
+
+    async def _bind(self, args: BindingArgs) -> None:
+        pod = await self._lookup(args)
+        if pod.node_name:
+            raise GateError(f"pod {pod.key} is already bound to {pod.node_name}")
+        if pod.group_error:
+            raise GateError(pod.group_error)
+        if pod.group is None:
+            await self._api.bind(pod.namespace, pod.name, pod.uid, args.node)
+            self.state.assume_bound(pod.key, args.node)
+            return
+        try:
+            spec = self.state.group_spec(pod.group)
+        except (GroupNotFound, PodGroupSpecError) as err:
+            raise GateError(str(err)) from None
+        await self.gate.admit(pod, args.node, spec, self._wait.for_group(spec))
+
+    async def _lookup(self, args: BindingArgs) -> PodRecord:
+        pod = self.state.pods.get(args.pod_key)
+        if pod is None or (args.pod_uid and pod.uid != args.pod_uid):
+            # Our watch may lag behind kube-scheduler's: ask the API server.
+            raw = await self._api.read_pod(args.pod_namespace, args.pod_name)
+            if raw is None:
+                raise GateError(f"pod {args.pod_key} not found: it was deleted before binding")
+            fresh = pod_record_from(raw)
+            if args.pod_uid and fresh.uid != args.pod_uid:
+                raise GateError(
+                    f"pod {args.pod_key} was recreated (uid {fresh.uid}, scheduler asked to "
+                    f"bind {args.pod_uid}); the new pod is scheduled on its own"
+                )
+            self.state.apply_pod(raw)
+            pod = self.state.pods[args.pod_key]
+        return pod

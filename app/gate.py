@@ -1,0 +1,285 @@
+"""The permit gate: gang members wait inside the bind verb until the gang is whole.
+
+kube-scheduler calls bind once per pod, in its own goroutine, after it has
+assumed the pod on a node. A gang member's bind call waits here (an asyncio
+future, no thread per waiter) until the members already bound plus those
+reserved here reach minMember; then every waiting member is bound and every
+call answered. If any member's wait runs out first, the whole wave is
+released with an error (kube-scheduler forgets the assumed pods and requeues
+them) and the group is denied for a while: no admission binds fewer than
+minMember members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from app.admission import Admission
+from app.groups import GroupSpec
+from app.metrics import Metrics
+from app.state import ClusterState, PodRecord
+
+log = logging.getLogger(__name__)
+
+TIMEOUT = "timeout"
+
+
+class GateError(Exception):
+    """The bind call fails with this message; kube-scheduler requeues the pod."""
+
+
+class BindError(Exception):
+    """A pods/binding call that failed; `reason` is a short metric label."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Binder(Protocol):
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pods/binding; raise BindError on failure."""
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    pod_key: str
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    arrived: float
+    future: asyncio.Future[None]
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
+class _Group:
+    spec: GroupSpec
+    waiting: dict[str, Waiter] = field(default_factory=dict)
+    # Members released by the gate whose pods/binding is in flight.
+    binding: set[str] = field(default_factory=set)
+
+
+class PermitGate:
+    def __init__(
+        self,
+        state: ClusterState,
+        admission: Admission,
+        binder: Binder,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._state = state
+        self._admission = admission
+        self._binder = binder
+        self._metrics = metrics
+        self._clock = clock
+        self._groups: dict[str, _Group] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        state.add_pod_listener(self._on_pod_change)
+
+    # ---- the bind verb's entry point ---------------------------------------------
+
+    async def admit(self, pod: PodRecord, node: str, spec: GroupSpec, wait_seconds: float) -> None:
+        """Hold `pod` (reserved on `node`) until its gang is whole, then bind it.
+
+        Returns once the pod is bound; raises GateError when it was released
+        (timeout, deletion, failed binding) with a message for the user.
+        """
+        loop = asyncio.get_running_loop()
+        group = self._groups.get(spec.key)
+        if group is None:
+            group = self._groups[spec.key] = _Group(spec)
+        group.spec = spec
+        previous = group.waiting.pop(pod.key, None)
+        if previous is not None:
+            self._release(previous, "superseded by a newer bind request for the same pod")
+        if pod.key in group.binding:
+            raise GateError(f"pod {pod.key} is already being bound by the gate")
+
+        waiter = Waiter(
+            pod_key=pod.key,
+            namespace=pod.namespace,
+            name=pod.name,
+            uid=pod.uid,
+            node=node,
+            arrived=self._now(),
+            future=loop.create_future(),
+        )
+        group.waiting[pod.key] = waiter
+        self._state.reserve(pod.key, node)
+        self._metrics.gate_waiting.inc()
+        waiter.timer = loop.call_later(wait_seconds, self._expire, spec.key, waiter, wait_seconds)
+        log.debug(
+            "gang member reserved",
+            extra={"pod": pod.key, "podgroup": spec.key, "node": node, "verb": "bind"},
+        )
+        self._maybe_open(spec.key)
+        # shield: a dropped HTTP connection must not cancel the gate's own bookkeeping.
+        await asyncio.shield(waiter.future)
+
+    # ---- queries --------------------------------------------------------------
+
+    def waiting(self, group_key: str) -> list[Waiter]:
+        group = self._groups.get(group_key)
+        return list(group.waiting.values()) if group else []
+
+    def waiting_groups(self) -> dict[str, list[Waiter]]:
+        return {k: list(g.waiting.values()) for k, g in self._groups.items() if g.waiting}
+
+    async def drain(self) -> None:
+        """Wait for bindings in flight (used at shutdown and by tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def release_all(self, reason: str) -> None:
+        """Answer every waiter with an error (shutdown): nothing stays reserved."""
+        for group in list(self._groups.values()):
+            for waiter in list(group.waiting.values()):
+                self._drop(group, waiter, reason)
+
+    # ---- internals --------------------------------------------------------------
+
+    def _now(self) -> float:
+        return self._clock() if self._clock else asyncio.get_running_loop().time()
+
+    def _bound_members(self, group_key: str) -> int:
+        return sum(1 for p in self._state.members(group_key) if p.node_name)
+
+    def _maybe_open(self, group_key: str) -> None:
+        group = self._groups.get(group_key)
+        if group is None or not group.waiting:
+            return
+        present = self._bound_members(group_key) + len(group.binding) + len(group.waiting)
+        if present < group.spec.min_member:
+            return
+        wave = list(group.waiting.values())
+        group.waiting.clear()
+        for waiter in wave:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            group.binding.add(waiter.pod_key)
+        log.info(
+            "gang admitted: binding %d waiting members",
+            len(wave),
+            extra={"podgroup": group_key, "verb": "bind"},
+        )
+        task = asyncio.get_running_loop().create_task(self._bind_wave(group_key, group, wave))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _bind_wave(self, group_key: str, group: _Group, wave: list[Waiter]) -> None:
+        results = await asyncio.gather(
+            *(self._binder.bind(w.namespace, w.name, w.uid, w.node) for w in wave),
+            return_exceptions=True,
+        )
+        failed = 0
+        for waiter, result in zip(wave, results, strict=True):
+            group.binding.discard(waiter.pod_key)
+            self._finish_wait(waiter)
+            if isinstance(result, BaseException):
+                failed += 1
+                reason = result.reason if isinstance(result, BindError) else "internal"
+                self._metrics.bind_errors.labels(reason).inc()
+                self._state.unreserve(waiter.pod_key)
+                log.warning(
+                    "binding failed after the gang was admitted: %s",
+                    result,
+                    extra={"pod": waiter.pod_key, "podgroup": group_key, "node": waiter.node},
+                )
+                _set_exception(
+                    waiter.future,
+                    GateError(
+                        f"gang {group_key} was admitted but binding pod {waiter.pod_key} to "
+                        f"{waiter.node} failed: {result}; the pod is requeued and joins its "
+                        "bound siblings on the next attempt"
+                    ),
+                )
+            else:
+                self._state.assume_bound(waiter.pod_key, waiter.node)
+                if not waiter.future.done():
+                    waiter.future.set_result(None)
+        self._metrics.admissions.labels("admitted" if not failed else "rejected").inc()
+        if not group.waiting and not group.binding:
+            self._groups.pop(group_key, None)
+        else:
+            # Members that arrived while this wave was binding may be complete now.
+            self._maybe_open(group_key)
+
+    def _expire(self, group_key: str, waiter: Waiter, waited: float) -> None:
+        group = self._groups.get(group_key)
+        if group is None or group.waiting.get(waiter.pod_key) is not waiter:
+            return
+        wave = list(group.waiting.values())
+        present = self._bound_members(group_key) + len(group.binding) + len(wave)
+        names = ", ".join(sorted(w.name for w in wave))
+        message = (
+            f"gang {group_key} timed out after waiting {waited:g}s in the permit gate: "
+            f"{present} of minMember {group.spec.min_member} members were placed "
+            f"(waiting: {names}); all waiting members were released"
+        )
+        log.info(message, extra={"podgroup": group_key, "verb": "bind"})
+        for member in wave:
+            self._drop(group, member, message)
+        self._admission.deny(group_key, TIMEOUT, message)
+        self._metrics.admissions.labels("timeout").inc()
+
+    def _drop(self, group: _Group, waiter: Waiter, message: str) -> None:
+        group.waiting.pop(waiter.pod_key, None)
+        self._release(waiter, message)
+        if not group.waiting and not group.binding:
+            self._groups.pop(group.spec.key, None)
+
+    def _release(self, waiter: Waiter, message: str) -> None:
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        self._state.unreserve(waiter.pod_key)
+        self._finish_wait(waiter)
+        _set_exception(waiter.future, GateError(message))
+
+    def _finish_wait(self, waiter: Waiter) -> None:
+        if waiter.future.done():
+            return
+        self._metrics.gate_waiting.dec()
+        self._metrics.gate_wait.observe(max(0.0, self._now() - waiter.arrived))
+
+    def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        pod = old or new
+        if pod is None or pod.group is None:
+            return
+        group = self._groups.get(pod.group.key)
+        if group is None:
+            return
+        waiter = group.waiting.get(pod.key)
+        if waiter is not None:
+            reason = None
+            if new is None or new.uid != waiter.uid:
+                reason = f"pod {pod.key} was deleted while waiting for its gang {group.spec.key}"
+            elif new.deleting:
+                reason = f"pod {pod.key} is being deleted; it left gang {group.spec.key}"
+            elif new.node_name:
+                reason = (
+                    f"pod {pod.key} was bound to {new.node_name} by someone else while "
+                    f"waiting in the gate of gang {group.spec.key}"
+                )
+            if reason is not None:
+                log.info(reason, extra={"pod": pod.key, "podgroup": group.spec.key})
+                self._drop(group, waiter, reason)
+                return
+        if new is not None and new.node_name and (old is None or not old.node_name):
+            # A sibling's binding became visible: the waiting wave may be complete.
+            asyncio.get_running_loop().call_soon(self._maybe_open, pod.group.key)
+
+
+def _set_exception(future: asyncio.Future[None], error: Exception) -> None:
+    if not future.done():
+        future.set_exception(error)
+        # Mark retrieved: a waiter whose HTTP call went away must not log
+        # "exception was never retrieved".
+        future.exception()

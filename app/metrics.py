@@ -1,0 +1,90 @@
+"""Prometheus metrics, registered on a registry the caller owns (no global state).
+
+Label values are fixed vocabularies (verb, result, reason, kind): never pod or
+group names, so cardinality stays flat however many gangs run.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 90, 120)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        self.request_duration = Histogram(
+            "gang_extender_request_duration_seconds",
+            "Time to answer one extender call, by verb (bind includes the gate wait).",
+            ["verb"],
+            buckets=(*_LATENCY_BUCKETS, 10, 30, 60, 90),
+            registry=r,
+        )
+        self.requests = Counter(
+            "gang_extender_requests",
+            "Extender calls answered, by verb and HTTP status code.",
+            ["verb", "code"],
+            registry=r,
+        )
+        self.filter_decisions = Counter(
+            "gang_extender_filter_decisions",
+            "filter verdicts for gang members, by reason (admitted, permitted, denied, "
+            "too-few-siblings, min-resources, no-group, bad-group).",
+            ["reason"],
+            registry=r,
+        )
+        self.gate_waiting = Gauge(
+            "gang_extender_gate_waiting_pods",
+            "Gang members reserved and waiting in the permit gate.",
+            registry=r,
+        )
+        self.gate_wait = Histogram(
+            "gang_extender_gate_wait_seconds",
+            "How long a gang member waited in the permit gate before it was bound or released.",
+            buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.admissions = Counter(
+            "gang_extender_gang_admissions",
+            "Gate outcomes per gang wave: admitted (all bound), timeout, rejected.",
+            ["result"],
+            registry=r,
+        )
+        self.bind_errors = Counter(
+            "gang_extender_bind_errors",
+            "pods/binding calls that failed, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.cache_objects = Gauge(
+            "gang_extender_cache_objects",
+            "Objects held in the watch caches, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            "gang_extender_watch_restarts",
+            "Watches restarted (dropped connection, expired resourceVersion), by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.watch_lag = Gauge(
+            "gang_extender_watch_lag_seconds",
+            "Seconds since the newest watch event (or bookmark) of a kind was applied.",
+            ["kind"],
+            registry=r,
+        )
+        for result in ("admitted", "timeout", "rejected"):
+            self.admissions.labels(result)

@@ -1,0 +1,98 @@
+"""HTTP routes: the four verbs under the URL prefix, health, readiness and metrics.
+
+Bodies are decoded by hand (app/wire.py) rather than through FastAPI models:
+a filter call can carry thousands of Node objects, and only a few fields of
+them matter. A malformed request gets HTTP 400 with {"Error": "..."}, which
+kube-scheduler shows in the pod's events; nothing here answers 500 for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.extender import GangExtender
+from app.metrics import Metrics
+from app.wire import WireError, parse_binding_args, parse_extender_args, parse_preempt_args
+
+log = logging.getLogger(__name__)
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(json.dumps(payload), status_code=status, media_type="application/json")
+
+
+def create_app(
+    extender: GangExtender,
+    metrics: Metrics,
+    *,
+    url_prefix: str,
+    ready: Callable[[], tuple[bool, str]],
+    lifespan: Lifespan | None = None,
+) -> FastAPI:
+    app = FastAPI(
+        title="gang-extender",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+    )
+
+    def verb(name: str, handle: Callable[[bytes], Awaitable[Any]]) -> None:
+        async def endpoint(request: Request) -> Response:
+            start = time.perf_counter()
+            body = await request.body()
+            try:
+                response = _json(await handle(body))
+            except WireError as err:
+                log.warning("bad %s request: %s", name, err, extra={"verb": name})
+                response = _json({"Error": f"bad {name} request: {err}"}, 400)
+            except Exception:
+                log.exception("%s failed", name, extra={"verb": name})
+                response = _json({"Error": f"internal error in {name}; see extender logs"}, 500)
+            metrics.requests.labels(name, str(response.status_code)).inc()
+            metrics.request_duration.labels(name).observe(time.perf_counter() - start)
+            return response
+
+        app.add_api_route(f"{url_prefix}/{name}", endpoint, methods=["POST"], name=name)
+
+    async def do_filter(body: bytes) -> Any:
+        return extender.filter(parse_extender_args(body))
+
+    async def do_prioritize(body: bytes) -> Any:
+        return extender.prioritize(parse_extender_args(body))
+
+    async def do_preempt(body: bytes) -> Any:
+        return extender.preempt(parse_preempt_args(body))
+
+    async def do_bind(body: bytes) -> Any:
+        return await extender.bind(parse_binding_args(body))
+
+    verb("filter", do_filter)
+    verb("prioritize", do_prioritize)
+    verb("preempt", do_preempt)
+    verb("bind", do_bind)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return Response("ok", media_type="text/plain")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        ok, detail = ready()
+        return Response(detail, status_code=200 if ok else 503, media_type="text/plain")
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,333 @@
+"""The cluster as the verbs need to see it: slim records of Nodes, Pods and PodGroups.
+
+Fed by the watches in app/reflector.py and by the permit gate (reservations
+and bindings it made itself), read by the verbs. It is plain in-memory data
+with no I/O and no locking: every mutation and every read happens on the
+asyncio event loop thread, so a verb sees one consistent picture.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.groups import (
+    GroupLabelError,
+    GroupRef,
+    GroupSpec,
+    PodGroupSpecError,
+    group_ref_of,
+    spec_from_labels,
+    spec_from_podgroup,
+)
+from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(slots=True)
+class PodRecord:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    phase: str
+    deleting: bool
+    requests: Resources
+    priority: int
+    scheduler_name: str
+    group: GroupRef | None
+    group_error: str | None
+    resource_version: str = ""
+    # Node the permit gate holds this pod for; kube-scheduler has assumed it there.
+    reserved_node: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def placed_node(self) -> str:
+        """Where the pod takes resources: bound by the API, else reserved in the gate."""
+        return self.node_name or self.reserved_node
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def counts_as_member(self) -> bool:
+        """A sibling that can still take part in the gang."""
+        return not self.terminal and not self.deleting
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    name: str
+    allocatable: Resources
+    unschedulable: bool
+    labels: dict[str, str]
+
+
+@dataclass(slots=True)
+class PodGroupRecord:
+    namespace: str
+    name: str
+    uid: str
+    spec: GroupSpec | None
+    # Why spec is None: shown to users whose pods point at this group.
+    error: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class GroupNotFound(LookupError):
+    """The pod names a PodGroup that does not exist (yet)."""
+
+
+PodListener = Callable[[PodRecord | None, PodRecord | None], None]
+"""Called with (old, new) after a pod changed; new is None when it is gone."""
+
+
+@dataclass
+class ClusterState:
+    pods: dict[str, PodRecord] = field(default_factory=dict)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    podgroups: dict[str, PodGroupRecord] = field(default_factory=dict)
+    # group key -> keys of pods labelled into it (any phase).
+    _members: dict[str, set[str]] = field(default_factory=dict)
+    # node name -> requests of the non-terminal pods placed there (bound or reserved).
+    _requested: dict[str, Resources] = field(default_factory=dict)
+    _pod_listeners: list[PodListener] = field(default_factory=list)
+
+    def add_pod_listener(self, listener: PodListener) -> None:
+        self._pod_listeners.append(listener)
+
+    # ---- pods ---------------------------------------------------------------
+
+    def apply_pod(self, raw: Mapping[str, Any]) -> None:
+        """Insert or replace a pod from its API object (ADDED/MODIFIED event or list item)."""
+        new = pod_record_from(raw)
+        old = self.pods.get(new.key)
+        if old is not None and old.uid == new.uid:
+            # nodeName never goes back to empty; an older event arriving after
+            # assume_bound() must not unbind the pod in our view.
+            new.node_name = new.node_name or old.node_name
+            # The gate's reservation outlives the watch's copy of the pod.
+            new.reserved_node = "" if new.node_name else old.reserved_node
+        self._store(old, new)
+
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
+        old = self.pods.get(f"{namespace}/{name}")
+        if old is None or (uid and old.uid != uid):
+            return
+        self._store(old, None)
+
+    def replace_pods(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """Adopt a fresh list: pods missing from it were deleted while we did not watch."""
+        seen: set[str] = set()
+        for raw in objects:
+            self.apply_pod(raw)
+            meta = raw.get("metadata") or {}
+            seen.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+        for key in [k for k in self.pods if k not in seen]:
+            self._store(self.pods[key], None)
+
+    def reserve(self, pod_key: str, node: str) -> None:
+        """The gate holds the pod on `node`: count its requests there from now on."""
+        pod = self.pods.get(pod_key)
+        if pod is None or pod.node_name:
+            return
+        self._account(pod, -1)
+        pod.reserved_node = node
+        self._account(pod, +1)
+
+    def unreserve(self, pod_key: str) -> None:
+        pod = self.pods.get(pod_key)
+        if pod is None or not pod.reserved_node:
+            return
+        self._account(pod, -1)
+        pod.reserved_node = ""
+        self._account(pod, +1)
+
+    def assume_bound(self, pod_key: str, node: str) -> None:
+        """We created the binding; record it before the watch echoes it back."""
+        pod = self.pods.get(pod_key)
+        if pod is None:
+            return
+        self._account(pod, -1)
+        pod.node_name = node
+        pod.reserved_node = ""
+        self._account(pod, +1)
+
+    def _store(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        if old is not None:
+            self._account(old, -1)
+            if old.group is not None:
+                members = self._members.get(old.group.key)
+                if members is not None:
+                    members.discard(old.key)
+                    if not members:
+                        del self._members[old.group.key]
+            del self.pods[old.key]
+        if new is not None:
+            self.pods[new.key] = new
+            self._account(new, +1)
+            if new.group is not None:
+                self._members.setdefault(new.group.key, set()).add(new.key)
+        for listener in self._pod_listeners:
+            listener(old, new)
+
+    def _account(self, pod: PodRecord, sign: int) -> None:
+        node = pod.placed_node
+        if not node or pod.terminal:
+            return
+        requested = self._requested.setdefault(node, {})
+        if sign > 0:
+            add(requested, pod.requests)
+        else:
+            subtract(requested, pod.requests)
+            if not requested:
+                del self._requested[node]
+
+    # ---- nodes and podgroups --------------------------------------------------
+
+    def apply_node(self, raw: Mapping[str, Any]) -> None:
+        record = node_record_from(raw)
+        self.nodes[record.name] = record
+
+    def delete_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+
+    def replace_nodes(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        fresh = {r.name: r for r in map(node_record_from, objects)}
+        self.nodes = fresh
+
+    def apply_podgroup(self, raw: Mapping[str, Any]) -> None:
+        record = podgroup_record_from(raw)
+        self.podgroups[record.key] = record
+
+    def delete_podgroup(self, namespace: str, name: str) -> None:
+        self.podgroups.pop(f"{namespace}/{name}", None)
+
+    def replace_podgroups(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        fresh = {r.key: r for r in map(podgroup_record_from, objects)}
+        self.podgroups = fresh
+
+    # ---- queries --------------------------------------------------------------
+
+    def group_spec(self, ref: GroupRef) -> GroupSpec:
+        """The group's rules; raises GroupNotFound or PodGroupSpecError with a usable message."""
+        if ref.min_available is not None:
+            return spec_from_labels(ref)
+        record = self.podgroups.get(ref.key)
+        if record is None:
+            raise GroupNotFound(
+                f"PodGroup {ref.key} not found: create it (kind PodGroup, apiVersion "
+                "scheduling.x-k8s.io/v1alpha1) or fix the pod's label scheduling.x-k8s.io/pod-group"
+            )
+        if record.spec is None:
+            raise PodGroupSpecError(record.error or f"PodGroup {ref.key} has an unusable spec")
+        return record.spec
+
+    def members(self, group_key: str) -> list[PodRecord]:
+        """Siblings that can still take part (not finished, not being deleted)."""
+        keys = self._members.get(group_key, ())
+        return [p for k in keys if (p := self.pods[k]).counts_as_member]
+
+    def requested_on(self, node: str) -> Resources:
+        return self._requested.get(node, {})
+
+    def free_resources(self, exclude_group: str | None = None) -> Resources:
+        """Allocatable minus what placed pods request, over schedulable nodes.
+
+        Pods of `exclude_group` do not count as used: a group that already has
+        members placed needs only the rest (Coscheduling's minResources rule).
+        Each node contributes what is left on it, never less than zero.
+        """
+        own: dict[str, Resources] = {}
+        if exclude_group is not None:
+            for pod in self.members(exclude_group):
+                if pod.placed_node:
+                    add(own.setdefault(pod.placed_node, {}), pod.requests)
+        free: Resources = {}
+        for node in self.nodes.values():
+            if node.unschedulable:
+                continue
+            used = dict(self._requested.get(node.name, {}))
+            subtract(used, own.get(node.name, {}))
+            for name, amount in node.allocatable.items():
+                left = amount - used.get(name, 0)
+                if left > 0:
+                    free[name] = free.get(name, 0) + left
+        return free
+
+
+# ---- parsing API objects into records --------------------------------------------
+
+
+def pod_record_from(raw: Mapping[str, Any]) -> PodRecord:
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
+    namespace = meta.get("namespace") or "default"
+    group: GroupRef | None = None
+    group_error: str | None = None
+    try:
+        group = group_ref_of(namespace, meta.get("labels"))
+    except GroupLabelError as err:
+        group_error = str(err)
+    try:
+        requests = pod_requests(spec)
+    except QuantityError as err:
+        log.warning("pod %s/%s has unreadable requests: %s", namespace, meta.get("name"), err)
+        requests = {"pods": 1000}
+    return PodRecord(
+        namespace=namespace,
+        name=meta.get("name") or "",
+        uid=meta.get("uid") or "",
+        node_name=spec.get("nodeName") or "",
+        phase=status.get("phase") or "Pending",
+        deleting=bool(meta.get("deletionTimestamp")),
+        requests=requests,
+        priority=int(spec.get("priority") or 0),
+        scheduler_name=spec.get("schedulerName") or "default-scheduler",
+        group=group,
+        group_error=group_error,
+        resource_version=meta.get("resourceVersion") or "",
+    )
+
+
+def node_record_from(raw: Mapping[str, Any]) -> NodeRecord:
+    meta = raw.get("metadata") or {}
+    status = raw.get("status") or {}
+    try:
+        allocatable = parse_resource_list(status.get("allocatable") or status.get("capacity"))
+    except QuantityError as err:
+        log.warning("node %s has unreadable allocatable: %s", meta.get("name"), err)
+        allocatable = {}
+    return NodeRecord(
+        name=meta.get("name") or "",
+        allocatable=allocatable,
+        unschedulable=bool((raw.get("spec") or {}).get("unschedulable")),
+        labels=dict(meta.get("labels") or {}),
+    )
+
+
+def podgroup_record_from(raw: Mapping[str, Any]) -> PodGroupRecord:
+    meta = raw.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    name = meta.get("name") or ""
+    key = f"{namespace}/{name}"
+    try:
+        spec: GroupSpec | None = spec_from_podgroup(key, raw.get("spec"))
+        error = None
+    except PodGroupSpecError as err:
+        spec, error = None, str(err)
+    return PodGroupRecord(namespace, name, meta.get("uid") or "", spec, error)

@@ -1,0 +1,228 @@
+"""The extender wire format, exactly as kube-scheduler (kube-scheduler/extender/v1) speaks it.
+
+The Go types carry no json tags, so fields arrive with their Go names
+("Pod", "NodeNames") and Go's encoding/json matches keys case-insensitively;
+older releases used lower-case tags ("nodenames", "nodeToVictims"). Requests
+are read with the same tolerance; answers always use the Go names. Embedded
+Pods and Nodes are plain Kubernetes JSON, kept as dicts (no model classes:
+decoding thousands of nodes into objects per call would dominate the verb).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class WireError(ValueError):
+    """The request body is not what kube-scheduler sends; answered with HTTP 400."""
+
+
+def _decode(body: bytes) -> dict[str, str | Any]:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise WireError(f"request body is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise WireError("request body must be a JSON object")
+    # Go's encoding/json matches field names case-insensitively.
+    return {str(k).lower(): v for k, v in data.items()}
+
+
+def _field(data: Mapping[str, Any], *names: str) -> Any:
+    for name in names:
+        value = data.get(name.lower())
+        if value is not None:
+            return value
+    return None
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise WireError(f"{what} must be a JSON object")
+    return value
+
+
+def _string(value: Any, what: str, *, required: bool = True) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value):
+        raise WireError(f"{what} must be a non-empty string")
+    return value
+
+
+def _pod(data: Mapping[str, Any]) -> dict[str, Any]:
+    pod = _object(_field(data, "Pod"), "Pod")
+    meta = _object(pod.get("metadata"), "Pod.metadata")
+    _string(meta.get("name"), "Pod.metadata.name")
+    return pod
+
+
+# ---- filter / prioritize -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    pod: dict[str, Any]
+    # nodeCacheCapable: true -> names only; false -> full Node objects.
+    node_names: list[str] | None
+    nodes: list[dict[str, Any]] | None
+
+    @property
+    def names(self) -> list[str]:
+        if self.node_names is not None:
+            return self.node_names
+        return [(n.get("metadata") or {}).get("name", "") for n in self.nodes or ()]
+
+
+def parse_extender_args(body: bytes) -> ExtenderArgs:
+    data = _decode(body)
+    pod = _pod(data)
+    raw_names = _field(data, "NodeNames")
+    names: list[str] | None = None
+    if raw_names is not None:
+        if not isinstance(raw_names, list) or not all(isinstance(n, str) for n in raw_names):
+            raise WireError("NodeNames must be a list of node names")
+        names = raw_names
+    raw_nodes = _field(data, "Nodes")
+    nodes: list[dict[str, Any]] | None = None
+    if raw_nodes is not None:
+        items = _object(raw_nodes, "Nodes").get("items") or []
+        if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
+            raise WireError("Nodes.items must be a list of Node objects")
+        for node in items:
+            _string((node.get("metadata") or {}).get("name"), "Nodes.items[].metadata.name")
+        nodes = items
+    if names is None and nodes is None:
+        raise WireError(
+            "neither NodeNames nor Nodes is set: kube-scheduler sends NodeNames when "
+            "nodeCacheCapable is true and Nodes otherwise"
+        )
+    return ExtenderArgs(pod=pod, node_names=names, nodes=nodes)
+
+
+def filter_result(
+    args: ExtenderArgs,
+    passed: list[str],
+    failed: Mapping[str, str],
+    failed_unresolvable: Mapping[str, str],
+    error: str = "",
+) -> dict[str, Any]:
+    """ExtenderFilterResult, answering in the same mode the request came in."""
+    result: dict[str, Any] = {
+        "Nodes": None,
+        "NodeNames": None,
+        "FailedNodes": dict(failed),
+        "FailedAndUnresolvableNodes": dict(failed_unresolvable),
+        "Error": error,
+    }
+    if args.node_names is not None:
+        result["NodeNames"] = passed
+    else:
+        keep = set(passed)
+        result["Nodes"] = {
+            "metadata": {},
+            "items": [n for n in args.nodes or () if n["metadata"]["name"] in keep],
+        }
+    return result
+
+
+def host_priorities(scores: Mapping[str, int]) -> list[dict[str, Any]]:
+    """HostPriorityList: [{"Host": name, "Score": 0..10}]."""
+    return [{"Host": host, "Score": score} for host, score in scores.items()]
+
+
+# ---- preempt ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One node kube-scheduler would preempt on, with the victims it chose."""
+
+    node: str
+    victim_uids: list[str]
+    num_pdb_violations: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptArgs:
+    pod: dict[str, Any]
+    candidates: list[Candidate]
+
+
+def parse_preempt_args(body: bytes) -> PreemptArgs:
+    data = _decode(body)
+    pod = _pod(data)
+    candidates: list[Candidate] = []
+    meta = _field(data, "NodeNameToMetaVictims")
+    full = _field(data, "NodeNameToVictims", "nodeToVictims")
+    source, what = (
+        (meta, "NodeNameToMetaVictims")
+        if meta is not None
+        else (
+            full,
+            "NodeNameToVictims",
+        )
+    )
+    for node, raw_victims in _object(source or {}, what).items():
+        victims = {str(k).lower(): v for k, v in _object(raw_victims, f"{what}[{node}]").items()}
+        pods = victims.get("pods") or []
+        if not isinstance(pods, list):
+            raise WireError(f"{what}[{node}].Pods must be a list")
+        uids = []
+        for raw_victim in pods:
+            victim = _object(raw_victim, f"{what}[{node}].Pods[]")
+            if meta is not None:
+                uid = {str(k).lower(): v for k, v in victim.items()}.get("uid")
+            else:
+                uid = (victim.get("metadata") or {}).get("uid")
+            uids.append(_string(uid, f"{what}[{node}].Pods[] UID"))
+        violations = victims.get("numpdbviolations") or 0
+        if not isinstance(violations, int):
+            raise WireError(f"{what}[{node}].NumPDBViolations must be an integer")
+        candidates.append(Candidate(str(node), uids, violations))
+    return PreemptArgs(pod=pod, candidates=candidates)
+
+
+def preempt_result(candidates: list[Candidate]) -> dict[str, Any]:
+    """ExtenderPreemptionResult: always NodeNameToMetaVictims."""
+    return {
+        "NodeNameToMetaVictims": {
+            c.node: {
+                "Pods": [{"UID": uid} for uid in c.victim_uids],
+                "NumPDBViolations": c.num_pdb_violations,
+            }
+            for c in candidates
+        }
+    }
+
+
+# ---- bind ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+    @property
+    def pod_key(self) -> str:
+        return f"{self.pod_namespace}/{self.pod_name}"
+
+
+def parse_binding_args(body: bytes) -> BindingArgs:
+    data = _decode(body)
+    return BindingArgs(
+        pod_name=_string(_field(data, "PodName"), "PodName"),
+        pod_namespace=_string(_field(data, "PodNamespace"), "PodNamespace"),
+        pod_uid=_string(_field(data, "PodUID"), "PodUID", required=False),
+        node=_string(_field(data, "Node"), "Node"),
+    )
+
+
+def binding_result(error: str = "") -> dict[str, Any]:
+    return {"Error": error}

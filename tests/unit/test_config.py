@@ -1,0 +1,55 @@
+import argparse
+
+import pytest
+
+from app.cli import parser
+from app.config import ConfigError, Settings, load
+
+
+def settings(argv: list[str], env: dict[str, str] | None = None) -> Settings:
+    args = parser().parse_args(["serve", *argv])
+    return load(args, env or {})
+
+
+def test_defaults_work_out_of_the_box() -> None:
+    s = settings([])
+    assert (s.port, s.url_prefix, s.permit_waiting_time_seconds) == (8888, "/scheduler", 60)
+    assert s.denied_pg_expiration_seconds == 3
+    assert s.kubeconfig is None
+
+
+def test_flags_win_over_environment(tmp_path: object) -> None:
+    s = settings(["--port", "9000"], {"GANG_EXTENDER_PORT": "9100", "GANG_EXTENDER_HOST": "::"})
+    assert (s.port, s.host) == (9000, "::")
+
+
+def test_url_prefix_is_normalised() -> None:
+    assert settings(["--url-prefix", "gang/"]).url_prefix == "/gang"
+    assert settings(["--url-prefix", "/"]).url_prefix == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--port", "0"], {}, "--port='0': must be a TCP port"),
+        ([], {"GANG_EXTENDER_PORT": "http"}, "GANG_EXTENDER_PORT='http'"),
+        (["--permit-waiting-time-seconds", "-1"], {}, "must be a number of seconds > 0"),
+        (["--log-level", "loud"], {}, "must be one of debug, info, warning, error"),
+        (["--kubeconfig", "/nonexistent/kc"], {}, "does not exist"),
+        (
+            ["--permit-waiting-time-seconds", "120"],
+            {},
+            "exceeds --max-permit-waiting-time-seconds=80",
+        ),
+    ],
+)
+def test_invalid_values_are_rejected_with_the_setting_named(
+    argv: list[str], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        settings(argv, env)
+
+
+def test_kubeconfig_falls_back_to_the_kubeconfig_variable(tmp_path: object) -> None:
+    s = load(argparse.Namespace(), {"KUBECONFIG": "/a/kc:/b/kc"})
+    assert s.kubeconfig == "/a/kc"

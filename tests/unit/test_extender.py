@@ -1,0 +1,189 @@
+"""The verbs through the real HTTP app, with an in-memory cluster state."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app.admission import Admission
+from app.extender import GangExtender, WaitPolicy
+from app.gate import PermitGate
+from app.metrics import Metrics
+from app.routes import create_app
+from app.state import ClusterState
+from tests.unit.builders import node, pod, podgroup
+from tests.unit.test_gate import RecordingBinder
+
+
+class FakePodApi(RecordingBinder):
+    def __init__(self, pods: dict[str, dict[str, Any]] | None = None) -> None:
+        super().__init__()
+        self.pods = pods or {}
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get(f"{namespace}/{name}")
+
+
+class World:
+    def __init__(self) -> None:
+        self.state = ClusterState()
+        self.state.replace_nodes([node("n1"), node("n2")])
+        self.api = FakePodApi()
+        self.metrics = Metrics()
+        self.admission = Admission(3)
+        self.gate = PermitGate(self.state, self.admission, self.api, self.metrics)
+        self.extender = GangExtender(
+            self.state, self.admission, self.gate, self.api, self.metrics, WaitPolicy(60, 80)
+        )
+        self.app = create_app(
+            self.extender, self.metrics, url_prefix="/scheduler", ready=lambda: (True, "ok")
+        )
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[tuple[World, httpx.AsyncClient]]:
+    w = World()
+    transport = httpx.ASGITransport(app=w.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+        yield w, client
+
+
+async def post(client: httpx.AsyncClient, verb: str, data: Any) -> httpx.Response:
+    return await client.post(f"/scheduler/{verb}", content=json.dumps(data))
+
+
+async def test_plain_pod_passes_filter_and_is_bound_at_once(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    w, client = world
+    w.state.apply_pod(pod("web"))
+    r = await post(client, "filter", {"Pod": pod("web"), "NodeNames": ["n1", "n2"]})
+    assert r.status_code == 200
+    assert r.json()["NodeNames"] == ["n1", "n2"]
+    r = await post(
+        client,
+        "bind",
+        {"PodName": "web", "PodNamespace": "default", "PodUID": "uid-default-web", "Node": "n2"},
+    )
+    assert r.json() == {"Error": ""}
+    assert w.api.bound == [("web", "n2")]
+
+
+async def test_gang_short_of_siblings_is_unresolvable_on_every_node(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    w, client = world
+    w.state.apply_podgroup(podgroup("nginx", 3))
+    for name in ("a", "b"):
+        w.state.apply_pod(pod(name, group="nginx"))
+    r = await post(client, "filter", {"Pod": pod("a", group="nginx"), "NodeNames": ["n1", "n2"]})
+    result = r.json()
+    assert result["NodeNames"] == []
+    assert result["FailedNodes"] == {}
+    assert set(result["FailedAndUnresolvableNodes"]) == {"n1", "n2"}
+    assert (
+        "current pods number: 2, minMember of group: 3"
+        in result["FailedAndUnresolvableNodes"]["n1"]
+    )
+
+
+async def test_pod_being_scheduled_counts_before_the_watch_delivers_it(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    w, client = world
+    w.state.apply_podgroup(podgroup("g", 2))
+    w.state.apply_pod(pod("a", group="g"))
+    r = await post(client, "filter", {"Pod": pod("b", group="g"), "NodeNames": ["n1"]})
+    assert r.json()["NodeNames"] == ["n1"]
+
+
+async def test_missing_podgroup_and_bad_labels_are_explained(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    _, client = world
+    r = await post(client, "filter", {"Pod": pod("a", group="ghost"), "NodeNames": ["n1"]})
+    assert "PodGroup default/ghost not found" in r.json()["FailedAndUnresolvableNodes"]["n1"]
+    r = await post(client, "filter", {"Pod": pod("a", light=("mpi", "x")), "NodeNames": ["n1"]})
+    assert "whole number >= 1" in r.json()["FailedAndUnresolvableNodes"]["n1"]
+
+
+async def test_gang_binds_through_the_gate(world: tuple[World, httpx.AsyncClient]) -> None:
+    w, client = world
+    w.state.apply_podgroup(podgroup("g", 2))
+    for name in ("a", "b"):
+        w.state.apply_pod(pod(name, group="g"))
+
+    def bind(name: str, node_name: str) -> Any:
+        return post(
+            client,
+            "bind",
+            {
+                "PodName": name,
+                "PodNamespace": "default",
+                "PodUID": f"uid-default-{name}",
+                "Node": node_name,
+            },
+        )
+
+    first = asyncio.create_task(bind("a", "n1"))
+    await asyncio.sleep(0.05)
+    assert not first.done()
+    second = await bind("b", "n2")
+    assert second.json() == {"Error": ""}
+    assert (await first).json() == {"Error": ""}
+    assert sorted(w.api.bound) == [("a", "n1"), ("b", "n2")]
+
+
+async def test_bind_of_unknown_or_recreated_pod_is_refused(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    w, client = world
+    r = await post(
+        client, "bind", {"PodName": "gone", "PodNamespace": "default", "PodUID": "u", "Node": "n1"}
+    )
+    assert "not found" in r.json()["Error"]
+    w.api.pods["default/new"] = pod("new", uid="uid-2")
+    r = await post(
+        client,
+        "bind",
+        {"PodName": "new", "PodNamespace": "default", "PodUID": "uid-1", "Node": "n1"},
+    )
+    assert "was recreated" in r.json()["Error"]
+    assert w.api.bound == []
+
+
+async def test_malformed_requests_get_400_with_a_message(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    w, client = world
+    for verb in ("filter", "prioritize", "preempt", "bind"):
+        r = await client.post(f"/scheduler/{verb}", content=b"{oops")
+        assert r.status_code == 400
+        assert "not valid JSON" in r.json()["Error"]
+    sample = w.metrics.registry.get_sample_value(
+        "gang_extender_requests_total", {"verb": "bind", "code": "400"}
+    )
+    assert sample == 1
+
+
+async def test_prioritize_scores_every_node_within_range(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    _, client = world
+    r = await post(
+        client, "prioritize", {"Pod": pod("a"), "Nodes": {"items": [node("n1"), node("n2")]}}
+    )
+    scores = r.json()
+    assert [s["Host"] for s in scores] == ["n1", "n2"]
+    assert all(0 <= s["Score"] <= 10 for s in scores)
+
+
+async def test_health_readiness_and_metrics(world: tuple[World, httpx.AsyncClient]) -> None:
+    _, client = world
+    assert (await client.get("/healthz")).status_code == 200
+    assert (await client.get("/readyz")).status_code == 200
+    metrics = (await client.get("/metrics")).text
+    assert "gang_extender_gate_waiting_pods" in metrics

@@ -1,0 +1,177 @@
+import asyncio
+
+import pytest
+
+from app.admission import DENIED, Admission
+from app.gate import BindError, GateError, PermitGate
+from app.groups import GroupSpec
+from app.metrics import Metrics
+from app.state import ClusterState
+from tests.unit.builders import node, pod
+
+
+class RecordingBinder:
+    """Stands in for the API server's pods/binding; cluster tests cover the real one."""
+
+    def __init__(self) -> None:
+        self.bound: list[tuple[str, str]] = []
+        self.fail: dict[str, BindError] = {}
+        self.hold: asyncio.Event | None = None
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        if self.hold is not None:
+            await self.hold.wait()
+        if name in self.fail:
+            raise self.fail[name]
+        self.bound.append((name, node))
+
+
+def setup(
+    members: int, min_member: int
+) -> tuple[ClusterState, Admission, RecordingBinder, PermitGate, Metrics, GroupSpec]:
+    state = ClusterState()
+    state.replace_nodes([node("n1"), node("n2")])
+    for i in range(members):
+        state.apply_pod(pod(f"p{i}", group="g"))
+    admission = Admission(3)
+    binder = RecordingBinder()
+    metrics = Metrics()
+    gate = PermitGate(state, admission, binder, metrics)
+    return state, admission, binder, gate, metrics, GroupSpec("default/g", min_member)
+
+
+def gauge(metrics: Metrics, name: str, labels: dict[str, str] | None = None) -> float:
+    value = metrics.registry.get_sample_value(name, labels or {})
+    return value or 0.0
+
+
+async def test_members_wait_until_min_member_then_all_bind() -> None:
+    state, _, binder, gate, metrics, spec = setup(3, 3)
+    first = asyncio.create_task(gate.admit(state.pods["default/p0"], "n1", spec, 30))
+    second = asyncio.create_task(gate.admit(state.pods["default/p1"], "n2", spec, 30))
+    await asyncio.sleep(0.01)
+    assert not first.done() and not second.done()
+    assert binder.bound == []
+    assert gauge(metrics, "gang_extender_gate_waiting_pods") == 2
+    # Reserved members hold their resources in our view of the cluster.
+    assert state.free_resources()["cpu"] == 8000 - 2000
+
+    await gate.admit(state.pods["default/p2"], "n1", spec, 30)
+    await asyncio.gather(first, second)
+    assert sorted(binder.bound) == [("p0", "n1"), ("p1", "n2"), ("p2", "n1")]
+    assert all(state.pods[f"default/p{i}"].node_name for i in range(3))
+    assert gauge(metrics, "gang_extender_gate_waiting_pods") == 0
+    assert gauge(metrics, "gang_extender_gang_admissions_total", {"result": "admitted"}) == 1
+
+
+async def test_timeout_releases_every_waiter_and_denies_the_group() -> None:
+    state, admission, binder, gate, metrics, spec = setup(3, 3)
+    waits = [
+        asyncio.create_task(gate.admit(state.pods[f"default/p{i}"], "n1", spec, 0.05 + i / 100))
+        for i in range(2)
+    ]
+    results = await asyncio.gather(*waits, return_exceptions=True)
+    assert all(isinstance(r, GateError) for r in results)
+    assert "timed out after waiting 0.05s" in str(results[0])
+    assert "2 of minMember 3" in str(results[1])
+    assert binder.bound == []
+    assert state.free_resources()["cpu"] == 8000  # reservations dropped
+    assert admission.check(spec, 3, dict).reason == DENIED
+    assert gauge(metrics, "gang_extender_gang_admissions_total", {"result": "timeout"}) == 1
+    assert gate.waiting("default/g") == []
+
+
+async def test_deleted_waiter_is_released_and_no_longer_counts() -> None:
+    state, _, binder, gate, _, spec = setup(3, 3)
+    a = asyncio.create_task(gate.admit(state.pods["default/p0"], "n1", spec, 30))
+    b = asyncio.create_task(gate.admit(state.pods["default/p1"], "n1", spec, 30))
+    await asyncio.sleep(0.01)
+    state.delete_pod("default", "p1")
+    with pytest.raises(GateError, match="was deleted while waiting"):
+        await b
+    # p2 arrives: only 2 of 3 are present now, so nobody is bound.
+    c = asyncio.create_task(gate.admit(state.pods["default/p2"], "n2", spec, 30))
+    await asyncio.sleep(0.01)
+    assert binder.bound == []
+    assert not a.done() and not c.done()
+    state.apply_pod(pod("p3", group="g"))
+    await gate.admit(state.pods["default/p3"], "n2", spec, 30)
+    await asyncio.gather(a, c)
+    assert sorted(n for n, _ in binder.bound) == ["p0", "p2", "p3"]
+
+
+async def test_pod_bound_by_someone_else_is_released() -> None:
+    state, _, _, gate, _, spec = setup(2, 2)
+    a = asyncio.create_task(gate.admit(state.pods["default/p0"], "n1", spec, 30))
+    await asyncio.sleep(0.01)
+    state.apply_pod(pod("p0", group="g", node="n2"))
+    with pytest.raises(GateError, match="bound to n2 by someone else"):
+        await a
+
+
+async def test_members_bound_earlier_count_toward_min_member() -> None:
+    """The seed's bug: count what is bound and reserved, not only this wave."""
+    state, _, binder, gate, _, spec = setup(3, 3)
+    state.apply_pod(pod("p0", group="g", node="n1"))
+    state.apply_pod(pod("p1", group="g", node="n2"))
+    await gate.admit(state.pods["default/p2"], "n1", spec, 30)
+    assert binder.bound == [("p2", "n1")]
+
+
+async def test_a_sibling_binding_seen_later_opens_the_gate() -> None:
+    state, _, binder, gate, _, spec = setup(2, 2)
+    a = asyncio.create_task(gate.admit(state.pods["default/p0"], "n1", spec, 30))
+    await asyncio.sleep(0.01)
+    state.apply_pod(pod("p1", group="g", node="n2"))  # bound by an earlier wave, seen now
+    await asyncio.wait_for(a, 1)
+    assert binder.bound == [("p0", "n1")]
+
+
+async def test_binding_failure_after_admission_is_reported_per_pod() -> None:
+    state, _, binder, gate, metrics, spec = setup(2, 2)
+    binder.fail["p1"] = BindError("conflict", "API server answered 409: already assigned")
+    a = asyncio.create_task(gate.admit(state.pods["default/p0"], "n1", spec, 30))
+    with pytest.raises(GateError, match="binding pod default/p1 to n2 failed"):
+        await gate.admit(state.pods["default/p1"], "n2", spec, 30)
+    await a
+    assert binder.bound == [("p0", "n1")]
+    assert state.pods["default/p1"].placed_node == ""
+    assert gauge(metrics, "gang_extender_bind_errors_total", {"reason": "conflict"}) == 1
+
+
+async def test_member_arriving_while_a_wave_binds_joins_without_waiting() -> None:
+    state, _, binder, gate, _, spec = setup(3, 2)
+    binder.hold = asyncio.Event()
+    a = asyncio.create_task(gate.admit(state.pods["default/p0"], "n1", spec, 30))
+    b = asyncio.create_task(gate.admit(state.pods["default/p1"], "n1", spec, 30))
+    await asyncio.sleep(0.01)
+    late = asyncio.create_task(gate.admit(state.pods["default/p2"], "n2", spec, 30))
+    await asyncio.sleep(0.01)
+    binder.hold.set()
+    await asyncio.wait_for(asyncio.gather(a, b, late), 1)
+    assert sorted(n for n, _ in binder.bound) == ["p0", "p1", "p2"]
+
+
+async def test_many_concurrent_groups_do_not_interfere() -> None:
+    state = ClusterState()
+    state.replace_nodes([node("n1", cpu="1000", pods="1000")])
+    binder = RecordingBinder()
+    gate = PermitGate(state, Admission(3), binder, Metrics())
+    calls = []
+    for g in range(20):
+        for m in range(4):
+            state.apply_pod(pod(f"g{g}-{m}", group=f"g{g}"))
+            spec = GroupSpec(f"default/g{g}", 4)
+            calls.append(gate.admit(state.pods[f"default/g{g}-{m}"], "n1", spec, 5))
+    await asyncio.wait_for(asyncio.gather(*calls), 2)
+    assert len(binder.bound) == 80
+
+
+async def test_release_all_answers_every_waiter() -> None:
+    state, _, _, gate, _, spec = setup(3, 3)
+    a = asyncio.create_task(gate.admit(state.pods["default/p0"], "n1", spec, 30))
+    await asyncio.sleep(0.01)
+    gate.release_all("shutting down")
+    with pytest.raises(GateError, match="shutting down"):
+        await a
+    assert state.free_resources()["cpu"] == 8000

@@ -1,0 +1,99 @@
+from app.state import ClusterState
+from tests.unit.builders import node, pod, podgroup
+
+GI = 2**30 * 1000
+
+
+def cluster() -> ClusterState:
+    state = ClusterState()
+    state.replace_nodes([node("n1"), node("n2")])
+    return state
+
+
+def test_free_resources_count_bound_and_reserved_pods() -> None:
+    state = cluster()
+    state.apply_pod(pod("bound", node="n1", cpu="1"))
+    state.apply_pod(pod("waiting", group="g", cpu="2"))
+    state.reserve("default/waiting", "n2")
+    free = state.free_resources()
+    assert free["cpu"] == 8000 - 1000 - 2000
+    assert free["pods"] == 220_000 - 2000
+    state.unreserve("default/waiting")
+    assert state.free_resources()["cpu"] == 8000 - 1000
+
+
+def test_free_resources_can_exclude_the_groups_own_pods() -> None:
+    state = cluster()
+    state.apply_pod(pod("a", group="g", node="n1", cpu="3"))
+    state.apply_pod(pod("other", node="n1", cpu="1"))
+    assert state.free_resources()["cpu"] == 4000
+    assert state.free_resources(exclude_group="default/g")["cpu"] == 7000
+
+
+def test_terminal_pods_free_their_resources_and_leave_the_group() -> None:
+    state = cluster()
+    state.apply_pod(pod("a", group="g", node="n1", cpu="3"))
+    state.apply_pod(pod("b", group="g"))
+    assert sorted(p.name for p in state.members("default/g")) == ["a", "b"]
+    state.apply_pod(pod("a", group="g", node="n1", cpu="3", phase="Succeeded"))
+    assert state.free_resources()["cpu"] == 8000
+    assert [p.name for p in state.members("default/g")] == ["b"]
+
+
+def test_node_name_never_goes_back_to_empty() -> None:
+    """An event older than our own binding must not unbind the pod in our view."""
+    state = cluster()
+    state.apply_pod(pod("a", group="g"))
+    state.reserve("default/a", "n1")
+    state.assume_bound("default/a", "n1")
+    state.apply_pod(pod("a", group="g"))  # stale MODIFIED from before the binding
+    assert state.pods["default/a"].node_name == "n1"
+    assert state.free_resources()["cpu"] == 7000
+
+
+def test_relist_drops_pods_deleted_while_not_watching() -> None:
+    state = cluster()
+    seen: list[tuple[str | None, str | None]] = []
+    state.add_pod_listener(
+        lambda old, new: seen.append((old.name if old else None, new.name if new else None))
+    )
+    state.replace_pods([pod("a", node="n1"), pod("b", node="n2")])
+    state.replace_pods([pod("b", node="n2")])
+    assert set(state.pods) == {"default/b"}
+    assert ("a", None) in seen
+    assert state.free_resources()["cpu"] == 7000
+
+
+def test_delete_ignores_a_different_incarnation() -> None:
+    state = cluster()
+    state.apply_pod(pod("a", uid="new"))
+    state.delete_pod("default", "a", uid="old")
+    assert "default/a" in state.pods
+    state.delete_pod("default", "a", uid="new")
+    assert "default/a" not in state.pods
+
+
+def test_group_spec_lookup_explains_missing_podgroups() -> None:
+    state = cluster()
+    state.apply_pod(pod("a", group="missing"))
+    ref = state.pods["default/a"].group
+    assert ref is not None
+    try:
+        state.group_spec(ref)
+    except LookupError as err:
+        assert "PodGroup default/missing not found: create it" in str(err)
+    else:
+        raise AssertionError("expected GroupNotFound")
+    state.apply_podgroup(podgroup("missing", 2))
+    assert state.group_spec(ref).min_member == 2
+    state.apply_pod(pod("l", light=("mpi", "3")))
+    light = state.pods["default/l"].group
+    assert light is not None and state.group_spec(light).min_member == 3
+
+
+def test_unschedulable_nodes_offer_nothing() -> None:
+    state = cluster()
+    cordoned = node("n2")
+    cordoned["spec"]["unschedulable"] = True
+    state.apply_node(cordoned)
+    assert state.free_resources()["memory"] == 8 * GI
