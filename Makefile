@@ -22,8 +22,8 @@ kube: ## build (or reuse) etcd, kube-apiserver, kube-controller-manager, kube-sc
 	hack/build-kube >/dev/null
 
 lint: $(STAMP) ## ruff lint and format check
-	$(BIN)/ruff check app tests hack/local_cluster.py
-	$(BIN)/ruff format --check app tests hack/local_cluster.py
+	$(BIN)/ruff check app tests hack/local_cluster.py hack/demo.py
+	$(BIN)/ruff format --check app tests hack/local_cluster.py hack/demo.py
 
 typecheck: $(STAMP) ## mypy --strict
 	$(BIN)/mypy

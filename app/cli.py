@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from app import __version__
-from app.config import ConfigError, add_arguments, describe, load
+from app.config import ConfigError, Settings, add_arguments, describe, load
+
+if TYPE_CHECKING:
+    from app.server import Apps
 
 log = logging.getLogger("app")
 
@@ -41,10 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     # Imported here so `--help` stays fast and works without the runtime deps.
-    import uvicorn
-
     from app.logs import configure
-    from app.server import KubeConfigError, build_app
+    from app.server import KubeConfigError, build_apps
 
     try:
         settings = load(args, os.environ)
@@ -53,17 +58,43 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     configure(settings.log_level, settings.log_format)
     try:
-        application = build_app(settings)
+        apps = build_apps(settings)
     except KubeConfigError as err:
         print(f"gang-extender: {err}", file=sys.stderr)
         return 2
-    log.info("configuration", extra={"reason": describe(settings)})
-    uvicorn.run(
-        application,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
+    log.info("configuration: %s", json.dumps(describe(settings)))
+    asyncio.run(_run(settings, apps))
     return 0
+
+
+async def _run(settings: Settings, apps: Apps) -> None:
+    import uvicorn
+
+    common: dict[str, Any] = {
+        "log_config": None,
+        "access_log": False,
+        "timeout_graceful_shutdown": 5,
+    }
+    tls: dict[str, Any] = {}
+    if settings.tls:
+        tls = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
+        if settings.tls_client_ca_file:
+            tls |= {"ssl_ca_certs": settings.tls_client_ca_file, "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    servers = [
+        uvicorn.Server(
+            uvicorn.Config(apps.main, host=settings.host, port=settings.port, **common, **tls)
+        )
+    ]
+    if apps.ops is not None:
+        servers.append(
+            uvicorn.Server(
+                uvicorn.Config(
+                    apps.ops,
+                    host=settings.ops_host or settings.host,
+                    port=settings.ops_port or 0,
+                    lifespan="off",
+                    **common,
+                )
+            )
+        )
+    await asyncio.gather(*(server.serve() for server in servers))

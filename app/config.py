@@ -32,6 +32,15 @@ class Settings:
     denied_pg_expiration_seconds: float = 3.0
     log_level: str = "info"
     log_format: str = "json"
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_client_ca_file: str | None = None
+    ops_host: str | None = None
+    ops_port: int | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,7 @@ def _choice(options: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
-def _kubeconfig(text: str) -> str:
+def _file(text: str) -> str:
     path = os.path.expanduser(text)
     if not os.path.isfile(path):
         raise ValueError(f"file {path} does not exist")
@@ -83,11 +92,11 @@ def _kubeconfig(text: str) -> str:
 _OPTIONS = (
     _Option(
         "kubeconfig",
-        _kubeconfig,
+        _file,
         "kubeconfig file to reach the API server (else $KUBECONFIG, else in-cluster config)",
         "PATH",
     ),
-    _Option("host", str, "address to listen on", "ADDR"),
+    _Option("host", str, "address to listen on (verbs, and the rest unless --ops-port)", "ADDR"),
     _Option("port", _port, "port to listen on", "PORT"),
     _Option(
         "url_prefix",
@@ -118,6 +127,33 @@ _OPTIONS = (
     ),
     _Option("log_level", _choice(LOG_LEVELS), "log verbosity", "LEVEL"),
     _Option("log_format", _choice(("json", "text")), "json (one object per line) or text", "FMT"),
+    _Option(
+        "tls_cert_file",
+        _file,
+        "serve HTTPS with this certificate (PEM); kube-scheduler then needs enableHTTPS",
+        "PATH",
+    ),
+    _Option("tls_key_file", _file, "private key of --tls-cert-file (PEM)", "PATH"),
+    _Option(
+        "tls_client_ca_file",
+        _file,
+        "mutual TLS: answer only callers presenting a certificate signed by this CA",
+        "PATH",
+    ),
+    _Option(
+        "ops_host",
+        str,
+        "listen address of the operations server (/metrics, /debug, /healthz, /readyz) "
+        "when --ops-port is set",
+        "ADDR",
+    ),
+    _Option(
+        "ops_port",
+        _port,
+        "serve /metrics, /debug, /healthz and /readyz on this separate plain-HTTP port "
+        "instead of the verbs' port (for probes and scraping when the verbs use mTLS)",
+        "PORT",
+    ),
 )
 
 
@@ -161,6 +197,12 @@ def load(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
     if "kubeconfig" not in values and env.get("KUBECONFIG"):
         values["kubeconfig"] = env["KUBECONFIG"].split(os.pathsep)[0]
     settings = Settings(**values)
+    _check_tls(settings)
+    if settings.ops_port is not None and settings.ops_port == settings.port:
+        raise ConfigError(
+            f"{flag_of('ops_port')}={settings.ops_port} is the verbs' port: pick another port, "
+            "or leave it unset to serve everything on one port"
+        )
     if settings.permit_waiting_time_seconds > settings.max_permit_waiting_time_seconds:
         raise ConfigError(
             f"{flag_of('permit_waiting_time_seconds')}={settings.permit_waiting_time_seconds:g} "
@@ -169,6 +211,19 @@ def load(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
             "httpTimeout) or lower the wait"
         )
     return settings
+
+
+def _check_tls(settings: Settings) -> None:
+    if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+        raise ConfigError(
+            f"{flag_of('tls_cert_file')} and {flag_of('tls_key_file')} go together: set both "
+            "to serve HTTPS, or neither"
+        )
+    if settings.tls_client_ca_file is not None and settings.tls_cert_file is None:
+        raise ConfigError(
+            f"{flag_of('tls_client_ca_file')} needs {flag_of('tls_cert_file')} and "
+            f"{flag_of('tls_key_file')}: mutual TLS is only possible over HTTPS"
+        )
 
 
 def describe(settings: Settings) -> dict[str, Any]:

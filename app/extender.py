@@ -68,6 +68,9 @@ class GangExtender:
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
         names = args.names
+        self._metrics.filter_requests.labels(
+            "node-names" if args.node_names is not None else "nodes"
+        ).inc()
         meta = args.pod.get("metadata") or {}
         pod_key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
         try:

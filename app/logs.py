@@ -62,3 +62,4 @@ def configure(level: str, fmt: str = "json") -> None:
         logging.getLogger(name).propagate = True
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("asyncio").setLevel(logging.INFO)

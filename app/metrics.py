@@ -45,6 +45,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.filter_requests = Counter(
+            "gang_extender_filter_requests",
+            "filter calls by how kube-scheduler sent the nodes: node-names "
+            "(nodeCacheCapable: true) or nodes (full Node objects).",
+            ["mode"],
+            registry=r,
+        )
         self.gate_waiting = Gauge(
             "gang_extender_gate_waiting_pods",
             "Gang members reserved and waiting in the permit gate.",

@@ -32,13 +32,19 @@ def _json(payload: Any, status: int = 200) -> Response:
 
 
 def create_app(
-    extender: GangExtender,
+    extender: GangExtender | None,
     metrics: Metrics,
     *,
     url_prefix: str,
     ready: Callable[[], tuple[bool, str]],
     lifespan: Lifespan | None = None,
 ) -> FastAPI:
+    """An ASGI app with the verbs (when `extender` is given) and the operations routes.
+
+    With --ops-port the process runs two of these: one with the verbs (and
+    the lifespan that starts the watches), one with only the operations
+    routes; otherwise one app serves both.
+    """
     app = FastAPI(
         title="gang-extender",
         docs_url=None,
@@ -46,7 +52,13 @@ def create_app(
         openapi_url=None,
         lifespan=lifespan,
     )
+    if extender is not None:
+        _add_verbs(app, extender, metrics, url_prefix)
+    _add_operations(app, metrics, ready)
+    return app
 
+
+def _add_verbs(app: FastAPI, extender: GangExtender, metrics: Metrics, url_prefix: str) -> None:
     def verb(name: str, handle: Callable[[bytes], Awaitable[Any]]) -> None:
         async def endpoint(request: Request) -> Response:
             start = time.perf_counter()
@@ -82,6 +94,8 @@ def create_app(
     verb("preempt", do_preempt)
     verb("bind", do_bind)
 
+
+def _add_operations(app: FastAPI, metrics: Metrics, ready: Callable[[], tuple[bool, str]]) -> None:
     @app.get("/healthz")
     async def healthz() -> Response:
         return Response("ok", media_type="text/plain")
@@ -94,5 +108,3 @@ def create_app(
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    return app

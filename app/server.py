@@ -13,6 +13,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
@@ -92,7 +93,15 @@ def _unhealthy(reflector: Reflector) -> str:
     return f"error: {reflector.last_error}" if reflector.synced else "syncing"
 
 
-def build_app(settings: Settings, client: k8s.ApiClient | None = None) -> FastAPI:
+@dataclass
+class Apps:
+    """What uvicorn serves: the verbs, and the operations routes when on their own port."""
+
+    main: FastAPI
+    ops: FastAPI | None
+
+
+def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     """The whole extender, ready for uvicorn."""
     client = client or api_client(settings)
     core = k8s.CoreV1Api(client)
@@ -155,6 +164,15 @@ def build_app(settings: Settings, client: k8s.ApiClient | None = None) -> FastAP
                 await asyncio.to_thread(reflector.join, 5)
             executor.shutdown(wait=False, cancel_futures=True)
 
-    return create_app(
+    if settings.ops_port is None:
+        return Apps(
+            create_app(
+                extender, metrics, url_prefix=settings.url_prefix, ready=ready, lifespan=lifespan
+            ),
+            None,
+        )
+    # The operations app gets no verbs: on its plain-HTTP port nobody can bind pods.
+    main = create_app(
         extender, metrics, url_prefix=settings.url_prefix, ready=ready, lifespan=lifespan
     )
+    return Apps(main, create_app(None, metrics, url_prefix=settings.url_prefix, ready=ready))

@@ -1,4 +1,5 @@
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ def test_defaults_work_out_of_the_box() -> None:
     assert s.kubeconfig is None
 
 
-def test_flags_win_over_environment(tmp_path: object) -> None:
+def test_flags_win_over_environment() -> None:
     s = settings(["--port", "9000"], {"GANG_EXTENDER_PORT": "9100", "GANG_EXTENDER_HOST": "::"})
     assert (s.port, s.host) == (9000, "::")
 
@@ -50,6 +51,26 @@ def test_invalid_values_are_rejected_with_the_setting_named(
         settings(argv, env)
 
 
-def test_kubeconfig_falls_back_to_the_kubeconfig_variable(tmp_path: object) -> None:
+def test_kubeconfig_falls_back_to_the_kubeconfig_variable() -> None:
     s = load(argparse.Namespace(), {"KUBECONFIG": "/a/kc:/b/kc"})
     assert s.kubeconfig == "/a/kc"
+
+
+def test_tls_settings_must_be_complete(tmp_path: Path) -> None:
+    cert, key, ca = (tmp_path / n for n in ("tls.crt", "tls.key", "ca.crt"))
+    for f in (cert, key, ca):
+        f.write_text("pem")
+    s = settings(
+        ["--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-client-ca-file", str(ca)]
+    )
+    assert s.tls and s.tls_client_ca_file == str(ca)
+    with pytest.raises(ConfigError, match="go together"):
+        settings(["--tls-cert-file", str(cert)])
+    with pytest.raises(ConfigError, match="mutual TLS is only possible over HTTPS"):
+        settings(["--tls-client-ca-file", str(ca)])
+
+
+def test_ops_port_must_differ_from_the_verbs_port() -> None:
+    assert settings(["--ops-port", "9090"]).ops_port == 9090
+    with pytest.raises(ConfigError, match="is the verbs' port"):
+        settings(["--ops-port", "8888"])

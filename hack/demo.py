@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""`make demo`: a real kube-scheduler placing gangs through gang-extender, step by step.
+
+Starts (or reuses) the local control plane and an extender on port 8888,
+applies deploy/examples/, and prints what happened to every pod and why,
+as `kubectl describe` would show it. Leaves everything running; `make
+demo-down` (or `python hack/demo.py --stop` + `hack/local-cluster down`) stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+REPO = Path(__file__).resolve().parents[1]
+STATE = Path(os.environ.get("LOCAL_CLUSTER_DIR", REPO / ".local-cluster"))
+PID_FILE = STATE / "extender.pid"
+LOG_FILE = STATE / "logs" / "extender.log"
+PORT = 8888
+NAMESPACE = "gang-demo"
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def run(*cmd: str) -> str:
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        sys.exit(f"demo: {' '.join(cmd)} failed:\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def extender_ready() -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/readyz", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def running_pid() -> int | None:
+    try:
+        pid = int(PID_FILE.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if b"app\x00serve" in cmdline else None
+
+
+def start_extender(kubeconfig: str) -> None:
+    if running_pid() and extender_ready():
+        say(f"extender already running (pid {running_pid()}), reusing it")
+        return
+    LOG_FILE.parent.mkdir(parents=True, exist_ok=True)
+    with LOG_FILE.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app", "serve", "--kubeconfig", kubeconfig, "--port", str(PORT)],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    PID_FILE.write_text(str(process.pid))
+    deadline = time.monotonic() + 30
+    while not extender_ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            sys.exit(f"demo: the extender did not start; see {LOG_FILE}")
+        time.sleep(0.3)
+    say(f"extender started (pid {process.pid}), logs in {LOG_FILE}")
+
+
+def stop_extender() -> None:
+    pid = running_pid()
+    if pid is None:
+        say("no demo extender running")
+        return
+    os.kill(pid, signal.SIGTERM)
+    say(f"stopped the demo extender (pid {pid})")
+    PID_FILE.unlink(missing_ok=True)
+
+
+def report(core: Any, title: str) -> None:
+    """Each pod with its node, or the latest reason it is not placed."""
+    say(f"\n--- {title}")
+    pods = sorted(core.list_namespaced_pod(NAMESPACE).items, key=lambda p: p.metadata.name)
+    events: dict[str, Any] = {}
+    for event in core.list_namespaced_event(NAMESPACE).items:
+        if event.reason != "FailedScheduling":
+            continue
+        name = event.involved_object.name
+        when = event.last_timestamp or event.event_time or event.metadata.creation_timestamp
+        if name not in events or when >= events[name][0]:
+            events[name] = (when, event.message)
+    for pod in pods:
+        group = (pod.metadata.labels or {}).get("scheduling.x-k8s.io/pod-group", "-")
+        if pod.spec.node_name:
+            line = f"bound to {pod.spec.node_name}"
+        else:
+            line = "Pending: " + events.get(pod.metadata.name, (None, "not tried yet"))[1]
+        say(f"  {pod.metadata.name:<28} group={group:<8} {line}")
+
+
+def wait(core: Any, seconds: float, done: Any = None) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if done is not None and done(core.list_namespaced_pod(NAMESPACE).items):
+            return
+        time.sleep(0.5)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--stop", action="store_true", help="stop the demo extender")
+    if parser.parse_args().stop:
+        stop_extender()
+        return 0
+
+    say("== starting the local control plane (hack/local-cluster up)")
+    out = run(
+        str(REPO / "hack" / "local-cluster"),
+        "up",
+        "--nodes",
+        "3",
+        "--node-cpu",
+        "4",
+        "--node-memory",
+        "8Gi",
+    )
+    kubeconfig = out.strip().splitlines()[-1].removeprefix("export KUBECONFIG=")
+    kubectl = str(Path(run(str(REPO / "hack" / "build-kube")).strip()) / "kubectl")
+    start_extender(kubeconfig)
+
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, client_configuration=configuration
+    )
+    core = k8s.CoreV1Api(k8s.ApiClient(configuration))
+    examples = REPO / "deploy" / "examples"
+
+    def kubectl_run(*args: str) -> str:
+        return run(kubectl, "--kubeconfig", kubeconfig, *args)
+
+    say("\n== 1. nginx: PodGroup minMember 3, Deployment with 2 replicas")
+    kubectl_run(
+        "delete",
+        "namespace",
+        NAMESPACE,
+        "--ignore-not-found",
+        "--wait=true",
+        "--timeout=60s",
+        "--grace-period=0",
+        "--force",
+    )
+    kubectl_run("apply", "-f", str(examples / "00-namespace.yaml"))
+    kubectl_run("apply", "-f", str(examples / "10-nginx-gang.yaml"))
+    wait(core, 8)
+    report(core, "after 8s: both replicas wait for a third sibling")
+
+    say("\n== 2. kubectl -n gang-demo scale deployment nginx --replicas=3")
+    kubectl_run("-n", NAMESPACE, "scale", "deployment", "nginx", "--replicas=3")
+    start = time.monotonic()
+    wait(core, 30, lambda pods: sum(1 for p in pods if p.spec.node_name) >= 3)
+    report(core, f"after {time.monotonic() - start:.1f}s: the gang is complete")
+
+    say("\n== 3. trainer: 4 workers x 3 CPUs must start together; the cluster fits 3")
+    kubectl_run("apply", "-f", str(examples / "20-gang-that-does-not-fit.yaml"))
+    wait(core, 15)
+    report(core, "after 15s: none of the trainer pods is bound (all or nothing)")
+
+    say(
+        "\nThe cluster and the extender keep running. Try it yourself:\n"
+        f"  export KUBECONFIG={kubeconfig}\n"
+        f"  {kubectl} -n {NAMESPACE} get pods -o wide\n"
+        f"  {kubectl} -n {NAMESPACE} describe pod -l scheduling.x-k8s.io/pod-group=trainer\n"
+        "  hack/local-cluster add-node node-4      # room for the trainer gang\n"
+        f"  tail -f {LOG_FILE}\n"
+        "Stop everything with: make demo-down"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,178 @@
+"""Fixtures for tests against the real control plane.
+
+One local cluster (hack/local-cluster: etcd, kube-apiserver,
+kube-controller-manager, two kube-schedulers) and one extender process per
+test session. The cluster is recreated at the start of the session so that
+node capacity is exactly what the tests assume; each test gets its own
+namespace, emptied afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.cluster.kube import Kube, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
+EXTENDER_PORT = int(os.environ.get("GANG_TEST_EXTENDER_PORT", "18888"))
+EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
+NODES = 3
+NODE_CPU = "4"
+NODE_MEMORY = "8Gi"
+# Short waits keep the suite fast; the tests reason in these units.
+PERMIT_WAIT_SECONDS = 6
+DENIED_SECONDS = 3
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/cluster/" in str(item.fspath):
+            item.add_marker(pytest.mark.cluster)
+
+
+def local_cluster(*args: str) -> str:
+    result = subprocess.run(
+        [str(LOCAL_CLUSTER), *args], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"hack/local-cluster {' '.join(args)} failed ({result.returncode}):\n"
+            f"{result.stderr[-4000:]}"
+        )
+    return result.stdout
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Iterator[str]:
+    local_cluster("down")
+    out = local_cluster(
+        "up",
+        "--nodes",
+        str(NODES),
+        "--node-cpu",
+        NODE_CPU,
+        "--node-memory",
+        NODE_MEMORY,
+        "--extender-url",
+        f"{EXTENDER_URL}/scheduler",
+        "--with-nodelist-scheduler",
+    )
+    match = re.search(r"^export KUBECONFIG=(\S+)$", out, re.MULTILINE)
+    assert match, f"hack/local-cluster up printed no KUBECONFIG line:\n{out}"
+    yield match.group(1)
+
+
+@pytest.fixture(scope="session")
+def kube(kubeconfig: str) -> Kube:
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, client_configuration=configuration
+    )
+    return Kube(k8s.ApiClient(configuration))
+
+
+@dataclass
+class Extender:
+    url: str
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample of /metrics, parsed by the Prometheus text parser."""
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        samples = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return samples
+
+    def sample(self, name: str, **labels: str) -> float:
+        return self.metrics().get((name, tuple(sorted(labels.items()))), 0.0)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def extender(kubeconfig: str) -> Iterator[Extender]:
+    log_path = REPO / ".local-cluster" / "logs" / "extender-test.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app",
+                "serve",
+                "--kubeconfig",
+                kubeconfig,
+                "--port",
+                str(EXTENDER_PORT),
+                "--permit-waiting-time-seconds",
+                str(PERMIT_WAIT_SECONDS),
+                "--denied-pg-expiration-seconds",
+                str(DENIED_SECONDS),
+                "--log-level",
+                "debug",
+            ],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    handle = Extender(EXTENDER_URL, log_path, process)
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"extender exited ({process.returncode}):\n{handle.log()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{EXTENDER_URL}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    wait_for(ready, 30, "the extender to become ready")
+    yield handle
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture
+def namespace(kube: Kube, extender: Extender, request: pytest.FixtureRequest) -> Iterator[str]:
+    base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
+    name = f"{base}-{uuid.uuid4().hex[:5]}"
+    kube.core.create_namespace({"metadata": {"name": name}})
+    wait_for(
+        lambda: any(
+            sa.metadata.name == "default"
+            for sa in kube.core.list_namespaced_service_account(name).items
+        ),
+        30,
+        f"the default ServiceAccount in {name}",
+    )
+    yield name
+    for deployment in kube.apps.list_namespaced_deployment(name).items:
+        kube.apps.delete_namespaced_deployment(deployment.metadata.name, name)
+    deadline = time.monotonic() + 20
+    while kube.pods(name) and time.monotonic() < deadline:
+        kube.delete_pods_now(name)
+        time.sleep(0.5)
+    kube.core.delete_namespace(name)

@@ -1,0 +1,147 @@
+"""Test-side helpers for the real control plane: create objects, read what the API shows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from app.groups import POD_GROUP_LABEL
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.25
+) -> Any:
+    """Poll until condition() is truthy and return it; fail with `what` when the time is up."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
+
+
+class Kube:
+    def __init__(self, client: k8s.ApiClient) -> None:
+        self.client = client
+        # Typed as Any: tests read optional model fields freely; a None where
+        # the API must answer fails the test anyway.
+        self.core: Any = k8s.CoreV1Api(client)
+        self.apps: Any = k8s.AppsV1Api(client)
+        self.custom: Any = k8s.CustomObjectsApi(client)
+
+    # ---- objects --------------------------------------------------------------------
+
+    def create_podgroup(
+        self,
+        namespace: str,
+        name: str,
+        min_member: int,
+        *,
+        timeout: int | None = None,
+        min_resources: dict[str, str] | None = None,
+    ) -> None:
+        spec: dict[str, Any] = {"minMember": min_member}
+        if timeout:
+            spec["scheduleTimeoutSeconds"] = timeout
+        if min_resources:
+            spec["minResources"] = min_resources
+        self.custom.create_namespaced_custom_object(
+            "scheduling.x-k8s.io",
+            "v1alpha1",
+            namespace,
+            "podgroups",
+            {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+
+    def pod_body(
+        self,
+        name: str,
+        *,
+        group: str | None = None,
+        labels: dict[str, str] | None = None,
+        cpu: str = "100m",
+        memory: str = "64Mi",
+        scheduler: str = "default-scheduler",
+        priority_class: str | None = None,
+    ) -> dict[str, Any]:
+        all_labels = dict(labels or {})
+        if group:
+            all_labels[POD_GROUP_LABEL] = group
+        spec: dict[str, Any] = {
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                }
+            ],
+        }
+        if priority_class:
+            spec["priorityClassName"] = priority_class
+        return {"metadata": {"name": name, "labels": all_labels}, "spec": spec}
+
+    def create_pod(self, namespace: str, name: str, **kwargs: Any) -> None:
+        self.core.create_namespaced_pod(namespace, self.pod_body(name, **kwargs))
+
+    def create_deployment(
+        self, namespace: str, name: str, replicas: int, *, group: str, cpu: str = "100m"
+    ) -> None:
+        template = self.pod_body(name, group=group, labels={"app": name}, cpu=cpu)
+        del template["metadata"]["name"]
+        self.apps.create_namespaced_deployment(
+            namespace,
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": template,
+                },
+            },
+        )
+
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+        self.apps.patch_namespaced_deployment_scale(
+            name, namespace, {"spec": {"replicas": replicas}}
+        )
+
+    # ---- what the API server shows ----------------------------------------------------
+
+    def pods(self, namespace: str) -> list[Any]:
+        return list(self.core.list_namespaced_pod(namespace).items)
+
+    def bound(self, namespace: str) -> dict[str, str]:
+        """pod name -> node, for pods that have a node."""
+        return {p.metadata.name: p.spec.node_name for p in self.pods(namespace) if p.spec.node_name}
+
+    def events(self, namespace: str, pod: str | None = None) -> list[str]:
+        selector = f"involvedObject.name={pod}" if pod else None
+        items = self.core.list_namespaced_event(namespace, field_selector=selector).items
+        return [f"{e.reason}: {e.message}" for e in items]
+
+    def node_names(self) -> list[str]:
+        return [n.metadata.name for n in self.core.list_node().items]
+
+    def delete_node(self, name: str) -> None:
+        try:
+            self.core.delete_node(name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def delete_pods_now(self, namespace: str) -> None:
+        """No kubelet runs: a graceful delete would never finish, so force it."""
+        self.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
