@@ -12,11 +12,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.admission import Admission
+from app.admission import ADMITTED, Admission
 from app.gate import BindError, GateError, PermitGate
 from app.groups import GroupLabelError, GroupRef, GroupSpec, PodGroupSpecError, group_ref_of
 from app.metrics import Metrics
 from app.state import ClusterState, GroupNotFound, PodRecord, pod_record_from
+from app.wakeup import SiblingWaker
 from app.wire import (
     BindingArgs,
     ExtenderArgs,
@@ -56,7 +57,9 @@ class GangExtender:
         api: PodApi,
         metrics: Metrics,
         wait: WaitPolicy,
+        waker: SiblingWaker | None = None,
     ) -> None:
+        self._waker = waker
         self.state = state
         self.admission = admission
         self.gate = gate
@@ -91,6 +94,10 @@ class GangExtender:
         self._metrics.filter_decisions.labels(verdict.reason).inc()
         if not verdict.admitted:
             return self._reject(args, names, pod_key, spec.key, verdict.reason, verdict.message)
+        if verdict.reason == ADMITTED and self._waker is not None:
+            # The group just became admissible: siblings rejected before sit in
+            # kube-scheduler's unschedulable queue until something touches them.
+            self._waker.wake(spec.key, exclude_uid=meta.get("uid") or "")
         log.debug(
             "gang member admitted by filter (%s)",
             verdict.reason,

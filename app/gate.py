@@ -22,6 +22,7 @@ from app.admission import Admission
 from app.groups import GroupSpec
 from app.metrics import Metrics
 from app.state import ClusterState, PodRecord
+from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,10 @@ class PermitGate:
         binder: Binder,
         metrics: Metrics,
         *,
+        waker: SiblingWaker | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
+        self._waker = waker
         self._state = state
         self._admission = admission
         self._binder = binder
@@ -120,7 +123,10 @@ class PermitGate:
             "gang member reserved",
             extra={"pod": pod.key, "podgroup": spec.key, "node": node, "verb": "bind"},
         )
-        self._maybe_open(spec.key)
+        if not self._maybe_open(spec.key) and self._waker is not None:
+            # Siblings rejected earlier (e.g. while the group was denied) sit in
+            # kube-scheduler's unschedulable queue: bring them to the gate.
+            self._waker.wake(spec.key, exclude_uid=pod.uid)
         # shield: a dropped HTTP connection must not cancel the gate's own bookkeeping.
         await asyncio.shield(waiter.future)
 
@@ -152,13 +158,14 @@ class PermitGate:
     def _bound_members(self, group_key: str) -> int:
         return sum(1 for p in self._state.members(group_key) if p.node_name)
 
-    def _maybe_open(self, group_key: str) -> None:
+    def _maybe_open(self, group_key: str) -> bool:
+        """Bind the waiting wave if the gang is whole; True if it was."""
         group = self._groups.get(group_key)
         if group is None or not group.waiting:
-            return
+            return False
         present = self._bound_members(group_key) + len(group.binding) + len(group.waiting)
         if present < group.spec.min_member:
-            return
+            return False
         wave = list(group.waiting.values())
         group.waiting.clear()
         for waiter in wave:
@@ -173,6 +180,7 @@ class PermitGate:
         task = asyncio.get_running_loop().create_task(self._bind_wave(group_key, group, wave))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return True
 
     async def _bind_wave(self, group_key: str, group: _Group, wave: list[Waiter]) -> None:
         results = await asyncio.gather(
@@ -229,6 +237,9 @@ class PermitGate:
             self._drop(group, member, message)
         self._admission.deny(group_key, TIMEOUT, message)
         self._metrics.admissions.labels("timeout").inc()
+        if self._waker is not None:
+            # The released members are parked as "denied"; retry them when that expires.
+            self._waker.wake_after(group_key, self._admission.denied_ttl_seconds + 0.1)
 
     def _drop(self, group: _Group, waiter: Waiter, message: str) -> None:
         group.waiting.pop(waiter.pod_key, None)

@@ -21,14 +21,15 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from app.admission import Admission
-from app.binder import KubeBinder
 from app.config import Settings
 from app.extender import GangExtender, WaitPolicy
 from app.gate import PermitGate
+from app.kube_api import KubeApi
 from app.metrics import Metrics
 from app.reflector import Reflector, Sink
 from app.routes import create_app
 from app.state import ClusterState
+from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +111,9 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     state = ClusterState()
     admission = Admission(settings.denied_pg_expiration_seconds)
     executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="kube-api")
-    api = KubeBinder(core, executor)
-    gate = PermitGate(state, admission, api, metrics)
+    api = KubeApi(core, executor)
+    waker = SiblingWaker(state, api)
+    gate = PermitGate(state, admission, api, metrics, waker=waker)
     extender = GangExtender(
         state,
         admission,
@@ -119,6 +121,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         api,
         metrics,
         WaitPolicy(settings.permit_waiting_time_seconds, settings.max_permit_waiting_time_seconds),
+        waker,
     )
     reflectors: list[Reflector] = []
 
@@ -157,7 +160,9 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             yield
         finally:
             gate.release_all("gang-extender is shutting down; the pod will be scheduled again")
+            waker.cancel_all()
             await gate.drain()
+            await waker.drain()
             for reflector in reflectors:
                 reflector.stop()
             for reflector in reflectors:

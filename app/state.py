@@ -43,6 +43,9 @@ class PodRecord:
     group: GroupRef | None
     group_error: str | None
     resource_version: str = ""
+    # Set when kube-scheduler marked the pod as a preemption victim (condition
+    # DisruptionTarget, reason PreemptionByScheduler) just before deleting it.
+    preempted: bool = False
     # Node the permit gate holds this pod for; kube-scheduler has assumed it there.
     reserved_node: str = ""
 
@@ -104,6 +107,8 @@ class ClusterState:
     _members: dict[str, set[str]] = field(default_factory=dict)
     # node name -> requests of the non-terminal pods placed there (bound or reserved).
     _requested: dict[str, Resources] = field(default_factory=dict)
+    # uid -> pod key: preemption victims arrive as UIDs.
+    _by_uid: dict[str, str] = field(default_factory=dict)
     _pod_listeners: list[PodListener] = field(default_factory=list)
 
     def add_pod_listener(self, listener: PodListener) -> None:
@@ -176,8 +181,11 @@ class ClusterState:
                     if not members:
                         del self._members[old.group.key]
             del self.pods[old.key]
+            if self._by_uid.get(old.uid) == old.key:
+                del self._by_uid[old.uid]
         if new is not None:
             self.pods[new.key] = new
+            self._by_uid[new.uid] = new.key
             self._account(new, +1)
             if new.group is not None:
                 self._members.setdefault(new.group.key, set()).add(new.key)
@@ -241,6 +249,21 @@ class ClusterState:
         keys = self._members.get(group_key, ())
         return [p for k in keys if (p := self.pods[k]).counts_as_member]
 
+    def pod_by_uid(self, uid: str) -> PodRecord | None:
+        key = self._by_uid.get(uid)
+        return self.pods.get(key) if key is not None else None
+
+    def placed_members(self, group_key: str) -> list[PodRecord]:
+        """Members holding a node now: bound by the API or reserved in the gate."""
+        return [p for p in self.members(group_key) if p.placed_node]
+
+    def total_allocatable(self) -> Resources:
+        total: Resources = {}
+        for node in self.nodes.values():
+            if not node.unschedulable:
+                add(total, node.allocatable)
+        return total
+
     def requested_on(self, node: str) -> Resources:
         return self._requested.get(node, {})
 
@@ -301,6 +324,12 @@ def pod_record_from(raw: Mapping[str, Any]) -> PodRecord:
         group=group,
         group_error=group_error,
         resource_version=meta.get("resourceVersion") or "",
+        preempted=any(
+            c.get("type") == "DisruptionTarget"
+            and c.get("status") == "True"
+            and c.get("reason") == "PreemptionByScheduler"
+            for c in status.get("conditions") or ()
+        ),
     )
 
 

@@ -41,9 +41,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_KUBE = REPO_ROOT / "hack" / "build-kube"
@@ -128,7 +129,9 @@ CERT_FILES = (
 )
 
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_KEY_RE = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 _LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
@@ -287,12 +290,18 @@ def build_kube() -> Path:
     """Get the bin dir from hack/build-kube (instant when already cached)."""
     proc = subprocess.run([str(BUILD_KUBE)], stdout=subprocess.PIPE, stderr=None, text=True)
     if proc.returncode != 0:
-        raise ClusterError(f"hack/build-kube failed with exit code {proc.returncode} (see its output above)")
+        raise ClusterError(
+            f"hack/build-kube failed with exit code {proc.returncode} (see its output above)"
+        )
     lines = proc.stdout.strip().splitlines()
     if not lines:
         raise ClusterError("hack/build-kube printed no bin directory")
     bin_dir = Path(lines[-1]).resolve()
-    missing = [b for b in sorted(set(COMPONENT_BINARY.values())) + ["kubectl"] if not (bin_dir / b).is_file()]
+    missing = [
+        b
+        for b in sorted(set(COMPONENT_BINARY.values())) + ["kubectl"]
+        if not (bin_dir / b).is_file()
+    ]
     if missing:
         raise ClusterError(f"hack/build-kube returned {bin_dir}, but it lacks {', '.join(missing)}")
     return bin_dir
@@ -333,13 +342,43 @@ def _sign_leaf(
     ext_cnf.write_text("\n".join(ext) + "\n")
     csr = tmp / f"{stem}.csr"
     key = layout.cert(f"{stem}.key")
-    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-config", str(req_cnf),
-             "-subj", subject, "-keyout", str(key), "-out", str(csr))
+    _openssl(
+        "req",
+        "-new",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-config",
+        str(req_cnf),
+        "-subj",
+        subject,
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+    )
     key.chmod(0o600)
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(layout.cert(f"{ca}.crt")),
-             "-CAkey", str(layout.cert(f"{ca}.key")), "-set_serial", "0x" + secrets.token_hex(16),
-             "-days", "3650", "-sha256", "-extfile", str(ext_cnf), "-extensions", "v3",
-             "-out", str(layout.cert(f"{stem}.crt")))
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(layout.cert(f"{ca}.crt")),
+        "-CAkey",
+        str(layout.cert(f"{ca}.key")),
+        "-set_serial",
+        "0x" + secrets.token_hex(16),
+        "-days",
+        "3650",
+        "-sha256",
+        "-extfile",
+        str(ext_cnf),
+        "-extensions",
+        "v3",
+        "-out",
+        str(layout.cert(f"{stem}.crt")),
+    )
 
 
 def _make_ca(layout: Layout, tmp: Path, stem: str, cn: str) -> None:
@@ -353,9 +392,25 @@ def _make_ca(layout: Layout, tmp: Path, stem: str, cn: str) -> None:
         "subjectKeyIdentifier = hash\n"
     )
     key = layout.cert(f"{stem}.key")
-    _openssl("req", "-x509", "-new", "-newkey", "rsa:2048", "-nodes", "-sha256",
-             "-config", str(cnf), "-extensions", "v3_ca", "-days", "3650",
-             "-keyout", str(key), "-out", str(layout.cert(f"{stem}.crt")))
+    _openssl(
+        "req",
+        "-x509",
+        "-new",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-sha256",
+        "-config",
+        str(cnf),
+        "-extensions",
+        "v3_ca",
+        "-days",
+        "3650",
+        "-keyout",
+        str(key),
+        "-out",
+        str(layout.cert(f"{stem}.crt")),
+    )
     key.chmod(0o600)
 
 
@@ -379,17 +434,40 @@ def ensure_certs(layout: Layout) -> None:
         tmp = Path(tmpname)
         _make_ca(layout, tmp, "ca", "local-cluster-ca")
         _make_ca(layout, tmp, "front-proxy-ca", "local-cluster-front-proxy-ca")
-        _sign_leaf(layout, tmp, FRONT_PROXY_CLIENT, f"/CN={FRONT_PROXY_CLIENT}", "clientAuth", ca="front-proxy-ca")
-        sans = ["DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
-                "DNS:kubernetes.default.svc.cluster.local", f"IP:{HOST}", f"IP:{FIRST_SERVICE_IP}"]
+        _sign_leaf(
+            layout,
+            tmp,
+            FRONT_PROXY_CLIENT,
+            f"/CN={FRONT_PROXY_CLIENT}",
+            "clientAuth",
+            ca="front-proxy-ca",
+        )
+        sans = [
+            "DNS:localhost",
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
+            "DNS:kubernetes.default.svc.cluster.local",
+            f"IP:{HOST}",
+            f"IP:{FIRST_SERVICE_IP}",
+        ]
         _sign_leaf(layout, tmp, "apiserver", "/CN=kube-apiserver", "serverAuth", sans)
         for stem, cn, org in CLIENT_CERTS:
             subject = f"/O={org}/CN={cn}" if org else f"/CN={cn}"
             _sign_leaf(layout, tmp, stem, subject, "clientAuth")
-        _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
-                 "-out", str(layout.cert("sa.key")))
+        _openssl(
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+            str(layout.cert("sa.key")),
+        )
         layout.cert("sa.key").chmod(0o600)
-        _openssl("pkey", "-in", str(layout.cert("sa.key")), "-pubout", "-out", str(layout.cert("sa.pub")))
+        _openssl(
+            "pkey", "-in", str(layout.cert("sa.key")), "-pubout", "-out", str(layout.cert("sa.pub"))
+        )
 
 
 def _b64(path: Path) -> str:
@@ -441,12 +519,20 @@ class SchedulerSpec:
     port: int
 
 
-def desired_schedulers(extender_url: str, node_cache_capable: bool, with_nodelist: bool) -> list[SchedulerSpec]:
-    specs = [SchedulerSpec("kube-scheduler", DEFAULT_SCHEDULER_NAME, node_cache_capable, SCHEDULER_PORT)]
+def desired_schedulers(
+    extender_url: str, node_cache_capable: bool, with_nodelist: bool
+) -> list[SchedulerSpec]:
+    specs = [
+        SchedulerSpec("kube-scheduler", DEFAULT_SCHEDULER_NAME, node_cache_capable, SCHEDULER_PORT)
+    ]
     if with_nodelist:
         # The second scheduler always runs the extender in node-list mode so
         # tests can exercise both nodeCacheCapable modes at once.
-        specs.append(SchedulerSpec("kube-scheduler-nodelist", NODELIST_SCHEDULER_NAME, False, NODELIST_SCHEDULER_PORT))
+        specs.append(
+            SchedulerSpec(
+                "kube-scheduler-nodelist", NODELIST_SCHEDULER_NAME, False, NODELIST_SCHEDULER_PORT
+            )
+        )
     return specs
 
 
@@ -465,7 +551,9 @@ def render_scheduler_config(layout: Layout, spec: SchedulerSpec, extender_url: s
     if "@SCHEDULER_NAME@" in text:
         text = text.replace("@SCHEDULER_NAME@", spec.scheduler_name)
     elif spec.scheduler_name != DEFAULT_SCHEDULER_NAME:
-        pattern = re.compile(r"^(\s*-?\s*schedulerName:\s*)\"?default-scheduler\"?[ \t]*$", re.MULTILINE)
+        pattern = re.compile(
+            r"^(\s*-?\s*schedulerName:\s*)\"?default-scheduler\"?[ \t]*$", re.MULTILINE
+        )
         text, count = pattern.subn(lambda m: m.group(1) + spec.scheduler_name, text)
         if count != 1:
             raise ClusterError(
@@ -479,7 +567,9 @@ def render_scheduler_config(layout: Layout, spec: SchedulerSpec, extender_url: s
         for m in re.finditer(r"@[A-Z_]+@", line)
     ]
     if leftover:
-        raise ClusterError(f"{SCHEDULER_CONFIG_TEMPLATE}: unknown placeholder(s) {', '.join(sorted(set(leftover)))}")
+        raise ClusterError(
+            f"{SCHEDULER_CONFIG_TEMPLATE}: unknown placeholder(s) {', '.join(sorted(set(leftover)))}"
+        )
     return text
 
 
@@ -567,6 +657,8 @@ def component_args(layout: Layout, name: str) -> list[str]:
             f"--bind-address={HOST}",
             f"--secure-port={port}",
             f"--cert-dir={layout.root / (name + '-certs')}",
+            # 2 logs why each pod did not fit; raise it (e.g. 5) to see queue moves.
+            f"--v={os.environ.get('LOCAL_CLUSTER_SCHEDULER_VERBOSITY', '2')}",
         ]
     raise ValueError(name)
 
@@ -745,7 +837,9 @@ def _insecure_context() -> ssl.SSLContext:
     return ctx
 
 
-def http_get(url: str, context: ssl.SSLContext | None = None, timeout: float = 3.0) -> tuple[int, str]:
+def http_get(
+    url: str, context: ssl.SSLContext | None = None, timeout: float = 3.0
+) -> tuple[int, str]:
     handlers: list[urllib.request.BaseHandler] = [_NO_PROXY_HANDLER]
     if context is not None:
         handlers.append(urllib.request.HTTPSHandler(context=context))
@@ -763,7 +857,9 @@ class Api:
     def __init__(self, layout: Layout) -> None:
         ctx = ssl.create_default_context(cafile=str(layout.cert("ca.crt")))
         ctx.load_cert_chain(str(layout.cert("admin.crt")), str(layout.cert("admin.key")))
-        self._opener = urllib.request.build_opener(_NO_PROXY_HANDLER, urllib.request.HTTPSHandler(context=ctx))
+        self._opener = urllib.request.build_opener(
+            _NO_PROXY_HANDLER, urllib.request.HTTPSHandler(context=ctx)
+        )
 
     def request(
         self,
@@ -818,7 +914,9 @@ def wait_until(
             last_error = f" (last error: {err})"
         if time.monotonic() >= deadline:
             log_file = launcher.layout.log(log_of) if launcher is not None and log_of else None
-            raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}{last_error}", log_file)
+            raise ClusterError(
+                f"timed out after {timeout:.0f}s waiting for {what}{last_error}", log_file
+            )
         time.sleep(0.5)
 
 
@@ -843,11 +941,17 @@ def _etcd_healthy() -> bool:
 
 def kubectl(layout: Layout, bin_dir: Path, *args: str, timeout: float = 120.0) -> str:
     """Run the built kubectl (never the system one) with the admin kubeconfig."""
-    argv = [str(bin_dir / "kubectl"), f"--kubeconfig={layout.admin_kubeconfig}",
-            f"--cache-dir={layout.kubectl_cache}", *args]
+    argv = [
+        str(bin_dir / "kubectl"),
+        f"--kubeconfig={layout.admin_kubeconfig}",
+        f"--cache-dir={layout.kubectl_cache}",
+        *args,
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise ClusterError(f"kubectl {' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()}")
+        raise ClusterError(
+            f"kubectl {' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()}"
+        )
     return proc.stdout
 
 
@@ -856,7 +960,9 @@ def install_crds(layout: Layout, bin_dir: Path) -> None:
     if not any(CRD_DIR.glob("*.yaml")):
         return
     kubectl(layout, bin_dir, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
-    kubectl(layout, bin_dir, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_DIR))
+    kubectl(
+        layout, bin_dir, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_DIR)
+    )
     info(f"CRDs from {CRD_DIR.relative_to(REPO_ROOT)} applied and Established")
 
 
@@ -881,9 +987,18 @@ def create_fake_node(api: Api, name: str, shape: NodeShape, kube_version: str) -
     Status is written through the status subresource, as a kubelet does,
     so the scheduler sees the same fields a real node reports.
     """
-    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", FAKE_NODE_LABEL[0]: FAKE_NODE_LABEL[1]}
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        FAKE_NODE_LABEL[0]: FAKE_NODE_LABEL[1],
+    }
     labels.update(shape.labels)
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": {}}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+    }
     status, body = api.request("POST", "/api/v1/nodes", node)
     if status == 409:
         raise ClusterError(f"node {name} already exists")
@@ -891,21 +1006,33 @@ def create_fake_node(api: Api, name: str, shape: NodeShape, kube_version: str) -
         raise ClusterError(f"creating node {name} failed: HTTP {status}: {_message(body)}")
     if (body or {}).get("spec", {}).get("taints"):
         # Defensive: an admission plugin tainted the node; nothing would lift it.
-        status, body = api.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}},
-                                   "application/merge-patch+json")
+        status, body = api.request(
+            "PATCH",
+            f"/api/v1/nodes/{name}",
+            {"spec": {"taints": None}},
+            "application/merge-patch+json",
+        )
         if status != 200:
-            raise ClusterError(f"removing taints from node {name} failed: HTTP {status}: {_message(body)}")
+            raise ClusterError(
+                f"removing taints from node {name} failed: HTTP {status}: {_message(body)}"
+            )
     set_fake_node_status(api, name, shape, kube_version)
 
 
 def set_fake_node_status(api: Api, name: str, shape: NodeShape, kube_version: str) -> None:
     """Capacity/allocatable from the shape, Ready=True, no pressure conditions."""
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     resources = {"cpu": shape.cpu, "memory": shape.memory, "pods": str(shape.pods)}
 
     def condition(ctype: str, value: str, reason: str, message: str) -> dict[str, str]:
-        return {"type": ctype, "status": value, "reason": reason, "message": message,
-                "lastHeartbeatTime": now, "lastTransitionTime": now}
+        return {
+            "type": ctype,
+            "status": value,
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
 
     node_status = {
         "status": {
@@ -915,18 +1042,28 @@ def set_fake_node_status(api: Api, name: str, shape: NodeShape, kube_version: st
                 condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "fake node"),
                 condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "fake node"),
                 condition("PIDPressure", "False", "KubeletHasSufficientPID", "fake node"),
-                condition("Ready", "True", "KubeletReady", "fake node registered by hack/local-cluster"),
+                condition(
+                    "Ready", "True", "KubeletReady", "fake node registered by hack/local-cluster"
+                ),
             ],
             "addresses": [{"type": "Hostname", "address": name}],
             "nodeInfo": {
-                "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
-                "osImage": "fake", "containerRuntimeVersion": "fake://0",
-                "kubeletVersion": kube_version, "kubeProxyVersion": "",
-                "operatingSystem": "linux", "architecture": _go_arch(),
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+                "kernelVersion": "",
+                "osImage": "fake",
+                "containerRuntimeVersion": "fake://0",
+                "kubeletVersion": kube_version,
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": _go_arch(),
             },
         }
     }
-    status, body = api.request("PATCH", f"/api/v1/nodes/{name}/status", node_status, "application/merge-patch+json")
+    status, body = api.request(
+        "PATCH", f"/api/v1/nodes/{name}/status", node_status, "application/merge-patch+json"
+    )
     if status != 200:
         raise ClusterError(f"setting status of node {name} failed: HTTP {status}: {_message(body)}")
 
@@ -972,7 +1109,9 @@ def ensure_nodes(api: Api, count: int, shape: NodeShape, kube_version: str) -> N
         create_fake_node(api, name, shape, kube_version)
         created.append(name)
     if created:
-        info(f"created fake node(s) {', '.join(created)} (cpu={shape.cpu}, memory={shape.memory}, pods={shape.pods})")
+        info(
+            f"created fake node(s) {', '.join(created)} (cpu={shape.cpu}, memory={shape.memory}, pods={shape.pods})"
+        )
 
 
 # --------------------------------------------------------------------------
@@ -1027,7 +1166,9 @@ def cmd_up(opts: UpOptions) -> int:
 
         why = core_health(layout, state, bin_dir)
         if why is None:
-            info("control plane already running and healthy; keeping etcd, kube-apiserver, kube-controller-manager")
+            info(
+                "control plane already running and healthy; keeping etcd, kube-apiserver, kube-controller-manager"
+            )
         else:
             running = [n for n in ALL_COMPONENTS if running_pid(layout, n) is not None]
             if running:
@@ -1072,21 +1213,42 @@ def cmd_up(opts: UpOptions) -> int:
         }
         save_state(layout, state)
 
-        wait_until("the `default` ServiceAccount in namespace default (created by kube-controller-manager)",
-                   lambda: api.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
-                   90, launcher, CORE_COMPONENTS, "kube-controller-manager")
-        for spec in desired_schedulers(opts.extender_url, opts.node_cache_capable, opts.with_nodelist):
-            wait_until(f"{spec.component} /healthz on port {spec.port}", _healthz_ok(spec.port), 60,
-                       launcher, (spec.component,), spec.component)
+        wait_until(
+            "the `default` ServiceAccount in namespace default (created by kube-controller-manager)",
+            lambda: (
+                api.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200
+            ),
+            90,
+            launcher,
+            CORE_COMPONENTS,
+            "kube-controller-manager",
+        )
+        for spec in desired_schedulers(
+            opts.extender_url, opts.node_cache_capable, opts.with_nodelist
+        ):
+            wait_until(
+                f"{spec.component} /healthz on port {spec.port}",
+                _healthz_ok(spec.port),
+                60,
+                launcher,
+                (spec.component,),
+                spec.component,
+            )
         if sched_changes:
             info("scheduler(s) ready: " + ", ".join(sched_changes))
 
         install_crds(layout, bin_dir)
         ensure_nodes(api, opts.nodes, opts.shape, kube_version)
         ready, total = node_counts(api)
-        info(f"cluster up in {time.monotonic() - started_at:.1f}s: {ready}/{total} nodes Ready, "
-             f"extender {opts.extender_url} (nodeCacheCapable={str(opts.node_cache_capable).lower()})"
-             + (f", plus scheduler {NODELIST_SCHEDULER_NAME} (nodeCacheCapable=false)" if opts.with_nodelist else ""))
+        info(
+            f"cluster up in {time.monotonic() - started_at:.1f}s: {ready}/{total} nodes Ready, "
+            f"extender {opts.extender_url} (nodeCacheCapable={str(opts.node_cache_capable).lower()})"
+            + (
+                f", plus scheduler {NODELIST_SCHEDULER_NAME} (nodeCacheCapable=false)"
+                if opts.with_nodelist
+                else ""
+            )
+        )
         print(f"export KUBECONFIG={shlex.quote(str(layout.admin_kubeconfig))}", flush=True)
     return 0
 
@@ -1096,16 +1258,29 @@ def _start_core(layout: Layout, launcher: Launcher, bin_dir: Path) -> None:
     ensure_certs(layout)
     write_kubeconfigs(layout)
     launcher.start("etcd")
-    wait_until(f"etcd /health on port {ETCD_CLIENT_PORT}", _etcd_healthy, 60, launcher, ("etcd",), "etcd")
+    wait_until(
+        f"etcd /health on port {ETCD_CLIENT_PORT}", _etcd_healthy, 60, launcher, ("etcd",), "etcd"
+    )
     launcher.start("kube-apiserver")
     api = Api(layout)
-    wait_until(f"kube-apiserver /readyz on port {APISERVER_PORT}", api.readyz, 180,
-               launcher, ("etcd", "kube-apiserver"), "kube-apiserver")
+    wait_until(
+        f"kube-apiserver /readyz on port {APISERVER_PORT}",
+        api.readyz,
+        180,
+        launcher,
+        ("etcd", "kube-apiserver"),
+        "kube-apiserver",
+    )
     info("kube-apiserver is ready")
     launcher.start("kube-controller-manager")
-    wait_until(f"kube-controller-manager /healthz on port {CONTROLLER_MANAGER_PORT}",
-               _healthz_ok(CONTROLLER_MANAGER_PORT), 60, launcher,
-               CORE_COMPONENTS, "kube-controller-manager")
+    wait_until(
+        f"kube-controller-manager /healthz on port {CONTROLLER_MANAGER_PORT}",
+        _healthz_ok(CONTROLLER_MANAGER_PORT),
+        60,
+        launcher,
+        CORE_COMPONENTS,
+        "kube-controller-manager",
+    )
 
 
 def _reconcile_schedulers(
@@ -1182,7 +1357,9 @@ def cmd_status() -> int:
     layout = Layout.from_env()
     state = load_state(layout)
     expected = list(CORE_COMPONENTS) + [
-        n for n in SCHEDULER_COMPONENTS if n in state.get("components", {}) or layout.pid_file(n).exists()
+        n
+        for n in SCHEDULER_COMPONENTS
+        if n in state.get("components", {}) or layout.pid_file(n).exists()
     ]
     if "kube-scheduler" not in expected:
         expected.insert(3, "kube-scheduler")
@@ -1225,7 +1402,9 @@ def cmd_add_node(name: str, shape: NodeShape) -> int:
         raise ClusterError("kube-apiserver is not ready", layout.log("kube-apiserver"))
     create_fake_node(api, name, shape, read_versions()["KUBE_VERSION"])
     extra = "".join(f", {k}={v}" for k, v in shape.labels.items())
-    info(f"added fake node {name} (cpu={shape.cpu}, memory={shape.memory}, pods={shape.pods}{extra})")
+    info(
+        f"added fake node {name} (cpu={shape.cpu}, memory={shape.memory}, pods={shape.pods}{extra})"
+    )
     return 0
 
 
@@ -1244,15 +1423,23 @@ def _bool(value: str) -> bool:
 
 def _quantity(value: str) -> str:
     if not _QUANTITY_RE.match(value):
-        raise argparse.ArgumentTypeError(f"not a Kubernetes quantity: {value!r} (e.g. 4, 500m, 8Gi)")
+        raise argparse.ArgumentTypeError(
+            f"not a Kubernetes quantity: {value!r} (e.g. 4, 500m, 8Gi)"
+        )
     return value
 
 
 def _http_url(value: str) -> str:
     """kube-scheduler accepts any string as urlPrefix and only fails per pod."""
     parsed = urllib.parse.urlsplit(value)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname or any(c.isspace() for c in value):
-        raise argparse.ArgumentTypeError(f"expected an http(s) URL such as {DEFAULT_EXTENDER_URL}, got {value!r}")
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.hostname
+        or any(c.isspace() for c in value)
+    ):
+        raise argparse.ArgumentTypeError(
+            f"expected an http(s) URL such as {DEFAULT_EXTENDER_URL}, got {value!r}"
+        )
     return value.rstrip("/")
 
 
@@ -1279,7 +1466,9 @@ def _label(value: str) -> tuple[str, str]:
 
 def _node_name(value: str) -> str:
     if not re.match(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", value):
-        raise argparse.ArgumentTypeError(f"not a valid node name: {value!r} (lowercase DNS subdomain)")
+        raise argparse.ArgumentTypeError(
+            f"not a valid node name: {value!r} (lowercase DNS subdomain)"
+        )
     return value
 
 
@@ -1344,19 +1533,44 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{up,down,status,add-node}")
     sub.required = True
 
-    up = sub.add_parser("up", help="start the cluster (idempotent)", description=DESCRIPTION, epilog=EPILOG,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    up.add_argument("--nodes", type=_non_negative_int, default=3, help="fake nodes node-1..node-N (default 3)")
-    up.add_argument("--node-cpu", type=_quantity, default="4", help="cpu capacity per node (default 4)")
-    up.add_argument("--node-memory", type=_quantity, default="8Gi", help="memory per node (default 8Gi)")
-    up.add_argument("--node-pods", type=_positive_int, default=110, help="max pods per node (default 110)")
-    up.add_argument("--extender-url", type=_http_url, default=DEFAULT_EXTENDER_URL,
-                    help=f"extender urlPrefix in the scheduler config (default {DEFAULT_EXTENDER_URL})")
-    up.add_argument("--node-cache-capable", type=_bool, default=True, metavar="true|false",
-                    help="extender nodeCacheCapable of the default-scheduler profile (default true)")
-    up.add_argument("--with-nodelist-scheduler", action="store_true",
-                    help=f"also run a second kube-scheduler, profile {NODELIST_SCHEDULER_NAME}, "
-                         "nodeCacheCapable=false, same extender (log logs/kube-scheduler-nodelist.log)")
+    up = sub.add_parser(
+        "up",
+        help="start the cluster (idempotent)",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    up.add_argument(
+        "--nodes", type=_non_negative_int, default=3, help="fake nodes node-1..node-N (default 3)"
+    )
+    up.add_argument(
+        "--node-cpu", type=_quantity, default="4", help="cpu capacity per node (default 4)"
+    )
+    up.add_argument(
+        "--node-memory", type=_quantity, default="8Gi", help="memory per node (default 8Gi)"
+    )
+    up.add_argument(
+        "--node-pods", type=_positive_int, default=110, help="max pods per node (default 110)"
+    )
+    up.add_argument(
+        "--extender-url",
+        type=_http_url,
+        default=DEFAULT_EXTENDER_URL,
+        help=f"extender urlPrefix in the scheduler config (default {DEFAULT_EXTENDER_URL})",
+    )
+    up.add_argument(
+        "--node-cache-capable",
+        type=_bool,
+        default=True,
+        metavar="true|false",
+        help="extender nodeCacheCapable of the default-scheduler profile (default true)",
+    )
+    up.add_argument(
+        "--with-nodelist-scheduler",
+        action="store_true",
+        help=f"also run a second kube-scheduler, profile {NODELIST_SCHEDULER_NAME}, "
+        "nodeCacheCapable=false, same extender (log logs/kube-scheduler-nodelist.log)",
+    )
 
     sub.add_parser("down", help="stop the cluster and delete its etcd data")
     sub.add_parser("status", help="show components and health (exit 0 up, 1 degraded, 3 down)")
@@ -1364,10 +1578,18 @@ def build_parser() -> argparse.ArgumentParser:
     add = sub.add_parser("add-node", help="add a fake node to the running cluster")
     add.add_argument("name", type=_node_name, help="node name, e.g. node-4")
     add.add_argument("--cpu", type=_quantity, default="4", help="cpu capacity (default 4)")
-    add.add_argument("--memory", type=_quantity, default="8Gi", help="memory capacity (default 8Gi)")
+    add.add_argument(
+        "--memory", type=_quantity, default="8Gi", help="memory capacity (default 8Gi)"
+    )
     add.add_argument("--pods", type=_positive_int, default=110, help="max pods (default 110)")
-    add.add_argument("--label", type=_label, action="append", default=[], metavar="KEY=VALUE",
-                     help="extra label, repeatable (e.g. topology.kubernetes.io/zone=a)")
+    add.add_argument(
+        "--label",
+        type=_label,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra label, repeatable (e.g. topology.kubernetes.io/zone=a)",
+    )
     return parser
 
 
@@ -1377,14 +1599,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "up":
             shape = NodeShape(cpu=args.node_cpu, memory=args.node_memory, pods=args.node_pods)
-            return cmd_up(UpOptions(args.nodes, shape, args.extender_url, args.node_cache_capable,
-                                    args.with_nodelist_scheduler))
+            return cmd_up(
+                UpOptions(
+                    args.nodes,
+                    shape,
+                    args.extender_url,
+                    args.node_cache_capable,
+                    args.with_nodelist_scheduler,
+                )
+            )
         if args.command == "down":
             return cmd_down()
         if args.command == "status":
             return cmd_status()
         if args.command == "add-node":
-            shape = NodeShape(cpu=args.cpu, memory=args.memory, pods=args.pods, labels=dict(args.label))
+            shape = NodeShape(
+                cpu=args.cpu, memory=args.memory, pods=args.pods, labels=dict(args.label)
+            )
             return cmd_add_node(args.name, shape)
     except ClusterError as err:
         info(f"error: {err}")

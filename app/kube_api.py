@@ -1,4 +1,4 @@
-"""Calls to the API server on the bind path: create pods/binding, read a pod.
+"""Calls to the API server from the verbs: bind pods, read a pod, wake pending siblings.
 
 The official client is synchronous, so each call runs on a small thread pool
 and the event loop stays free for filter calls while a binding is in flight.
@@ -20,12 +20,15 @@ from app.gate import BindError
 
 log = logging.getLogger(__name__)
 
+WAKEUP_ANNOTATION = "gang-extender.dev/wakeup"
+"""Written on pending siblings to make kube-scheduler retry them (see app/wakeup.py)."""
+
 _RETRIES = 3
 _RETRY_DELAY_SECONDS = 0.2
 
 
-class KubeBinder:
-    """Creates pods/binding the way kube-scheduler's DefaultBinder does."""
+class KubeApi:
+    """The API calls of the verbs: bindings, pod reads, wake-up patches."""
 
     def __init__(
         self, core: k8s.CoreV1Api, executor: ThreadPoolExecutor, *, timeout_seconds: float = 10
@@ -72,6 +75,31 @@ class KubeBinder:
             return pod
         finally:
             response.release_conn()
+
+    async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None:
+        """Set the wake-up annotation: an update of a pending pod requeues it in kube-scheduler."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._touch_sync, namespace, name, uid, value)
+
+    def _touch_sync(self, namespace: str, name: str, uid: str, value: str) -> None:
+        # The uid precondition keeps us from touching a recreated pod of the same name.
+        patch = {"metadata": {"uid": uid, "annotations": {WAKEUP_ANNOTATION: value}}}
+        try:
+            response: Any = self._core.patch_namespaced_pod(
+                name,
+                namespace,
+                patch,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+                _content_type="application/merge-patch+json",
+            )
+            response.release_conn()
+        except ApiException as err:
+            if err.status in (404, 409, 422):
+                return  # gone or recreated (uid mismatch): nothing to wake
+            raise BindError(_reason_of(err), _message_of(err)) from None
+        except (HTTPError, OSError) as err:
+            raise BindError("transient", f"API server unreachable: {err}") from None
 
     def _bind_sync(self, namespace: str, name: str, uid: str, node: str) -> None:
         # metadata.uid makes the API server refuse to bind a different pod that
