@@ -16,6 +16,7 @@ from app.admission import ADMITTED, Admission
 from app.gate import BindError, GateError, PermitGate
 from app.groups import GroupLabelError, GroupRef, GroupSpec, PodGroupSpecError, group_ref_of
 from app.metrics import Metrics
+from app.observer import GangObserver, MemberRef, NullObserver
 from app.state import ClusterState, GroupNotFound, PodRecord, pod_record_from
 from app.wakeup import SiblingWaker
 from app.wire import (
@@ -58,8 +59,10 @@ class GangExtender:
         metrics: Metrics,
         wait: WaitPolicy,
         waker: SiblingWaker | None = None,
+        observer: GangObserver | None = None,
     ) -> None:
         self._waker = waker
+        self._observer: GangObserver = observer or NullObserver()
         self.state = state
         self.admission = admission
         self.gate = gate
@@ -123,6 +126,12 @@ class GangExtender:
     ) -> dict[str, Any]:
         if reason in ("bad-group", "no-group"):
             self._metrics.filter_decisions.labels(reason).inc()
+        if group_key is not None:
+            meta = args.pod.get("metadata") or {}
+            member = MemberRef(
+                meta.get("namespace") or "default", meta.get("name") or "", meta.get("uid") or ""
+            )
+            self._observer.member_rejected(member, group_key, reason, message)
         log.debug(
             message,
             extra={"pod": pod_key, "podgroup": group_key, "verb": "filter", "reason": reason},
@@ -160,7 +169,14 @@ class GangExtender:
         if pod.group_error:
             raise GateError(pod.group_error)
         if pod.group is None:
-            await self._api.bind(pod.namespace, pod.name, pod.uid, args.node)
+            try:
+                await self._api.bind(pod.namespace, pod.name, pod.uid, args.node)
+            except BindError as err:
+                self._metrics.bind_errors.labels(err.reason).inc()
+                self._observer.bind_failed(
+                    MemberRef(pod.namespace, pod.name, pod.uid, args.node), None, str(err)
+                )
+                raise
             self.state.assume_bound(pod.key, args.node)
             return
         try:

@@ -21,6 +21,7 @@ from typing import Protocol
 from app.admission import Admission
 from app.groups import GroupSpec
 from app.metrics import Metrics
+from app.observer import GangObserver, MemberRef, NullObserver
 from app.state import ClusterState, PodRecord
 from app.wakeup import SiblingWaker
 
@@ -75,9 +76,11 @@ class PermitGate:
         metrics: Metrics,
         *,
         waker: SiblingWaker | None = None,
+        observer: GangObserver | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self._waker = waker
+        self._observer: GangObserver = observer or NullObserver()
         self._state = state
         self._admission = admission
         self._binder = binder
@@ -123,7 +126,11 @@ class PermitGate:
             "gang member reserved",
             extra={"pod": pod.key, "podgroup": spec.key, "node": node, "verb": "bind"},
         )
-        if not self._maybe_open(spec.key) and self._waker is not None:
+        opened = self._maybe_open(spec.key)
+        if not opened:
+            present = self._bound_members(spec.key) + len(group.binding) + len(group.waiting)
+            self._observer.member_waiting(_ref(waiter), spec.key, present, spec.min_member)
+        if not opened and self._waker is not None:
             # Siblings rejected earlier (e.g. while the group was denied) sit in
             # kube-scheduler's unschedulable queue: bring them to the gate.
             self._waker.wake(spec.key, exclude_uid=pod.uid)
@@ -188,6 +195,7 @@ class PermitGate:
             return_exceptions=True,
         )
         failed = 0
+        bound: list[MemberRef] = []
         for waiter, result in zip(wave, results, strict=True):
             group.binding.discard(waiter.pod_key)
             self._finish_wait(waiter)
@@ -201,19 +209,21 @@ class PermitGate:
                     result,
                     extra={"pod": waiter.pod_key, "podgroup": group_key, "node": waiter.node},
                 )
-                _set_exception(
-                    waiter.future,
-                    GateError(
-                        f"gang {group_key} was admitted but binding pod {waiter.pod_key} to "
-                        f"{waiter.node} failed: {result}; the pod is requeued and joins its "
-                        "bound siblings on the next attempt"
-                    ),
+                message = (
+                    f"gang {group_key} was admitted but binding pod {waiter.pod_key} to "
+                    f"{waiter.node} failed: {result}; the pod is requeued and joins its "
+                    "bound siblings on the next attempt"
                 )
+                self._observer.bind_failed(_ref(waiter), group_key, message)
+                _set_exception(waiter.future, GateError(message))
             else:
                 self._state.assume_bound(waiter.pod_key, waiter.node)
+                bound.append(_ref(waiter, self._now()))
                 if not waiter.future.done():
                     waiter.future.set_result(None)
         self._metrics.admissions.labels("admitted" if not failed else "rejected").inc()
+        if bound:
+            self._observer.gang_admitted(group_key, bound)
         if not group.waiting and not group.binding:
             self._groups.pop(group_key, None)
         else:
@@ -233,8 +243,10 @@ class PermitGate:
             f"(waiting: {names}); all waiting members were released"
         )
         log.info(message, extra={"podgroup": group_key, "verb": "bind"})
+        now = self._now()
         for member in wave:
             self._drop(group, member, message)
+        self._observer.gang_timed_out(group_key, [_ref(w, now) for w in wave], message)
         self._admission.deny(group_key, TIMEOUT, message)
         self._metrics.admissions.labels("timeout").inc()
         if self._waker is not None:
@@ -286,6 +298,11 @@ class PermitGate:
         if new is not None and new.node_name and (old is None or not old.node_name):
             # A sibling's binding became visible: the waiting wave may be complete.
             asyncio.get_running_loop().call_soon(self._maybe_open, pod.group.key)
+
+
+def _ref(waiter: Waiter, now: float | None = None) -> MemberRef:
+    waited = 0.0 if now is None else max(0.0, now - waiter.arrived)
+    return MemberRef(waiter.namespace, waiter.name, waiter.uid, waiter.node, waited)
 
 
 def _set_exception(future: asyncio.Future[None], error: Exception) -> None:

@@ -26,6 +26,7 @@ from app.extender import GangExtender, WaitPolicy
 from app.gate import PermitGate
 from app.kube_api import KubeApi
 from app.metrics import Metrics
+from app.observer import Observers
 from app.reflector import Reflector, Sink
 from app.routes import create_app
 from app.state import ClusterState
@@ -113,7 +114,10 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="kube-api")
     api = KubeApi(core, executor)
     waker = SiblingWaker(state, api)
-    gate = PermitGate(state, admission, api, metrics, waker=waker)
+    # --- observers: Events and PodGroup status writers plug in here ---
+    observer = Observers()
+    # --- end observers ---
+    gate = PermitGate(state, admission, api, metrics, waker=waker, observer=observer)
     extender = GangExtender(
         state,
         admission,
@@ -122,6 +126,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         metrics,
         WaitPolicy(settings.permit_waiting_time_seconds, settings.max_permit_waiting_time_seconds),
         waker,
+        observer,
     )
     reflectors: list[Reflector] = []
 
