@@ -104,3 +104,27 @@ class Admission:
     def forget(self, key: str) -> None:
         self.denied.pop(key, None)
         self.permitted.pop(key, None)
+
+    def preemption_blocker(
+        self, spec: GroupSpec, siblings: int, total_allocatable: Resources
+    ) -> str | None:
+        """Why evicting pods cannot help this group now (None if it might).
+
+        Read-only: unlike check(), it never fills the caches, because a
+        preempt call is not an admission.
+        """
+        denial = self.denied.get(spec.key)
+        if denial is not None:
+            return f"group {spec.key} is denied for now ({denial.message})"
+        if siblings < spec.min_member:
+            return (
+                f"group {spec.key} has {siblings} of minMember {spec.min_member} pods; "
+                "it cannot start whatever is evicted"
+            )
+        gap = shortfall(spec.min_resources, total_allocatable)
+        if gap:
+            return (
+                f"group {spec.key} needs minResources beyond the whole cluster "
+                f"(short by {format_resources(gap)} even with every pod evicted)"
+            )
+        return None

@@ -37,6 +37,12 @@ class Settings:
     tls_client_ca_file: str | None = None
     ops_host: str | None = None
     ops_port: int | None = None
+    gang_victim_policy: str = "protect"
+    topology_key: str | None = None
+    locality_weight: int = 2
+    binpack_weight: int = 1
+    binpack_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
+    score_non_gang: str = "binpack"
 
     @property
     def tls(self) -> bool:
@@ -80,6 +86,26 @@ def _choice(options: Sequence[str]) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+def _weight(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 100:
+        raise ValueError("must be a whole number between 0 and 100")
+    return value
+
+
+def _resource_weights(text: str) -> tuple[tuple[str, int], ...]:
+    pairs = []
+    for item in text.split(","):
+        name, sep, weight = item.strip().partition("=")
+        if not sep or not name:
+            raise ValueError("must look like cpu=1,memory=1,nvidia.com/gpu=4")
+        try:
+            pairs.append((name.strip(), _weight(weight)))
+        except ValueError:
+            raise ValueError(f"weight of {name.strip()!r} must be a whole number 0..100") from None
+    return tuple(pairs)
 
 
 def _file(text: str) -> str:
@@ -154,6 +180,41 @@ _OPTIONS = (
         "instead of the verbs' port (for probes and scraping when the verbs use mTLS)",
         "PORT",
     ),
+    _Option(
+        "gang_victim_policy",
+        _choice(("protect", "whole-gang")),
+        "preemption of running gangs: protect (a member may be evicted only while its gang "
+        "keeps minMember placed) or whole-gang (a gang is evicted all together or not at all)",
+        "POLICY",
+    ),
+    _Option(
+        "topology_key",
+        str,
+        "node label naming a topology domain (e.g. topology.kubernetes.io/zone): prioritize "
+        "prefers domains that already hold members of the same gang",
+        "LABEL",
+    ),
+    _Option(
+        "locality_weight",
+        _weight,
+        "weight of gang locality in the prioritize score (0 turns it off)",
+        "N",
+    ),
+    _Option(
+        "binpack_weight", _weight, "weight of binpack in the prioritize score (0 turns it off)", "N"
+    ),
+    _Option(
+        "binpack_resources",
+        _resource_weights,
+        "resources binpack weighs, name=weight,... (Volcano's binpack.<resource>)",
+        "LIST",
+    ),
+    _Option(
+        "score_non_gang",
+        _choice(("binpack", "none")),
+        "prioritize for pods in no gang: binpack, or none (a neutral 0)",
+        "MODE",
+    ),
 )
 
 
@@ -170,6 +231,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = Settings()
     for option in _OPTIONS:
         default = getattr(defaults, option.name)
+        if isinstance(default, tuple):
+            default = ",".join(f"{name}={weight}" for name, weight in default)
         parser.add_argument(
             flag_of(option.name),
             dest=option.name,

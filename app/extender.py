@@ -17,7 +17,10 @@ from app.gate import BindError, GateError, PermitGate
 from app.groups import GroupLabelError, GroupRef, GroupSpec, PodGroupSpecError, group_ref_of
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
-from app.state import ClusterState, GroupNotFound, PodRecord, pod_record_from
+from app.preemption import Preemptor, VictimPolicy, describe_gap, preemption_gap, select_victims
+from app.resources import QuantityError, pod_requests
+from app.scoring import ScoringPolicy, score_nodes
+from app.state import ClusterState, GroupNotFound, PodRecord, node_record_from, pod_record_from
 from app.wakeup import SiblingWaker
 from app.wire import (
     BindingArgs,
@@ -60,7 +63,14 @@ class GangExtender:
         wait: WaitPolicy,
         waker: SiblingWaker | None = None,
         observer: GangObserver | None = None,
+        scoring: ScoringPolicy | None = None,
+        victim_policy: VictimPolicy = VictimPolicy.PROTECT,
     ) -> None:
+        self._scoring = scoring or ScoringPolicy()
+        self._victim_policy = victim_policy
+        # node -> the last preemptor kube-scheduler proposed it for; names the
+        # culprit in the victims' events.
+        self.preemptors_by_node: dict[str, str] = {}
         self._waker = waker
         self._observer: GangObserver = observer or NullObserver()
         self.state = state
@@ -144,14 +154,83 @@ class GangExtender:
     # ---- prioritize -----------------------------------------------------------------
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
-        """Neutral scores for now: placement scoring is a later feature."""
-        return host_priorities(dict.fromkeys(args.names, 0))
+        meta = args.pod.get("metadata") or {}
+        try:
+            ref = group_ref_of(meta.get("namespace") or "default", meta.get("labels"))
+        except GroupLabelError:
+            ref = None
+        try:
+            requests = pod_requests(args.pod.get("spec") or {})
+        except QuantityError:
+            requests = {}
+        in_request = (
+            {n["metadata"]["name"]: node_record_from(n) for n in args.nodes}
+            if args.nodes is not None
+            else None
+        )
+        scores = score_nodes(
+            self._scoring,
+            self.state,
+            requests,
+            ref.key if ref is not None else None,
+            args.names,
+            in_request,
+        )
+        return host_priorities(scores)
 
     # ---- preempt ----------------------------------------------------------------------
 
     def preempt(self, args: PreemptArgs) -> dict[str, Any]:
-        """Accept kube-scheduler's candidates as they are (gang-aware rules come later)."""
-        return preempt_result(args.candidates)
+        meta = args.pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        pod_key = f"{namespace}/{meta.get('name')}"
+        try:
+            ref = group_ref_of(namespace, meta.get("labels"))
+        except GroupLabelError:
+            ref = None
+        spec = None
+        if ref is not None:
+            try:
+                spec = self.state.group_spec(ref)
+            except (GroupNotFound, PodGroupSpecError):
+                spec = None
+        preemptor = Preemptor(
+            pod_key,
+            meta.get("uid") or "",
+            int((args.pod.get("spec") or {}).get("priority") or 0),
+            spec.key if spec is not None else None,
+        )
+        if spec is not None and ref is not None:
+            blocker = self._preemption_blocker(spec, ref, preemptor)
+            if blocker is not None:
+                log.info(
+                    "preempting nothing: %s",
+                    blocker,
+                    extra={"pod": pod_key, "podgroup": spec.key, "verb": "preempt"},
+                )
+                return preempt_result([])
+        selection = select_victims(preemptor, args.candidates, self.state, self._victim_policy)
+        for node, why in selection.dropped.items():
+            log.info(
+                "candidate dropped: %s",
+                why,
+                extra={"pod": pod_key, "node": node, "verb": "preempt"},
+            )
+        for candidate in selection.candidates:
+            self.preemptors_by_node[candidate.node] = spec.key if spec is not None else pod_key
+        return preempt_result(selection.candidates)
+
+    def _preemption_blocker(
+        self, spec: GroupSpec, ref: GroupRef, preemptor: Preemptor
+    ) -> str | None:
+        members = self.state.members(spec.key)
+        siblings = self._count_siblings(ref, preemptor.uid)
+        blocker = self.admission.preemption_blocker(spec, siblings, self.state.total_allocatable())
+        if blocker is not None:
+            return blocker
+        pending = [p.requests for p in members if not p.placed_node]
+        gap = preemption_gap(spec, preemptor, pending, self.state)
+        return describe_gap(spec.key, gap) if gap else None
 
     # ---- bind ----------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ namespace, emptied afterwards.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -19,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 from kubernetes import client as k8s
@@ -29,7 +31,33 @@ from tests.cluster.kube import Kube, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
-EXTENDER_PORT = int(os.environ.get("GANG_TEST_EXTENDER_PORT", "18888"))
+
+
+def _claim_slot() -> tuple[int, IO[str]]:
+    """A private cluster per concurrent test session (ports and state dir of its own).
+
+    The lock is held for the life of the pytest process, so two sessions
+    (two developers' shells, CI and a demo) never recreate each other's cluster.
+    """
+    slots = REPO / ".local-cluster-tests"
+    slots.mkdir(exist_ok=True)
+    for slot in range(8):
+        handle = (slots / f"slot-{slot}.lock").open("w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        return slot, handle
+    raise RuntimeError("8 test sessions already hold a local cluster; wait for one to finish")
+
+
+SLOT, _SLOT_LOCK = _claim_slot()
+PORT_OFFSET = 1000 * (SLOT + 1)
+CLUSTER_DIR = REPO / ".local-cluster-tests" / f"slot-{SLOT}"
+os.environ["LOCAL_CLUSTER_DIR"] = str(CLUSTER_DIR)
+os.environ["LOCAL_CLUSTER_PORT_OFFSET"] = str(PORT_OFFSET)
+EXTENDER_PORT = 18888 + PORT_OFFSET
 EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
 NODES = 3
 NODE_CPU = "4"
@@ -111,7 +139,7 @@ class Extender:
 
 @pytest.fixture(scope="session")
 def extender(kubeconfig: str) -> Iterator[Extender]:
-    log_path = REPO / ".local-cluster" / "logs" / "extender-test.log"
+    log_path = CLUSTER_DIR / "logs" / "extender-test.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
