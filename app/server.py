@@ -27,8 +27,10 @@ from app.gate import PermitGate
 from app.kube_api import KubeApi
 from app.metrics import Metrics
 from app.observer import Observers
+from app.preemption import VictimPolicy
 from app.reflector import Reflector, Sink
 from app.routes import create_app
+from app.scoring import ScoringPolicy
 from app.state import ClusterState
 from app.wakeup import SiblingWaker
 
@@ -127,6 +129,14 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         WaitPolicy(settings.permit_waiting_time_seconds, settings.max_permit_waiting_time_seconds),
         waker,
         observer,
+        scoring=ScoringPolicy(
+            locality_weight=settings.locality_weight,
+            binpack_weight=settings.binpack_weight,
+            binpack_resources=dict(settings.binpack_resources),
+            topology_key=settings.topology_key,
+            binpack_non_gang=settings.score_non_gang == "binpack",
+        ),
+        victim_policy=VictimPolicy(settings.gang_victim_policy),
     )
     reflectors: list[Reflector] = []
 
