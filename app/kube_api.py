@@ -101,6 +101,29 @@ class KubeApi:
         except (HTTPError, OSError) as err:
             raise BindError("transient", f"API server unreachable: {err}") from None
 
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete a pod (graceful, uid-guarded): the rest of a gang evicted whole."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._evict_sync, namespace, name, uid)
+
+    def _evict_sync(self, namespace: str, name: str, uid: str) -> None:
+        body = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
+        try:
+            response: Any = self._core.delete_namespaced_pod(
+                name,
+                namespace,
+                body=body,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+            response.release_conn()
+        except ApiException as err:
+            if err.status in (404, 409):
+                return  # already gone, or a new pod reuses the name
+            raise BindError(_reason_of(err), _message_of(err)) from None
+        except (HTTPError, OSError) as err:
+            raise BindError("transient", f"API server unreachable: {err}") from None
+
     def _bind_sync(self, namespace: str, name: str, uid: str, node: str) -> None:
         # metadata.uid makes the API server refuse to bind a different pod that
         # reuses the name (a StatefulSet member recreated while it waited).

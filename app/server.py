@@ -22,6 +22,7 @@ from kubernetes import config as k8s_config
 
 from app.admission import Admission
 from app.config import Settings
+from app.evictor import PreemptionFollower
 from app.extender import GangExtender, WaitPolicy
 from app.gate import PermitGate
 from app.kube_api import KubeApi
@@ -138,6 +139,13 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         ),
         victim_policy=VictimPolicy(settings.gang_victim_policy),
     )
+    follower = PreemptionFollower(
+        state,
+        api,
+        observer,
+        VictimPolicy(settings.gang_victim_policy),
+        extender.preemptors_by_node,
+    )
     reflectors: list[Reflector] = []
 
     def ready() -> tuple[bool, str]:
@@ -178,6 +186,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             waker.cancel_all()
             await gate.drain()
             await waker.drain()
+            await follower.drain()
             for reflector in reflectors:
                 reflector.stop()
             for reflector in reflectors:

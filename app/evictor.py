@@ -1,0 +1,95 @@
+"""Follow-up of kube-scheduler's preemption: report victims, and evict whole gangs.
+
+kube-scheduler marks each victim with the condition DisruptionTarget
+(reason PreemptionByScheduler) before deleting it. We watch for that mark:
+every victim is reported to the observers (an Event names the gang it made
+room for), and under --gang-victim-policy=whole-gang the other members of a
+victim's gang are evicted too, on every node, so a gang never keeps running
+below minMember. The preempt verb already refused candidates that would
+evict a gang member together with pods of higher priority than the preemptor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from app.observer import GangObserver, MemberRef
+from app.preemption import VictimPolicy
+from app.state import ClusterState, PodRecord
+
+log = logging.getLogger(__name__)
+
+
+class PodEvicter(Protocol):
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None: ...
+
+
+class PreemptionFollower:
+    def __init__(
+        self,
+        state: ClusterState,
+        api: PodEvicter,
+        observer: GangObserver,
+        policy: VictimPolicy,
+        preemptors_by_node: Mapping[str, str],
+    ) -> None:
+        self._state = state
+        self._api = api
+        self._observer = observer
+        self._policy = policy
+        self._preemptors = preemptors_by_node
+        self._tasks: set[asyncio.Task[None]] = set()
+        state.add_pod_listener(self._on_pod_change)
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        if new is None or not new.preempted or (old is not None and old.preempted):
+            return
+        by = self._preemptors.get(new.node_name, "a higher-priority pod")
+        group_key = new.group.key if new.group is not None else None
+        self._observer.victim_preempted(_ref(new), group_key, by)
+        if self._policy is not VictimPolicy.WHOLE_GANG or group_key is None:
+            return
+        rest = [
+            p
+            for p in self._state.members(group_key)
+            if p.placed_node and p.uid != new.uid and not p.preempted
+        ]
+        if not rest:
+            return
+        log.info(
+            "evicting the %d other members of gang %s (whole-gang policy): member %s was preempted",
+            len(rest),
+            group_key,
+            new.key,
+            extra={"podgroup": group_key, "verb": "preempt"},
+        )
+        task = asyncio.get_running_loop().create_task(self._evict(group_key, rest, by))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _evict(self, group_key: str, pods: list[PodRecord], by: str) -> None:
+        results = await asyncio.gather(
+            *(self._api.evict_pod(p.namespace, p.name, p.uid) for p in pods),
+            return_exceptions=True,
+        )
+        for pod, result in zip(pods, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning(
+                    "evicting %s failed: %s",
+                    pod.key,
+                    result,
+                    extra={"pod": pod.key, "podgroup": group_key},
+                )
+                continue
+            self._observer.victim_preempted(_ref(pod), group_key, by)
+
+
+def _ref(pod: PodRecord) -> MemberRef:
+    return MemberRef(pod.namespace, pod.name, pod.uid, pod.placed_node)

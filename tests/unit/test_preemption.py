@@ -1,0 +1,98 @@
+from app.admission import Admission
+from app.groups import GroupSpec
+from app.preemption import Preemptor, VictimPolicy, preemption_gap, select_victims
+from app.state import ClusterState
+from app.wire import Candidate
+from tests.unit.builders import node, pod, podgroup
+
+
+def cluster() -> ClusterState:
+    state = ClusterState()
+    state.replace_nodes([node("n1"), node("n2"), node("n3")])
+    state.apply_podgroup(podgroup("low", 3))
+    # A running gang of 4 with minMember 3: one extra member.
+    for i, n in enumerate(["n1", "n1", "n2", "n3"]):
+        state.apply_pod(pod(f"low-{i}", group="low", node=n, cpu="1"))
+    state.apply_pod(pod("plain", node="n2", cpu="1"))
+    return state
+
+
+def uid(name: str) -> str:
+    return f"uid-default-{name}"
+
+
+HIGH = Preemptor("default/high", "uid-high", 1000, None)
+
+
+def test_protect_allows_evicting_only_the_extra_member() -> None:
+    state = cluster()
+    one = Candidate("n1", [uid("low-0")], 0)
+    two = Candidate("n1", [uid("low-0"), uid("low-1")], 0)
+    plain = Candidate("n2", [uid("plain")], 1)
+    selection = select_victims(HIGH, [one, plain], state, VictimPolicy.PROTECT)
+    assert selection.candidates == [one, plain]  # order and PDB count kept
+    selection = select_victims(HIGH, [two], state, VictimPolicy.PROTECT)
+    assert selection.candidates == []
+    assert "below its minMember 3" in selection.dropped["n1"]
+
+
+def test_whole_gang_extends_victims_to_the_members_on_the_same_node() -> None:
+    state = cluster()
+    selection = select_victims(
+        HIGH, [Candidate("n1", [uid("low-0")], 0)], state, VictimPolicy.WHOLE_GANG
+    )
+    assert selection.candidates == [Candidate("n1", [uid("low-0"), uid("low-1")], 0)]
+    assert selection.gangs_hit == {"default/low"}
+
+
+def test_whole_gang_refuses_when_a_member_outranks_the_preemptor() -> None:
+    state = cluster()
+    important = pod("low-3", group="low", node="n3", cpu="1")
+    important["spec"]["priority"] = 2000
+    state.apply_pod(important)
+    selection = select_victims(
+        HIGH, [Candidate("n1", [uid("low-0")], 0)], state, VictimPolicy.WHOLE_GANG
+    )
+    assert selection.candidates == []
+    assert "default/low-3" in selection.dropped["n1"]
+
+
+def test_never_evict_a_member_of_the_preemptors_own_gang() -> None:
+    state = cluster()
+    own = Preemptor("default/low-9", "uid-9", 1000, "default/low")
+    selection = select_victims(
+        own, [Candidate("n2", [uid("plain"), uid("low-2")], 0)], state, VictimPolicy.PROTECT
+    )
+    assert selection.candidates == []
+    assert "own gang" in selection.dropped["n2"]
+
+
+def test_unknown_victims_are_treated_as_plain_pods() -> None:
+    state = cluster()
+    candidate = Candidate("n3", ["not-in-cache"], 0)
+    assert select_victims(HIGH, [candidate], state, VictimPolicy.PROTECT).candidates == [candidate]
+
+
+def test_gap_refuses_a_gang_that_cannot_fit_even_after_evicting_everything_lower() -> None:
+    state = ClusterState()
+    state.replace_nodes([node("n1"), node("n2"), node("n3")])  # 12 CPUs
+    high = pod("keep", node="n1", cpu="3")
+    high["spec"]["priority"] = 5000
+    state.apply_pod(high)  # not evictable by priority 1000
+    spec = GroupSpec("default/big", 4)
+    preemptor = Preemptor("default/big-0", "u0", 1000, "default/big")
+    need = [{"cpu": 3000, "pods": 1000}] * 4
+    assert preemption_gap(spec, preemptor, need, state) == {"cpu": 3000}
+    small = [{"cpu": 2000, "pods": 1000}] * 4
+    assert preemption_gap(spec, preemptor, small, state) == {}
+
+
+def test_preemption_blocker_is_read_only() -> None:
+    admission = Admission(3)
+    spec = GroupSpec("ns/g", 3, {"cpu": 100_000})
+    assert "beyond the whole cluster" in (
+        admission.preemption_blocker(spec, 3, {"cpu": 12_000}) or ""
+    )
+    assert "2 of minMember 3" in (admission.preemption_blocker(spec, 2, {}) or "")
+    assert admission.preemption_blocker(GroupSpec("ns/g", 3), 3, {}) is None
+    assert "ns/g" not in admission.denied and "ns/g" not in admission.permitted

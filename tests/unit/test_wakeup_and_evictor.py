@@ -1,0 +1,95 @@
+import asyncio
+
+from app.evictor import PreemptionFollower
+from app.observer import MemberRef, NullObserver
+from app.preemption import VictimPolicy
+from app.state import ClusterState
+from app.wakeup import SiblingWaker
+from tests.unit.builders import node, pod, podgroup
+
+
+class Recorder(NullObserver):
+    def __init__(self) -> None:
+        self.victims: list[tuple[str, str | None, str]] = []
+
+    def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
+        self.victims.append((victim.name, victim_group, by))
+
+
+class FakeApi:
+    """Stands in for the API calls; the cluster tests exercise the real ones."""
+
+    def __init__(self) -> None:
+        self.touched: list[str] = []
+        self.evicted: list[str] = []
+
+    async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None:
+        self.touched.append(name)
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.evicted.append(name)
+
+
+def gang_state() -> ClusterState:
+    state = ClusterState()
+    state.replace_nodes([node("n1"), node("n2")])
+    state.apply_podgroup(podgroup("g", 3))
+    return state
+
+
+async def test_waker_touches_only_pending_members_once_per_cooldown() -> None:
+    state = gang_state()
+    state.apply_pod(pod("bound", group="g", node="n1"))
+    state.apply_pod(pod("reserved", group="g"))
+    state.reserve("default/reserved", "n2")
+    state.apply_pod(pod("pending", group="g"))
+    state.apply_pod(pod("self", group="g"))
+    api = FakeApi()
+    waker = SiblingWaker(state, api, cooldown_seconds=0.2)
+    waker.wake("default/g", exclude_uid="uid-default-self")
+    waker.wake("default/g")  # coalesced with the first
+    await asyncio.sleep(0.05)
+    await waker.drain()
+    assert api.touched == ["pending"]
+    waker.wake("default/g")  # within the cooldown: deferred, not dropped
+    await asyncio.sleep(0.05)
+    assert api.touched == ["pending"]
+    await asyncio.sleep(0.25)
+    await waker.drain()
+    assert sorted(api.touched) == ["pending", "pending", "self"]
+
+
+def preempted(name: str, node_name: str) -> dict[str, object]:
+    victim = pod(name, group="g", node=node_name)
+    victim["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    ]
+    return victim
+
+
+async def test_whole_gang_policy_evicts_the_rest_of_a_preempted_gang() -> None:
+    state = gang_state()
+    for i, n in enumerate(["n1", "n1", "n2"]):
+        state.apply_pod(pod(f"m{i}", group="g", node=n))
+    state.apply_pod(pod("waiting", group="g"))
+    api, recorder = FakeApi(), Recorder()
+    follower = PreemptionFollower(state, api, recorder, VictimPolicy.WHOLE_GANG, {"n1": "ns/hi"})
+    state.apply_pod(preempted("m0", "n1"))
+    state.apply_pod(preempted("m0", "n1"))  # the same mark seen twice acts once
+    await asyncio.sleep(0)
+    await follower.drain()
+    assert sorted(api.evicted) == ["m1", "m2"]  # never the unplaced member
+    assert ("m0", "default/g", "ns/hi") in recorder.victims
+    assert {v[0] for v in recorder.victims} == {"m0", "m1", "m2"}
+
+
+async def test_protect_policy_only_reports_the_victim() -> None:
+    state = gang_state()
+    for i in range(4):
+        state.apply_pod(pod(f"m{i}", group="g", node="n1"))
+    api, recorder = FakeApi(), Recorder()
+    PreemptionFollower(state, api, recorder, VictimPolicy.PROTECT, {})
+    state.apply_pod(preempted("m3", "n1"))
+    await asyncio.sleep(0)
+    assert api.evicted == []
+    assert recorder.victims == [("m3", "default/g", "a higher-priority pod")]
