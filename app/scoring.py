@@ -51,14 +51,10 @@ def score_nodes(
             (policy.locality_weight, locality(policy, state, group_key, node_names, node))
         )
     if policy.binpack_weight > 0 and (group_key is not None or policy.binpack_non_gang):
+        # Resolved once per call, not once per node: this verb runs for every pod.
+        asked = binpack_request(policy.binpack_resources, requests)
         weights.append(
-            (
-                policy.binpack_weight,
-                {
-                    n: binpack(policy.binpack_resources, state, requests, node(n))
-                    for n in node_names
-                },
-            )
+            (policy.binpack_weight, {n: binpack(asked, state, node(n)) for n in node_names})
         )
     total = sum(w for w, _ in weights)
     scores: dict[str, int] = {}
@@ -110,26 +106,24 @@ def locality(
 
 
 def binpack(
-    resource_weights: Mapping[str, int],
+    asked: Sequence[tuple[str, int, int]],
     state: ClusterState,
-    requests: Resources,
     node: NodeRecord | None,
 ) -> float:
     """Volcano's BinPackingScore in 0..1: weighted (used + request) / allocatable.
 
-    A node where a weighted resource would overflow scores 0: it cannot take
-    the pod anyway and must not look attractive.
+    `asked` lists (resource, weight, request) for the weighted resources the
+    pod requests. A node where one of them would overflow scores 0: it cannot
+    take the pod anyway and must not look attractive.
     """
     if node is None:
         return 0.0
     used = state.requested_on(node.name)
+    allocatable = node.allocatable
     score = 0.0
     weight_sum = 0
-    for name, weight in resource_weights.items():
-        request = requests.get(name, 0)
-        if request == 0 or weight == 0:
-            continue
-        capacity = node.allocatable.get(name, 0)
+    for name, weight, request in asked:
+        capacity = allocatable.get(name, 0)
         if capacity == 0:
             continue
         after = used.get(name, 0) + request
@@ -138,3 +132,10 @@ def binpack(
         score += weight * after / capacity
         weight_sum += weight
     return score / weight_sum if weight_sum else 0.0
+
+
+def binpack_request(
+    resource_weights: Mapping[str, int], requests: Resources
+) -> list[tuple[str, int, int]]:
+    """The `asked` argument of binpack() for a pod's requests."""
+    return [(n, w, requests[n]) for n, w in resource_weights.items() if w and requests.get(n)]

@@ -18,7 +18,6 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -114,11 +113,74 @@ def kube(kubeconfig: str) -> Kube:
     return Kube(k8s.ApiClient(configuration))
 
 
-@dataclass
 class Extender:
-    url: str
-    log_path: Path
-    process: subprocess.Popen[bytes]
+    """The real extender process under test (python -m app serve), restartable with flags."""
+
+    BASE_ARGS = (
+        "--permit-waiting-time-seconds",
+        str(PERMIT_WAIT_SECONDS),
+        "--denied-pg-expiration-seconds",
+        str(DENIED_SECONDS),
+        "--log-level",
+        "debug",
+    )
+
+    def __init__(self, kubeconfig: str, log_path: Path) -> None:
+        self.url = EXTENDER_URL
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.extra_args: tuple[str, ...] = ()
+
+    def start(self, *extra_args: str) -> None:
+        self.extra_args = extra_args
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "app",
+                    "serve",
+                    "--kubeconfig",
+                    self.kubeconfig,
+                    "--port",
+                    str(EXTENDER_PORT),
+                    *self.BASE_ARGS,
+                    *extra_args,
+                ],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for(self._ready, 30, "the extender to become ready")
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        self.process = None
+
+    def restart(self, *extra_args: str) -> None:
+        """Run with other flags (e.g. --gang-victim-policy whole-gang); counters restart at 0."""
+        self.stop()
+        self.start(*extra_args)
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(
+                f"extender exited ({self.process.returncode}):\n{self.log()[-3000:]}"
+            )
+        try:
+            with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample of /metrics, parsed by the Prometheus text parser."""
@@ -141,46 +203,11 @@ class Extender:
 def extender(kubeconfig: str) -> Iterator[Extender]:
     log_path = CLUSTER_DIR / "logs" / "extender-test.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "app",
-                "serve",
-                "--kubeconfig",
-                kubeconfig,
-                "--port",
-                str(EXTENDER_PORT),
-                "--permit-waiting-time-seconds",
-                str(PERMIT_WAIT_SECONDS),
-                "--denied-pg-expiration-seconds",
-                str(DENIED_SECONDS),
-                "--log-level",
-                "debug",
-            ],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    handle = Extender(EXTENDER_URL, log_path, process)
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"extender exited ({process.returncode}):\n{handle.log()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{EXTENDER_URL}/readyz", timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    wait_for(ready, 30, "the extender to become ready")
+    log_path.write_bytes(b"")
+    handle = Extender(kubeconfig, log_path)
+    handle.start()
     yield handle
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    handle.stop()
 
 
 @pytest.fixture

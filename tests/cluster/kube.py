@@ -34,6 +34,7 @@ class Kube:
         self.core: Any = k8s.CoreV1Api(client)
         self.apps: Any = k8s.AppsV1Api(client)
         self.custom: Any = k8s.CustomObjectsApi(client)
+        self.scheduling: Any = k8s.SchedulingV1Api(client)
 
     # ---- objects --------------------------------------------------------------------
 
@@ -117,6 +118,17 @@ class Kube:
         self.apps.patch_namespaced_deployment_scale(
             name, namespace, {"spec": {"replicas": replicas}}
         )
+
+    def ensure_priority_class(self, name: str, value: int) -> None:
+        try:
+            self.scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
+        except ApiException as err:
+            if err.status != 409:
+                raise
+
+    def label_node(self, name: str, labels: dict[str, str | None]) -> None:
+        """Set (or, with None, remove) node labels."""
+        self.core.patch_node(name, {"metadata": {"labels": labels}})
 
     # ---- what the API server shows ----------------------------------------------------
 

@@ -1,4 +1,4 @@
-from app.scoring import ScoringPolicy, binpack, score_nodes
+from app.scoring import ScoringPolicy, binpack, binpack_request, score_nodes
 from app.state import ClusterState
 from tests.unit.builders import node, pod
 
@@ -14,13 +14,13 @@ def cluster() -> ClusterState:
 def test_binpack_prefers_the_fuller_node_and_zeroes_overflow() -> None:
     state = cluster()
     state.apply_pod(pod("busy", node="n1", cpu="2", memory="4Gi"))
-    weights = {"cpu": 1, "memory": 1}
-    full = binpack(weights, state, CPU1, state.nodes["n1"])
-    empty = binpack(weights, state, CPU1, state.nodes["n2"])
+    asked = binpack_request({"cpu": 1, "memory": 1}, CPU1)
+    full = binpack(asked, state, state.nodes["n1"])
+    empty = binpack(asked, state, state.nodes["n2"])
     assert full > empty > 0
     # (2+1)/4 cpu and (4+1)/8 memory, equally weighted.
     assert full == (3 / 4 + 5 / 8) / 2
-    assert binpack(weights, state, {"cpu": 5000}, state.nodes["n2"]) == 0.0
+    assert binpack(binpack_request({"cpu": 1}, {"cpu": 5000}), state, state.nodes["n2"]) == 0.0
 
 
 def test_scores_are_integers_0_to_10_for_every_node_and_deterministic() -> None:

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""`make bench`: speed and memory of the extender's hot paths, measured in one run.
+
+Everything runs in this process against the real ASGI app (routes, wire
+parsing, verbs) over an in-memory transport, with a synthetic cluster of
+the given size. Absolute times drift on shared machines: compare the ratios
+printed at the end, which are measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import time
+import tracemalloc
+from typing import Any
+
+import httpx
+
+from app.admission import Admission
+from app.extender import GangExtender, WaitPolicy
+from app.gate import PermitGate
+from app.metrics import Metrics
+from app.routes import create_app
+from app.state import ClusterState
+
+
+def node(i: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"node-{i}", "labels": {"zone": f"z{i % 8}"}},
+        "spec": {},
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
+    }
+
+
+def pod(name: str, *, group: str | None = None, node_name: str = "") -> dict[str, Any]:
+    labels = {"scheduling.x-k8s.io/pod-group": group} if group else {}
+    return {
+        "metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}", "labels": labels},
+        "spec": {
+            "nodeName": node_name or None,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+        },
+        "status": {"phase": "Running" if node_name else "Pending"},
+    }
+
+
+class NullApi:
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        await asyncio.sleep(0)
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def timed(client: httpx.AsyncClient, path: str, body: bytes, runs: int) -> list[float]:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        response = await client.post(path, content=body)
+        samples.append(time.perf_counter() - start)
+        assert response.status_code == 200, response.text
+    return samples
+
+
+def report(name: str, samples: list[float]) -> dict[str, float]:
+    p50, p99 = percentile(samples, 0.5) * 1000, percentile(samples, 0.99) * 1000
+    print(f"  {name:<58} p50 {p50:8.2f} ms   p99 {p99:8.2f} ms")
+    return {"p50_ms": p50, "p99_ms": p99}
+
+
+async def main(nodes: int, pods: int, waiters: int, runs: int) -> dict[str, Any]:
+    state = ClusterState()
+    state.replace_nodes([node(i) for i in range(nodes)])
+    groups = max(1, pods // 8)
+    state.replace_pods(
+        [pod(f"p{i}", group=f"g{i % groups}", node_name=f"node-{i % nodes}") for i in range(pods)]
+    )
+    state.apply_podgroup(
+        {
+            "metadata": {"name": "big", "namespace": "bench", "uid": "pg"},
+            "spec": {"minMember": 4, "minResources": {"cpu": "8"}},
+        }
+    )
+    state.apply_podgroup(
+        {
+            "metadata": {"name": "wait", "namespace": "bench", "uid": "pgw"},
+            "spec": {"minMember": waiters + 1},
+        }
+    )
+    for i in range(4):
+        state.apply_pod(pod(f"big-{i}", group="big"))
+    metrics = Metrics()
+    admission = Admission(3)
+    gate = PermitGate(state, admission, NullApi(), metrics)
+    extender = GangExtender(state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80))
+    app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
+    names = [f"node-{i}" for i in range(nodes)]
+    results: dict[str, Any] = {}
+
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://bench"
+    ) as client:
+        plain = json.dumps({"Pod": pod("web"), "NodeNames": names, "Nodes": None}).encode()
+        member = json.dumps({"Pod": pod("big-0", group="big"), "NodeNames": names}).encode()
+        full_nodes = json.dumps(
+            {"Pod": pod("web"), "Nodes": {"items": [node(i) for i in range(min(nodes, 1000))]}}
+        ).encode()
+        print(f"cluster: {nodes} nodes, {pods} pods in {groups} gangs; {runs} calls per row")
+        await timed(client, "/scheduler/filter", plain, 20)  # warm up
+        results["filter_plain"] = report(
+            "filter, pod in no gang (NodeNames)",
+            await timed(client, "/scheduler/filter", plain, runs),
+        )
+
+        def fresh_admission() -> None:
+            admission.forget("bench/big")
+
+        fresh: list[float] = []
+        for _ in range(runs):
+            fresh_admission()
+            fresh += await timed(client, "/scheduler/filter", member, 1)
+        results["filter_gang_fresh"] = report(
+            "filter, gang member, minResources check over all nodes", fresh
+        )
+        results["filter_gang_cached"] = report(
+            "filter, gang member, permitted cache hit",
+            await timed(client, "/scheduler/filter", member, runs),
+        )
+        results["filter_full_nodes"] = report(
+            f"filter, {min(nodes, 1000)} full Node objects (nodeCacheCapable false)",
+            await timed(client, "/scheduler/filter", full_nodes, max(10, runs // 5)),
+        )
+        results["prioritize"] = report(
+            "prioritize, gang member (locality + binpack)",
+            await timed(client, "/scheduler/prioritize", member, runs),
+        )
+
+        # Event-loop responsiveness: many gang members parked in the gate.
+        for i in range(waiters):
+            state.apply_pod(pod(f"w{i}", group="wait"))
+        binds = [
+            asyncio.create_task(
+                client.post(
+                    "/scheduler/bind",
+                    content=json.dumps(
+                        {
+                            "PodName": f"w{i}",
+                            "PodNamespace": "bench",
+                            "PodUID": f"uid-w{i}",
+                            "Node": f"node-{i % nodes}",
+                        }
+                    ).encode(),
+                )
+            )
+            for i in range(waiters)
+        ]
+        while len(gate.waiting("bench/wait")) < waiters:  # noqa: ASYNC110 - polling a count
+            await asyncio.sleep(0.01)
+        results["filter_plain_with_waiters"] = report(
+            f"filter, pod in no gang, while {waiters} members wait in the gate",
+            await timed(client, "/scheduler/filter", plain, runs),
+        )
+        gate.release_all("bench over")
+        await asyncio.gather(*binds)
+
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    big = ClusterState()
+    big.replace_pods(
+        [pod(f"m{i}", group=f"g{i % groups}", node_name=f"node-{i % nodes}") for i in range(pods)]
+    )
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    used = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    results["bytes_per_cached_pod"] = used / pods
+    print(f"  {'watch cache memory per pod (slim records)':<58} {used / pods:8.0f} bytes")
+
+    start = time.perf_counter()
+    for i in range(pods):
+        big.apply_pod(pod(f"m{i}", group=f"g{i % groups}", node_name=f"node-{i % nodes}"))
+    rate = pods / (time.perf_counter() - start)
+    results["watch_events_per_second"] = rate
+    print(f"  {'watch events applied per second (pod MODIFIED)':<58} {rate:8.0f} /s")
+
+    ratio = results["filter_plain_with_waiters"]["p99_ms"] / results["filter_plain"]["p99_ms"]
+    results["ratio_filter_p99_waiting_vs_idle"] = ratio
+    cached = results["filter_gang_cached"]["p50_ms"] / results["filter_gang_fresh"]["p50_ms"]
+    results["ratio_filter_cached_vs_fresh"] = cached
+    print("ratios (same run):")
+    print(f"  filter p99 with {waiters} waiters / idle filter p99      {ratio:6.2f}")
+    print(f"  gang filter p50 permitted-cache / fresh admission   {cached:6.2f}")
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=50_000)
+    parser.add_argument("--waiters", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}"
+    )
+    figures = asyncio.run(main(args.nodes, args.pods, args.waiters, args.runs))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(figures, out, indent=2)

@@ -1,0 +1,171 @@
+"""Gang-aware preemption and placement scoring, driven by the real kube-scheduler.
+
+Victims really go away: the local cluster's pod simulator plays the kubelet
+and finishes the deletion kube-scheduler starts. Nodes: 3 x 4 CPUs.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cluster.conftest import Extender
+from tests.cluster.kube import Kube, wait_for
+
+LOW, HIGH, TOP = "gang-test-low", "gang-test-high", "gang-test-top"
+ZONE = "topology.kubernetes.io/zone"
+
+
+@pytest.fixture(autouse=True)
+def priority_classes(kube: Kube) -> None:
+    kube.ensure_priority_class(LOW, 100)
+    kube.ensure_priority_class(HIGH, 1000)
+    kube.ensure_priority_class(TOP, 5000)
+
+
+def names(kube: Kube, namespace: str) -> set[str]:
+    """Pods that exist and are not being deleted."""
+    return {p.metadata.name for p in kube.pods(namespace) if not p.metadata.deletion_timestamp}
+
+
+def assert_stays(kube: Kube, namespace: str, expected: set[str], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        present = names(kube, namespace)
+        assert expected <= present, f"evicted: {expected - present}"
+        time.sleep(0.3)
+
+
+def test_high_priority_gang_evicts_only_what_it_needs(kube: Kube, namespace: str) -> None:
+    for i in range(3):
+        kube.create_pod(namespace, f"low-big-{i}", cpu="3", priority_class=LOW)
+        kube.create_pod(namespace, f"low-small-{i}", cpu="500m", priority_class=LOW)
+    before = wait_for(
+        lambda: len(kube.bound(namespace)) == 6 and kube.bound(namespace),
+        30,
+        "the low-priority pods bound",
+    )
+    kube.create_podgroup(namespace, "urgent", 3, timeout=40)
+    for i in range(3):
+        kube.create_pod(namespace, f"urgent-{i}", group="urgent", cpu="2", priority_class=HIGH)
+    after = wait_for(
+        lambda: (
+            {f"urgent-{i}" for i in range(3)} <= set(kube.bound(namespace))
+            and kube.bound(namespace)
+        ),
+        90,
+        "the whole high-priority gang bound",
+    )
+    evicted = set(before) - set(after)
+    assert evicted, "the gang cannot fit without evictions, yet nothing was evicted"
+    # Only the 3-CPU pods were in the way; the small ones were spared.
+    assert all(name.startswith("low-big-") for name in evicted), evicted
+    # No eviction on a node the gang did not end up using.
+    gang_nodes = {after[f"urgent-{i}"] for i in range(3)}
+    assert {before[name] for name in evicted} <= gang_nodes
+
+
+def fill_node3_and_start_low_gang(kube: Kube, namespace: str, group: str) -> None:
+    """node-3 is taken by an unevictable pod; a 4-member gang fills node-1 and node-2."""
+    kube.create_pod(namespace, f"blocker-{group}", cpu="3500m", priority_class=TOP)
+    wait_for(lambda: kube.bound(namespace).get(f"blocker-{group}"), 30, "the blocker bound")
+    kube.create_podgroup(namespace, group, 3, timeout=30)
+    for i in range(4):
+        kube.create_pod(namespace, f"{group}-{i}", group=group, cpu="2", priority_class=LOW)
+    wait_for(
+        lambda: sum(1 for n in kube.bound(namespace) if n.startswith(f"{group}-")) == 4,
+        60,
+        "the low-priority gang of 4 bound",
+    )
+
+
+def test_protect_lets_only_the_extra_member_go(kube: Kube, namespace: str) -> None:
+    fill_node3_and_start_low_gang(kube, namespace, "batch")
+    kube.create_pod(namespace, "vip-1", cpu="2", priority_class=HIGH)
+    wait_for(lambda: kube.bound(namespace).get("vip-1"), 60, "vip-1 bound by preemption")
+    members = {n for n in names(kube, namespace) if n.startswith("batch-")}
+    assert len(members) == 3, f"protect evicted more than the extra member: {members}"
+
+    kube.create_pod(namespace, "vip-2", cpu="2", priority_class=HIGH)
+    # A second eviction would leave the gang below minMember: it must not happen.
+    assert_stays(kube, namespace, members, 15)
+    assert "vip-2" not in kube.bound(namespace)
+
+
+@pytest.fixture
+def whole_gang(extender: Extender) -> Iterator[None]:
+    extender.restart("--gang-victim-policy", "whole-gang")
+    yield
+    extender.restart()
+
+
+def test_whole_gang_evicts_all_members_or_none(
+    kube: Kube, namespace: str, whole_gang: None
+) -> None:
+    fill_node3_and_start_low_gang(kube, namespace, "sim")
+    kube.create_pod(namespace, "vip", cpu="2", priority_class=HIGH)
+    wait_for(lambda: kube.bound(namespace).get("vip"), 60, "vip bound by preemption")
+    wait_for(
+        lambda: not any(n.startswith("sim-") for n in names(kube, namespace)),
+        30,
+        "every member of the victim gang evicted",
+    )
+
+
+def test_gang_missing_siblings_evicts_nothing(kube: Kube, namespace: str) -> None:
+    for i in range(3):
+        kube.create_pod(namespace, f"low-{i}", cpu="3", priority_class=LOW)
+    wait_for(lambda: len(kube.bound(namespace)) == 3, 30, "the low-priority pods bound")
+    kube.create_podgroup(namespace, "partial", 3, timeout=5)
+    for i in range(2):
+        kube.create_pod(namespace, f"partial-{i}", group="partial", cpu="2", priority_class=HIGH)
+    assert_stays(kube, namespace, {f"low-{i}" for i in range(3)}, 15)
+    assert not any(n.startswith("partial") for n in kube.bound(namespace))
+
+
+def test_member_is_never_a_victim_for_its_own_gang(kube: Kube, namespace: str) -> None:
+    kube.create_podgroup(namespace, "mixed", 3, timeout=30)
+    for i in range(3):
+        kube.create_pod(namespace, f"mixed-{i}", group="mixed", cpu="4", priority_class=LOW)
+    wait_for(lambda: len(kube.bound(namespace)) == 3, 60, "the gang's first 3 members bound")
+    kube.create_pod(namespace, "mixed-3", group="mixed", cpu="4", priority_class=HIGH)
+    assert_stays(kube, namespace, {f"mixed-{i}" for i in range(3)}, 15)
+    assert "mixed-3" not in kube.bound(namespace)
+
+
+@pytest.fixture
+def zones(kube: Kube, extender: Extender) -> Iterator[dict[str, str]]:
+    layout = {"node-1": "zone-a", "node-2": "zone-b", "node-3": "zone-b"}
+    for node, zone in layout.items():
+        kube.label_node(node, {ZONE: zone})
+    extender.restart("--topology-key", ZONE)
+    yield layout
+    for node in layout:
+        kube.label_node(node, {ZONE: None})
+    extender.restart()
+
+
+def test_gang_lands_in_one_zone(kube: Kube, namespace: str, zones: dict[str, str]) -> None:
+    kube.create_podgroup(namespace, "ring", 3, timeout=30)
+    for i in range(3):
+        kube.create_pod(namespace, f"ring-{i}", group="ring", cpu="1")
+    bound = wait_for(
+        lambda: len(kube.bound(namespace)) == 3 and kube.bound(namespace), 60, "the gang bound"
+    )
+    assert len({zones[node] for node in bound.values()}) == 1, bound
+
+
+def node_of(kube: Kube, namespace: str, name: str) -> str | None:
+    return kube.bound(namespace).get(name)
+
+
+def test_binpack_fills_one_node_before_the_next(kube: Kube, namespace: str) -> None:
+    nodes = []
+    for i in range(3):
+        name = f"web-{i}"
+        kube.create_pod(namespace, name, cpu="1", memory="2Gi")
+        nodes.append(wait_for(functools.partial(node_of, kube, namespace, name), 30, name))
+    assert len(set(nodes)) == 1, nodes
