@@ -179,3 +179,24 @@ def test_binpack_fills_one_node_before_the_next(kube: Kube, namespace: str) -> N
         kube.create_pod(namespace, name, cpu="1", memory="2Gi")
         nodes.append(wait_for(functools.partial(node_of, kube, namespace, name), 30, name))
     assert len(set(nodes)) == 1, nodes
+
+
+def test_gang_that_cannot_fit_even_with_preemption_evicts_nothing(
+    kube: Kube, namespace: str
+) -> None:
+    """Members preempt one by one; a gang that cannot complete must not evict in a loop.
+
+    4 members x 3 CPUs need 12 CPUs; an unevictable pod holds 1 of the
+    cluster's 12. Without the gang check each of the first 3 members would
+    evict a low-priority pod, wait in the gate, time out, and start over.
+    """
+    kube.create_pod(namespace, "anchor", cpu="1", priority_class=TOP)
+    for i in range(3):
+        kube.create_pod(namespace, f"low-{i}", cpu="2", priority_class=LOW)
+    wait_for(lambda: len(kube.bound(namespace)) == 4, 30, "the existing pods bound")
+    kube.create_podgroup(namespace, "hopeless", 4, timeout=4)
+    for i in range(4):
+        kube.create_pod(namespace, f"hopeless-{i}", group="hopeless", cpu="3", priority_class=HIGH)
+    # Two whole gate timeouts and a denial: nothing may be evicted meanwhile.
+    assert_stays(kube, namespace, {"anchor", "low-0", "low-1", "low-2"}, 4 * 2 + 3 + 2)
+    assert not any(n.startswith("hopeless") for n in kube.bound(namespace))
