@@ -178,12 +178,24 @@ def main() -> int:
     wait(core, 15)
     report(core, "after 15s: none of the trainer pods is bound (all or nothing)")
 
+    say("\n== 4. hack/local-cluster add-node node-4: now there is room for the whole gang")
+    run(str(REPO / "hack" / "local-cluster"), "add-node", "node-4", "--cpu", "4", "--memory", "8Gi")
+    start = time.monotonic()
+    wait(
+        core,
+        60,
+        lambda pods: (
+            sum(1 for p in pods if p.metadata.name.startswith("trainer-") and p.spec.node_name) >= 4
+        ),
+    )
+    report(core, f"after {time.monotonic() - start:.1f}s: all four trainer pods bound together")
+
     say(
         "\nThe cluster and the extender keep running. Try it yourself:\n"
         f"  export KUBECONFIG={kubeconfig}\n"
         f"  {kubectl} -n {NAMESPACE} get pods -o wide\n"
         f"  {kubectl} -n {NAMESPACE} describe pod -l scheduling.x-k8s.io/pod-group=trainer\n"
-        "  hack/local-cluster add-node node-4      # room for the trainer gang\n"
+        "  hack/local-cluster add-node node-5 --label topology.kubernetes.io/zone=b\n"
         f"  tail -f {LOG_FILE}\n"
         "Stop everything with: make demo-down"
     )
