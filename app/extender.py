@@ -52,6 +52,28 @@ class WaitPolicy:
         return min(float(wanted), self.max_seconds)
 
 
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What the verbs need of the pod kube-scheduler sent, and its group, read once."""
+
+    namespace: str
+    name: str
+    uid: str
+    priority: int
+    ref: GroupRef | None
+    spec: GroupSpec | None
+    # Set when the pod names a group that cannot be used: (reason, message).
+    problem: tuple[str, str] | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def member(self) -> MemberRef:
+        return MemberRef(self.namespace, self.name, self.uid)
+
+
 class GangExtender:
     def __init__(
         self,
@@ -82,39 +104,60 @@ class GangExtender:
 
     # ---- filter -------------------------------------------------------------------
 
+    def view(self, pod: dict[str, Any]) -> PodView:
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        ref: GroupRef | None = None
+        spec: GroupSpec | None = None
+        problem: tuple[str, str] | None = None
+        try:
+            ref = group_ref_of(namespace, meta.get("labels"))
+        except GroupLabelError as err:
+            problem = ("bad-group", str(err))
+        if ref is not None:
+            try:
+                spec = self.state.group_spec(ref)
+            except (GroupNotFound, PodGroupSpecError) as err:
+                problem = ("no-group", str(err))
+        return PodView(
+            namespace,
+            meta.get("name") or "",
+            meta.get("uid") or "",
+            int((pod.get("spec") or {}).get("priority") or 0),
+            ref,
+            spec,
+            problem,
+        )
+
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
         names = args.names
         self._metrics.filter_requests.labels(
             "node-names" if args.node_names is not None else "nodes"
         ).inc()
-        meta = args.pod.get("metadata") or {}
-        pod_key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-        try:
-            ref = group_ref_of(meta.get("namespace") or "default", meta.get("labels"))
-        except GroupLabelError as err:
-            return self._reject(args, names, pod_key, None, "bad-group", str(err))
-        if ref is None:
+        pod = self.view(args.pod)
+        if pod.problem is not None:
+            reason, message = pod.problem
+            self._metrics.filter_decisions.labels(reason).inc()
+            return self._reject(args, names, pod, reason, message)
+        if pod.ref is None or pod.spec is None:
             return filter_result(args, names, {}, {})
-        try:
-            spec = self.state.group_spec(ref)
-        except (GroupNotFound, PodGroupSpecError) as err:
-            return self._reject(args, names, pod_key, ref.key, "no-group", str(err))
-
-        siblings = self._count_siblings(ref, meta.get("uid") or "")
+        spec = pod.spec
         verdict = self.admission.check(
-            spec, siblings, lambda: self.state.free_resources(exclude_group=spec.key)
+            spec,
+            self._count_siblings(pod.ref, pod.uid),
+            lambda: self.state.free_resources(exclude_group=spec.key),
         )
         self._metrics.filter_decisions.labels(verdict.reason).inc()
         if not verdict.admitted:
-            return self._reject(args, names, pod_key, spec.key, verdict.reason, verdict.message)
+            return self._reject(args, names, pod, verdict.reason, verdict.message)
         if verdict.reason == ADMITTED and self._waker is not None:
             # The group just became admissible: siblings rejected before sit in
             # kube-scheduler's unschedulable queue until something touches them.
-            self._waker.wake(spec.key, exclude_uid=meta.get("uid") or "")
+            self._waker.wake(spec.key, exclude_uid=pod.uid)
         log.debug(
             "gang member admitted by filter (%s)",
             verdict.reason,
-            extra={"pod": pod_key, "podgroup": spec.key, "verb": "filter"},
+            extra={"pod": pod.key, "podgroup": spec.key, "verb": "filter"},
         )
         return filter_result(args, names, {}, {})
 
@@ -126,25 +169,14 @@ class GangExtender:
         return len(members)
 
     def _reject(
-        self,
-        args: ExtenderArgs,
-        names: list[str],
-        pod_key: str,
-        group_key: str | None,
-        reason: str,
-        message: str,
+        self, args: ExtenderArgs, names: list[str], pod: PodView, reason: str, message: str
     ) -> dict[str, Any]:
-        if reason in ("bad-group", "no-group"):
-            self._metrics.filter_decisions.labels(reason).inc()
+        group_key = pod.ref.key if pod.ref is not None else None
         if group_key is not None:
-            meta = args.pod.get("metadata") or {}
-            member = MemberRef(
-                meta.get("namespace") or "default", meta.get("name") or "", meta.get("uid") or ""
-            )
-            self._observer.member_rejected(member, group_key, reason, message)
+            self._observer.member_rejected(pod.member, group_key, reason, message)
         log.debug(
             message,
-            extra={"pod": pod_key, "podgroup": group_key, "verb": "filter", "reason": reason},
+            extra={"pod": pod.key, "podgroup": group_key, "verb": "filter", "reason": reason},
         )
         # Group-level reasons: no node is better than another and evicting pods
         # cannot help, so every node is "unresolvable" and kube-scheduler skips
@@ -154,11 +186,7 @@ class GangExtender:
     # ---- prioritize -----------------------------------------------------------------
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
-        meta = args.pod.get("metadata") or {}
-        try:
-            ref = group_ref_of(meta.get("namespace") or "default", meta.get("labels"))
-        except GroupLabelError:
-            ref = None
+        pod = self.view(args.pod)
         try:
             requests = pod_requests(args.pod.get("spec") or {})
         except QuantityError:
@@ -168,45 +196,23 @@ class GangExtender:
             if args.nodes is not None
             else None
         )
-        scores = score_nodes(
-            self._scoring,
-            self.state,
-            requests,
-            ref.key if ref is not None else None,
-            args.names,
-            in_request,
-        )
+        group_key = pod.spec.key if pod.spec is not None else None
+        scores = score_nodes(self._scoring, self.state, requests, group_key, args.names, in_request)
         return host_priorities(scores)
 
     # ---- preempt ----------------------------------------------------------------------
 
     def preempt(self, args: PreemptArgs) -> dict[str, Any]:
-        meta = args.pod.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
-        pod_key = f"{namespace}/{meta.get('name')}"
-        try:
-            ref = group_ref_of(namespace, meta.get("labels"))
-        except GroupLabelError:
-            ref = None
-        spec = None
-        if ref is not None:
-            try:
-                spec = self.state.group_spec(ref)
-            except (GroupNotFound, PodGroupSpecError):
-                spec = None
-        preemptor = Preemptor(
-            pod_key,
-            meta.get("uid") or "",
-            int((args.pod.get("spec") or {}).get("priority") or 0),
-            spec.key if spec is not None else None,
-        )
-        if spec is not None and ref is not None:
-            blocker = self._preemption_blocker(spec, ref, preemptor)
+        pod = self.view(args.pod)
+        spec = pod.spec
+        preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key if spec else None)
+        if spec is not None and pod.ref is not None:
+            blocker = self._preemption_blocker(spec, pod.ref, preemptor)
             if blocker is not None:
                 log.info(
                     "preempting nothing: %s",
                     blocker,
-                    extra={"pod": pod_key, "podgroup": spec.key, "verb": "preempt"},
+                    extra={"pod": pod.key, "podgroup": spec.key, "verb": "preempt"},
                 )
                 return preempt_result([])
         selection = select_victims(preemptor, args.candidates, self.state, self._victim_policy)
@@ -214,10 +220,10 @@ class GangExtender:
             log.info(
                 "candidate dropped: %s",
                 why,
-                extra={"pod": pod_key, "node": node, "verb": "preempt"},
+                extra={"pod": pod.key, "node": node, "verb": "preempt"},
             )
         for candidate in selection.candidates:
-            self.preemptors_by_node[candidate.node] = spec.key if spec is not None else pod_key
+            self.preemptors_by_node[candidate.node] = spec.key if spec is not None else pod.key
         return preempt_result(selection.candidates)
 
     def _preemption_blocker(
