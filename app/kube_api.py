@@ -1,7 +1,9 @@
-"""Calls to the API server from the verbs: bind pods, read a pod, wake pending siblings.
+"""Calls to the API server from the verbs: bind pods, read a pod, wake or evict pods.
 
 The official client is synchronous, so each call runs on a small thread pool
 and the event loop stays free for filter calls while a binding is in flight.
+Every call goes through `_request`, which maps failures to BindError with a
+short reason (a metric label) and a message a user can act on.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -28,7 +31,7 @@ _RETRY_DELAY_SECONDS = 0.2
 
 
 class KubeApi:
-    """The API calls of the verbs: bindings, pod reads, wake-up patches."""
+    """The API calls of the verbs: bindings, pod reads, wake-up patches, evictions."""
 
     def __init__(
         self, core: k8s.CoreV1Api, executor: ThreadPoolExecutor, *, timeout_seconds: float = 10
@@ -38,15 +41,20 @@ class KubeApi:
         self._timeout = timeout_seconds
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        loop = asyncio.get_running_loop()
+        """Create pods/binding, as kube-scheduler's DefaultBinder does; retry transient errors."""
+        # metadata.uid makes the API server refuse to bind a different pod that
+        # reuses the name (a StatefulSet member recreated while it waited).
+        body = k8s.V1Binding(
+            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+            target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
         for attempt in range(1, _RETRIES + 1):
             try:
-                await loop.run_in_executor(
-                    self._executor, self._bind_sync, namespace, name, uid, node
-                )
+                # Raw response: the client cannot deserialize the Status the
+                # server answers with (a long-standing client bug).
+                await self._run(self._core.create_namespaced_pod_binding, name, namespace, body)
                 log.info(
-                    "pod bound",
-                    extra={"pod": f"{namespace}/{name}", "node": node, "verb": "bind"},
+                    "pod bound", extra={"pod": f"{namespace}/{name}", "node": node, "verb": "bind"}
                 )
                 return
             except BindError as err:
@@ -56,96 +64,58 @@ class KubeApi:
 
     async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """GET one pod as a dict (None if it does not exist): the watch cache may lag."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._read_pod_sync, namespace, name)
-
-    def _read_pod_sync(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            response: Any = self._core.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=self._timeout
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise BindError(_reason_of(err), _message_of(err)) from None
-        except (HTTPError, OSError) as err:
-            raise BindError("transient", f"API server unreachable: {err}") from None
-        try:
-            pod: dict[str, Any] = json.loads(response.data)
-            return pod
-        finally:
-            response.release_conn()
+        data = await self._run(self._core.read_namespaced_pod, name, namespace, absent=(404,))
+        return json.loads(data) if data is not None else None
 
     async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None:
         """Set the wake-up annotation: an update of a pending pod requeues it in kube-scheduler."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._touch_sync, namespace, name, uid, value)
-
-    def _touch_sync(self, namespace: str, name: str, uid: str, value: str) -> None:
-        # The uid precondition keeps us from touching a recreated pod of the same name.
+        # The uid in the patch keeps us from touching a recreated pod of the same name.
         patch = {"metadata": {"uid": uid, "annotations": {WAKEUP_ANNOTATION: value}}}
-        try:
-            response: Any = self._core.patch_namespaced_pod(
-                name,
-                namespace,
-                patch,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-                _content_type="application/merge-patch+json",
-            )
-            response.release_conn()
-        except ApiException as err:
-            if err.status in (404, 409, 422):
-                return  # gone or recreated (uid mismatch): nothing to wake
-            raise BindError(_reason_of(err), _message_of(err)) from None
-        except (HTTPError, OSError) as err:
-            raise BindError("transient", f"API server unreachable: {err}") from None
+        await self._run(
+            self._core.patch_namespaced_pod,
+            name,
+            namespace,
+            patch,
+            absent=(404, 409, 422),
+            _content_type="application/merge-patch+json",
+        )
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete a pod (graceful, uid-guarded): the rest of a gang evicted whole."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._evict_sync, namespace, name, uid)
-
-    def _evict_sync(self, namespace: str, name: str, uid: str) -> None:
         body = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
-        try:
-            response: Any = self._core.delete_namespaced_pod(
-                name,
-                namespace,
-                body=body,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            )
-            response.release_conn()
-        except ApiException as err:
-            if err.status in (404, 409):
-                return  # already gone, or a new pod reuses the name
-            raise BindError(_reason_of(err), _message_of(err)) from None
-        except (HTTPError, OSError) as err:
-            raise BindError("transient", f"API server unreachable: {err}") from None
-
-    def _bind_sync(self, namespace: str, name: str, uid: str, node: str) -> None:
-        # metadata.uid makes the API server refuse to bind a different pod that
-        # reuses the name (a StatefulSet member recreated while it waited).
-        body = k8s.V1Binding(
-            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
-            target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        await self._run(
+            self._core.delete_namespaced_pod, name, namespace, body=body, absent=(404, 409)
         )
+
+    async def _run(
+        self, call: Callable[..., Any], *args: Any, absent: tuple[int, ...] = (), **kwargs: Any
+    ) -> bytes | None:
+        """Run a client call on the pool; None when it answered one of the `absent` codes."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, lambda: self._request(call, args, kwargs, absent)
+        )
+
+    def _request(
+        self,
+        call: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        absent: tuple[int, ...],
+    ) -> bytes | None:
         try:
-            # _preload_content=False: the client cannot deserialize the Status
-            # the server answers with (a long-standing client bug).
-            response: Any = self._core.create_namespaced_pod_binding(
-                name,
-                namespace,
-                body,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            )
-            response.release_conn()
+            response = call(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
         except ApiException as err:
+            if err.status in absent:
+                return None  # gone, or a new pod reuses the name: nothing to do
             raise BindError(_reason_of(err), _message_of(err)) from None
         except (HTTPError, OSError) as err:
             raise BindError("transient", f"API server unreachable: {err}") from None
+        try:
+            data: bytes = response.data
+            return data
+        finally:
+            response.release_conn()
 
 
 def _reason_of(err: ApiException) -> str:
