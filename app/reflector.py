@@ -90,6 +90,15 @@ class Reflector:
             except Exception:
                 log.debug("closing %s watch failed", self.kind, exc_info=True)
 
+    def reconnect(self) -> None:
+        """Drop the current watch connection; the thread resumes from the last resourceVersion.
+
+        What a network failure does; used by tests and safe at any time.
+        """
+        response = self._response
+        if response is not None:
+            response.shutdown()
+
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
@@ -167,14 +176,19 @@ class Reflector:
         self._synced = True
 
     def _watch(self) -> None:
-        response = self._list_call(
-            watch=True,
-            resource_version=self.resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout,
-            _preload_content=False,
-            _request_timeout=(10, self._watch_timeout + 30),
-        )
+        try:
+            response = self._list_call(
+                watch=True,
+                resource_version=self.resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=self._watch_timeout,
+                _preload_content=False,
+                _request_timeout=(10, self._watch_timeout + 30),
+            )
+        except ApiException as err:
+            if err.status == 410:
+                raise ResourceExpired(str(err.reason)) from None
+            raise
         self._response = response
         self._last_error = None
         try:
