@@ -1,0 +1,258 @@
+"""Run the chart's pod (kube-scheduler + extender sidecar) as two local processes.
+
+The containers' command lines and the scheduler configuration come from
+`helm template`; volumes are "mounted" by writing the ConfigMap (and a
+test-supplied directory for the TLS Secret) to local directories and
+mapping the container paths onto them, as the kubelet would. Only what
+cannot work outside a pod is changed: the API server is reached with a
+kubeconfig instead of the in-cluster ServiceAccount mount, and ports and
+listen addresses are free loopback ones (several tests, and the session's
+own schedulers, run side by side).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import ssl
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.cluster.conftest import REPO
+from tests.cluster.kube import Kube, wait_for
+from tests.packaging.helm import container, find, kube_bin
+
+SCHEDULER_NAME = "gang-scheduler"
+SIBLINGS = "cannot find enough sibling pods"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _set_flag(args: list[str], name: str, value: str) -> list[str]:
+    """Replace --name=... (the chart uses the = form), or append it."""
+    prefix = f"--{name}="
+    out = [a for a in args if not a.startswith(prefix)]
+    return [*out, prefix + value]
+
+
+def _remap(value: Any, mounts: Mapping[str, Path]) -> Any:
+    """Container paths under a mount point -> the local directory standing in for it."""
+    if isinstance(value, dict):
+        return {k: _remap(v, mounts) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_remap(v, mounts) for v in value]
+    if isinstance(value, str):
+        for mount, local in mounts.items():
+            value = re.sub(rf"(?<![\w/]){re.escape(mount)}(?=/|$)", str(local), value)
+    return value
+
+
+@dataclass
+class ChartPod:
+    namespace: str
+    lease: str
+    extender_url: str
+    ops_url: str
+    scheduler_port: int
+    logs: dict[str, Path]
+
+    def tail(self) -> str:
+        return "\n".join(
+            f"--- {name} ---\n{path.read_text(errors='replace')[-2500:]}"
+            for name, path in self.logs.items()
+        )
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of the extender's /metrics, read on the plain-HTTP operations port."""
+        with urllib.request.urlopen(f"{self.ops_url}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
+        return 0.0
+
+
+def _mounts(
+    docs: Sequence[dict[str, Any]], workdir: Path, secret_dirs: Mapping[str, Path]
+) -> dict[str, dict[str, Path]]:
+    """Per container: mount path -> local directory with the volume's files."""
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    volumes: dict[str, Path] = {}
+    for volume in pod["volumes"]:
+        if "configMap" in volume:
+            configmap = next(
+                d
+                for d in docs
+                if d["kind"] == "ConfigMap" and d["metadata"]["name"] == volume["configMap"]["name"]
+            )
+            local = workdir / "volumes" / volume["name"]
+            local.mkdir(parents=True, exist_ok=True)
+            for key, data in configmap["data"].items():
+                (local / key).write_text(data)
+            volumes[volume["name"]] = local
+        elif "secret" in volume:
+            volumes[volume["name"]] = secret_dirs[volume["secret"]["secretName"]]
+    return {
+        c["name"]: {m["mountPath"]: volumes[m["name"]] for m in c.get("volumeMounts", [])}
+        for c in pod["containers"]
+    }
+
+
+def _wait_http(url: str, process: subprocess.Popen[bytes], log: Path, what: str) -> None:
+    context = ssl._create_unverified_context()  # kube-scheduler's self-signed serving cert
+
+    def ok() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(
+                f"{what} exited ({process.returncode}):\n{log.read_text()[-4000:]}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=context) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    wait_for(ok, 60, f"{what} at {url}")
+
+
+@contextlib.contextmanager
+def run_chart_pod(
+    docs: Sequence[dict[str, Any]],
+    *,
+    kubeconfig: str,
+    workdir: Path,
+    secret_dirs: Mapping[str, Path] | None = None,
+) -> Iterator[ChartPod]:
+    """Start the rendered pod's extender, then its kube-scheduler; stop both on exit."""
+    mounts = _mounts(docs, workdir, secret_dirs or {})
+    config_cm = find(docs, "ConfigMap", "-scheduler")
+    config: dict[str, Any] = yaml.safe_load(config_cm["data"]["config.yaml"])
+    extender_port, ops_port, scheduler_port = free_port(), free_port(), free_port()
+
+    # --- scheduler configuration: the ConfigMap, with the two local changes ---
+    config["clientConnection"] = {"kubeconfig": kubeconfig}
+    (extender_cfg,) = config["extenders"]
+    url = urllib.parse.urlsplit(extender_cfg["urlPrefix"])
+    assert url.hostname == "127.0.0.1", "the chart reaches its sidecar on loopback"
+    extender_cfg["urlPrefix"] = url._replace(netloc=f"127.0.0.1:{extender_port}").geturl()
+    (config_dir,) = [d for d in mounts["kube-scheduler"].values() if (d / "config.yaml").exists()]
+    # Files the configuration names (the TLS Secret) live where their volume is "mounted".
+    config = _remap(config, mounts["kube-scheduler"])
+    (config_dir / "config.yaml").write_text(yaml.safe_dump(config))
+
+    # --- extender: the container's args, local ports and a kubeconfig ---
+    ext_args = _remap(container(docs, "gang-extender")["args"], mounts["gang-extender"])
+    ext_args = _set_flag(ext_args, "port", str(extender_port))
+    ext_args = _set_flag(ext_args, "ops-port", str(ops_port))
+    ext_args = _set_flag(ext_args, "ops-host", "127.0.0.1")
+    ext_args = _set_flag(ext_args, "kubeconfig", kubeconfig)
+
+    # --- kube-scheduler: the container's command and args, plus what in-cluster defaults give ---
+    sched = container(docs, "kube-scheduler")
+    assert sched["command"] == ["kube-scheduler"]
+    sched_args = _remap(sched["args"], mounts["kube-scheduler"])
+    sched_args = _set_flag(sched_args, "secure-port", str(scheduler_port))
+    sched_args = _set_flag(sched_args, "bind-address", "127.0.0.1")
+    sched_args = _set_flag(sched_args, "authentication-kubeconfig", kubeconfig)
+    sched_args = _set_flag(sched_args, "authorization-kubeconfig", kubeconfig)
+
+    logs = {"extender": workdir / "extender.log", "kube-scheduler": workdir / "kube-scheduler.log"}
+    leader = config["leaderElection"]
+    pod = ChartPod(
+        namespace=leader["resourceNamespace"],
+        lease=leader["resourceName"],
+        extender_url=f"{url.scheme}://127.0.0.1:{extender_port}{url.path}",
+        ops_url=f"http://127.0.0.1:{ops_port}",
+        scheduler_port=scheduler_port,
+        logs=logs,
+    )
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        with logs["extender"].open("wb") as log:
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "app", *ext_args],
+                    cwd=REPO,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        _wait_http(f"{pod.ops_url}/readyz", processes[0], logs["extender"], "the extender")
+        with logs["kube-scheduler"].open("wb") as log:
+            processes.append(
+                subprocess.Popen(
+                    [str(kube_bin() / "kube-scheduler"), *sched_args],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        _wait_http(
+            f"https://127.0.0.1:{scheduler_port}/healthz",
+            processes[1],
+            logs["kube-scheduler"],
+            "kube-scheduler",
+        )
+        yield pod
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def lease_holder(kube: Kube, namespace: str, name: str) -> str | None:
+    coordination: Any = k8s.CoordinationV1Api(kube.client)
+    try:
+        lease = coordination.read_namespaced_lease(name, namespace)
+    except k8s.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    holder: str | None = lease.spec.holder_identity
+    return holder
+
+
+def schedule_gang(kube: Kube, namespace: str, pod: ChartPod, size: int = 3) -> dict[str, str]:
+    """A PodGroup of `size`: nothing bound while a member is missing, all bound once it exists.
+
+    Every step needs the extender behind the chart's scheduler: the sibling
+    message comes from its filter, the bindings from its bind verb, and the
+    wake-up of the waiting members from its pod patches.
+    """
+    kube.create_podgroup(namespace, "gang", size)
+    for i in range(size - 1):
+        kube.create_pod(namespace, f"gang-{i}", group="gang", scheduler=SCHEDULER_NAME)
+
+    def told_why(name: str) -> Callable[[], bool]:
+        return lambda: any(SIBLINGS in e for e in kube.events(namespace, name))
+
+    for i in range(size - 1):
+        wait_for(told_why(f"gang-{i}"), 30, f"the sibling message on gang-{i}\n{pod.tail()}")
+    assert kube.bound(namespace) == {}, "a member was bound before the gang was complete"
+    kube.create_pod(namespace, f"gang-{size - 1}", group="gang", scheduler=SCHEDULER_NAME)
+    bound: dict[str, str] = wait_for(
+        lambda: len(kube.bound(namespace)) == size and kube.bound(namespace),
+        30,
+        f"all {size} members bound\n{pod.tail()}",
+    )
+    return bound

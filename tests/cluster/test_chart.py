@@ -1,0 +1,246 @@
+"""The Helm chart against the real control plane.
+
+The API server accepts everything the chart renders; the chart's RBAC,
+used for real through a ServiceAccount token, is enough for its
+kube-scheduler (with the chart's configuration) and its extender to
+gang-schedule, and refuses what they must not do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import subprocess
+import textwrap
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from app.groups import POD_GROUP_LABEL
+from tests.cluster.chart_pod import lease_holder, run_chart_pod, schedule_gang
+from tests.cluster.kube import Kube, wait_for
+from tests.packaging.helm import (
+    CHART,
+    FULL_SET,
+    PROMETHEUS_API,
+    find,
+    kube_bin,
+    render,
+    run_helm,
+)
+
+# Objects whose API the local cluster does not serve (no Prometheus Operator,
+# no cert-manager): the API server can only reject them, so they are left
+# out of the dry-run; tests/packaging/test_chart.py checks how they render.
+NOT_SERVED_GROUPS = {"monitoring.coreos.com", "cert-manager.io"}
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+
+def kubectl(kubeconfig: str, *args: str, objects: Sequence[dict[str, Any]]) -> str:
+    result = subprocess.run(
+        [str(kube_bin() / "kubectl"), "--kubeconfig", kubeconfig, *args, "-f", "-"],
+        input=yaml.safe_dump_all(objects),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, f"kubectl {' '.join(args)} failed:\n{result.stderr}"
+    return result.stdout
+
+
+def api_group(obj: dict[str, Any]) -> str:
+    version: str = obj["apiVersion"]
+    return version.split("/", maxsplit=1)[0] if "/" in version else ""
+
+
+@pytest.mark.parametrize("values", [(), (*FULL_SET, *PROMETHEUS_API)], ids=["default", "full"])
+def test_api_server_accepts_everything_the_chart_renders(
+    kubeconfig: str, namespace: str, values: tuple[str, ...]
+) -> None:
+    docs = render(*values, "--include-crds", release="accept", namespace=namespace)
+    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    not_served = [d for d in docs if api_group(d) in NOT_SERVED_GROUPS]
+    rest = [d for d in docs if d not in crds and d not in not_served]
+    assert crds and rest
+    if values:
+        assert sorted(d["kind"] for d in not_served) == ["Certificate", "ServiceMonitor"]
+
+    # The CRD is the cluster's own (hack/local-cluster installs deploy/crds/): applied for real.
+    applied = kubectl(kubeconfig, "apply", "--server-side", objects=crds)
+    assert applied.count("serverside-applied") == len(crds), applied
+    out = kubectl(kubeconfig, "apply", "--server-side", "--dry-run=server", objects=rest)
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == len(rest), out
+    assert all(line.endswith("serverside-applied (server dry run)") for line in lines), out
+
+
+def test_notes_show_a_working_podgroup_and_the_scheduler_name(
+    kubeconfig: str, namespace: str
+) -> None:
+    out = run_helm(
+        "install", "notes", str(CHART), "--dry-run=client", "--kubeconfig", kubeconfig,
+        "--namespace", namespace, "--set", "schedulerName=batch-gang",
+    ).stdout  # fmt: skip
+    notes = out.split("\nNOTES:\n", 1)[1]
+    assert "schedulerName: batch-gang" in notes
+    assert f"{POD_GROUP_LABEL}: trainer" in notes
+    heredoc = re.search(r"<<'YAML'[^\n]*\n(.*?)\n\s*YAML\n", notes, re.S)
+    assert heredoc, notes
+    podgroup = yaml.safe_load(textwrap.dedent(heredoc.group(1)))
+    podgroup["metadata"]["namespace"] = namespace
+    out = kubectl(kubeconfig, "apply", "--server-side", "--dry-run=server", objects=[podgroup])
+    assert "podgroup.scheduling.x-k8s.io/trainer serverside-applied" in out, out
+
+
+def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:
+    """A kubeconfig for the same API server and CA, authenticating with a bearer token."""
+    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "local",
+                        "cluster": {
+                            "server": cluster["server"],
+                            "certificate-authority-data": cluster["certificate-authority-data"],
+                        },
+                    }
+                ],
+                "users": [{"name": "chart-sa", "user": {"token": token}}],
+                "contexts": [
+                    {"name": "local", "context": {"cluster": "local", "user": "chart-sa"}}
+                ],
+                "current-context": "local",
+            }
+        )
+    )
+    path.chmod(0o600)
+    return str(path)
+
+
+def client_for(kubeconfig: str) -> Kube:
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, client_configuration=configuration
+    )
+    return Kube(k8s.ApiClient(configuration))
+
+
+def podgroup_phase(kube: Kube, namespace: str, name: str) -> str | None:
+    podgroup = kube.custom.get_namespaced_custom_object(
+        "scheduling.x-k8s.io", "v1alpha1", namespace, "podgroups", name
+    )
+    phase: str | None = (podgroup.get("status") or {}).get("phase")
+    return phase
+
+
+def refused(call: Any, *args: Any, **kwargs: Any) -> int:
+    with pytest.raises(k8s.ApiException) as err:
+        call(*args, **kwargs)
+    status: int = err.value.status
+    return status
+
+
+def test_chart_rbac_is_enough_to_gang_schedule_and_no_more(
+    kube: Kube, kubeconfig: str, namespace: str, tmp_path: Path
+) -> None:
+    release = f"rbac-{uuid.uuid4().hex[:5]}"
+    docs = render(release=release, namespace=namespace)
+    rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
+    kubectl(kubeconfig, "apply", "--server-side", objects=rbac)
+    try:
+        account = find(docs, "ServiceAccount")["metadata"]["name"]
+        token = kube.core.create_namespaced_service_account_token(
+            account, namespace, {"spec": {"expirationSeconds": 3600}}
+        ).status.token
+        as_chart = token_kubeconfig(kubeconfig, token, tmp_path / "chart-sa.kubeconfig")
+
+        chart_client = client_for(as_chart)
+        node = kube.node_names()[0]
+        assert refused(chart_client.core.delete_node, node, dry_run="All") == 403
+        assert refused(chart_client.core.list_namespaced_secret, namespace) == 403
+
+        with run_chart_pod(docs, kubeconfig=as_chart, workdir=tmp_path) as pod:
+            holder = wait_for(
+                lambda: lease_holder(kube, namespace, pod.lease),
+                30,
+                f"kube-scheduler to take Lease {namespace}/{pod.lease}\n{pod.tail()}",
+            )
+            assert holder.startswith(socket.gethostname() + "_")
+            schedule_gang(kube, namespace, pod)
+            assert pod.metric("gang_extender_gang_admissions_total", result="admitted") >= 1
+            # The extender writes PodGroup status (podgroups/status patch) with the same token.
+            wait_for(
+                lambda: podgroup_phase(kube, namespace, "gang") in {"Scheduled", "Running"},
+                30,
+                f"the extender to write the PodGroup's phase\n{pod.tail()}",
+            )
+            denied = [
+                f"{name}: {line}"
+                for name, log in pod.logs.items()
+                for line in log.read_text(errors="replace").splitlines()
+                if "forbidden" in line.lower()
+            ]
+            assert not denied, "\n".join(denied[:20])
+    finally:
+        # Cluster-scoped objects and the kube-system binding outlive the test namespace.
+        subprocess.run(
+            [
+                str(kube_bin() / "kubectl"),
+                "--kubeconfig",
+                kubeconfig,
+                "delete",
+                "--ignore-not-found",
+                "--wait=false",
+                "-f",
+                "-",
+            ],
+            input=yaml.safe_dump_all(rbac),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+
+def acquired(log: Path) -> bool:
+    return "Successfully acquired lease" in log.read_text(errors="replace")
+
+
+def test_two_replicas_one_schedules_the_other_takes_over(
+    kube: Kube, kubeconfig: str, namespace: str, tmp_path: Path
+) -> None:
+    docs = render("--set", "replicaCount=2", release="ha", namespace=namespace)
+    assert find(docs, "Deployment")["spec"]["replicas"] == 2
+    (tmp_path / "leader").mkdir()
+    (tmp_path / "standby").mkdir()
+    with contextlib.ExitStack() as first:
+        leader = first.enter_context(
+            run_chart_pod(docs, kubeconfig=kubeconfig, workdir=tmp_path / "leader")
+        )
+        wait_for(lambda: acquired(leader.logs["kube-scheduler"]), 30, "the first replica to lead")
+        held_by = lease_holder(kube, namespace, leader.lease)
+        with run_chart_pod(docs, kubeconfig=kubeconfig, workdir=tmp_path / "standby") as standby:
+            # Several retry periods (2s): the second replica waits, it does not lead too.
+            time.sleep(6)
+            assert not acquired(standby.logs["kube-scheduler"]), "both replicas lead"
+            assert lease_holder(kube, namespace, leader.lease) == held_by
+            first.close()  # the leader goes away (and releases the Lease)
+            wait_for(
+                lambda: acquired(standby.logs["kube-scheduler"]),
+                60,
+                f"the standby to take the Lease\n{standby.tail()}",
+            )
+            assert lease_holder(kube, namespace, leader.lease) not in (None, held_by)
+            schedule_gang(kube, namespace, standby)
