@@ -95,3 +95,24 @@ class Metrics:
         )
         for result in ("admitted", "timeout", "rejected"):
             self.admissions.labels(result)
+        # ---- lifecycle (app/status.py, app/events.py) ----
+        self.podgroups = Gauge(
+            "gang_extender_podgroups",
+            "Gangs by lifecycle phase (Pending, Scheduling, Scheduled, Running, Finished, "
+            "Failed): PodGroup objects and label-only groups.",
+            ["phase"],
+            registry=r,
+        )
+        self.status_writes = Counter(
+            "gang_extender_podgroup_status_writes",
+            "PodGroup status patches, by result (written, conflict, failed).",
+            ["result"],
+            registry=r,
+        )
+        self.events = Counter(
+            "gang_extender_events",
+            "Kubernetes Events recorded, by result: created, aggregated (count of an identical "
+            "event raised), rate-limited (dropped by the per-object spam filter), failed.",
+            ["result"],
+            registry=r,
+        )

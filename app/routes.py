@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.debug import GangDebug, add_debug_routes
 from app.extender import GangExtender
 from app.metrics import Metrics
 from app.wire import WireError, parse_binding_args, parse_extender_args, parse_preempt_args
@@ -38,6 +39,7 @@ def create_app(
     url_prefix: str,
     ready: Callable[[], tuple[bool, str]],
     lifespan: Lifespan | None = None,
+    debug: GangDebug | None = None,
 ) -> FastAPI:
     """An ASGI app with the verbs (when `extender` is given) and the operations routes.
 
@@ -55,6 +57,8 @@ def create_app(
     if extender is not None:
         _add_verbs(app, extender, metrics, url_prefix)
     _add_operations(app, metrics, ready)
+    if debug is not None:
+        add_debug_routes(app, debug)
     return app
 
 

@@ -22,6 +22,8 @@ from kubernetes import config as k8s_config
 
 from app.admission import Admission
 from app.config import Settings
+from app.debug import GangDebug
+from app.events import EventRecorder, GangEvents, KubeEventWriter
 from app.evictor import PreemptionFollower
 from app.extender import GangExtender, WaitPolicy
 from app.gate import PermitGate
@@ -33,6 +35,7 @@ from app.reflector import Reflector, Sink
 from app.routes import create_app
 from app.scoring import ScoringPolicy
 from app.state import ClusterState
+from app.status import KubeStatusApi, PodGroupStatus
 from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
@@ -117,9 +120,20 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="kube-api")
     api = KubeApi(core, executor)
     waker = SiblingWaker(state, api)
-    # --- observers: Events and PodGroup status writers plug in here ---
-    observer = Observers()
-    # --- end observers ---
+    # Events and PodGroup status get their own threads: their writes never
+    # delay a binding.
+    observer_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="observers")
+    wait = WaitPolicy(
+        settings.permit_waiting_time_seconds, settings.max_permit_waiting_time_seconds
+    )
+    events = GangEvents(
+        state,
+        EventRecorder(KubeEventWriter(core), observer_executor.submit, metrics),
+        wait,
+        settings.denied_pg_expiration_seconds,
+    )
+    status = PodGroupStatus(state, KubeStatusApi(custom), observer_executor, metrics)
+    observer = Observers(events, status)
     gate = PermitGate(state, admission, api, metrics, waker=waker, observer=observer)
     extender = GangExtender(
         state,
@@ -127,7 +141,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         gate,
         api,
         metrics,
-        WaitPolicy(settings.permit_waiting_time_seconds, settings.max_permit_waiting_time_seconds),
+        wait,
         waker,
         observer,
         scoring=ScoringPolicy(
@@ -162,6 +176,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
+        status.start()
         list_podgroups = functools.partial(
             custom.list_cluster_custom_object, PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL
         )
@@ -187,21 +202,31 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             await gate.drain()
             await waker.drain()
             await follower.drain()
+            await status.stop()
+            observer_executor.shutdown(wait=False, cancel_futures=True)
             for reflector in reflectors:
                 reflector.stop()
             for reflector in reflectors:
                 await asyncio.to_thread(reflector.join, 5)
             executor.shutdown(wait=False, cancel_futures=True)
 
+    debug = GangDebug(status.groups, gate, admission)
     if settings.ops_port is None:
         return Apps(
             create_app(
-                extender, metrics, url_prefix=settings.url_prefix, ready=ready, lifespan=lifespan
+                extender,
+                metrics,
+                url_prefix=settings.url_prefix,
+                ready=ready,
+                lifespan=lifespan,
+                debug=debug,
             ),
             None,
         )
-    # The operations app gets no verbs: on its plain-HTTP port nobody can bind pods.
+    # The verbs' app gets no operations extras and the operations app no verbs:
+    # on the plain-HTTP port nobody can bind pods.
     main = create_app(
         extender, metrics, url_prefix=settings.url_prefix, ready=ready, lifespan=lifespan
     )
-    return Apps(main, create_app(None, metrics, url_prefix=settings.url_prefix, ready=ready))
+    ops = create_app(None, metrics, url_prefix=settings.url_prefix, ready=ready, debug=debug)
+    return Apps(main, ops)

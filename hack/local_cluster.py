@@ -6,7 +6,8 @@ etcd, kube-apiserver, kube-controller-manager and kube-scheduler (built by
 hack/build-kube at the pinned version) as background processes bound to
 127.0.0.1, with working certificate authentication and Node,RBAC
 authorization, and registers fake Node objects (no kubelet) for the scheduler
-to place pods on.
+to place pods on. A pod simulator plays the kubelet of those nodes, so bound
+pods run, finish and go away when deleted.
 
 It is deliberately stdlib-only (plus the openssl CLI for certificates) so that
 it runs on a bare CI machine without Docker, kind or a virtualenv.
@@ -37,6 +38,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -55,12 +57,15 @@ SCHEDULER_CONFIG_TEMPLATE = REPO_ROOT / "deploy" / "scheduler-config.yaml"
 # Ports are deliberately far from the defaults (2379/2380, 6443, 10257,
 # 10259) so the local cluster can run next to a real one on the same machine.
 HOST = "127.0.0.1"
-ETCD_CLIENT_PORT = 22379
-ETCD_PEER_PORT = 22380
-APISERVER_PORT = 16443
-CONTROLLER_MANAGER_PORT = 20257
-SCHEDULER_PORT = 20259
-NODELIST_SCHEDULER_PORT = 20260
+# LOCAL_CLUSTER_PORT_OFFSET (with its own LOCAL_CLUSTER_DIR) runs several
+# clusters side by side: the test suite gives each concurrent session a slot.
+PORT_OFFSET = int(os.environ.get("LOCAL_CLUSTER_PORT_OFFSET", "0"))
+ETCD_CLIENT_PORT = 22379 + PORT_OFFSET
+ETCD_PEER_PORT = 22380 + PORT_OFFSET
+APISERVER_PORT = 16443 + PORT_OFFSET
+CONTROLLER_MANAGER_PORT = 20257 + PORT_OFFSET
+SCHEDULER_PORT = 20259 + PORT_OFFSET
+NODELIST_SCHEDULER_PORT = 20260 + PORT_OFFSET
 
 SERVICE_CIDR = "10.96.0.0/12"
 FIRST_SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service; must be in the serving cert
@@ -87,7 +92,11 @@ LOG_TAIL_LINES = 30
 
 CORE_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
 SCHEDULER_COMPONENTS = ("kube-scheduler", "kube-scheduler-nodelist")
-ALL_COMPONENTS = CORE_COMPONENTS + SCHEDULER_COMPONENTS
+# Plays the kubelet for the fake nodes: a Python process running this very
+# script (`simulate-pods`), not a Kubernetes binary.
+POD_SIMULATOR = "pod-simulator"
+SIMULATE_COMMAND = "simulate-pods"
+ALL_COMPONENTS = CORE_COMPONENTS + SCHEDULER_COMPONENTS + (POD_SIMULATOR,)
 COMPONENT_BINARY = {
     "etcd": "etcd",
     "kube-apiserver": "kube-apiserver",
@@ -101,6 +110,7 @@ COMPONENT_PORTS = {
     "kube-controller-manager": (CONTROLLER_MANAGER_PORT,),
     "kube-scheduler": (SCHEDULER_PORT,),
     "kube-scheduler-nodelist": (NODELIST_SCHEDULER_PORT,),
+    POD_SIMULATOR: (),
 }
 
 # Client certificates: (file stem, CN, O). The CNs are the identities the
@@ -604,6 +614,11 @@ def component_args(layout: Layout, name: str) -> list[str]:
             f"--advertise-address={HOST}",
             f"--secure-port={APISERVER_PORT}",
             f"--etcd-servers=http://{HOST}:{ETCD_CLIENT_PORT}",
+            # ConfigMaps are watched straight from etcd, compacted every 10s:
+            # a watch from an old resourceVersion then really gets 410 Gone,
+            # which the reflector tests rely on. Nothing else uses ConfigMaps.
+            "--watch-cache-sizes=configmaps#0",
+            "--etcd-compaction-interval=10s",
             f"--client-ca-file={c('ca.crt')}",
             f"--tls-cert-file={c('apiserver.crt')}",
             f"--tls-private-key-file={c('apiserver.key')}",
@@ -663,6 +678,20 @@ def component_args(layout: Layout, name: str) -> list[str]:
     raise ValueError(name)
 
 
+def component_argv(layout: Layout, bin_dir: Path, name: str) -> list[str]:
+    """The full command line of a component."""
+    if name == POD_SIMULATOR:
+        # -B: keep hack/ free of __pycache__, as the wrapper does.
+        return [
+            sys.executable,
+            "-B",
+            str(Path(__file__).resolve()),
+            SIMULATE_COMMAND,
+            f"--state-dir={layout.root}",
+        ]
+    return [str(bin_dir / COMPONENT_BINARY[name]), *component_args(layout, name)]
+
+
 # --------------------------------------------------------------------------
 # Processes
 
@@ -690,6 +719,14 @@ def is_ours(layout: Layout, name: str, pid: int) -> bool:
     same binary run by someone else is never mistaken for ours.
     """
     argv = _cmdline(pid)  # empty for dead and zombie processes
+    if name == POD_SIMULATOR:
+        # python3 -B <this script> simulate-pods --state-dir=<root>
+        return (
+            bool(argv)
+            and str(Path(__file__).resolve()) in argv[1:]
+            and SIMULATE_COMMAND in argv[1:]
+            and f"--state-dir={layout.root}" in argv[1:]
+        )
     if not argv or Path(argv[0]).name != COMPONENT_BINARY[name]:
         return False
     if not any(str(layout.root) in arg for arg in argv[1:]):
@@ -735,8 +772,7 @@ class Launcher:
                 f"cannot start {name}: port(s) {', '.join(map(str, busy))} on {HOST} already in use "
                 f"by another process (not started by this cluster; see `ss -ltnp`)"
             )
-        binary = self.bin_dir / COMPONENT_BINARY[name]
-        argv = [str(binary), *component_args(self.layout, name)]
+        argv = component_argv(self.layout, self.bin_dir, name)
         log_path = self.layout.log(name)
         with log_path.open("wb") as log:
             stamp = dt.datetime.now().isoformat(timespec="seconds")
@@ -816,7 +852,7 @@ def stop_components(layout: Layout, names: Sequence[str]) -> None:
 
 def stop_all(layout: Layout) -> None:
     """Stop clients before servers so shutdown logs stay free of noise."""
-    stop_components(layout, SCHEDULER_COMPONENTS + ("kube-controller-manager",))
+    stop_components(layout, (POD_SIMULATOR, *SCHEDULER_COMPONENTS, "kube-controller-manager"))
     stop_components(layout, ("kube-apiserver",))
     stop_components(layout, ("etcd",))
 
@@ -890,6 +926,23 @@ class Api:
         except (OSError, ssl.SSLError):
             return False
         return status == 200
+
+    def stream(self, path: str, timeout: float) -> Iterator[dict[str, Any]]:
+        """GET a watch and yield its events (one JSON object per line) as they arrive.
+
+        `timeout` bounds each socket read, so it must exceed the watch's
+        timeoutSeconds (bookmarks arrive about once a minute in between).
+        """
+        req = urllib.request.Request(APISERVER_URL + path, method="GET")
+        req.add_header("Accept", "application/json")
+        try:
+            resp = self._opener.open(req, timeout=timeout)
+        except urllib.error.HTTPError as err:
+            raise ClusterError(f"GET {path}: HTTP {err.code}: {err.read()[:300]!r}") from None
+        with resp:
+            for line in resp:
+                if line.strip():
+                    yield json.loads(line)
 
 
 def wait_until(
@@ -1115,6 +1168,371 @@ def ensure_nodes(api: Api, count: int, shape: NodeShape, kube_version: str) -> N
 
 
 # --------------------------------------------------------------------------
+# Pod simulator: the kubelet of the fake nodes
+#
+# Without a kubelet, a bound pod stays Pending and a pod deleted with a grace
+# period stays Terminating forever, so nothing downstream of binding (pod
+# phases, preemption victims leaving, jobs finishing) could be tested. This
+# loop does the few things a kubelet does that the control plane can see.
+
+EXIT_AFTER_ANNOTATION = "local-cluster.dev/exit-after-seconds"
+EXIT_PHASE_ANNOTATION = "local-cluster.dev/exit-phase"
+EXIT_PHASES = ("Succeeded", "Failed")
+SIMULATOR_WATCH_SECONDS = 300
+SIMULATOR_READY_LINE = "watching pods"
+
+# What the simulator does next to a pod (see next_pod_action).
+RUN, DELETE, EXIT = "run", "delete", "exit"
+
+
+def _rfc3339(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_rfc3339(text: Any) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _fake_ip(prefix: str, key: str) -> str:
+    """A stable made-up address under 10.0.0.0/8 (fake nodes have no network)."""
+    h = hashlib.sha256(key.encode()).digest()
+    return f"{prefix}.{h[0]}.{h[1] % 254 + 1}"
+
+
+def exit_plan(pod: dict[str, Any]) -> tuple[float, str] | None:
+    """(seconds after Running, final phase) from the exit annotations, None if absent or invalid."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(EXIT_AFTER_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        return None
+    phase = annotations.get(EXIT_PHASE_ANNOTATION) or "Succeeded"
+    if seconds < 0 or phase not in EXIT_PHASES:
+        return None
+    return seconds, phase
+
+
+def next_pod_action(pod: dict[str, Any], is_fake_node: Callable[[str], bool]) -> str | None:
+    """What a kubelet on the pod's node would do next: RUN, DELETE, EXIT or nothing."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node or not is_fake_node(node):
+        return None
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        # The kubelet's final delete after the containers stopped.
+        return DELETE
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    if phase == "Pending":
+        return RUN
+    if phase == "Running" and exit_plan(pod) is not None:
+        return EXIT
+    return None
+
+
+def running_status_patch(pod: dict[str, Any], now: float) -> dict[str, Any]:
+    """Status a kubelet reports once every container started and is ready."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    ts = _rfc3339(now)
+    host_ip = _fake_ip("10.0", spec.get("nodeName") or "")
+    pod_ip = _fake_ip("10.244", meta.get("uid") or "")
+    conditions = [
+        {"type": t, "status": "True", "lastTransitionTime": ts}
+        for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
+    ]
+    status: dict[str, Any] = {
+        "phase": "Running",
+        "conditions": conditions,
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
+        "startTime": ts,
+        "containerStatuses": [
+            _container_status(meta, c, {"running": {"startedAt": ts}}, ready=True)
+            for c in spec.get("containers") or ()
+        ],
+    }
+    init = [
+        _container_status(meta, c, _terminated(0, ts, ts), ready=True)
+        for c in spec.get("initContainers") or ()
+    ]
+    if init:
+        status["initContainerStatuses"] = init
+    # metadata.uid is a precondition: a recreated pod of the same name is left alone.
+    return {"metadata": {"uid": meta.get("uid")}, "status": status}
+
+
+def terminal_status_patch(
+    pod: dict[str, Any], phase: str, started: float, now: float
+) -> dict[str, Any]:
+    """Status after every container exited with 0 (Succeeded) or 1 (Failed)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    ts = _rfc3339(now)
+    code = 0 if phase == "Succeeded" else 1
+    reason = "PodCompleted" if code == 0 else "PodFailed"
+    return {
+        "metadata": {"uid": meta.get("uid")},
+        "status": {
+            "phase": phase,
+            "conditions": [
+                {"type": t, "status": "False", "reason": reason, "lastTransitionTime": ts}
+                for t in ("Ready", "ContainersReady")
+            ],
+            "containerStatuses": [
+                _container_status(meta, c, _terminated(code, _rfc3339(started), ts), ready=False)
+                for c in spec.get("containers") or ()
+            ],
+        },
+    }
+
+
+def _terminated(code: int, started: str, finished: str) -> dict[str, Any]:
+    return {
+        "terminated": {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": started,
+            "finishedAt": finished,
+        }
+    }
+
+
+def _container_status(
+    meta: dict[str, Any], container: dict[str, Any], state: dict[str, Any], *, ready: bool
+) -> dict[str, Any]:
+    name = container.get("name") or ""
+    return {
+        "name": name,
+        "image": container.get("image") or "",
+        "imageID": "",
+        "containerID": f"fake://{meta.get('uid')}/{name}",
+        "ready": ready,
+        "started": "running" in state,
+        "restartCount": 0,
+        "state": state,
+    }
+
+
+class WatchExpired(Exception):
+    """410 Gone: list again."""
+
+
+class PodSimulator:
+    """List + watch every pod and act as the kubelet of fake nodes.
+
+    Each action is sent once per pod (remembered by uid) and forgotten if the
+    API call fails, so the next event about that pod retries it.
+    """
+
+    def __init__(self, api: Api, log: Callable[[str], None]) -> None:
+        self._api = api
+        self._log = log
+        self._fake_nodes: dict[str, bool] = {}
+        self._lock = threading.Lock()
+        self._sent: dict[str, str] = {}  # uid -> action already sent
+        self._timers: dict[str, threading.Timer] = {}  # uid -> pending exit
+
+    def run(self, stop: threading.Event) -> None:
+        resource_version = ""
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                if not resource_version:
+                    resource_version = self._list()
+                resource_version = self._watch(resource_version, stop)
+                backoff = 0.5
+            except WatchExpired:
+                self._log("watch expired (410 Gone); listing again")
+                resource_version = ""
+            except (OSError, ssl.SSLError, ValueError, ClusterError) as err:
+                # List again rather than resume: after `down` + `up` the new
+                # etcd's resourceVersions restart, and a watch from our old,
+                # now future, version would hang silently.
+                self._log(f"watch failed, listing again in {backoff:.1f}s: {err}")
+                resource_version = ""
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _list(self) -> str:
+        status, body = self._api.request("GET", "/api/v1/pods", timeout=30)
+        if status != 200:
+            raise ClusterError(f"listing pods failed: HTTP {status}: {_message(body)}")
+        items = body.get("items") or []
+        uids = {(p.get("metadata") or {}).get("uid") for p in items}
+        with self._lock:
+            for uid in [u for u in self._sent if u not in uids]:
+                self._forget_locked(uid)
+        for pod in items:
+            self.handle("ADDED", pod)
+        self._log(f"listed {len(items)} pods; {SIMULATOR_READY_LINE}")
+        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch(self, resource_version: str, stop: threading.Event) -> str:
+        query = urllib.parse.urlencode(
+            {
+                "watch": "true",
+                "resourceVersion": resource_version,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(SIMULATOR_WATCH_SECONDS),
+            }
+        )
+        events = self._api.stream(f"/api/v1/pods?{query}", SIMULATOR_WATCH_SECONDS + 30)
+        for event in events:
+            if stop.is_set():
+                break
+            obj = event.get("object") or {}
+            if event.get("type") == "ERROR":
+                if obj.get("code") == 410:
+                    raise WatchExpired(obj.get("message", ""))
+                raise ClusterError(f"watch error: {_message(obj)}")
+            resource_version = (obj.get("metadata") or {}).get(
+                "resourceVersion"
+            ) or resource_version
+            if event.get("type") != "BOOKMARK":
+                self.handle(str(event.get("type")), obj)
+        return resource_version
+
+    def handle(self, event_type: str, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid") or ""
+        if event_type == "DELETED":
+            with self._lock:
+                self._forget_locked(uid)
+            return
+        action = next_pod_action(pod, self._is_fake_node)
+        with self._lock:
+            if action is None or self._sent.get(uid) == action:
+                return
+            if action == EXIT and uid in self._timers:
+                return
+            if action != EXIT:
+                self._sent[uid] = action
+        if action == DELETE:
+            self._delete(pod)
+        elif action == RUN:
+            self._run(pod)
+        else:
+            started = _parse_rfc3339((pod.get("status") or {}).get("startTime")) or time.time()
+            self._schedule_exit(pod, started)
+
+    def _forget_locked(self, uid: str) -> None:
+        self._sent.pop(uid, None)
+        timer = self._timers.pop(uid, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _key(self, pod: dict[str, Any]) -> str:
+        meta = pod.get("metadata") or {}
+        return f"{meta.get('namespace')}/{meta.get('name')}"
+
+    def _path(self, pod: dict[str, Any]) -> str:
+        meta = pod.get("metadata") or {}
+        return f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
+
+    def _is_fake_node(self, name: str) -> bool:
+        known = self._fake_nodes.get(name)
+        if known is not None:
+            return known
+        status, body = self._api.request("GET", f"/api/v1/nodes/{urllib.parse.quote(name)}")
+        if status != 200:
+            return False  # not cached: the node may be created later
+        labels = (body.get("metadata") or {}).get("labels") or {}
+        fake = labels.get(FAKE_NODE_LABEL[0]) == FAKE_NODE_LABEL[1]
+        self._fake_nodes[name] = fake
+        return fake
+
+    def _failed(self, pod: dict[str, Any], what: str, status: int, body: Any) -> None:
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        with self._lock:
+            self._sent.pop(uid, None)
+        self._log(f"{what} {self._key(pod)} failed: HTTP {status}: {_message(body)}")
+
+    def _delete(self, pod: dict[str, Any]) -> None:
+        uid = (pod.get("metadata") or {}).get("uid")
+        options = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": uid},
+        }
+        status, body = self._api.request("DELETE", self._path(pod), options)
+        if status in (200, 202, 404, 409):
+            self._log(f"deleted {self._key(pod)} (grace period over)")
+        else:
+            self._failed(pod, "deleting", status, body)
+
+    def _patch_status(self, pod: dict[str, Any], patch: dict[str, Any]) -> tuple[int, Any]:
+        return self._api.request(
+            "PATCH",
+            self._path(pod) + "/status",
+            patch,
+            "application/strategic-merge-patch+json",
+        )
+
+    def _run(self, pod: dict[str, Any]) -> None:
+        now = time.time()
+        status, body = self._patch_status(pod, running_status_patch(pod, now))
+        if status == 200:
+            self._log(f"{self._key(pod)} is Running on {pod['spec']['nodeName']}")
+            if exit_plan(pod) is not None:
+                self._schedule_exit(pod, now)
+        elif status in (404, 409):
+            self._log(f"{self._key(pod)} is gone or was recreated; not started")
+        else:
+            self._failed(pod, "starting", status, body)
+
+    def _schedule_exit(self, pod: dict[str, Any], started: float) -> None:
+        plan = exit_plan(pod)
+        if plan is None:
+            return
+        seconds, phase = plan
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        delay = max(0.0, started + seconds - time.time())
+        timer = threading.Timer(delay, self._exit, (pod, phase, started))
+        timer.daemon = True
+        with self._lock:
+            if uid in self._timers:
+                return
+            self._timers[uid] = timer
+        timer.start()
+
+    def _exit(self, pod: dict[str, Any], phase: str, started: float) -> None:
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        with self._lock:
+            if self._timers.pop(uid, None) is None:
+                return  # deleted meanwhile
+            self._sent[uid] = EXIT
+        patch = terminal_status_patch(pod, phase, started, time.time())
+        status, body = self._patch_status(pod, patch)
+        if status == 200:
+            self._log(f"{self._key(pod)} exited: {phase}")
+        elif status not in (404, 409):
+            self._failed(pod, f"setting phase {phase} of", status, body)
+
+
+def cmd_simulate_pods(state_dir: str) -> int:
+    """The pod-simulator component's main loop (started by `up`, stopped by `down`)."""
+    layout = Layout(Path(state_dir).resolve())
+
+    def log(message: str) -> None:
+        stamp = dt.datetime.now().isoformat(timespec="milliseconds")
+        print(f"{stamp} pod-simulator: {message}", flush=True)
+
+    if not certs_complete(layout):
+        raise ClusterError(f"no certificates in {layout.certs}: run `hack/local-cluster up` first")
+    log(f"playing the kubelet for nodes labelled {FAKE_NODE_LABEL[0]}={FAKE_NODE_LABEL[1]}")
+    PodSimulator(Api(layout), log).run(threading.Event())
+    return 0
+
+
+# --------------------------------------------------------------------------
 # Commands
 
 
@@ -1127,6 +1545,7 @@ class UpOptions:
     extender_url: str
     node_cache_capable: bool
     with_nodelist: bool
+    pod_simulator: bool = True
 
 
 def core_health(layout: Layout, state: dict[str, Any], bin_dir: Path) -> str | None:
@@ -1188,6 +1607,7 @@ def cmd_up(opts: UpOptions) -> int:
 
         try:
             sched_changes = _reconcile_schedulers(layout, launcher, opts, components)
+            simulator_started = _reconcile_simulator(layout, launcher, opts, components)
         except BaseException:
             stop_components(layout, list(launcher.started))
             raise
@@ -1207,6 +1627,7 @@ def cmd_up(opts: UpOptions) -> int:
                 "extender_url": opts.extender_url,
                 "node_cache_capable": opts.node_cache_capable,
                 "with_nodelist_scheduler": opts.with_nodelist,
+                "pod_simulator": opts.pod_simulator,
             },
             "components": components,
             "updated": dt.datetime.now().isoformat(timespec="seconds"),
@@ -1239,6 +1660,15 @@ def cmd_up(opts: UpOptions) -> int:
 
         install_crds(layout, bin_dir)
         ensure_nodes(api, opts.nodes, opts.shape, kube_version)
+        if simulator_started:
+            wait_until(
+                "the pod simulator to list pods",
+                lambda: SIMULATOR_READY_LINE in tail(layout.log(POD_SIMULATOR)),
+                30,
+                launcher,
+                (POD_SIMULATOR,),
+                POD_SIMULATOR,
+            )
         ready, total = node_counts(api)
         info(
             f"cluster up in {time.monotonic() - started_at:.1f}s: {ready}/{total} nodes Ready, "
@@ -1327,6 +1757,34 @@ def _reconcile_schedulers(
     return changes
 
 
+def _reconcile_simulator(
+    layout: Layout, launcher: Launcher, opts: UpOptions, components: dict[str, Any]
+) -> bool:
+    """Run the pod simulator exactly when wanted; True if it was (re)started now.
+
+    A running simulator is kept only if it runs the current version of this
+    script, so an edit takes effect on the next `up`.
+    """
+    pid = running_pid(layout, POD_SIMULATOR)
+    if not opts.pod_simulator:
+        if pid is not None:
+            info(f"stopping {POD_SIMULATOR}: --no-pod-simulator was given")
+            stop_components(layout, (POD_SIMULATOR,))
+        components.pop(POD_SIMULATOR, None)
+        return False
+    script = digest(Path(__file__).resolve().read_text())
+    if pid is not None and components.get(POD_SIMULATOR, {}).get("script_sha256") == script:
+        return False
+    if pid is not None:
+        info(f"restarting {POD_SIMULATOR}: {Path(__file__).name} changed")
+        stop_components(layout, (POD_SIMULATOR,))
+    components[POD_SIMULATOR] = {
+        "pid": launcher.start(POD_SIMULATOR),
+        "script_sha256": script,
+    }
+    return True
+
+
 def cmd_down() -> int:
     """Stop what `up` started and drop the etcd data, so the next `up` is empty.
 
@@ -1358,7 +1816,7 @@ def cmd_status() -> int:
     state = load_state(layout)
     expected = list(CORE_COMPONENTS) + [
         n
-        for n in SCHEDULER_COMPONENTS
+        for n in (*SCHEDULER_COMPONENTS, POD_SIMULATOR)
         if n in state.get("components", {}) or layout.pid_file(n).exists()
     ]
     if "kube-scheduler" not in expected:
@@ -1505,12 +1963,19 @@ its `default` ServiceAccount (kube-controller-manager adds it within ~1s).
 fake nodes: labels kubernetes.io/hostname=<name>, kubernetes.io/os=linux,
 type=fake-node; Ready=True, no taints. They stay Ready because the
 controller-manager runs with --controllers=*,-{",-".join(DISABLED_CONTROLLERS)}.
-Pods bound to them never run and, when deleted with a grace period, stay
-Terminating (no kubelet confirms); use --grace-period=0 --force.
+
+pod simulator (on unless --no-pod-simulator; log logs/{POD_SIMULATOR}.log):
+plays the kubelet of the fake nodes. A pod bound to one goes Running (Ready,
+containers running, made-up 10.x IPs); a pod deleted with a grace period is
+deleted for good (grace 0), as a kubelet does once its containers stopped.
+Annotations {EXIT_AFTER_ANNOTATION}: "N" and optionally
+{EXIT_PHASE_ANNOTATION}: Succeeded|Failed (default Succeeded) make the pod
+reach that phase N seconds after it started running (exit code 0 or 1).
+Without the simulator bound pods stay Pending and deleted ones Terminating.
 
 ports (127.0.0.1 only): etcd {ETCD_CLIENT_PORT} (peer {ETCD_PEER_PORT}), kube-apiserver {APISERVER_PORT},
 kube-controller-manager {CONTROLLER_MANAGER_PORT}, kube-scheduler {SCHEDULER_PORT},
-kube-scheduler-nodelist {NODELIST_SCHEDULER_PORT}.
+kube-scheduler-nodelist {NODELIST_SCHEDULER_PORT}; the pod simulator listens on none.
 
 state dir: <repo>/.local-cluster (or $LOCAL_CLUSTER_DIR): certs/, etcd/,
 kubeconfig (admin, system:masters), *.kubeconfig, *-config.yaml (rendered
@@ -1571,6 +2036,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"also run a second kube-scheduler, profile {NODELIST_SCHEDULER_NAME}, "
         "nodeCacheCapable=false, same extender (log logs/kube-scheduler-nodelist.log)",
     )
+    up.add_argument(
+        "--no-pod-simulator",
+        dest="pod_simulator",
+        action="store_false",
+        help="do not run the pod simulator: bound pods stay Pending, deleted ones Terminating",
+    )
 
     sub.add_parser("down", help="stop the cluster and delete its etcd data")
     sub.add_parser("status", help="show components and health (exit 0 up, 1 degraded, 3 down)")
@@ -1590,6 +2061,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="extra label, repeatable (e.g. topology.kubernetes.io/zone=a)",
     )
+
+    # Hidden (no help): the pod-simulator component that `up` starts in the background.
+    simulate = sub.add_parser(SIMULATE_COMMAND)
+    simulate.add_argument("--state-dir", required=True)
     return parser
 
 
@@ -1606,12 +2081,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.extender_url,
                     args.node_cache_capable,
                     args.with_nodelist_scheduler,
+                    args.pod_simulator,
                 )
             )
         if args.command == "down":
             return cmd_down()
         if args.command == "status":
             return cmd_status()
+        if args.command == SIMULATE_COMMAND:
+            return cmd_simulate_pods(args.state_dir)
         if args.command == "add-node":
             shape = NodeShape(
                 cpu=args.cpu, memory=args.memory, pods=args.pods, labels=dict(args.label)

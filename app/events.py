@@ -1,0 +1,434 @@
+"""Kubernetes Events for gangs: why a gang waits, was admitted, timed out or lost a member.
+
+kube-scheduler already puts FailedScheduling and Scheduled events on pods;
+these add what only the extender knows, on the PodGroup (so `kubectl
+describe podgroup` tells the gang's story) and, where a single pod is
+affected, on that pod. Label-only groups have no object: their events go on
+the pods.
+
+The recorder behaves like client-go's: an identical (object, type, reason,
+message) seen again within `window_seconds` raises `count` and
+`lastTimestamp` of the Event already written instead of creating another;
+and a per-object token bucket (client-go's spam filter: burst 25, one more
+every 5 minutes) drops events of a hot loop before they reach the API
+server. Writes run on a thread pool, never on the event loop, and a write
+that fails is logged and counted, never raised into the verbs. While a
+write for an Event is in flight, further increments are folded into the
+next one, so a burst costs at most two calls per Event.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from cachetools import LRUCache
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
+from app.extender import WaitPolicy
+from app.groups import GroupSpec
+from app.metrics import Metrics
+from app.observer import MemberRef
+from app.state import ClusterState, PodGroupRecord
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "gang-extender"
+PODGROUP_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+WAITING_FOR_SIBLINGS = "WaitingForSiblings"
+GANG_WAITING = "GangWaiting"
+GANG_ADMITTED = "GangAdmitted"
+GANG_TIMED_OUT = "GangTimedOut"
+INSUFFICIENT_RESOURCES = "InsufficientResources"
+PREEMPTED = "Preempted"
+
+# events.k8s.io caps notes at 1 kB; core/v1 accepts more, but kubectl shows
+# one line per event and nobody reads further.
+_MAX_MESSAGE = 1024
+_MAX_NAMES = 10
+
+
+# ---- what an Event is about ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The Event's involvedObject."""
+
+    kind: str
+    api_version: str
+    namespace: str
+    name: str
+    uid: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "kind": self.kind,
+            "apiVersion": self.api_version,
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+        }
+
+
+def pod_ref(member: MemberRef) -> ObjectRef:
+    return ObjectRef("Pod", "v1", member.namespace, member.name, member.uid)
+
+
+def podgroup_ref(record: PodGroupRecord) -> ObjectRef:
+    return ObjectRef("PodGroup", PODGROUP_API_VERSION, record.namespace, record.name, record.uid)
+
+
+# ---- the API side ------------------------------------------------------------------
+
+
+class EventNotFound(Exception):
+    """The Event to update no longer exists (events expire after an hour)."""
+
+
+class EventWriter(Protocol):
+    """Blocking API calls; the recorder runs them on worker threads."""
+
+    def create(self, namespace: str, body: dict[str, Any]) -> None: ...
+
+    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        """Merge-patch an Event; raise EventNotFound on 404."""
+
+
+class KubeEventWriter:
+    """core/v1 Events through the official client."""
+
+    def __init__(self, core: k8s.CoreV1Api, *, timeout_seconds: float = 10) -> None:
+        self._core = core
+        self._timeout = timeout_seconds
+
+    def create(self, namespace: str, body: dict[str, Any]) -> None:
+        # The client serializes a plain dict as is (its stubs ask for the model).
+        raw: Any = body
+        response: Any = self._core.create_namespaced_event(
+            namespace, raw, _preload_content=False, _request_timeout=self._timeout
+        )
+        response.release_conn()
+
+    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        try:
+            response: Any = self._core.patch_namespaced_event(
+                name,
+                namespace,
+                body,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as err:
+            if err.status == 404:
+                raise EventNotFound(name) from None
+            raise
+        response.release_conn()
+
+
+# ---- rate limiting and aggregation (pure, clock injected) -------------------------------
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """`burst` tokens, one more every `refill_seconds`; each event takes one."""
+
+    burst: float
+    refill_seconds: float
+    tokens: float
+    updated: float
+
+    def take(self, now: float) -> bool:
+        elapsed = max(0.0, now - self.updated)
+        self.tokens = min(self.burst, self.tokens + elapsed / self.refill_seconds)
+        self.updated = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One Event object: what we told the API server and what is still to tell."""
+
+    ref: ObjectRef
+    type: str
+    reason: str
+    message: str
+    name: str
+    first: float
+    last: float
+    count: int = 1
+    sent_count: int = 0
+    created: bool = False
+    in_flight: bool = False
+
+
+Submit = Callable[[Callable[[], None]], object]
+"""Runs a blocking call elsewhere (ThreadPoolExecutor.submit in production)."""
+
+
+class EventRecorder:
+    def __init__(
+        self,
+        writer: EventWriter,
+        submit: Submit,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], float] = time.time,
+        window_seconds: float = 600.0,
+        burst: int = 25,
+        refill_seconds: float = 300.0,
+        cache_size: int = 4096,
+    ) -> None:
+        self._writer = writer
+        self._submit = submit
+        self._metrics = metrics
+        self._clock = clock
+        self._window = window_seconds
+        self._burst = burst
+        self._refill = refill_seconds
+        # Touched from the event loop (record) and worker threads (_send).
+        self._lock = threading.Lock()
+        self._entries: LRUCache[tuple[ObjectRef, str, str, str], _Entry] = LRUCache(cache_size)
+        self._buckets: LRUCache[tuple[ObjectRef, str], TokenBucket] = LRUCache(cache_size)
+        self._last_ns = 0
+
+    def record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        """Queue an Event (or a count increment of an identical one); never blocks or raises."""
+        message = _truncate(message)
+        now = self._clock()
+        key = (ref, type_, reason, message)
+        with self._lock:
+            # The spam filter is per object and reason: a hot loop of one reason
+            # (WaitingForSiblings on every scheduling attempt) cannot starve the
+            # rare ones (GangTimedOut) of the same PodGroup.
+            bucket = self._buckets.get((ref, reason))
+            if bucket is None:
+                bucket = TokenBucket(self._burst, self._refill, float(self._burst), now)
+                self._buckets[(ref, reason)] = bucket
+            if not bucket.take(now):
+                self._metrics.events.labels("rate-limited").inc()
+                log.debug("event %s on %s %s dropped (rate limit)", reason, ref.kind, ref.name)
+                return
+            entry = self._entries.get(key)
+            if entry is not None and now - entry.last <= self._window:
+                entry.count += 1
+                entry.last = now
+                self._metrics.events.labels("aggregated").inc()
+            else:
+                entry = _Entry(ref, type_, reason, message, self._new_name(ref, now), now, now)
+                self._entries[key] = entry
+                self._metrics.events.labels("created").inc()
+            if entry.in_flight:
+                return  # the running _send picks the new count up
+            entry.in_flight = True
+        try:
+            self._submit(lambda: self._send(entry))
+        except RuntimeError as err:  # the executor is shut down: we are stopping
+            log.debug("event %s not written: %s", reason, err)
+            with self._lock:
+                entry.in_flight = False
+
+    def _new_name(self, ref: ObjectRef, now: float) -> str:
+        # client-go's naming: <object>.<hex nanoseconds>, kept unique within this process.
+        ns = max(int(now * 1e9), self._last_ns + 1)
+        self._last_ns = ns
+        return f"{ref.name[:200]}.{ns:x}"
+
+    def _send(self, entry: _Entry) -> None:
+        while True:
+            with self._lock:
+                if entry.sent_count == entry.count:
+                    entry.in_flight = False
+                    return
+                count, create = entry.count, not entry.created
+                body = _event_body(entry)
+            try:
+                if create:
+                    self._writer.create(entry.ref.namespace, body)
+                else:
+                    try:
+                        self._writer.patch(
+                            entry.ref.namespace,
+                            entry.name,
+                            {"count": body["count"], "lastTimestamp": body["lastTimestamp"]},
+                        )
+                    except EventNotFound:
+                        self._writer.create(entry.ref.namespace, body)
+            except Exception as err:
+                self._metrics.events.labels("failed").inc()
+                log.warning(
+                    "writing event %s on %s %s/%s failed: %s",
+                    entry.reason,
+                    entry.ref.kind,
+                    entry.ref.namespace,
+                    entry.ref.name,
+                    err,
+                )
+                with self._lock:
+                    entry.in_flight = False
+                    # Give up on this count; the next identical event tries again.
+                    entry.sent_count = entry.count
+                return
+            with self._lock:
+                entry.created = True
+                entry.sent_count = count
+
+
+def _event_body(entry: _Entry) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": entry.name, "namespace": entry.ref.namespace},
+        "involvedObject": entry.ref.as_dict(),
+        "type": entry.type,
+        "reason": entry.reason,
+        "message": entry.message,
+        "source": {"component": COMPONENT},
+        "count": entry.count,
+        "firstTimestamp": _timestamp(entry.first),
+        "lastTimestamp": _timestamp(entry.last),
+    }
+
+
+def _timestamp(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _truncate(message: str) -> str:
+    return message if len(message) <= _MAX_MESSAGE else message[: _MAX_MESSAGE - 3] + "..."
+
+
+# ---- the observer ----------------------------------------------------------------------
+
+
+class Recorder(Protocol):
+    def record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None: ...
+
+
+class GangEvents:
+    """GangObserver: turns the gate's and filter's reports into Events users can act on."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        recorder: Recorder,
+        wait: WaitPolicy,
+        retry_after_seconds: float,
+    ) -> None:
+        self._state = state
+        self._recorder = recorder
+        self._wait = wait
+        self._retry = retry_after_seconds
+
+    def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
+        if reason == TOO_FEW_SIBLINGS:
+            self._on_group(
+                group_key,
+                [member],
+                NORMAL,
+                WAITING_FOR_SIBLINGS,
+                f"{message}; create the missing pods, or lower minMember",
+            )
+        elif reason == MIN_RESOURCES:
+            self._on_group(
+                group_key,
+                [member],
+                WARNING,
+                INSUFFICIENT_RESOURCES,
+                f"{message}; checked again in {self._retry:g}s: free that much capacity "
+                "(or lower spec.minResources) for the gang to start",
+            )
+
+    def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
+        wait = self._wait_seconds(group_key, needed)
+        self._on_group(
+            group_key,
+            [member],
+            NORMAL,
+            GANG_WAITING,
+            f"{present} of minMember {needed} members placed; waiting up to {wait:g}s in the "
+            f"permit gate for the rest (all are bound together once {needed} are placed)",
+        )
+
+    def gang_admitted(self, group_key: str, bound: Sequence[MemberRef]) -> None:
+        longest = max((m.waited_seconds for m in bound), default=0.0)
+        self._on_group(
+            group_key,
+            bound,
+            NORMAL,
+            GANG_ADMITTED,
+            f"gang {group_key} admitted: {len(bound)} member(s) bound together "
+            f"({_names(bound)}) after up to {longest:.1f}s in the permit gate",
+        )
+
+    def bind_failed(self, member: MemberRef, group_key: str | None, message: str) -> None:
+        # kube-scheduler already reports the failed binding on the pod (FailedScheduling).
+        return None
+
+    def gang_timed_out(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        text = (
+            f"{message}; the group is retried in {self._retry:g}s. If it never completes, "
+            "check that minMember pods exist and that the cluster can hold all of them at once "
+            "(kubectl describe pods)"
+        )
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), WARNING, GANG_TIMED_OUT, text)
+        for member in released:
+            self._recorder.record(pod_ref(member), WARNING, GANG_TIMED_OUT, text)
+
+    def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
+        if by in self._state.podgroups or self._state.members(by):
+            beneficiary = f"gang {by}"
+        elif by in self._state.pods:
+            beneficiary = f"pod {by}"
+        else:
+            beneficiary = by
+        text = f"evicted by kube-scheduler's preemption so that {beneficiary} can be placed"
+        if victim_group is not None:
+            text += f" (this pod was a member of gang {victim_group})"
+        self._recorder.record(pod_ref(victim), WARNING, PREEMPTED, text)
+
+    # ---- helpers -----------------------------------------------------------------------
+
+    def _on_group(
+        self,
+        group_key: str,
+        members: Sequence[MemberRef],
+        type_: str,
+        reason: str,
+        message: str,
+    ) -> None:
+        """On the PodGroup; for a label-only group (no object) on the pods concerned."""
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), type_, reason, message)
+            return
+        for member in members:
+            self._recorder.record(pod_ref(member), type_, reason, message)
+
+    def _wait_seconds(self, group_key: str, needed: int) -> float:
+        record = self._state.podgroups.get(group_key)
+        spec = record.spec if record is not None and record.spec is not None else None
+        return self._wait.for_group(spec or GroupSpec(group_key, needed))
+
+
+def _names(members: Sequence[MemberRef]) -> str:
+    names = sorted(m.name for m in members)
+    shown = ", ".join(names[:_MAX_NAMES])
+    return shown if len(names) <= _MAX_NAMES else f"{shown} and {len(names) - _MAX_NAMES} more"

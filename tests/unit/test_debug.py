@@ -1,0 +1,126 @@
+import asyncio
+import json
+
+import httpx
+from fastapi import FastAPI
+
+from app.admission import Admission
+from app.debug import GangDebug, add_debug_routes
+from app.gate import PermitGate
+from app.groups import GroupSpec
+from app.metrics import Metrics
+from app.state import ClusterState
+from app.status import PENDING, SCHEDULING, GroupStatus, GroupView
+from tests.unit.builders import node, pod
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class NeverBinds:
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        raise AssertionError("the gang is incomplete: nothing may be bound")
+
+
+def world() -> tuple[ClusterState, Admission, PermitGate, Clock]:
+    clock = Clock()
+    state = ClusterState()
+    state.replace_nodes([node("n1"), node("n2")])
+    for i in range(3):
+        state.apply_pod(pod(f"p{i}", group="g"))
+    admission = Admission(3, clock=clock)
+    gate = PermitGate(state, admission, NeverBinds(), Metrics(), clock=clock)
+    return state, admission, gate, clock
+
+
+GROUPS = {
+    "default/g": GroupView("default/g", "podgroup", 3, 3, GroupStatus(SCHEDULING)),
+    "default/light": GroupView("default/light", "labels", 2, 1, GroupStatus(PENDING)),
+}
+
+
+async def test_snapshot_shows_groups_gate_waiters_and_cache_entries_with_ttl() -> None:
+    state, admission, gate, clock = world()
+    spec = GroupSpec("default/g", 3)
+    waits = [
+        asyncio.create_task(gate.admit(state.pods["default/p0"], "n1", spec, 30)),
+        asyncio.create_task(gate.admit(state.pods["default/p1"], "n2", spec, 30)),
+    ]
+    await asyncio.sleep(0)
+    admission.deny("default/old", "timeout", "gang default/old timed out")
+    admission.permitted["default/g"] = clock.now
+    clock.now += 1.5
+
+    doc = GangDebug(GROUPS, gate, admission, clock).snapshot()
+
+    assert json.loads(json.dumps(doc)) == doc  # plain JSON
+    assert doc["groups"] == [
+        {
+            "key": "default/g",
+            "source": "podgroup",
+            "minMember": 3,
+            "members": 3,
+            "phase": SCHEDULING,
+            "scheduled": 0,
+            "running": 0,
+            "succeeded": 0,
+            "failed": 0,
+            "scheduleStartTime": None,
+            "waitingInGate": 2,
+        },
+        {
+            "key": "default/light",
+            "source": "labels",
+            "minMember": 2,
+            "members": 1,
+            "phase": PENDING,
+            "scheduled": 0,
+            "running": 0,
+            "succeeded": 0,
+            "failed": 0,
+            "scheduleStartTime": None,
+            "waitingInGate": 0,
+        },
+    ]
+    assert doc["gate"] == {
+        "default/g": [
+            {"pod": "default/p0", "uid": "uid-default-p0", "node": "n1", "waitingSeconds": 1.5},
+            {"pod": "default/p1", "uid": "uid-default-p1", "node": "n2", "waitingSeconds": 1.5},
+        ]
+    }
+    assert doc["denied"] == [
+        {
+            "group": "default/old",
+            "reason": "timeout",
+            "message": "gang default/old timed out",
+            "ageSeconds": 1.5,
+            "ttlSecondsLeft": 1.5,
+        }
+    ]
+    assert doc["permitted"] == [{"group": "default/g", "ageSeconds": 1.5, "ttlSecondsLeft": 1.5}]
+    assert doc["deniedTTLSeconds"] == 3
+
+    clock.now += 2  # both cache entries expired: shown no more, and not purged by reading
+    later = GangDebug(GROUPS, gate, admission, clock).snapshot()
+    assert later["denied"] == [] and later["permitted"] == []
+    gate.release_all("test over")
+    await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def test_route_serves_the_snapshot() -> None:
+    _, admission, gate, clock = world()
+    app = FastAPI()
+    add_debug_routes(app, GangDebug(GROUPS, gate, admission, clock))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        response = await client.get("/debug/gangs")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert [g["key"] for g in body["groups"]] == ["default/g", "default/light"]
+    assert body["gate"] == {} and body["denied"] == [] and body["permitted"] == []

@@ -1,0 +1,296 @@
+from collections.abc import Callable
+from typing import Any
+
+from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
+from app.events import (
+    GANG_ADMITTED,
+    GANG_TIMED_OUT,
+    GANG_WAITING,
+    INSUFFICIENT_RESOURCES,
+    NORMAL,
+    PREEMPTED,
+    WAITING_FOR_SIBLINGS,
+    WARNING,
+    EventNotFound,
+    EventRecorder,
+    GangEvents,
+    ObjectRef,
+    TokenBucket,
+)
+from app.extender import WaitPolicy
+from app.metrics import Metrics
+from app.observer import MemberRef
+from app.state import ClusterState
+from tests.unit.builders import pod, podgroup
+
+POD = ObjectRef("Pod", "v1", "ns", "p", "uid-p")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class RecordingWriter:
+    """Stands in for the Events API; the cluster tests read the real Events back."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.missing: set[str] = set()
+        self.fail = False
+
+    def create(self, namespace: str, body: dict[str, Any]) -> None:
+        if self.fail:
+            raise RuntimeError("API server unreachable")
+        self.calls.append(("create", body["metadata"]["name"], body))
+        self.missing.discard(body["metadata"]["name"])
+
+    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        if self.fail:
+            raise RuntimeError("API server unreachable")
+        if name in self.missing:
+            raise EventNotFound(name)
+        self.calls.append(("patch", name, body))
+
+
+def inline(fn: Callable[[], None]) -> None:
+    fn()
+
+
+def recorder(
+    submit: Callable[[Callable[[], None]], object] = inline,
+) -> tuple[EventRecorder, RecordingWriter, Clock, Metrics]:
+    writer, clock, metrics = RecordingWriter(), Clock(), Metrics()
+    return EventRecorder(writer, submit, metrics, clock=clock), writer, clock, metrics
+
+
+def counter(metrics: Metrics, result: str) -> float:
+    return metrics.registry.get_sample_value("gang_extender_events_total", {"result": result}) or 0
+
+
+# ---- token bucket --------------------------------------------------------------------
+
+
+def test_token_bucket_allows_a_burst_then_one_per_refill_period() -> None:
+    bucket = TokenBucket(burst=3, refill_seconds=300, tokens=3, updated=0)
+    assert [bucket.take(0) for _ in range(4)] == [True, True, True, False]
+    assert not bucket.take(299)
+    assert bucket.take(300)
+    assert not bucket.take(300)
+    assert [bucket.take(10_000) for _ in range(4)] == [True, True, True, False]  # capped at burst
+
+
+# ---- recorder: creation, aggregation, rate limit -------------------------------------------
+
+
+def test_first_event_is_created_with_the_client_go_fields() -> None:
+    rec, writer, _, _ = recorder()
+    rec.record(POD, WARNING, "GangTimedOut", "it timed out")
+    [(verb, name, body)] = writer.calls
+    assert verb == "create" and name.startswith("p.")
+    assert body["involvedObject"] == {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "namespace": "ns",
+        "name": "p",
+        "uid": "uid-p",
+    }
+    assert body["source"] == {"component": "gang-extender"}
+    assert (body["type"], body["reason"], body["message"], body["count"]) == (
+        WARNING,
+        "GangTimedOut",
+        "it timed out",
+        1,
+    )
+    assert body["firstTimestamp"] == body["lastTimestamp"] == "2023-11-14T22:13:20Z"
+
+
+def test_an_identical_event_raises_the_count_of_the_first() -> None:
+    rec, writer, clock, metrics = recorder()
+    rec.record(POD, NORMAL, "R", "same")
+    clock.now += 5
+    rec.record(POD, NORMAL, "R", "same")
+    assert [c[0] for c in writer.calls] == ["create", "patch"]
+    assert writer.calls[1][1] == writer.calls[0][1]
+    assert writer.calls[1][2] == {"count": 2, "lastTimestamp": "2023-11-14T22:13:25Z"}
+    assert counter(metrics, "created") == 1 and counter(metrics, "aggregated") == 1
+
+
+def test_a_different_message_or_object_is_a_new_event() -> None:
+    rec, writer, _, _ = recorder()
+    rec.record(POD, NORMAL, "R", "one")
+    rec.record(POD, NORMAL, "R", "two")
+    rec.record(ObjectRef("Pod", "v1", "ns", "q", "uid-q"), NORMAL, "R", "one")
+    assert [c[0] for c in writer.calls] == ["create", "create", "create"]
+    assert len({c[1] for c in writer.calls}) == 3
+
+
+def test_after_the_window_an_identical_event_is_new_again() -> None:
+    rec, writer, clock, _ = recorder()
+    rec.record(POD, NORMAL, "R", "same")
+    clock.now += 601
+    rec.record(POD, NORMAL, "R", "same")
+    assert [c[0] for c in writer.calls] == ["create", "create"]
+
+
+def test_a_hot_loop_is_cut_off_by_the_per_object_spam_filter() -> None:
+    rec, writer, clock, metrics = recorder()
+    for _ in range(40):
+        rec.record(POD, NORMAL, "WaitingForSiblings", "same")
+    assert len(writer.calls) == 25
+    assert counter(metrics, "rate-limited") == 15
+    # Another reason on the same object has its own budget.
+    rec.record(POD, WARNING, "GangTimedOut", "timed out")
+    assert writer.calls[-1][2]["reason"] == "GangTimedOut"
+    # One more token every 5 minutes.
+    clock.now += 300
+    rec.record(POD, NORMAL, "WaitingForSiblings", "same")
+    rec.record(POD, NORMAL, "WaitingForSiblings", "same")
+    assert len(writer.calls) == 27
+
+
+def test_increments_during_a_write_are_folded_into_one_call() -> None:
+    queued: list[Callable[[], None]] = []
+    rec, writer, _, _ = recorder(submit=queued.append)
+    for _ in range(5):
+        rec.record(POD, NORMAL, "R", "same")
+    assert len(queued) == 1  # one worker per Event at a time
+    queued.pop()()
+    [(verb, _, body)] = writer.calls
+    assert verb == "create" and body["count"] == 5
+
+
+def test_an_expired_event_is_created_again() -> None:
+    rec, writer, _, _ = recorder()
+    rec.record(POD, NORMAL, "R", "same")
+    writer.missing.add(writer.calls[0][1])
+    rec.record(POD, NORMAL, "R", "same")
+    assert [c[0] for c in writer.calls] == ["create", "create"]
+    assert writer.calls[1][2]["count"] == 2
+
+
+def test_a_failed_write_is_counted_not_raised_and_later_events_still_go_out() -> None:
+    rec, writer, _, metrics = recorder()
+    writer.fail = True
+    rec.record(POD, NORMAL, "R", "same")
+    assert counter(metrics, "failed") == 1
+    writer.fail = False
+    rec.record(POD, NORMAL, "R", "same")
+    assert [c[0] for c in writer.calls] == ["create"]
+    assert writer.calls[0][2]["count"] == 2
+
+
+def test_long_messages_are_truncated() -> None:
+    rec, writer, _, _ = recorder()
+    rec.record(POD, NORMAL, "R", "x" * 5000)
+    assert len(writer.calls[0][2]["message"]) == 1024
+
+
+# ---- GangEvents: which reason goes on which object --------------------------------------
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.events: list[tuple[ObjectRef, str, str, str]] = []
+
+    def record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        self.events.append((ref, type_, reason, message))
+
+
+def gang_events() -> tuple[GangEvents, Recorded, ClusterState]:
+    state = ClusterState()
+    state.apply_podgroup(podgroup("g", 3, timeout=20))
+    state.apply_pod(pod("a", group="g"))
+    recorded = Recorded()
+    return GangEvents(state, recorded, WaitPolicy(60, 80), 3), recorded, state
+
+
+A = MemberRef("default", "a", "uid-default-a", "n1", 2.5)
+B = MemberRef("default", "b", "uid-default-b", "n2", 1.0)
+
+
+def test_waiting_for_siblings_goes_on_the_podgroup_only() -> None:
+    events, recorded, _ = gang_events()
+    events.member_rejected(A, "default/g", TOO_FEW_SIBLINGS, "cannot find enough sibling pods")
+    [(ref, type_, reason, message)] = recorded.events
+    assert (ref.kind, ref.api_version, ref.name, ref.uid) == (
+        "PodGroup",
+        "scheduling.x-k8s.io/v1alpha1",
+        "g",
+        "pg-g",
+    )
+    assert (type_, reason) == (NORMAL, WAITING_FOR_SIBLINGS)
+    assert "create the missing pods" in message
+
+
+def test_label_only_groups_get_their_events_on_the_pods() -> None:
+    events, recorded, _ = gang_events()
+    events.member_rejected(A, "default/light", TOO_FEW_SIBLINGS, "cannot find enough sibling pods")
+    events.gang_admitted("default/light", [A, B])
+    assert [(r.kind, r.name, reason) for r, _, reason, _ in recorded.events] == [
+        ("Pod", "a", WAITING_FOR_SIBLINGS),
+        ("Pod", "a", GANG_ADMITTED),
+        ("Pod", "b", GANG_ADMITTED),
+    ]
+
+
+def test_insufficient_resources_is_a_warning_naming_the_gap() -> None:
+    events, recorded, _ = gang_events()
+    events.member_rejected(A, "default/g", MIN_RESOURCES, "short by cpu 88")
+    [(ref, type_, reason, message)] = recorded.events
+    assert (ref.kind, type_, reason) == ("PodGroup", WARNING, INSUFFICIENT_RESOURCES)
+    assert "short by cpu 88" in message and "checked again in 3s" in message
+
+
+def test_other_rejections_make_no_event() -> None:
+    events, recorded, _ = gang_events()
+    events.member_rejected(A, "default/g", "denied", "last failed")
+    events.member_rejected(A, "default/g", "no-group", "PodGroup not found")
+    assert recorded.events == []
+
+
+def test_gang_waiting_says_how_many_and_for_how_long() -> None:
+    events, recorded, _ = gang_events()
+    events.member_waiting(A, "default/g", 2, 3)
+    [(ref, type_, reason, message)] = recorded.events
+    assert (ref.kind, type_, reason) == ("PodGroup", NORMAL, GANG_WAITING)
+    assert message.startswith("2 of minMember 3 members placed; waiting up to 20s")
+
+
+def test_gang_admitted_names_the_members_and_the_wait() -> None:
+    events, recorded, _ = gang_events()
+    events.gang_admitted("default/g", [B, A])
+    [(ref, _, reason, message)] = recorded.events
+    assert (ref.kind, reason) == ("PodGroup", GANG_ADMITTED)
+    assert "2 member(s) bound together (a, b) after up to 2.5s" in message
+
+
+def test_timeout_goes_on_the_podgroup_and_every_released_pod() -> None:
+    events, recorded, _ = gang_events()
+    events.gang_timed_out("default/g", [A, B], "gang default/g timed out after waiting 20s")
+    assert [(r.kind, r.name) for r, _, _, _ in recorded.events] == [
+        ("PodGroup", "g"),
+        ("Pod", "a"),
+        ("Pod", "b"),
+    ]
+    assert {(t, reason) for _, t, reason, _ in recorded.events} == {(WARNING, GANG_TIMED_OUT)}
+    assert "retried in 3s" in recorded.events[0][3]
+
+
+def test_preempted_names_the_gang_it_made_room_for() -> None:
+    events, recorded, _ = gang_events()
+    events.victim_preempted(B, None, "default/g")
+    events.victim_preempted(B, "default/other", "default/a")
+    events.victim_preempted(B, None, "a higher-priority pod")
+    messages = [m for _, _, _, m in recorded.events]
+    assert all(r.kind == "Pod" and r.name == "b" for r, _, _, _ in recorded.events)
+    assert {reason for _, _, reason, _ in recorded.events} == {PREEMPTED}
+    assert messages[0].endswith("so that gang default/g can be placed")
+    assert (
+        "so that pod default/a can be placed (this pod was a member of gang default/other)"
+        in (messages[1])
+    )
+    assert messages[2].endswith("so that a higher-priority pod can be placed")

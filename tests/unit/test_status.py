@@ -1,0 +1,422 @@
+import asyncio
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from app.metrics import Metrics
+from app.observer import MemberRef
+from app.state import ClusterState, PodRecord, pod_record_from
+from app.status import (
+    CONFLICT,
+    FAILED,
+    FINISHED,
+    GONE,
+    KEPT,
+    PENDING,
+    PHASES,
+    RUNNING,
+    SCHEDULED,
+    SCHEDULING,
+    UNCHANGED,
+    WRITTEN,
+    GroupStatus,
+    PodGroupStatus,
+    StatusConflict,
+    compute_status,
+    status_patch,
+    write_status,
+)
+from tests.unit.builders import node, pod, podgroup
+
+# ---- compute_status: the phase as a pure function --------------------------------------
+
+
+def member(
+    name: str, *, node: str = "", phase: str = "Pending", deleting: bool = False
+) -> PodRecord:
+    return pod_record_from(pod(name, group="g", node=node, phase=phase, deleting=deleting))
+
+
+def test_no_pods_is_pending() -> None:
+    assert compute_status(3, [], waiting_in_gate=False) == GroupStatus(PENDING)
+
+
+def test_fewer_members_than_min_member_is_pending() -> None:
+    pods = [member("a"), member("b")]
+    assert compute_status(3, pods, waiting_in_gate=False).phase == PENDING
+
+
+def test_a_member_waiting_in_the_gate_is_scheduling() -> None:
+    pods = [member("a"), member("b"), member("c")]
+    assert compute_status(3, pods, waiting_in_gate=True).phase == SCHEDULING
+
+
+def test_min_member_bound_is_scheduled_even_while_others_wait() -> None:
+    pods = [member("a", node="n1"), member("b", node="n2"), member("c")]
+    status = compute_status(2, pods, waiting_in_gate=True)
+    assert status == GroupStatus(SCHEDULED, scheduled=2)
+
+
+def test_bound_below_min_member_is_not_scheduled() -> None:
+    pods = [member("a", node="n1"), member("b")]
+    assert compute_status(2, pods, waiting_in_gate=False).phase == PENDING
+
+
+def test_min_member_running_is_running() -> None:
+    pods = [member(n, node="n1", phase="Running") for n in "abc"] + [member("d", node="n2")]
+    assert compute_status(3, pods, waiting_in_gate=False) == GroupStatus(
+        RUNNING, scheduled=4, running=3
+    )
+
+
+def test_some_running_below_min_member_stays_scheduled() -> None:
+    pods = [member("a", node="n1", phase="Running"), member("b", node="n1")]
+    assert compute_status(2, pods, waiting_in_gate=False).phase == SCHEDULED
+
+
+def test_running_and_succeeded_together_are_running() -> None:
+    pods = [
+        member("a", node="n1", phase="Running"),
+        member("b", node="n1", phase="Succeeded"),
+    ]
+    assert compute_status(2, pods, waiting_in_gate=False) == GroupStatus(
+        RUNNING, scheduled=2, running=1, succeeded=1
+    )
+
+
+def test_min_member_succeeded_is_finished() -> None:
+    pods = [member(n, node="n1", phase="Succeeded") for n in "abc"]
+    assert compute_status(3, pods, waiting_in_gate=False) == GroupStatus(
+        FINISHED, scheduled=3, succeeded=3
+    )
+
+
+def test_finished_wins_over_a_failed_extra_member() -> None:
+    pods = [member(n, node="n1", phase="Succeeded") for n in "ab"]
+    pods.append(member("c", node="n1", phase="Failed"))
+    assert compute_status(2, pods, waiting_in_gate=False).phase == FINISHED
+
+
+def test_a_failure_that_leaves_too_few_able_to_run_is_failed() -> None:
+    pods = [
+        member("a", node="n1", phase="Running"),
+        member("b", node="n1", phase="Running"),
+        member("c", node="n2", phase="Failed"),
+    ]
+    assert compute_status(3, pods, waiting_in_gate=False) == GroupStatus(
+        FAILED, scheduled=3, running=2, failed=1
+    )
+
+
+def test_a_failure_with_enough_members_left_is_not_failed() -> None:
+    pods = [member(n, node="n1", phase="Running") for n in "abc"]
+    pods.append(member("d", node="n2", phase="Failed"))
+    assert compute_status(3, pods, waiting_in_gate=False).phase == RUNNING
+
+
+def test_a_failure_counts_succeeded_members_as_done_not_lost() -> None:
+    pods = [
+        member("a", node="n1", phase="Succeeded"),
+        member("b", node="n1", phase="Running"),
+        member("c", node="n1", phase="Failed"),
+    ]
+    # a finished, b may still finish: 2 of minMember 2 can still make it.
+    assert compute_status(2, pods, waiting_in_gate=False).phase == RUNNING
+    # With minMember 3 the failure is fatal.
+    assert compute_status(3, pods, waiting_in_gate=False).phase == FAILED
+
+
+def test_pods_being_deleted_count_as_neither_scheduled_nor_running() -> None:
+    pods = [
+        member("a", node="n1", phase="Running"),
+        member("b", node="n1", phase="Running", deleting=True),
+    ]
+    assert compute_status(2, pods, waiting_in_gate=False) == GroupStatus(
+        PENDING, scheduled=1, running=1
+    )
+
+
+# ---- status_patch / write_status ---------------------------------------------------------
+
+
+def podgroup_object(status: dict[str, Any] | None = None, rv: str = "7") -> dict[str, Any]:
+    obj = podgroup("g", 3)
+    obj["metadata"]["resourceVersion"] = rv
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def test_patch_carries_only_changed_fields_and_preconditions() -> None:
+    current = podgroup_object({"phase": PENDING, "scheduled": 0, "occupiedBy": "ns/job"})
+    patch = status_patch(current, GroupStatus(SCHEDULED, scheduled=3))
+    assert patch == {
+        "metadata": {"uid": "pg-g", "resourceVersion": "7"},
+        "status": {
+            "phase": SCHEDULED,
+            "scheduled": 3,
+            "running": 0,
+            "succeeded": 0,
+            "failed": 0,
+        },
+    }
+
+
+def test_patch_is_none_when_the_object_already_shows_the_status() -> None:
+    wanted = GroupStatus(RUNNING, 3, 3, 0, 0, "2026-01-01T00:00:00Z")
+    current = podgroup_object(wanted.fields())
+    assert status_patch(current, wanted) is None
+
+
+def test_patch_keeps_an_existing_schedule_start_time() -> None:
+    current = podgroup_object({**GroupStatus(PENDING).fields(), "scheduleStartTime": "earlier"})
+    assert status_patch(current, GroupStatus(PENDING, schedule_start_time="later")) is None
+
+
+class MemoryStatusApi:
+    """An in-memory PodGroup store standing in for the status subresource.
+
+    The cluster tests write through the real API server; this one makes
+    conflicts and call counts observable.
+    """
+
+    def __init__(self, obj: dict[str, Any] | None) -> None:
+        self.obj = obj
+        self.reads = 0
+        self.patches: list[dict[str, Any]] = []
+        self.conflicts = 0
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.reads += 1
+        return (
+            None if self.obj is None else {**self.obj, "status": dict(self.obj.get("status") or {})}
+        )
+
+    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        assert self.obj is not None
+        if self.conflicts:
+            self.conflicts -= 1
+            raise StatusConflict(name)
+        assert body["metadata"]["resourceVersion"] == self.obj["metadata"]["resourceVersion"]
+        self.patches.append(body)
+        self.obj["status"] = {**(self.obj.get("status") or {}), **body["status"]}
+        self.obj["metadata"]["resourceVersion"] = str(
+            int(self.obj["metadata"]["resourceVersion"]) + 1
+        )
+
+
+def test_write_status_rereads_and_retries_on_conflict() -> None:
+    api = MemoryStatusApi(podgroup_object())
+    api.conflicts = 1
+    assert write_status(api, "default", "g", "pg-g", GroupStatus(SCHEDULING)) == (
+        WRITTEN,
+        GroupStatus(SCHEDULING),
+    )
+    assert api.reads == 2 and len(api.patches) == 1
+    assert api.obj is not None and api.obj["status"]["phase"] == SCHEDULING
+
+
+def test_write_status_gives_up_after_repeated_conflicts() -> None:
+    api = MemoryStatusApi(podgroup_object())
+    api.conflicts = 5
+    assert write_status(api, "default", "g", "pg-g", GroupStatus(SCHEDULING)) == (CONFLICT, None)
+
+
+def test_write_status_skips_deleted_or_recreated_objects_and_equal_status() -> None:
+    pending = GroupStatus(PENDING)
+    assert write_status(MemoryStatusApi(None), "default", "g", "pg-g", pending) == (GONE, None)
+    recreated = MemoryStatusApi(podgroup_object())
+    assert write_status(recreated, "default", "g", "other-uid", pending) == (GONE, None)
+    api = MemoryStatusApi(podgroup_object(pending.fields()))
+    assert write_status(api, "default", "g", "pg-g", pending) == (UNCHANGED, pending)
+    assert api.patches == []
+
+
+def test_write_status_keeps_a_finished_outcome_when_no_member_is_left() -> None:
+    finished = GroupStatus(FINISHED, 3, 0, 3, 0, "2026-01-01T00:00:00Z")
+    api = MemoryStatusApi(podgroup_object(finished.fields()))
+    result = write_status(api, "default", "g", "pg-g", GroupStatus(PENDING), keep_terminal=True)
+    assert result == (KEPT, finished)
+    assert api.patches == []
+    # With members that could run (a new round), the object follows them.
+    assert write_status(api, "default", "g", "pg-g", GroupStatus(PENDING))[0] == WRITTEN
+
+
+def test_a_terminal_phase_is_kept_until_new_members_arrive() -> None:
+    finished = GroupStatus(FINISHED, 3, 0, 3, 0)
+    assert compute_status(3, [], waiting_in_gate=False, previous=finished) == finished
+    gone = [member("a", node="n1", phase="Succeeded", deleting=True)]
+    assert compute_status(3, gone, waiting_in_gate=False, previous=finished) == finished
+    failed = GroupStatus(FAILED, 2, 0, 0, 2)
+    assert compute_status(2, [], waiting_in_gate=False, previous=failed) == failed
+    new_round = [member("x")]
+    assert compute_status(3, new_round, waiting_in_gate=False, previous=finished).phase == PENDING
+    running = GroupStatus(RUNNING, 3, 3)
+    assert compute_status(3, [], waiting_in_gate=False, previous=running).phase == PENDING
+
+
+# ---- PodGroupStatus: batching and the metric ----------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(max_workers=2)
+    yield pool
+    pool.shutdown(wait=True)
+
+
+def setup(
+    executor: ThreadPoolExecutor, min_member: int = 3
+) -> tuple[ClusterState, MemoryStatusApi, PodGroupStatus, Clock, Metrics]:
+    state = ClusterState()
+    state.replace_nodes([node("n1"), node("n2")])
+    state.apply_podgroup(podgroup("g", min_member))
+    api = MemoryStatusApi(podgroup_object())
+    clock = Clock()
+    metrics = Metrics()
+    writer = PodGroupStatus(state, api, executor, metrics, clock=clock, min_interval_seconds=1.0)
+    return state, api, writer, clock, metrics
+
+
+async def settle(writer: PodGroupStatus) -> None:
+    """Run one reconcile and wait for the writes it started."""
+    writer.reconcile()
+    await writer.stop()
+    await asyncio.sleep(0)
+
+
+def phase_gauge(metrics: Metrics, phase: str) -> float:
+    return metrics.registry.get_sample_value("gang_extender_podgroups", {"phase": phase}) or 0.0
+
+
+async def test_a_new_podgroup_gets_pending_written_once(executor: ThreadPoolExecutor) -> None:
+    _, api, writer, clock, metrics = setup(executor)
+    await settle(writer)
+    assert api.obj is not None and api.obj["status"]["phase"] == PENDING
+    assert len(api.patches) == 1
+    clock.now += 60  # resync: nothing changed, nothing written
+    await settle(writer)
+    assert len(api.patches) == 1
+    assert phase_gauge(metrics, PENDING) == 1
+    assert {p: phase_gauge(metrics, p) for p in PHASES if p != PENDING} == dict.fromkeys(
+        set(PHASES) - {PENDING}, 0.0
+    )
+
+
+async def test_a_burst_of_pod_changes_costs_one_write_per_interval(
+    executor: ThreadPoolExecutor,
+) -> None:
+    state, api, writer, clock, _ = setup(executor, min_member=100)
+    await settle(writer)
+    for i in range(100):
+        state.apply_pod(pod(f"p{i}", group="g", node="n1", phase="Running"))
+        clock.now += 0.005
+        writer.reconcile()  # a tick between pod events: still within the interval
+    clock.now += 0.6
+    await settle(writer)
+    assert len(api.patches) == 2
+    assert api.obj is not None and api.obj["status"]["running"] == 100
+    assert api.obj["status"]["phase"] == RUNNING
+
+
+async def test_a_change_within_the_interval_waits_for_it(executor: ThreadPoolExecutor) -> None:
+    state, api, writer, clock, _ = setup(executor, min_member=1)
+    await settle(writer)
+    state.apply_pod(pod("a", group="g", node="n1", phase="Running"))
+    clock.now += 0.5
+    await settle(writer)
+    assert [p["status"]["phase"] for p in api.patches] == [PENDING]
+    clock.now += 0.6
+    await settle(writer)
+    assert [p["status"]["phase"] for p in api.patches] == [PENDING, RUNNING]
+
+
+async def test_waiting_in_the_gate_sets_scheduling_and_the_start_time(
+    executor: ThreadPoolExecutor,
+) -> None:
+    state, api, writer, _, _ = setup(executor)
+    for name in "abc":
+        state.apply_pod(pod(name, group="g"))
+    state.reserve("default/a", "n1")
+    writer.member_waiting(MemberRef("default", "a", "uid-default-a", "n1"), "default/g", 1, 3)
+    await settle(writer)
+    assert api.obj is not None
+    assert api.obj["status"]["phase"] == SCHEDULING
+    assert api.obj["status"]["scheduleStartTime"] == "1970-01-01T00:16:40Z"
+    assert writer.groups["default/g"].status.phase == SCHEDULING
+
+
+async def test_label_only_groups_are_kept_in_memory_only(executor: ThreadPoolExecutor) -> None:
+    state, api, writer, _, metrics = setup(executor)
+    state.apply_pod(pod("x", light=("light", "2"), node="n1", phase="Running"))
+    state.apply_pod(pod("y", light=("light", "2"), node="n2", phase="Running"))
+    await settle(writer)
+    view = writer.groups["default/light"]
+    assert (view.source, view.min_member, view.status.phase) == ("labels", 2, RUNNING)
+    assert all(p["metadata"]["uid"] == "pg-g" for p in api.patches)
+    assert phase_gauge(metrics, RUNNING) == 1 and phase_gauge(metrics, PENDING) == 1
+
+
+async def test_a_deleted_podgroup_is_forgotten(executor: ThreadPoolExecutor) -> None:
+    state, _, writer, clock, metrics = setup(executor)
+    await settle(writer)
+    state.delete_podgroup("default", "g")
+    clock.now += 60
+    await settle(writer)
+    assert writer.groups == {}
+    assert phase_gauge(metrics, PENDING) == 0
+
+
+async def test_a_failed_write_is_retried(executor: ThreadPoolExecutor) -> None:
+    _, api, writer, clock, metrics = setup(executor)
+    api.conflicts = 3
+    await settle(writer)
+    assert api.patches == []
+    assert (
+        metrics.registry.get_sample_value(
+            "gang_extender_podgroup_status_writes_total", {"result": "conflict"}
+        )
+        == 1
+    )
+    clock.now += 1.1
+    await settle(writer)
+    assert len(api.patches) == 1
+
+
+async def test_cleaning_up_a_finished_gang_keeps_it_finished(executor: ThreadPoolExecutor) -> None:
+    state, api, writer, clock, _ = setup(executor, min_member=2)
+    for name in "ab":
+        state.apply_pod(pod(name, group="g", node="n1", phase="Succeeded"))
+    await settle(writer)
+    assert api.obj is not None and api.obj["status"]["phase"] == FINISHED
+    for name in "ab":
+        state.delete_pod("default", name)
+    clock.now += 2
+    await settle(writer)
+    assert api.obj["status"]["phase"] == FINISHED and len(api.patches) == 1
+    assert writer.groups["default/g"].status.phase == FINISHED
+
+
+async def test_a_restarted_writer_learns_the_outcome_from_the_object(
+    executor: ThreadPoolExecutor,
+) -> None:
+    _, api, writer, clock, metrics = setup(executor)
+    finished = GroupStatus(FINISHED, 3, 0, 3, 0, "2026-01-01T00:00:00Z")
+    api.obj = podgroup_object(finished.fields())
+    await settle(writer)
+    assert api.patches == []
+    assert writer.groups["default/g"].status == finished
+    clock.now += 60
+    await settle(writer)
+    assert api.patches == [] and api.reads == 1
+    assert phase_gauge(metrics, FINISHED) == 1
