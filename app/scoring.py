@@ -74,35 +74,77 @@ def locality(
     node_names: Sequence[str],
     lookup: Callable[[str], NodeRecord | None],
 ) -> dict[str, float]:
-    """Share of the group's placed members on the node (and in its topology domain), 0..1."""
+    """Pull the gang together, 0..1 per node.
+
+    Without --topology-key: the share of the group's placed (bound or
+    reserved) members on the node. With it: mostly the share in the node's
+    domain, plus a bonus for the node itself. While no member is placed yet,
+    every member is steered to the same domain: the one that fits all the
+    group's unplaced members most tightly. That matters because
+    kube-scheduler scores the next member before it tells us (in bind) where
+    it put the previous one.
+    """
+    members = state.members(group_key)
     on_node: dict[str, int] = {}
-    for member in state.members(group_key):
+    for member in members:
         placed = member.placed_node
         if placed:
             on_node[placed] = on_node.get(placed, 0) + 1
     placed_total = sum(on_node.values())
-    if not placed_total:
-        return {}
-    in_domain: dict[str, int] = {}
     key = policy.topology_key
-    if key:
+    if not key:
+        if not placed_total:
+            return {}
+        return {name: on_node.get(name, 0) / placed_total for name in node_names}
+
+    def domain_of(node: str) -> str | None:
+        record = lookup(node)
+        return record.labels.get(key) if record else None
+
+    if placed_total:
+        in_domain: dict[str, float] = {}
         for name, count in on_node.items():
-            record = lookup(name)
-            domain = record.labels.get(key) if record else None
+            domain = domain_of(name)
             if domain is not None:
-                in_domain[domain] = in_domain.get(domain, 0) + count
+                in_domain[domain] = in_domain.get(domain, 0) + count / placed_total
+    else:
+        target = tightest_domain(state, key, [m.requests for m in members])
+        in_domain = {target: 1.0} if target is not None else {}
     result: dict[str, float] = {}
     for name in node_names:
-        same_node = on_node.get(name, 0) / placed_total
-        if key:
-            record = lookup(name)
-            domain = record.labels.get(key) if record else None
-            same_domain = in_domain.get(domain, 0) / placed_total if domain is not None else 0.0
-            # A shared domain matters most; sharing the node itself is a bonus.
-            result[name] = 0.75 * same_domain + 0.25 * same_node
-        else:
-            result[name] = same_node
+        domain = domain_of(name)
+        same_domain = in_domain.get(domain, 0.0) if domain is not None else 0.0
+        same_node = on_node.get(name, 0) / placed_total if placed_total else 0.0
+        # A shared domain matters most; sharing the node itself is a bonus.
+        result[name] = 0.75 * same_domain + 0.25 * same_node
     return result
+
+
+def tightest_domain(state: ClusterState, key: str, requests: Sequence[Resources]) -> str | None:
+    """The topology domain whose free resources hold all `requests` with the least to spare.
+
+    Deterministic (ties go to the smaller name), so every member of a gang
+    scored in a row picks the same domain. None if no single domain fits.
+    """
+    need: Resources = {}
+    for r in requests:
+        for name, amount in r.items():
+            need[name] = need.get(name, 0) + amount
+    free: dict[str, Resources] = {}
+    for node in state.nodes.values():
+        domain = node.labels.get(key)
+        if domain is None or node.unschedulable:
+            continue
+        used = state.requested_on(node.name)
+        pool = free.setdefault(domain, {})
+        for name, amount in node.allocatable.items():
+            pool[name] = pool.get(name, 0) + max(0, amount - used.get(name, 0))
+    fitting = [
+        (pool.get("cpu", 0), domain)
+        for domain, pool in free.items()
+        if all(pool.get(name, 0) >= amount for name, amount in need.items())
+    ]
+    return min(fitting)[1] if fitting else None
 
 
 def binpack(

@@ -10,9 +10,10 @@ at once when the scheduler is idle (SchedulerPopFromBackoffQ). Without help,
 the siblings of a gang that has just become complete would wait for some
 unrelated event or for the 5-minute unschedulable flush.
 
-So when a group becomes admissible, when a member starts waiting in the
-gate, or when a timed-out group's denial expires, we patch an annotation on
-its pending members. Requests are coalesced per group: a gang of 100 pods
+So when a group becomes admissible, when our watch sees a new member of a
+group that now has minMember pods, when a member starts waiting in the gate,
+or when a timed-out group's denial expires, we patch an annotation on its
+pending members. Requests are coalesced per group: a gang of 100 pods
 causes one patch per pending pod per wake-up, and a group is woken at most
 once per `cooldown_seconds`.
 """
@@ -26,7 +27,8 @@ from typing import Protocol
 
 from cachetools import TTLCache
 
-from app.state import ClusterState, PodRecord
+from app.groups import PodGroupSpecError
+from app.state import ClusterState, GroupNotFound, PodRecord
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ class SiblingWaker:
         self._scheduled: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.touched = 0
+        state.add_pod_listener(self._on_pod_change)
 
     def wake(self, group_key: str, *, exclude_uid: str = "") -> None:
         """Touch the group's pending members soon (coalesced, rate-limited)."""
@@ -70,6 +73,22 @@ class SiblingWaker:
     async def drain(self) -> None:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        """A new member may complete a group whose earlier members were turned away.
+
+        kube-scheduler can filter a member before our watch delivered its
+        sibling ("too few siblings"); that member is then parked, and the new
+        sibling's own admission may come before or never (it may not fit).
+        """
+        if new is None or old is not None or new.group is None or new.placed_node:
+            return
+        try:
+            spec = self._state.group_spec(new.group)
+        except (GroupNotFound, PodGroupSpecError):
+            return
+        if len(self._state.members(spec.key)) >= spec.min_member:
+            self.wake(spec.key, exclude_uid=new.uid)
 
     def _fire(self, group_key: str, exclude_uid: str) -> None:
         self._scheduled.pop(group_key, None)

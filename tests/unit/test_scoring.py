@@ -65,3 +65,22 @@ def test_non_gang_pods_can_get_a_neutral_score() -> None:
     state.apply_pod(pod("busy", node="n1", cpu="3"))
     policy = ScoringPolicy(binpack_non_gang=False)
     assert set(score_nodes(policy, state, CPU1, None, ["n1", "n2"]).values()) == {0}
+
+
+def test_before_any_member_is_placed_all_members_aim_at_the_tightest_fitting_zone() -> None:
+    state = ClusterState()
+    nodes = [node("a1"), node("b1"), node("b2")]
+    nodes[0]["metadata"]["labels"]["zone"] = "a"
+    nodes[1]["metadata"]["labels"]["zone"] = "b"
+    nodes[2]["metadata"]["labels"]["zone"] = "b"
+    state.replace_nodes(nodes)
+    for i in range(3):
+        state.apply_pod(pod(f"m{i}", group="g"))
+    policy = ScoringPolicy(topology_key="zone", binpack_weight=0)
+    scores = score_nodes(policy, state, CPU1, "default/g", ["a1", "b1", "b2"])
+    # Zone a (4 CPUs) holds the 3 x 1 CPU gang with the least to spare.
+    assert scores["a1"] > scores["b1"] == scores["b2"]
+    for i in range(3, 6):  # 6 members no longer fit zone a: zone b it is
+        state.apply_pod(pod(f"m{i}", group="g"))
+    scores = score_nodes(policy, state, CPU1, "default/g", ["a1", "b1", "b2"])
+    assert scores["b1"] == scores["b2"] > scores["a1"]

@@ -93,3 +93,17 @@ async def test_protect_policy_only_reports_the_victim() -> None:
     await asyncio.sleep(0)
     assert api.evicted == []
     assert recorder.victims == [("m3", "default/g", "a higher-priority pod")]
+
+
+async def test_a_new_member_that_completes_the_group_wakes_its_siblings() -> None:
+    state = gang_state()  # PodGroup g: minMember 3
+    api = FakeApi()
+    waker = SiblingWaker(state, api, cooldown_seconds=0.05)
+    state.apply_pod(pod("a", group="g"))
+    state.apply_pod(pod("b", group="g"))
+    await asyncio.sleep(0.01)
+    assert api.touched == []  # 2 of 3: nothing to wake yet
+    state.apply_pod(pod("c", group="g"))
+    await asyncio.sleep(0.01)
+    await waker.drain()
+    assert sorted(api.touched) == ["a", "b"]  # not the newcomer: it is queued anyway
