@@ -34,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
 from app.extender import WaitPolicy
 from app.groups import GroupSpec
+from app.kube_api import read_and_release
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState, PodGroupRecord
@@ -119,7 +120,7 @@ class KubeEventWriter:
         response: Any = self._core.create_namespaced_event(
             namespace, raw, _preload_content=False, _request_timeout=self._timeout
         )
-        response.release_conn()
+        read_and_release(response)
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         try:
@@ -135,7 +136,7 @@ class KubeEventWriter:
             if err.status == 404:
                 raise EventNotFound(name) from None
             raise
-        response.release_conn()
+        read_and_release(response)
 
 
 # ---- rate limiting and aggregation (pure, clock injected) -------------------------------

@@ -111,11 +111,20 @@ class KubeApi:
             raise BindError(_reason_of(err), _message_of(err)) from None
         except (HTTPError, OSError) as err:
             raise BindError("transient", f"API server unreachable: {err}") from None
-        try:
-            data: bytes = response.data
-            return data
-        finally:
-            response.release_conn()
+        return read_and_release(response)
+
+
+def read_and_release(response: Any) -> bytes:
+    """Read a raw (_preload_content=False) response whole, then give its connection back.
+
+    Releasing a connection with the body unread would hand the next request
+    on it the leftover bytes (urllib3 then fails with BadStatusLine).
+    """
+    try:
+        data: bytes = response.data
+        return data
+    finally:
+        response.release_conn()
 
 
 def _reason_of(err: ApiException) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from app.kube_api import read_and_release
 from app.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,8 @@ class Reflector:
                 self._handle(event)
         finally:
             self._response = None
+            # A watch cut short still has unread bytes: close it, never reuse it.
+            response.close()
             response.release_conn()
 
     def _handle(self, event: Mapping[str, Any]) -> None:
@@ -237,11 +240,8 @@ class Reflector:
 
     @staticmethod
     def _read_json(response: Any) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] = json.loads(response.data)
-            return data
-        finally:
-            response.release_conn()
+        data: dict[str, Any] = json.loads(read_and_release(response))
+        return data
 
 
 def _events(response: Any) -> Iterator[dict[str, Any]]:

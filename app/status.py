@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from app.kube_api import read_and_release
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState, PodRecord
@@ -193,11 +194,8 @@ class KubeStatusApi:
             if err.status == 404:
                 return None
             raise
-        try:
-            obj: dict[str, Any] = json.loads(response.data)
-            return obj
-        finally:
-            response.release_conn()
+        obj: dict[str, Any] = json.loads(read_and_release(response))
+        return obj
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         try:
@@ -216,7 +214,7 @@ class KubeStatusApi:
             if err.status == 409:
                 raise StatusConflict(name) from None
             raise
-        response.release_conn()
+        read_and_release(response)
 
 
 WRITTEN, UNCHANGED, KEPT, GONE, CONFLICT = "written", "unchanged", "kept", "gone", "conflict"
