@@ -12,8 +12,10 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -32,23 +34,41 @@ REPO = Path(__file__).resolve().parents[2]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
 
 
+def _port_busy(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 def _claim_slot() -> tuple[int, IO[str]]:
     """A private cluster per concurrent test session (ports and state dir of its own).
 
-    The lock is held for the life of the pytest process, so two sessions
-    (two developers' shells, CI and a demo) never recreate each other's cluster.
+    Ports are the machine's, so the locks are too (in the temp dir, shared
+    by every clone); the lock is held for the life of the pytest process. A
+    slot whose ports another process holds (a cluster some other clone left
+    running) is skipped.
     """
-    slots = REPO / ".local-cluster-tests"
-    slots.mkdir(exist_ok=True)
+    locks = Path(tempfile.gettempdir()) / "gang-extender-test-slots"
+    locks.mkdir(exist_ok=True)
     for slot in range(8):
-        handle = (slots / f"slot-{slot}.lock").open("w")
+        handle = (locks / f"slot-{slot}.lock").open("w")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
             continue
+        cluster_dir = REPO / ".local-cluster-tests" / f"slot-{slot}"
+        env = {
+            **os.environ,
+            "LOCAL_CLUSTER_DIR": str(cluster_dir),
+            "LOCAL_CLUSTER_PORT_OFFSET": str(1000 * (slot + 1)),
+        }
+        # Our own clone's leftover cluster in this slot is ours to stop.
+        subprocess.run([str(LOCAL_CLUSTER), "down"], env=env, capture_output=True, check=False)
+        if _port_busy(16443 + 1000 * (slot + 1)) or _port_busy(22379 + 1000 * (slot + 1)):
+            handle.close()
+            continue
         return slot, handle
-    raise RuntimeError("8 test sessions already hold a local cluster; wait for one to finish")
+    raise RuntimeError("no free test slot: 8 local clusters already run on this machine")
 
 
 SLOT, _SLOT_LOCK = _claim_slot()
@@ -102,6 +122,8 @@ def kubeconfig() -> Iterator[str]:
     match = re.search(r"^export KUBECONFIG=(\S+)$", out, re.MULTILINE)
     assert match, f"hack/local-cluster up printed no KUBECONFIG line:\n{out}"
     yield match.group(1)
+    # Free the slot's ports for the next session (logs stay in CLUSTER_DIR).
+    local_cluster("down")
 
 
 @pytest.fixture(scope="session")
