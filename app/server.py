@@ -163,15 +163,11 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     reflectors: list[Reflector] = []
 
     def ready() -> tuple[bool, str]:
+        """Caches listed once and every watch connected: decisions rest on current data."""
         if not reflectors:
             return False, "starting"
-        lines = []
-        ok = True
-        for r in reflectors:
-            status = "ok" if r.healthy else _unhealthy(r)
-            ok = ok and r.synced
-            lines.append(f"{r.kind}: {status}")
-        return ok, "\n".join(lines) + "\n"
+        lines = [f"{r.kind}: {'ok' if r.healthy else _unhealthy(r)}" for r in reflectors]
+        return all(r.healthy for r in reflectors), "\n".join(lines) + "\n"
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
