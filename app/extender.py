@@ -8,6 +8,7 @@ belong to no group pass every verb untouched and are bound at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -207,7 +208,7 @@ class GangExtender:
         spec = pod.spec
         preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key if spec else None)
         if spec is not None and pod.ref is not None:
-            blocker = self._preemption_blocker(spec, pod.ref, preemptor)
+            blocker = self._preemption_blocker(spec, pod.ref, preemptor, args.pod)
             if blocker is not None:
                 log.info(
                     "preempting nothing: %s",
@@ -224,10 +225,16 @@ class GangExtender:
             )
         for candidate in selection.candidates:
             self.preemptors_by_node[candidate.node] = spec.key if spec is not None else pod.key
+        log.debug(
+            "accepted %d of %d preemption candidates",
+            len(selection.candidates),
+            len(args.candidates),
+            extra={"pod": pod.key, "podgroup": spec.key if spec else None, "verb": "preempt"},
+        )
         return preempt_result(selection.candidates)
 
     def _preemption_blocker(
-        self, spec: GroupSpec, ref: GroupRef, preemptor: Preemptor
+        self, spec: GroupSpec, ref: GroupRef, preemptor: Preemptor, raw_pod: dict[str, Any]
     ) -> str | None:
         members = self.state.members(spec.key)
         siblings = self._count_siblings(ref, preemptor.uid)
@@ -235,6 +242,10 @@ class GangExtender:
         if blocker is not None:
             return blocker
         pending = [p.requests for p in members if not p.placed_node]
+        if not any(p.uid == preemptor.uid for p in members):
+            # Our watch has not delivered the preemptor yet: it needs room too.
+            with contextlib.suppress(QuantityError):
+                pending.append(pod_requests(raw_pod.get("spec") or {}))
         gap = preemption_gap(spec, preemptor, pending, self.state)
         return describe_gap(spec.key, gap) if gap else None
 

@@ -30,7 +30,7 @@ from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster.conftest import REPO
-from tests.cluster.kube import Kube, wait_for
+from tests.cluster.kube import Kube, stop_process, wait_for
 from tests.packaging.helm import container, find, kube_bin
 
 SCHEDULER_NAME = "gang-scheduler"
@@ -212,12 +212,7 @@ def run_chart_pod(
         yield pod
     finally:
         for process in reversed(processes):
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
 
 
 def lease_holder(kube: Kube, namespace: str, name: str) -> str | None:

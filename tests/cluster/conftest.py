@@ -28,7 +28,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cluster.kube import Kube, wait_for
+from tests.cluster.kube import Kube, stop_process, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
@@ -179,12 +179,7 @@ class Extender:
     def stop(self) -> None:
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
+        stop_process(self.process)
         self.process = None
 
     def restart(self, *extra_args: str) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 import app
 from tests.cluster.chart_pod import free_port
-from tests.cluster.kube import wait_for
+from tests.cluster.kube import stop_process, wait_for
 from tests.packaging.dockerfile import build_context, build_wheel, parse
 
 
@@ -82,12 +82,7 @@ def served(installed: Path, kubeconfig: str, tmp_path: Path) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{ops_port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         if process.returncode not in (0, -15):
             pytest.fail(f"serve exited {process.returncode}:\n{log.read_text()[-3000:]}")
 

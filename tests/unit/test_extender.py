@@ -187,3 +187,31 @@ async def test_health_readiness_and_metrics(world: tuple[World, httpx.AsyncClien
     assert (await client.get("/readyz")).status_code == 200
     metrics = (await client.get("/metrics")).text
     assert "gang_extender_gate_waiting_pods" in metrics
+
+
+async def test_preemptor_not_yet_in_the_cache_still_counts_toward_the_gangs_need(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    """kube-scheduler can ask before our watch delivered the preemptor itself."""
+    w, client = world  # 2 nodes x 4 CPUs
+    anchor = pod("anchor", node="n1", cpu="1")
+    anchor["spec"]["priority"] = 5000
+    w.state.apply_pod(anchor)
+    w.state.apply_pod(pod("low", node="n2", cpu="2"))
+    w.state.apply_podgroup(podgroup("g", 3))
+    for i in range(2):
+        w.state.apply_pod(pod(f"g-{i}", group="g", cpu="3"))
+    preemptor = pod("g-2", group="g", cpu="3")  # 3 x 3 CPUs > the 7 not held by anchor
+    preemptor["spec"]["priority"] = 1000
+    request = {
+        "Pod": preemptor,
+        "NodeNameToMetaVictims": {
+            "n2": {"Pods": [{"UID": "uid-default-low"}], "NumPDBViolations": 0}
+        },
+    }
+    r = await post(client, "preempt", request)
+    assert r.json() == {"NodeNameToMetaVictims": {}}
+    smaller = pod("g-2", group="g", cpu="1")  # 3 + 3 + 1 = 7 CPUs: now the gang fits
+    smaller["spec"]["priority"] = 1000
+    r = await post(client, "preempt", {**request, "Pod": smaller})
+    assert list(r.json()["NodeNameToMetaVictims"]) == ["n2"]
