@@ -215,3 +215,54 @@ async def test_preemptor_not_yet_in_the_cache_still_counts_toward_the_gangs_need
     smaller["spec"]["priority"] = 1000
     r = await post(client, "preempt", {**request, "Pod": smaller})
     assert list(r.json()["NodeNameToMetaVictims"]) == ["n2"]
+
+
+MALFORMED_PODS = [
+    {"metadata": {"name": "x", "labels": ["not", "a", "map"]}},
+    {"metadata": {"name": "x", "namespace": 7}},
+    {"metadata": {"name": "x"}, "spec": "nope"},
+    {"metadata": {"name": "x"}, "spec": {"priority": "high"}},
+    {
+        "metadata": {"name": "x"},
+        "spec": {"containers": [{"resources": {"requests": {"cpu": "lots"}}}]},
+    },
+    {"metadata": {"name": "x"}, "spec": {"containers": "nope"}},
+    {"metadata": {"name": "x", "labels": {"scheduling.x-k8s.io/pod-group": 5}}},
+]
+
+
+@pytest.mark.parametrize("bad_pod", MALFORMED_PODS)
+async def test_malformed_pods_never_cause_a_500(
+    world: tuple[World, httpx.AsyncClient], bad_pod: dict[str, Any]
+) -> None:
+    _, client = world
+    for verb, body in (
+        ("filter", {"Pod": bad_pod, "NodeNames": ["n1"]}),
+        ("prioritize", {"Pod": bad_pod, "NodeNames": ["n1"]}),
+        ("preempt", {"Pod": bad_pod, "NodeNameToMetaVictims": {"n1": {"Pods": []}}}),
+    ):
+        r = await post(client, verb, body)
+        assert r.status_code in (200, 400), (verb, r.status_code, r.text)
+        if r.status_code == 400:
+            assert r.json()["Error"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"Pod": pod("a"), "Nodes": {"items": ["node"]}},
+        {"Pod": pod("a"), "Nodes": {"items": [{"metadata": {}}]}},
+        {"Pod": pod("a"), "NodeNames": [1, 2]},
+        {"Pod": pod("a"), "NodeNameToMetaVictims": {"n1": {"Pods": "x"}}},
+        {"Pod": pod("a"), "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": 3}]}}},
+        {"Pod": pod("a"), "NodeNameToMetaVictims": {"n1": {"NumPDBViolations": "1"}}},
+        {"PodName": 1, "PodNamespace": "d", "Node": "n1"},
+    ],
+)
+async def test_malformed_requests_are_400_not_500(
+    world: tuple[World, httpx.AsyncClient], body: dict[str, Any]
+) -> None:
+    _, client = world
+    for verb in ("filter", "prioritize", "preempt", "bind"):
+        r = await post(client, verb, body)
+        assert r.status_code in (200, 400), (verb, r.status_code, r.text)
