@@ -33,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 
 from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
 from app.extender import WaitPolicy
-from app.groups import GroupSpec
+from app.groups import PODGROUP_API_VERSION, GroupSpec
 from app.kube_api import read_and_release
 from app.metrics import Metrics
 from app.observer import MemberRef
@@ -42,7 +42,6 @@ from app.state import ClusterState, PodGroupRecord
 log = logging.getLogger(__name__)
 
 COMPONENT = "gang-extender"
-PODGROUP_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
 
 NORMAL = "Normal"
 WARNING = "Warning"

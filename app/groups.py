@@ -15,6 +15,11 @@ from typing import Any
 
 from app.resources import QuantityError, Resources, parse_resource_list
 
+PODGROUP_GROUP = "scheduling.x-k8s.io"
+PODGROUP_VERSION = "v1alpha1"
+PODGROUP_API_VERSION = f"{PODGROUP_GROUP}/{PODGROUP_VERSION}"
+PODGROUP_PLURAL = "podgroups"
+
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 LIGHT_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
 LIGHT_MIN_AVAILABLE_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"

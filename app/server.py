@@ -27,6 +27,7 @@ from app.events import EventRecorder, GangEvents, KubeEventWriter
 from app.evictor import PreemptionFollower
 from app.extender import GangExtender, WaitPolicy
 from app.gate import PermitGate
+from app.groups import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from app.kube_api import KubeApi
 from app.metrics import Metrics
 from app.observer import Observers
@@ -39,10 +40,6 @@ from app.status import KubeStatusApi, PodGroupStatus
 from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
-
-PODGROUP_GROUP = "scheduling.x-k8s.io"
-PODGROUP_VERSION = "v1alpha1"
-PODGROUP_PLURAL = "podgroups"
 
 
 class KubeConfigError(RuntimeError):

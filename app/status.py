@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from app.groups import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from app.kube_api import read_and_release
 from app.metrics import Metrics
 from app.observer import MemberRef
@@ -59,11 +60,6 @@ _STOP_WAIT_SECONDS = 5.0
 
 SOURCE_PODGROUP = "podgroup"
 SOURCE_LABELS = "labels"
-
-PODGROUP_GROUP = "scheduling.x-k8s.io"
-PODGROUP_VERSION = "v1alpha1"
-PODGROUP_PLURAL = "podgroups"
-
 
 # ---- the phase (pure) -------------------------------------------------------------
 
