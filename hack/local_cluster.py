@@ -591,8 +591,50 @@ def digest(text: str) -> str:
 # Component command lines
 
 
-def component_args(layout: Layout, name: str) -> list[str]:
+# Alpha/beta APIs that a feature gate needs served, so `up --feature-gates
+# GenericWorkload=true` is enough to use Kubernetes' native PodGroups.
+FEATURE_RUNTIME_CONFIG = {"GenericWorkload": "scheduling.k8s.io/v1beta1=true"}
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """`A=true,B=false` -> {"A": True, "B": False}; ValueError naming the bad item."""
+    gates: dict[str, bool] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", key):
+            raise ValueError(f"expected Name=true|false, got {item!r}")
+        if value.lower() not in ("true", "false"):
+            raise ValueError(f"feature gate {key}: expected true or false, got {value!r}")
+        gates[key] = value.lower() == "true"
+    return gates
+
+
+def feature_gate_flags(name: str, gates: dict[str, bool]) -> list[str]:
+    """The --feature-gates (and, for the apiserver, --runtime-config) flags of a component."""
+    if not gates or name not in (*CORE_COMPONENTS, *SCHEDULER_COMPONENTS) or name == "etcd":
+        return []
+    flags = [
+        "--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(gates.items()))
+    ]
+    if name == "kube-apiserver":
+        apis = [
+            FEATURE_RUNTIME_CONFIG[k]
+            for k, on in sorted(gates.items())
+            if on and k in FEATURE_RUNTIME_CONFIG
+        ]
+        if apis:
+            flags.append("--runtime-config=" + ",".join(apis))
+    return flags
+
+
+def component_args(
+    layout: Layout, name: str, feature_gates: dict[str, bool] | None = None
+) -> list[str]:
     """Command-line flags of each component (the binary path is added later)."""
+    return _base_component_args(layout, name) + feature_gate_flags(name, feature_gates or {})
+
+
+def _base_component_args(layout: Layout, name: str) -> list[str]:
     c = layout.cert
     if name == "etcd":
         return [
@@ -678,7 +720,9 @@ def component_args(layout: Layout, name: str) -> list[str]:
     raise ValueError(name)
 
 
-def component_argv(layout: Layout, bin_dir: Path, name: str) -> list[str]:
+def component_argv(
+    layout: Layout, bin_dir: Path, name: str, feature_gates: dict[str, bool] | None = None
+) -> list[str]:
     """The full command line of a component."""
     if name == POD_SIMULATOR:
         # -B: keep hack/ free of __pycache__, as the wrapper does.
@@ -689,7 +733,10 @@ def component_argv(layout: Layout, bin_dir: Path, name: str) -> list[str]:
             SIMULATE_COMMAND,
             f"--state-dir={layout.root}",
         ]
-    return [str(bin_dir / COMPONENT_BINARY[name]), *component_args(layout, name)]
+    return [
+        str(bin_dir / COMPONENT_BINARY[name]),
+        *component_args(layout, name, feature_gates),
+    ]
 
 
 # --------------------------------------------------------------------------
@@ -763,6 +810,7 @@ class Launcher:
 
     layout: Layout
     bin_dir: Path
+    feature_gates: dict[str, bool] = field(default_factory=dict)
     started: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start(self, name: str) -> int:
@@ -772,7 +820,7 @@ class Launcher:
                 f"cannot start {name}: port(s) {', '.join(map(str, busy))} on {HOST} already in use "
                 f"by another process (not started by this cluster; see `ss -ltnp`)"
             )
-        argv = component_argv(self.layout, self.bin_dir, name)
+        argv = component_argv(self.layout, self.bin_dir, name, self.feature_gates)
         log_path = self.layout.log(name)
         with log_path.open("wb") as log:
             stamp = dt.datetime.now().isoformat(timespec="seconds")
@@ -1546,14 +1594,20 @@ class UpOptions:
     node_cache_capable: bool
     with_nodelist: bool
     pod_simulator: bool = True
+    feature_gates: dict[str, bool] = field(default_factory=dict)
 
 
-def core_health(layout: Layout, state: dict[str, Any], bin_dir: Path) -> str | None:
+def core_health(
+    layout: Layout, state: dict[str, Any], bin_dir: Path, feature_gates: dict[str, bool]
+) -> str | None:
     """None if etcd, apiserver and controller-manager can be kept, else why not."""
     if not state:
         return "no state file"
     if state.get("bin_dir") != str(bin_dir):
         return f"binaries changed ({state.get('bin_dir')} -> {bin_dir})"
+    recorded = state.get("options", {}).get("feature_gates", {})
+    if recorded != feature_gates:
+        return f"feature gates changed ({recorded} -> {feature_gates})"
     if not certs_complete(layout):
         return "certificates are missing or incomplete"
     for name in CORE_COMPONENTS:
@@ -1580,10 +1634,10 @@ def cmd_up(opts: UpOptions) -> int:
         bin_dir = build_kube()
         kube_version = read_versions()["KUBE_VERSION"]
         state = load_state(layout)
-        launcher = Launcher(layout, bin_dir)
+        launcher = Launcher(layout, bin_dir, dict(opts.feature_gates))
         components: dict[str, Any] = dict(state.get("components", {})) if state else {}
 
-        why = core_health(layout, state, bin_dir)
+        why = core_health(layout, state, bin_dir, opts.feature_gates)
         if why is None:
             info(
                 "control plane already running and healthy; keeping etcd, kube-apiserver, kube-controller-manager"
@@ -1628,6 +1682,7 @@ def cmd_up(opts: UpOptions) -> int:
                 "node_cache_capable": opts.node_cache_capable,
                 "with_nodelist_scheduler": opts.with_nodelist,
                 "pod_simulator": opts.pod_simulator,
+                "feature_gates": opts.feature_gates,
             },
             "components": components,
             "updated": dt.datetime.now().isoformat(timespec="seconds"),
@@ -1901,6 +1956,13 @@ def _http_url(value: str) -> str:
     return value.rstrip("/")
 
 
+def _feature_gates(value: str) -> dict[str, bool]:
+    try:
+        return parse_feature_gates(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _positive_int(value: str) -> int:
     n = int(value)
     if n < 1:
@@ -1949,7 +2011,8 @@ commands:
   add-node  add one more fake node to the running cluster (fails if a node
             of that name exists)
 
-`up` is idempotent: a healthy control plane is kept as it is; scheduler(s)
+`up` is idempotent: a healthy control plane is kept as it is (unless
+--feature-gates differ from what runs); scheduler(s)
 are restarted only if --extender-url, --node-cache-capable or
 --with-nodelist-scheduler differ from what runs; missing node-1..node-N are
 created (extra nodes are never deleted); the CRDs in deploy/crds/ are
@@ -1983,6 +2046,7 @@ scheduler configs), logs/<component>.log, pids/<component>.pid, state.json.
 
 examples:
   eval "$(hack/local-cluster up --nodes 3 --with-nodelist-scheduler)"
+  hack/local-cluster up --feature-gates GenericWorkload=true   # native PodGroups
   hack/local-cluster add-node node-4 --label topology.kubernetes.io/zone=b
   hack/local-cluster status; hack/local-cluster down
 """
@@ -2037,6 +2101,15 @@ def build_parser() -> argparse.ArgumentParser:
         "nodeCacheCapable=false, same extender (log logs/kube-scheduler-nodelist.log)",
     )
     up.add_argument(
+        "--feature-gates",
+        type=_feature_gates,
+        default={},
+        metavar="Name=true|false,...",
+        help="Kubernetes feature gates for kube-apiserver, kube-controller-manager and the "
+        "schedulers; APIs a gate needs are served too (GenericWorkload=true serves "
+        "scheduling.k8s.io/v1beta1). A change restarts the control plane (etcd data is kept)",
+    )
+    up.add_argument(
         "--no-pod-simulator",
         dest="pod_simulator",
         action="store_false",
@@ -2082,6 +2155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.node_cache_capable,
                     args.with_nodelist_scheduler,
                     args.pod_simulator,
+                    args.feature_gates,
                 )
             )
         if args.command == "down":
