@@ -4,6 +4,7 @@ from app.groups import (
     LIGHT_MIN_AVAILABLE_LABEL,
     LIGHT_NAME_LABEL,
     POD_GROUP_LABEL,
+    SOURCE_LABELS,
     GroupLabelError,
     GroupRef,
     PodGroupSpecError,
@@ -23,7 +24,7 @@ def test_podgroup_label_points_to_crd_group() -> None:
 
 def test_lightweight_labels_carry_min_available() -> None:
     ref = group_ref_of("ns", {LIGHT_NAME_LABEL: "mpi", LIGHT_MIN_AVAILABLE_LABEL: "4"})
-    assert ref == GroupRef("ns", "mpi", 4)
+    assert ref == GroupRef("ns", "mpi", 4, SOURCE_LABELS)
     assert ref is not None and ref.key == "ns/mpi"
 
 
