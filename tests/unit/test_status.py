@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+from app.groups import SOURCE_NATIVE, SOURCE_VOLCANO
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState, PodRecord, pod_record_from
@@ -474,3 +475,65 @@ async def test_a_restarted_writer_learns_the_outcome_from_the_object(
     await settle(writer)
     assert api.patches == [] and api.reads == 1
     assert phase_gauge(metrics, FINISHED) == 1
+
+
+async def test_a_standby_writes_nothing_until_it_leads(executor: ThreadPoolExecutor) -> None:
+    state = ClusterState()
+    state.apply_podgroup(podgroup("g", 2))
+    api = MemoryStatusApi(podgroup_object())
+    leading = False
+    clock = Clock()
+    writer = PodGroupStatus(state, api, executor, Metrics(), clock=clock, is_leader=lambda: leading)
+    for name in "ab":
+        state.apply_pod(pod(name, group="g", node="n1", phase="Running"))
+    await settle(writer)
+    clock.now += 30
+    await settle(writer)
+    assert api.patches == [] and api.reads == 0
+    assert writer.groups["default/g"].status.phase == RUNNING  # still known, for /debug
+    leading = True
+    await settle(writer)
+    assert api.obj is not None and api.obj["status"]["phase"] == RUNNING
+
+
+async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
+    executor: ThreadPoolExecutor,
+) -> None:
+    state = ClusterState()
+    volcano = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "v", "namespace": "default", "uid": "pg-v", "resourceVersion": "3"},
+        "spec": {"minMember": 2},
+    }
+    native = {
+        "metadata": {"name": "n", "namespace": "default", "uid": "pg-n"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    state.apply_podgroup(volcano, SOURCE_VOLCANO)
+    state.apply_podgroup(native, SOURCE_NATIVE)
+    volcano_api = MemoryStatusApi(volcano)
+    native_api = MemoryStatusApi(native)
+    writer = PodGroupStatus(
+        state,
+        MemoryStatusApi(None),
+        executor,
+        Metrics(),
+        clock=Clock(),
+        apis={SOURCE_VOLCANO: volcano_api},
+    )
+    for name in "ab":
+        annotations = {"scheduling.k8s.io/group-name": "v"}
+        raw = pod(f"v-{name}", node="n1", phase="Running")
+        raw["metadata"]["annotations"] = annotations
+        state.apply_pod(raw)
+        raw = pod(f"n-{name}", node="n1", phase="Running")
+        raw["spec"]["schedulingGroup"] = {"podGroupName": "n"}
+        state.apply_pod(raw)
+    await settle(writer)
+    assert volcano_api.obj is not None
+    shown = volcano_api.obj["status"]
+    assert (shown["phase"], shown["running"]) == ("Running", 2)
+    assert shown["conditions"][0]["type"] == "Scheduled"
+    assert native_api.patches == [] and native_api.reads == 0
+    assert writer.groups["native:default/n"].status.phase == RUNNING
