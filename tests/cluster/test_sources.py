@@ -36,6 +36,8 @@ def load(name: str, namespace: str) -> list[dict[str, Any]]:
 
 
 def apply(kubeconfig: str, docs: list[dict[str, Any]]) -> None:
+    if not docs:
+        return
     result = subprocess.run(
         [str(kube_bin() / "kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", "-"],
         input=yaml.safe_dump_all(docs),
