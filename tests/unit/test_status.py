@@ -537,3 +537,13 @@ async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
     assert shown["conditions"][0]["type"] == "Scheduled"
     assert native_api.patches == [] and native_api.reads == 0
     assert writer.groups["native:default/n"].status.phase == RUNNING
+
+
+def test_x_k8s_status_fits_the_upstream_crd() -> None:
+    """With scheduler-plugins' CRD installed instead of ours, nothing we write but the
+    condition is pruned: every other field is one upstream declares."""
+    upstream = {"phase", "occupiedBy", "running", "succeeded", "failed", "scheduleStartTime"}
+    for phase in PHASES:
+        fields = XK8sShape().render(GroupStatus(phase, 3, 2, 1, 0, "t"), {"scheduled": 1}, NOW)
+        written = {k for k, v in fields.items() if v is not None}
+        assert written - {"conditions"} <= upstream
