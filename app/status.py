@@ -449,6 +449,9 @@ class GroupView:
     min_member: int
     members: int
     status: GroupStatus
+    # Volcano queue and priorityClassName (native: priorityClassName): shown, not enforced.
+    queue: str | None = None
+    priority_class_name: str | None = None
 
 
 class PodGroupStatus:
@@ -601,11 +604,13 @@ class PodGroupStatus:
                 self.groups.pop(key, None)
                 self._uids[key] = record.uid
             source, min_member = record.source, record.spec.min_member
+            queue, priority_class = record.spec.queue, record.spec.priority_class_name
         else:
             label_min = [p.group.min_available for p in pods if p.group and p.group.min_available]
             if not label_min:
                 return None  # no such group, or pods naming a PodGroup that does not exist
             source, min_member = SOURCE_LABELS, max(label_min)
+            queue = priority_class = None
         waiting = any(p.reserved_node and not p.node_name for p in pods)
         previous = self.groups.get(key)
         status = compute_status(min_member, pods, waiting, previous.status if previous else None)
@@ -613,7 +618,7 @@ class PodGroupStatus:
         if start is not None and status.schedule_start_time is None:
             status = dataclasses.replace(status, schedule_start_time=start)
         members = sum(1 for p in pods if p.counts_as_member)
-        return GroupView(key, source, min_member, members, status)
+        return GroupView(key, source, min_member, members, status, queue, priority_class)
 
     def _forget(self, key: str) -> None:
         self._dirty.discard(key)

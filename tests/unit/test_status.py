@@ -504,7 +504,7 @@ async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
         "metadata": {"name": "v", "namespace": "default", "uid": "pg-v", "resourceVersion": "3"},
-        "spec": {"minMember": 2},
+        "spec": {"minMember": 2, "queue": "research"},
     }
     native = {
         "metadata": {"name": "n", "namespace": "default", "uid": "pg-n"},
@@ -537,6 +537,7 @@ async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
     assert shown["conditions"][0]["type"] == "Scheduled"
     assert native_api.patches == [] and native_api.reads == 0
     assert writer.groups["native:default/n"].status.phase == RUNNING
+    assert writer.groups["volcano:default/v"].queue == "research"  # shown in /debug/gangs
 
 
 def test_x_k8s_status_fits_the_upstream_crd() -> None:
