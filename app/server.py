@@ -173,6 +173,12 @@ def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozen
                 continue
             raise
         sources.add(source)
+    if SOURCE_NATIVE in sources:
+        log.info(
+            "native PodGroups are gated by gang-extender: the kube-scheduler profile that "
+            "calls it must disable the in-tree GangScheduling plugin (or set "
+            "--native-podgroups=off to leave them to that plugin)"
+        )
     log.info("group sources in use: %s", ", ".join(sorted(sources)) or "none")
     return frozenset(sources)
 
