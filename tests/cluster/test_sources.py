@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from app.groups import NATIVE_API, VOLCANO_API, XK8S_API, GroupApi
-from tests.cluster.conftest import PERMIT_WAIT_SECONDS, REPO
+from tests.cluster.conftest import PERMIT_WAIT_SECONDS, REPO, Extender
 from tests.cluster.kube import Kube, wait_for
 from tests.packaging.helm import kube_bin
 
@@ -187,3 +187,17 @@ def test_schedule_timeout_zero_is_accepted_and_waits_the_default(
         f"a timeout after the default {PERMIT_WAIT_SECONDS}s",
     )
     assert kube.bound(namespace) == {}
+
+
+def test_a_source_switched_off_leaves_its_pods_alone(
+    kube: Kube, namespace: str, extender: Extender
+) -> None:
+    extender.restart(*extender.extra_args, "--volcano-podgroups", "off")
+    try:
+        assert "volcano PodGroups (scheduling.volcano.sh/v1beta1) are off" in extender.log()
+        kube.create_volcano_podgroup(namespace, "tf", 3)
+        kube.create_pod(namespace, "alone", annotations={"scheduling.k8s.io/group-name": "tf"})
+        # An ordinary pod for gang-extender now: bound without its 2 missing siblings.
+        wait_for(lambda: "alone" in kube.bound(namespace), 30, "the pod bound on its own")
+    finally:
+        extender.restart(*extender.extra_args[:-2])
