@@ -43,6 +43,12 @@ class Settings:
     binpack_weight: int = 1
     binpack_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
     score_non_gang: str = "binpack"
+    x_k8s_podgroups: str = "auto"
+    volcano_podgroups: str = "auto"
+    native_podgroups: str = "auto"
+    label_groups: str = "on"
+    leader_election_lease: str | None = None
+    leader_identity: str | None = None
 
     @property
     def tls(self) -> bool:
@@ -106,6 +112,13 @@ def _resource_weights(text: str) -> tuple[tuple[str, int], ...]:
         except ValueError:
             raise ValueError(f"weight of {name.strip()!r} must be a whole number 0..100") from None
     return tuple(pairs)
+
+
+def _lease(text: str) -> str:
+    namespace, sep, name = text.strip().partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise ValueError("must be NAMESPACE/NAME of kube-scheduler's leader-election Lease")
+    return f"{namespace}/{name}"
 
 
 def _file(text: str) -> str:
@@ -214,6 +227,48 @@ _OPTIONS = (
         _choice(("binpack", "none")),
         "prioritize for pods in no gang: binpack, or none (a neutral 0)",
         "MODE",
+    ),
+    _Option(
+        "x_k8s_podgroups",
+        _choice(("auto", "off")),
+        "scheduler-plugins PodGroups (scheduling.x-k8s.io/v1alpha1, pod label "
+        "scheduling.x-k8s.io/pod-group): auto (used when the API server serves them) or off",
+        "MODE",
+    ),
+    _Option(
+        "volcano_podgroups",
+        _choice(("auto", "off")),
+        "Volcano PodGroups (scheduling.volcano.sh/v1beta1, pod annotation "
+        "scheduling.k8s.io/group-name): auto or off",
+        "MODE",
+    ),
+    _Option(
+        "native_podgroups",
+        _choice(("auto", "off")),
+        "Kubernetes PodGroups (scheduling.k8s.io/v1beta1, pod spec.schedulingGroup; feature "
+        "gate GenericWorkload): auto, or off to leave them to the in-tree GangScheduling plugin",
+        "MODE",
+    ),
+    _Option(
+        "label_groups",
+        _choice(("on", "off")),
+        "label-only groups (pod-group.scheduling.sigs.k8s.io/name + /min-available): on or off",
+        "MODE",
+    ),
+    _Option(
+        "leader_election_lease",
+        _lease,
+        "NAMESPACE/NAME of the Lease kube-scheduler's leader election holds: with several "
+        "replicas only the replica whose kube-scheduler holds it writes status, events and "
+        "evictions (unset: this process always writes)",
+        "NS/NAME",
+    ),
+    _Option(
+        "leader_identity",
+        str,
+        "this replica's name as kube-scheduler's Lease holder identity starts (`<hostname>_`): "
+        "the pod name",
+        "NAME",
     ),
 )
 

@@ -84,6 +84,7 @@ def snapshot(
                 "failed": view.status.failed,
                 "scheduleStartTime": view.status.schedule_start_time,
                 "waitingInGate": len(gate.get(view.key, ())),
+                **_extras(view),
             }
             for view in sorted(groups.values(), key=lambda v: v.key)
         ],
@@ -122,3 +123,9 @@ def add_debug_routes(app: FastAPI, debug: GangDebug) -> None:
     @app.get("/debug/gangs")
     async def debug_gangs() -> Response:
         return Response(json.dumps(debug.snapshot()), media_type="application/json")
+
+
+def _extras(view: GroupView) -> dict[str, str]:
+    """Fields only some sources have (Volcano's queue, a priority class name)."""
+    extras = {"queue": view.queue, "priorityClassName": view.priority_class_name}
+    return {k: v for k, v in extras.items() if v}

@@ -33,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 
 from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
 from app.extender import WaitPolicy
-from app.groups import PODGROUP_API_VERSION, GroupSpec
+from app.groups import GROUP_APIS, GroupSpec
 from app.kube_api import read_and_release
 from app.metrics import Metrics
 from app.observer import MemberRef
@@ -87,7 +87,8 @@ def pod_ref(member: MemberRef) -> ObjectRef:
 
 
 def podgroup_ref(record: PodGroupRecord) -> ObjectRef:
-    return ObjectRef("PodGroup", PODGROUP_API_VERSION, record.namespace, record.name, record.uid)
+    api = GROUP_APIS[record.source]
+    return ObjectRef(api.kind, api.api_version, record.namespace, record.name, record.uid)
 
 
 # ---- the API side ------------------------------------------------------------------

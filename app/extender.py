@@ -13,9 +13,17 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.admission import ADMITTED, Admission
+from app.admission import ADMITTED, TOO_FEW_SIBLINGS, Admission
 from app.gate import BindError, GateError, PermitGate
-from app.groups import GroupLabelError, GroupRef, GroupSpec, PodGroupSpecError, group_ref_of
+from app.groups import (
+    GroupLabelError,
+    GroupRef,
+    GroupSpec,
+    PodGroupSpecError,
+    describe_task_shortfall,
+    group_ref_of_pod,
+    task_shortfall,
+)
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
 from app.preemption import Preemptor, VictimPolicy, describe_gap, preemption_gap, select_victims
@@ -112,7 +120,7 @@ class GangExtender:
         spec: GroupSpec | None = None
         problem: tuple[str, str] | None = None
         try:
-            ref = group_ref_of(namespace, meta.get("labels"))
+            ref = group_ref_of_pod(namespace, meta, pod.get("spec") or {}, self.state.sources)
         except GroupLabelError as err:
             problem = ("bad-group", str(err))
         if ref is not None:
@@ -143,6 +151,11 @@ class GangExtender:
         if pod.ref is None or pod.spec is None:
             return filter_result(args, names, {}, {})
         spec = pod.spec
+        gap = self._task_gap(spec, pod.ref, pod.uid)
+        if gap:
+            self._metrics.filter_decisions.labels(TOO_FEW_SIBLINGS).inc()
+            message = describe_task_shortfall(spec, gap)
+            return self._reject(args, names, pod, TOO_FEW_SIBLINGS, message)
         verdict = self.admission.check(
             spec,
             self._count_siblings(pod.ref, pod.uid),
@@ -168,6 +181,16 @@ class GangExtender:
         if uid and not any(p.uid == uid for p in members):
             return len(members) + 1
         return len(members)
+
+    def _task_gap(self, spec: GroupSpec, ref: GroupRef, uid: str) -> list[tuple[str, int, int]]:
+        """Volcano minTaskMember: tasks with fewer pods than their own minimum."""
+        if not spec.min_task_member:
+            return []
+        members = self.state.members(ref.key)
+        tasks = [p.group.task for p in members if p.group is not None]
+        if uid and not any(p.uid == uid for p in members):
+            tasks.append(ref.task)
+        return task_shortfall(spec, tasks)
 
     def _reject(
         self, args: ExtenderArgs, names: list[str], pod: PodView, reason: str, message: str
@@ -288,7 +311,7 @@ class GangExtender:
             raw = await self._api.read_pod(args.pod_namespace, args.pod_name)
             if raw is None:
                 raise GateError(f"pod {args.pod_key} not found: it was deleted before binding")
-            fresh = pod_record_from(raw)
+            fresh = pod_record_from(raw, self.state.sources)
             if args.pod_uid and fresh.uid != args.pod_uid:
                 raise GateError(
                     f"pod {args.pod_key} was recreated (uid {fresh.uid}, scheduler asked to "

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from app.admission import Admission
-from app.groups import GroupSpec
+from app.groups import GroupSpec, task_shortfall
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
 from app.state import ClusterState, PodRecord
@@ -171,7 +171,7 @@ class PermitGate:
         if group is None or not group.waiting:
             return False
         present = self._bound_members(group_key) + len(group.binding) + len(group.waiting)
-        if present < group.spec.min_member:
+        if present < group.spec.min_member or not self._tasks_complete(group):
             return False
         wave = list(group.waiting.values())
         group.waiting.clear()
@@ -188,6 +188,18 @@ class PermitGate:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return True
+
+    def _tasks_complete(self, group: _Group) -> bool:
+        """Volcano minTaskMember: every task has its own minimum bound or waiting."""
+        if not group.spec.min_task_member:
+            return True
+        placed = {w.pod_key for w in group.waiting.values()} | group.binding
+        tasks = [
+            p.group.task
+            for p in self._state.members(group.spec.key)
+            if p.group is not None and (p.node_name or p.key in placed)
+        ]
+        return not task_shortfall(group.spec, tasks)
 
     async def _bind_wave(self, group_key: str, group: _Group, wave: list[Waiter]) -> None:
         results = await asyncio.gather(

@@ -1,75 +1,184 @@
-"""How a pod names its gang, and what the gang asks for.
+"""How a pod names its gang, and what the gang asks for: one model, four sources.
 
-Two spellings are supported, as in scheduler-plugins: the label
-`scheduling.x-k8s.io/pod-group: <PodGroup name>` (a PodGroup object in the
-pod's namespace carries minMember, minResources and the timeout), and the
-older label pair `pod-group.scheduling.sigs.k8s.io/name` +
-`.../min-available` that needs no CRD. Everything here is pure.
+Every source ends in the same GroupSpec, so admission, the gate, scoring and
+preemption never care where a group was declared:
+
+- `x-k8s`: scheduler-plugins' PodGroup (`scheduling.x-k8s.io/v1alpha1`),
+  pods carry the label `scheduling.x-k8s.io/pod-group: <name>`. This is what
+  mpi-operator and the Kubeflow training-operator create.
+- `labels`: no object at all; `pod-group.scheduling.sigs.k8s.io/name` and
+  `.../min-available` on the pods (scheduler-plugins' lightweight coscheduling).
+- `volcano`: Volcano's PodGroup (`scheduling.volcano.sh/v1beta1`), pods name
+  it with the annotation `scheduling.k8s.io/group-name` (or
+  `scheduling.volcano.sh/group-name`); `minTaskMember` counts per task
+  (pod annotation `volcano.sh/task-spec`).
+- `native`: Kubernetes' own PodGroup (`scheduling.k8s.io/v1beta1`, feature
+  gate GenericWorkload), pods point to it with `spec.schedulingGroup.podGroupName`.
+
+This module is the single home of those API coordinates. Everything here is pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.resources import QuantityError, Resources, parse_resource_list
 
-PODGROUP_GROUP = "scheduling.x-k8s.io"
-PODGROUP_VERSION = "v1alpha1"
-PODGROUP_API_VERSION = f"{PODGROUP_GROUP}/{PODGROUP_VERSION}"
-PODGROUP_PLURAL = "podgroups"
+SOURCE_XK8S = "x-k8s"
+SOURCE_LABELS = "labels"
+SOURCE_VOLCANO = "volcano"
+SOURCE_NATIVE = "native"
+ALL_SOURCES = frozenset({SOURCE_XK8S, SOURCE_LABELS, SOURCE_VOLCANO, SOURCE_NATIVE})
+
+
+@dataclass(frozen=True, slots=True)
+class GroupApi:
+    """Where a source's group objects live in the API."""
+
+    source: str
+    group: str
+    version: str
+    plural: str
+    kind: str
+    # Volcano's CRD has no status subresource: status is written on the object itself.
+    status_subresource: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+XK8S_API = GroupApi(SOURCE_XK8S, "scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True)
+VOLCANO_API = GroupApi(
+    SOURCE_VOLCANO, "scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", False
+)
+NATIVE_API = GroupApi(SOURCE_NATIVE, "scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True)
+GROUP_APIS = {api.source: api for api in (XK8S_API, VOLCANO_API, NATIVE_API)}
+
+PODGROUP_GROUP = XK8S_API.group
+PODGROUP_VERSION = XK8S_API.version
+PODGROUP_API_VERSION = XK8S_API.api_version
+PODGROUP_PLURAL = XK8S_API.plural
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 LIGHT_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
 LIGHT_MIN_AVAILABLE_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"
+VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
+VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
 
 
 class GroupLabelError(ValueError):
     """The pod's group labels cannot be understood; the message says how to fix them."""
 
 
+def group_key(source: str, namespace: str, name: str) -> str:
+    """The group's identity in caches, the gate and messages.
+
+    x-k8s and label-only groups keep the plain `namespace/name` that
+    Coscheduling users know; the other sources are prefixed so that a Volcano
+    and a native PodGroup of the same name never share a gang.
+    """
+    if source in (SOURCE_XK8S, SOURCE_LABELS):
+        return f"{namespace}/{name}"
+    return f"{source}:{namespace}/{name}"
+
+
 @dataclass(frozen=True, slots=True)
 class GroupRef:
-    """A pod's pointer to its group, as read from its labels."""
+    """A pod's pointer to its group, as read from its labels, annotations or spec."""
 
     namespace: str
     name: str
-    # Set for label-only groups; None when a PodGroup object holds the spec.
+    # Set for label-only groups; None when an object holds the spec.
     min_available: int | None = None
+    source: str = SOURCE_XK8S
+    # Volcano: the pod's task (annotation volcano.sh/task-spec), for minTaskMember.
+    task: str = ""
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return group_key(self.source, self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
-    """What the group asks for, whichever spelling declared it."""
+    """What the group asks for, whichever source declared it."""
 
     key: str
     min_member: int
     min_resources: Resources = field(default_factory=dict)
     # None: use the extender's --permit-waiting-time-seconds.
     schedule_timeout_seconds: int | None = None
+    source: str = SOURCE_XK8S
+    # Volcano minTaskMember: (task, minimum) pairs, sorted; each task needs its own minimum.
+    min_task_member: tuple[tuple[str, int], ...] = ()
+    # Volcano queue and priorityClassName: shown in /debug/gangs, not enforced.
+    queue: str | None = None
+    priority_class_name: str | None = None
 
 
 def group_ref_of(namespace: str, labels: Mapping[str, str] | None) -> GroupRef | None:
-    """The group a pod belongs to, None for an ordinary pod.
+    """The group a pod's labels name (x-k8s label or label-only group), None for none.
 
     Raises GroupLabelError for labels that name a group but cannot be used,
     so the pod is rejected with a message instead of silently scheduled alone.
     """
-    if not labels:
-        return None
-    name = labels.get(POD_GROUP_LABEL)
-    if name is not None:
-        if not name:
-            raise GroupLabelError(
-                f"label {POD_GROUP_LABEL} is empty: set it to the name of a PodGroup "
-                "in the pod's namespace, or remove it"
+    return group_ref_of_pod(namespace, {"labels": labels or {}}, None)
+
+
+def group_ref_of_pod(
+    namespace: str,
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any] | None,
+    sources: Iterable[str] = ALL_SOURCES,
+) -> GroupRef | None:
+    """The group a pod belongs to, from the first enabled source that names one.
+
+    Precedence: x-k8s label, native spec.schedulingGroup, Volcano annotation,
+    label-only group. A source that is switched off (or whose API the cluster
+    does not serve) is not consulted: its pods are ordinary pods for us.
+    """
+    enabled = frozenset(sources)
+    labels = meta.get("labels") or {}
+    if SOURCE_XK8S in enabled:
+        name = labels.get(POD_GROUP_LABEL)
+        if name is not None:
+            if not name:
+                raise GroupLabelError(
+                    f"label {POD_GROUP_LABEL} is empty: set it to the name of a PodGroup "
+                    "in the pod's namespace, or remove it"
+                )
+            return GroupRef(namespace, name)
+    if SOURCE_NATIVE in enabled:
+        group = (spec or {}).get("schedulingGroup")
+        if isinstance(group, Mapping) and group.get("podGroupName"):
+            return GroupRef(namespace, str(group["podGroupName"]), source=SOURCE_NATIVE)
+    if SOURCE_VOLCANO in enabled:
+        annotations = meta.get("annotations") or {}
+        for annotation in VOLCANO_GROUP_ANNOTATIONS:
+            name = annotations.get(annotation)
+            if name is None:
+                continue
+            if not isinstance(name, str) or not name:
+                raise GroupLabelError(
+                    f"annotation {annotation} is empty: set it to the name of a Volcano "
+                    "PodGroup in the pod's namespace, or remove it"
+                )
+            task = annotations.get(VOLCANO_TASK_ANNOTATION)
+            return GroupRef(
+                namespace,
+                name,
+                source=SOURCE_VOLCANO,
+                task=task if isinstance(task, str) else "",
             )
-        return GroupRef(namespace, name)
+    if SOURCE_LABELS in enabled:
+        return _light_ref(namespace, labels)
+    return None
+
+
+def _light_ref(namespace: str, labels: Mapping[str, str]) -> GroupRef | None:
     name = labels.get(LIGHT_NAME_LABEL)
     if name is None:
         return None
@@ -89,36 +198,129 @@ def group_ref_of(namespace: str, labels: Mapping[str, str] | None) -> GroupRef |
         raise GroupLabelError(
             f"label {LIGHT_MIN_AVAILABLE_LABEL}={raw_min!r} must be a whole number >= 1"
         )
-    return GroupRef(namespace, name, min_available)
+    return GroupRef(namespace, name, min_available, SOURCE_LABELS)
 
 
 class PodGroupSpecError(ValueError):
-    """A PodGroup object whose spec cannot be used."""
+    """A group object whose spec cannot be used."""
+
+
+def _int_field(
+    key: str, spec: Mapping[str, Any], name: str, default: int | None, minimum: int
+) -> int | None:
+    value = spec.get(name, default)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise PodGroupSpecError(f"PodGroup {key}: spec.{name} must be an integer >= {minimum}")
+    return value
+
+
+def _min_resources(key: str, spec: Mapping[str, Any]) -> Resources:
+    try:
+        return parse_resource_list(spec.get("minResources"))
+    except QuantityError as err:
+        raise PodGroupSpecError(f"PodGroup {key}: spec.minResources: {err}") from None
 
 
 def spec_from_podgroup(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
-    """Read a PodGroup's spec; the CRD schema already validates, this guards old objects."""
+    """Read an x-k8s PodGroup's spec; the CRD schema already validates, this guards old objects.
+
+    scheduleTimeoutSeconds 0 or absent means "the extender's default", as in
+    upstream Coscheduling: mpi-operator and the training-operator write 0
+    when a job sets no timeout.
+    """
     spec = spec or {}
-    min_member = spec.get("minMember", 1)
-    if not isinstance(min_member, int) or isinstance(min_member, bool) or min_member < 1:
-        raise PodGroupSpecError(f"PodGroup {key}: spec.minMember must be an integer >= 1")
-    timeout = spec.get("scheduleTimeoutSeconds")
-    if timeout is not None and (not isinstance(timeout, int) or timeout < 1):
-        raise PodGroupSpecError(
-            f"PodGroup {key}: spec.scheduleTimeoutSeconds must be an integer >= 1"
-        )
-    try:
-        min_resources = parse_resource_list(spec.get("minResources"))
-    except QuantityError as err:
-        raise PodGroupSpecError(f"PodGroup {key}: spec.minResources: {err}") from None
+    min_member = _int_field(key, spec, "minMember", 1, 1)
+    assert min_member is not None
+    timeout = _int_field(key, spec, "scheduleTimeoutSeconds", None, 0)
     return GroupSpec(
         key=key,
         min_member=min_member,
-        min_resources=min_resources,
-        schedule_timeout_seconds=timeout,
+        min_resources=_min_resources(key, spec),
+        schedule_timeout_seconds=timeout or None,
     )
+
+
+def spec_from_volcano(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
+    """Read a Volcano PodGroup's spec (minMember 0 or absent: every pod on its own)."""
+    spec = spec or {}
+    min_member = _int_field(key, spec, "minMember", 1, 0) or 1
+    raw_tasks = spec.get("minTaskMember") or {}
+    if not isinstance(raw_tasks, Mapping):
+        raise PodGroupSpecError(f"PodGroup {key}: spec.minTaskMember must map task names to counts")
+    tasks = []
+    for task, count in sorted(raw_tasks.items()):
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise PodGroupSpecError(
+                f"PodGroup {key}: spec.minTaskMember[{task}] must be an integer >= 0"
+            )
+        if count:
+            tasks.append((str(task), count))
+    queue = spec.get("queue")
+    priority_class = spec.get("priorityClassName")
+    return GroupSpec(
+        key=key,
+        min_member=min_member,
+        min_resources=_min_resources(key, spec),
+        source=SOURCE_VOLCANO,
+        min_task_member=tuple(tasks),
+        queue=queue if isinstance(queue, str) and queue else None,
+        priority_class_name=priority_class if isinstance(priority_class, str) else None,
+    )
+
+
+def spec_from_native(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
+    """Read a native PodGroup: `schedulingPolicy.gang.minCount`; the `basic` policy is no gang."""
+    spec = spec or {}
+    policy = spec.get("schedulingPolicy") or {}
+    gang = policy.get("gang") if isinstance(policy, Mapping) else None
+    if not isinstance(gang, Mapping):
+        return GroupSpec(key=key, min_member=1, source=SOURCE_NATIVE)
+    min_count = _int_field(key, gang, "minCount", None, 1)
+    if min_count is None:
+        raise PodGroupSpecError(f"PodGroup {key}: spec.schedulingPolicy.gang.minCount is required")
+    priority_class = spec.get("priorityClassName")
+    return GroupSpec(
+        key=key,
+        min_member=min_count,
+        source=SOURCE_NATIVE,
+        priority_class_name=priority_class if isinstance(priority_class, str) else None,
+    )
+
+
+SPEC_READERS = {
+    SOURCE_XK8S: spec_from_podgroup,
+    SOURCE_VOLCANO: spec_from_volcano,
+    SOURCE_NATIVE: spec_from_native,
+}
 
 
 def spec_from_labels(ref: GroupRef) -> GroupSpec:
     assert ref.min_available is not None
-    return GroupSpec(key=ref.key, min_member=ref.min_available)
+    return GroupSpec(key=ref.key, min_member=ref.min_available, source=SOURCE_LABELS)
+
+
+def task_shortfall(spec: GroupSpec, tasks: Iterable[str]) -> list[tuple[str, int, int]]:
+    """Volcano minTaskMember: (task, have, need) for every task below its own minimum.
+
+    `tasks` holds one entry per counted member (its task name, "" for none).
+    """
+    if not spec.min_task_member:
+        return []
+    counts: dict[str, int] = {}
+    for task in tasks:
+        counts[task] = counts.get(task, 0) + 1
+    return [
+        (task, counts.get(task, 0), need)
+        for task, need in spec.min_task_member
+        if counts.get(task, 0) < need
+    ]
+
+
+def describe_task_shortfall(spec: GroupSpec, gap: list[tuple[str, int, int]]) -> str:
+    parts = ", ".join(f"task {task}: {have} of {need}" for task, have, need in gap)
+    return (
+        f"cannot find enough sibling pods per task for group {spec.key} (minTaskMember: "
+        f"{parts}); create the missing pods of each task (annotation {VOLCANO_TASK_ANNOTATION})"
+    )

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -19,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
 
 from app.admission import Admission
 from app.config import Settings
@@ -27,8 +29,23 @@ from app.events import EventRecorder, GangEvents, KubeEventWriter
 from app.evictor import PreemptionFollower
 from app.extender import GangExtender, WaitPolicy
 from app.gate import PermitGate
-from app.groups import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
+from app.groups import (
+    GROUP_APIS,
+    SOURCE_LABELS,
+    SOURCE_NATIVE,
+    SOURCE_VOLCANO,
+    SOURCE_XK8S,
+    VOLCANO_API,
+    group_key,
+)
 from app.kube_api import KubeApi
+from app.leader import (
+    AlwaysLeader,
+    LeaderCheck,
+    LeaderElection,
+    LeaderOnlyPodWrites,
+    LeaderOnlyRecorder,
+)
 from app.metrics import Metrics
 from app.observer import Observers
 from app.preemption import VictimPolicy
@@ -85,13 +102,85 @@ def _node_sink(state: ClusterState) -> Sink:
     return Sink(state.replace_nodes, state.apply_node, delete, lambda: len(state.nodes))
 
 
-def _podgroup_sink(state: ClusterState, admission: Admission) -> Sink:
+def _podgroup_sink(state: ClusterState, admission: Admission, source: str) -> Sink:
     def delete(obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
-        state.delete_podgroup(meta.get("namespace") or "", meta.get("name") or "")
-        admission.forget(f"{meta.get('namespace')}/{meta.get('name')}")
+        namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+        state.delete_podgroup(namespace, name, source)
+        admission.forget(group_key(source, namespace, name))
 
-    return Sink(state.replace_podgroups, state.apply_podgroup, delete, lambda: len(state.podgroups))
+    return Sink(
+        functools.partial(state.replace_podgroups, source=source),
+        functools.partial(state.apply_podgroup, source=source),
+        delete,
+        lambda: sum(1 for r in state.podgroups.values() if r.source == source),
+    )
+
+
+# Reflector (and metric label) of each object source; "podgroups" predates the others.
+_REFLECTOR_KIND = {
+    SOURCE_XK8S: "podgroups",
+    SOURCE_VOLCANO: "volcano-podgroups",
+    SOURCE_NATIVE: "native-podgroups",
+}
+
+
+def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozenset[str]:
+    """The group sources to use: switched on by their flag and served by the API server.
+
+    Blocking (runs on a thread at start-up). A source whose API is absent is
+    off, with one info line; a CRD installed later needs a restart.
+    """
+    sources = {SOURCE_LABELS} if settings.label_groups == "on" else set()
+    modes = {
+        SOURCE_XK8S: ("--x-k8s-podgroups", settings.x_k8s_podgroups),
+        SOURCE_VOLCANO: ("--volcano-podgroups", settings.volcano_podgroups),
+        SOURCE_NATIVE: ("--native-podgroups", settings.native_podgroups),
+    }
+    for source, (flag, mode) in modes.items():
+        api = GROUP_APIS[source]
+        if mode == "off":
+            log.info("%s PodGroups (%s) are off: %s off", source, api.api_version, flag)
+            continue
+        try:
+            response: Any = custom.list_cluster_custom_object(
+                api.group,
+                api.version,
+                api.plural,
+                limit=1,
+                _preload_content=False,
+                _request_timeout=10,
+            )
+            response.release_conn()
+        except ApiException as err:
+            if err.status == 404:
+                log.info(
+                    "%s PodGroups are off: the API server does not serve %s %s",
+                    source,
+                    api.api_version,
+                    api.plural,
+                )
+                continue
+            if err.status == 403:
+                log.warning(
+                    "%s PodGroups are off: listing %s %s is forbidden; grant get, list and "
+                    "watch on it to this ServiceAccount, or set %s off",
+                    source,
+                    api.api_version,
+                    api.plural,
+                    flag,
+                )
+                continue
+            raise
+        sources.add(source)
+    if SOURCE_NATIVE in sources:
+        log.info(
+            "native PodGroups are gated by gang-extender: the kube-scheduler profile that "
+            "calls it must disable the in-tree GangScheduling plugin (or set "
+            "--native-podgroups=off to leave them to that plugin)"
+        )
+    log.info("group sources in use: %s", ", ".join(sorted(sources)) or "none")
+    return frozenset(sources)
 
 
 def _unhealthy(reflector: Reflector) -> str:
@@ -116,7 +205,15 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     admission = Admission(settings.denied_pg_expiration_seconds)
     executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="kube-api")
     api = KubeApi(core, executor)
-    waker = SiblingWaker(state, api)
+    election: LeaderElection | None = None
+    leader: LeaderCheck = AlwaysLeader()
+    if settings.leader_election_lease:
+        election = LeaderElection(settings.leader_identity or socket.gethostname())
+        leader = election
+    # Writes that follow the watch are the leader's; the verbs (bind) need no check:
+    # kube-scheduler calls only its leader's sidecar.
+    pod_writes = LeaderOnlyPodWrites(api, leader)
+    waker = SiblingWaker(state, pod_writes)
     # Events and PodGroup status get their own threads: their writes never
     # delay a binding.
     observer_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="observers")
@@ -125,11 +222,20 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     )
     events = GangEvents(
         state,
-        EventRecorder(KubeEventWriter(core), observer_executor.submit, metrics),
+        LeaderOnlyRecorder(
+            EventRecorder(KubeEventWriter(core), observer_executor.submit, metrics), leader
+        ),
         wait,
         settings.denied_pg_expiration_seconds,
     )
-    status = PodGroupStatus(state, KubeStatusApi(custom), observer_executor, metrics)
+    status = PodGroupStatus(
+        state,
+        KubeStatusApi(custom),
+        observer_executor,
+        metrics,
+        apis={SOURCE_VOLCANO: KubeStatusApi(custom, VOLCANO_API)},
+        is_leader=leader.is_leader,
+    )
     observer = Observers(events, status)
     gate = PermitGate(state, admission, api, metrics, waker=waker, observer=observer)
     extender = GangExtender(
@@ -152,7 +258,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     )
     follower = PreemptionFollower(
         state,
-        api,
+        pod_writes,
         observer,
         VictimPolicy(settings.gang_victim_policy),
         extender.preemptors_by_node,
@@ -169,21 +275,37 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
+        state.sources = await asyncio.to_thread(discover_sources, custom, settings)
         status.start()
-        list_podgroups = functools.partial(
-            custom.list_cluster_custom_object, PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL
-        )
         reflectors.extend(
             [
                 Reflector("nodes", core.list_node, _node_sink(state), loop, metrics),
                 Reflector(
                     "pods", core.list_pod_for_all_namespaces, _pod_sink(state), loop, metrics
                 ),
-                Reflector(
-                    "podgroups", list_podgroups, _podgroup_sink(state, admission), loop, metrics
-                ),
             ]
         )
+        for source, kind in _REFLECTOR_KIND.items():
+            if source not in state.sources:
+                continue
+            group_api = GROUP_APIS[source]
+            list_call = functools.partial(
+                custom.list_cluster_custom_object,
+                group_api.group,
+                group_api.version,
+                group_api.plural,
+            )
+            sink = _podgroup_sink(state, admission, source)
+            reflectors.append(Reflector(kind, list_call, sink, loop, metrics))
+        if election is not None and settings.leader_election_lease:
+            lease_ns, _sep, lease_name = settings.leader_election_lease.partition("/")
+            list_lease = functools.partial(
+                k8s.CoordinationV1Api(client).list_namespaced_lease,
+                lease_ns,
+                field_selector=f"metadata.name={lease_name}",
+            )
+            sink = Sink(election.replace, election.apply, election.delete, lambda: 1)
+            reflectors.append(Reflector("leases", list_lease, sink, loop, metrics))
         for reflector in reflectors:
             reflector.start()
         log.info("gang-extender started", extra={"verb": None})

@@ -14,13 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.groups import (
+    ALL_SOURCES,
+    GROUP_APIS,
+    SOURCE_XK8S,
+    SPEC_READERS,
     GroupLabelError,
     GroupRef,
     GroupSpec,
     PodGroupSpecError,
-    group_ref_of,
+    group_key,
+    group_ref_of_pod,
     spec_from_labels,
-    spec_from_podgroup,
 )
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
 
@@ -84,10 +88,11 @@ class PodGroupRecord:
     spec: GroupSpec | None
     # Why spec is None: shown to users whose pods point at this group.
     error: str | None = None
+    source: str = SOURCE_XK8S
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return group_key(self.source, self.namespace, self.name)
 
 
 class GroupNotFound(LookupError):
@@ -110,6 +115,8 @@ class ClusterState:
     # uid -> pod key: preemption victims arrive as UIDs.
     _by_uid: dict[str, str] = field(default_factory=dict)
     _pod_listeners: list[PodListener] = field(default_factory=list)
+    # Group sources in use (flags and API discovery); pods naming another are plain pods.
+    sources: frozenset[str] = ALL_SOURCES
 
     def add_pod_listener(self, listener: PodListener) -> None:
         self._pod_listeners.append(listener)
@@ -118,7 +125,7 @@ class ClusterState:
 
     def apply_pod(self, raw: Mapping[str, Any]) -> None:
         """Insert or replace a pod from its API object (ADDED/MODIFIED event or list item)."""
-        new = pod_record_from(raw)
+        new = pod_record_from(raw, self.sources)
         old = self.pods.get(new.key)
         if old is not None and old.uid == new.uid:
             # nodeName never goes back to empty; an older event arriving after
@@ -217,16 +224,20 @@ class ClusterState:
         fresh = {r.name: r for r in map(node_record_from, objects)}
         self.nodes = fresh
 
-    def apply_podgroup(self, raw: Mapping[str, Any]) -> None:
-        record = podgroup_record_from(raw)
+    def apply_podgroup(self, raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> None:
+        record = podgroup_record_from(raw, source)
         self.podgroups[record.key] = record
 
-    def delete_podgroup(self, namespace: str, name: str) -> None:
-        self.podgroups.pop(f"{namespace}/{name}", None)
+    def delete_podgroup(self, namespace: str, name: str, source: str = SOURCE_XK8S) -> None:
+        self.podgroups.pop(group_key(source, namespace, name), None)
 
-    def replace_podgroups(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        fresh = {r.key: r for r in map(podgroup_record_from, objects)}
-        self.podgroups = fresh
+    def replace_podgroups(
+        self, objects: Iterable[Mapping[str, Any]], source: str = SOURCE_XK8S
+    ) -> None:
+        """Adopt a fresh list of one source's objects; the other sources' records stay."""
+        fresh = {r.key: r for r in (podgroup_record_from(o, source) for o in objects)}
+        kept = {k: r for k, r in self.podgroups.items() if r.source != source}
+        self.podgroups = {**kept, **fresh}
 
     # ---- queries --------------------------------------------------------------
 
@@ -236,10 +247,7 @@ class ClusterState:
             return spec_from_labels(ref)
         record = self.podgroups.get(ref.key)
         if record is None:
-            raise GroupNotFound(
-                f"PodGroup {ref.key} not found: create it (kind PodGroup, apiVersion "
-                "scheduling.x-k8s.io/v1alpha1) or fix the pod's label scheduling.x-k8s.io/pod-group"
-            )
+            raise GroupNotFound(not_found_message(ref))
         if record.spec is None:
             raise PodGroupSpecError(record.error or f"PodGroup {ref.key} has an unusable spec")
         return record.spec
@@ -295,7 +303,22 @@ class ClusterState:
 # ---- parsing API objects into records --------------------------------------------
 
 
-def pod_record_from(raw: Mapping[str, Any]) -> PodRecord:
+_POINTER = {
+    SOURCE_XK8S: "the pod's label scheduling.x-k8s.io/pod-group",
+    "volcano": "the pod's annotation scheduling.k8s.io/group-name",
+    "native": "the pod's spec.schedulingGroup.podGroupName",
+}
+
+
+def not_found_message(ref: GroupRef) -> str:
+    api = GROUP_APIS[ref.source]
+    return (
+        f"PodGroup {ref.namespace}/{ref.name} not found: create it (kind {api.kind}, apiVersion "
+        f"{api.api_version}) or fix {_POINTER[ref.source]}"
+    )
+
+
+def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCES) -> PodRecord:
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     status = raw.get("status") or {}
@@ -303,7 +326,7 @@ def pod_record_from(raw: Mapping[str, Any]) -> PodRecord:
     group: GroupRef | None = None
     group_error: str | None = None
     try:
-        group = group_ref_of(namespace, meta.get("labels"))
+        group = group_ref_of_pod(namespace, meta, spec, sources)
     except GroupLabelError as err:
         group_error = str(err)
     try:
@@ -349,14 +372,14 @@ def node_record_from(raw: Mapping[str, Any]) -> NodeRecord:
     )
 
 
-def podgroup_record_from(raw: Mapping[str, Any]) -> PodGroupRecord:
+def podgroup_record_from(raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> PodGroupRecord:
     meta = raw.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     name = meta.get("name") or ""
-    key = f"{namespace}/{name}"
+    key = group_key(source, namespace, name)
     try:
-        spec: GroupSpec | None = spec_from_podgroup(key, raw.get("spec"))
+        spec: GroupSpec | None = SPEC_READERS[source](key, raw.get("spec"))
         error = None
     except PodGroupSpecError as err:
         spec, error = None, str(err)
-    return PodGroupRecord(namespace, name, meta.get("uid") or "", spec, error)
+    return PodGroupRecord(namespace, name, meta.get("uid") or "", spec, error, source)

@@ -1,23 +1,34 @@
-"""PodGroup status: the gang's lifecycle phase and member counts, as `kubectl get podgroup` shows.
+"""PodGroup status: the gang's lifecycle phase and member counts, in each source's own shape.
 
-Phases: Pending (not enough members, or not admitted) -> Scheduling (a
-member is reserved in the permit gate) -> Scheduled (minMember bound) ->
-Running (minMember running) -> Finished (minMember succeeded), or Failed (a
-member failed and fewer than minMember can still make it). The phase is a
-pure function of the members' pod records (compute_status), so it is the
-same after a restart and needs no history.
+Internal phases follow scheduler-plugins' PodGroup: Pending (not enough
+members, or not admitted) -> PreScheduling (a member is reserved in the
+permit gate) -> Scheduling (minMember bound, not yet running) -> Running
+(minMember running) -> Finished (minMember succeeded), or Failed (a member
+failed and fewer than minMember can still make it); Unknown when some
+members are bound, fewer than minMember, and none waits (members lost after
+the start). The phase is a pure function of the members' pod records
+(compute_status), so it is the same after a restart and needs no history.
 
-Writes go through the status subresource as a JSON merge patch carrying
-metadata.resourceVersion (on 409 we read again and retry) and only the fields
-we own: never occupiedBy or anything else another controller keeps there.
-They are batched: pod changes and gate reports only mark a group dirty; a
-tick computes dirty groups and writes one when its status differs from what
-we last wrote and its previous write is at least `min_interval_seconds`
-old, so a gang of 100 pods starting at once costs a few writes, not 100 per
-second. A periodic resync marks every group dirty, which writes the first
-status of new PodGroups and repairs anything a missed report left behind.
-Label-only groups have no object: their status is kept in memory, for
-/debug/gangs and the gang_extender_podgroups metric.
+Each source writes its own shape (StatusShape): x-k8s PodGroups get exactly
+the upstream fields (phase, running, succeeded, failed, scheduleStartTime)
+so an upstream CRD keeps them, plus a `Scheduled` condition (our CRD has a
+conditions field; `kubectl wait --for=condition=Scheduled`); Volcano
+PodGroups get Volcano's phases (Pending, Inqueue, Running, Completed,
+Unknown), counts and conditions, written on the object (Volcano's CRD has
+no status subresource). Native PodGroups' status is kube-scheduler's
+(PodGroupInitiallyScheduled): we leave it alone.
+
+Writes are JSON merge patches carrying metadata.resourceVersion (on 409 we
+read again and retry) and only the fields we own: never occupiedBy or
+anything else another controller keeps there. They are batched: pod changes
+and gate reports only mark a group dirty; a tick computes dirty groups and
+writes one when its status differs from what we last wrote and its previous
+write is at least `min_interval_seconds` old, so a gang of 100 pods starting
+at once costs a few writes, not 100 per second. A periodic resync marks
+every group dirty, which writes the first status of new PodGroups and
+repairs anything a missed report left behind. Only the leader writes (see
+app/leader.py). Label-only groups have no object: their status is kept in
+memory, for /debug/gangs and the gang_extender_podgroups metric.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ import json
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -39,7 +51,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from app.groups import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
+from app.groups import SOURCE_LABELS, SOURCE_VOLCANO, SOURCE_XK8S, XK8S_API, GroupApi
 from app.kube_api import read_and_release
 from app.metrics import Metrics
 from app.observer import MemberRef
@@ -48,18 +60,16 @@ from app.state import ClusterState, PodRecord
 log = logging.getLogger(__name__)
 
 PENDING = "Pending"
+PRE_SCHEDULING = "PreScheduling"
 SCHEDULING = "Scheduling"
-SCHEDULED = "Scheduled"
 RUNNING = "Running"
 FINISHED = "Finished"
 FAILED = "Failed"
-PHASES = (PENDING, SCHEDULING, SCHEDULED, RUNNING, FINISHED, FAILED)
+UNKNOWN = "Unknown"
+PHASES = (PENDING, PRE_SCHEDULING, SCHEDULING, RUNNING, FINISHED, FAILED, UNKNOWN)
 TERMINAL = frozenset({FINISHED, FAILED})
 
 _STOP_WAIT_SECONDS = 5.0
-
-SOURCE_PODGROUP = "podgroup"
-SOURCE_LABELS = "labels"
 
 # ---- the phase (pure) -------------------------------------------------------------
 
@@ -75,10 +85,9 @@ class GroupStatus:
     schedule_start_time: str | None = None
 
     def fields(self) -> dict[str, Any]:
-        """The status fields we own, as the API spells them."""
+        """The upstream scheduler-plugins status fields, as the API spells them."""
         out: dict[str, Any] = {
             "phase": self.phase,
-            "scheduled": self.scheduled,
             "running": self.running,
             "succeeded": self.succeeded,
             "failed": self.failed,
@@ -86,6 +95,11 @@ class GroupStatus:
         if self.schedule_start_time:
             out["scheduleStartTime"] = self.schedule_start_time
         return out
+
+    @property
+    def gang_scheduled(self) -> bool:
+        """minMember were bound in this round (the `Scheduled` condition)."""
+        return self.phase in (SCHEDULING, RUNNING, FINISHED)
 
 
 def compute_status(
@@ -124,16 +138,166 @@ def compute_status(
     elif running and running + succeeded >= min_member:
         phase = RUNNING
     elif scheduled >= min_member:
-        phase = SCHEDULED
-    elif waiting_in_gate:
         phase = SCHEDULING
+    elif waiting_in_gate:
+        phase = PRE_SCHEDULING
+    elif scheduled:
+        phase = UNKNOWN
     else:
         phase = PENDING
     return GroupStatus(phase, scheduled, running, succeeded, failed)
 
 
-def status_patch(current: Mapping[str, Any], wanted: GroupStatus) -> dict[str, Any] | None:
-    """The merge patch that makes `current` (a PodGroup) show `wanted`; None if it already does.
+# ---- each source's shape (pure) -----------------------------------------------------
+
+_REASONS = {
+    PENDING: "WaitingForMembers",
+    PRE_SCHEDULING: "WaitingInPermitGate",
+    SCHEDULING: "MinMemberBound",
+    RUNNING: "MinMemberRunning",
+    FINISHED: "MinMemberSucceeded",
+    FAILED: "MemberFailed",
+    UNKNOWN: "MembersLost",
+}
+
+
+def _message(status: GroupStatus) -> str:
+    return (
+        f"{status.scheduled} member(s) bound, {status.running} running, "
+        f"{status.succeeded} succeeded, {status.failed} failed (gang-extender)"
+    )
+
+
+def _condition(
+    kind: str, true: bool, status: GroupStatus, current: Mapping[str, Any], now: str
+) -> dict[str, Any]:
+    """One condition; lastTransitionTime (and Volcano's transitionID) kept while unchanged."""
+    value = "True" if true else "False"
+    old = next(
+        (
+            c
+            for c in current.get("conditions") or ()
+            if isinstance(c, Mapping) and c.get("type") == kind
+        ),
+        None,
+    )
+    same = old is not None and old.get("status") == value
+    out = {
+        "type": kind,
+        "status": value,
+        "reason": _REASONS.get(status.phase, status.phase),
+        "message": _message(status),
+        "lastTransitionTime": old.get("lastTransitionTime") if same and old else now,
+    }
+    return out
+
+
+class StatusShape(Protocol):
+    def render(self, status: GroupStatus, current: Mapping[str, Any], now: str) -> dict[str, Any]:
+        """The status fields we own, given what the object's status shows now."""
+
+    def read(self, obj: Mapping[str, Any]) -> GroupStatus:
+        """Our status as written on the object earlier (by us or a previous run)."""
+
+
+def _count(status: Mapping[str, Any], name: str) -> int:
+    value = status.get(name)
+    return value if isinstance(value, int) else 0
+
+
+class XK8sShape:
+    """scheduler-plugins' PodGroup status, plus the `Scheduled` condition."""
+
+    def render(self, status: GroupStatus, current: Mapping[str, Any], now: str) -> dict[str, Any]:
+        fields = status.fields()
+        if current.get("scheduleStartTime"):
+            fields.pop("scheduleStartTime", None)
+        fields["conditions"] = [
+            _condition("Scheduled", status.gang_scheduled, status, current, now)
+        ]
+        if "scheduled" in current:
+            fields["scheduled"] = None  # written by gang-extender < 0.2; gone upstream
+        return fields
+
+    def read(self, obj: Mapping[str, Any]) -> GroupStatus:
+        status = obj.get("status") or {}
+        return GroupStatus(
+            str(status.get("phase") or PENDING),
+            0,
+            _count(status, "running"),
+            _count(status, "succeeded"),
+            _count(status, "failed"),
+            status.get("scheduleStartTime") or None,
+        )
+
+
+_VOLCANO_PHASES = {
+    PENDING: "Pending",
+    PRE_SCHEDULING: "Inqueue",
+    SCHEDULING: "Running",
+    RUNNING: "Running",
+    FINISHED: "Completed",
+    FAILED: "Unknown",
+    UNKNOWN: "Unknown",
+}
+
+
+class VolcanoShape:
+    """Volcano's PodGroup status: its phases, counts, and a Scheduled/Unschedulable condition."""
+
+    def render(self, status: GroupStatus, current: Mapping[str, Any], now: str) -> dict[str, Any]:
+        kind = "Scheduled" if status.gang_scheduled else "Unschedulable"
+        condition = _condition(kind, True, status, current, now)
+        old = next((c for c in current.get("conditions") or () if isinstance(c, Mapping)), None)
+        same = old is not None and old.get("type") == kind
+        condition["transitionID"] = (
+            str(old.get("transitionID") or "") if same and old else str(uuid.uuid4())
+        )
+        return {
+            "phase": _VOLCANO_PHASES[status.phase],
+            "running": status.running,
+            "succeeded": status.succeeded,
+            "failed": status.failed,
+            "conditions": [condition],
+        }
+
+    def read(self, obj: Mapping[str, Any]) -> GroupStatus:
+        status = obj.get("status") or {}
+        phase = {"Completed": FINISHED, "Running": RUNNING, "Inqueue": PRE_SCHEDULING}.get(
+            str(status.get("phase") or ""), PENDING
+        )
+        return GroupStatus(
+            phase,
+            running=_count(status, "running"),
+            succeeded=_count(status, "succeeded"),
+            failed=_count(status, "failed"),
+        )
+
+
+SHAPES: dict[str, StatusShape] = {SOURCE_XK8S: XK8sShape(), SOURCE_VOLCANO: VolcanoShape()}
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Equal, comparing conditions without Volcano's random transitionID."""
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return all(
+            isinstance(a, Mapping) and isinstance(b, Mapping) and _strip(a) == _strip(b)
+            for a, b in zip(old, new, strict=True)
+        )
+    return bool(old == new)
+
+
+def _strip(condition: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in condition.items() if k != "transitionID"}
+
+
+def status_patch(
+    current: Mapping[str, Any],
+    wanted: GroupStatus,
+    shape: StatusShape | None = None,
+    now: str = "",
+) -> dict[str, Any] | None:
+    """The merge patch that makes `current` (a group object) show `wanted`; None if it already does.
 
     Carries only the fields that differ, plus metadata.uid and
     resourceVersion as preconditions. A scheduleStartTime already on the
@@ -141,10 +305,8 @@ def status_patch(current: Mapping[str, Any], wanted: GroupStatus) -> dict[str, A
     """
     meta = current.get("metadata") or {}
     status = current.get("status") or {}
-    fields = wanted.fields()
-    if status.get("scheduleStartTime"):
-        fields.pop("scheduleStartTime", None)
-    changed = {k: v for k, v in fields.items() if status.get(k) != v}
+    fields = (shape or SHAPES[SOURCE_XK8S]).render(wanted, status, now or _timestamp(time.time()))
+    changed = {k: v for k, v in fields.items() if not _same(status.get(k), v)}
     if not changed:
         return None
     return {
@@ -161,27 +323,41 @@ class StatusConflict(Exception):
 
 
 class StatusApi(Protocol):
-    """Blocking calls on the PodGroup status subresource (run on worker threads)."""
+    """Blocking calls on a group object's status (run on worker threads)."""
 
     def read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The PodGroup as JSON, None if it does not exist."""
+        """The object as JSON, None if it does not exist."""
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        """JSON merge patch of the status subresource; StatusConflict on 409."""
+        """JSON merge patch of the status; StatusConflict on 409."""
 
 
 class KubeStatusApi:
-    def __init__(self, custom: k8s.CustomObjectsApi, *, timeout_seconds: float = 10) -> None:
+    """Status of one source's objects: the status subresource, or the object itself (Volcano)."""
+
+    def __init__(
+        self,
+        custom: k8s.CustomObjectsApi,
+        api: GroupApi = XK8S_API,
+        *,
+        timeout_seconds: float = 10,
+    ) -> None:
         self._custom = custom
+        self._api = api
         self._timeout = timeout_seconds
 
     def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        get = (
+            self._custom.get_namespaced_custom_object_status
+            if self._api.status_subresource
+            else self._custom.get_namespaced_custom_object
+        )
         try:
-            response: Any = self._custom.get_namespaced_custom_object_status(
-                PODGROUP_GROUP,
-                PODGROUP_VERSION,
+            response: Any = get(
+                self._api.group,
+                self._api.version,
                 namespace,
-                PODGROUP_PLURAL,
+                self._api.plural,
                 name,
                 _preload_content=False,
                 _request_timeout=self._timeout,
@@ -194,12 +370,17 @@ class KubeStatusApi:
         return obj
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        patch = (
+            self._custom.patch_namespaced_custom_object_status
+            if self._api.status_subresource
+            else self._custom.patch_namespaced_custom_object
+        )
         try:
-            response: Any = self._custom.patch_namespaced_custom_object_status(
-                PODGROUP_GROUP,
-                PODGROUP_VERSION,
+            response: Any = patch(
+                self._api.group,
+                self._api.version,
                 namespace,
-                PODGROUP_PLURAL,
+                self._api.plural,
                 name,
                 body,
                 _preload_content=False,
@@ -216,22 +397,9 @@ class KubeStatusApi:
 WRITTEN, UNCHANGED, KEPT, GONE, CONFLICT = "written", "unchanged", "kept", "gone", "conflict"
 
 
-def status_from_object(obj: Mapping[str, Any]) -> GroupStatus:
-    """Our fields of a PodGroup's status, as written earlier (by us or a previous run)."""
-    status = obj.get("status") or {}
-
-    def count(name: str) -> int:
-        value = status.get(name)
-        return value if isinstance(value, int) else 0
-
-    return GroupStatus(
-        str(status.get("phase") or PENDING),
-        count("scheduled"),
-        count("running"),
-        count("succeeded"),
-        count("failed"),
-        status.get("scheduleStartTime") or None,
-    )
+def status_from_object(obj: Mapping[str, Any], shape: StatusShape | None = None) -> GroupStatus:
+    """Our fields of a group's status, as written earlier (by us or a previous run)."""
+    return (shape or SHAPES[SOURCE_XK8S]).read(obj)
 
 
 def write_status(
@@ -241,6 +409,7 @@ def write_status(
     uid: str,
     wanted: GroupStatus,
     *,
+    shape: StatusShape | None = None,
     keep_terminal: bool = False,
     attempts: int = 3,
 ) -> tuple[str, GroupStatus | None]:
@@ -254,10 +423,10 @@ def write_status(
         current = api.read(namespace, name)
         if current is None or (current.get("metadata") or {}).get("uid") != uid:
             return GONE, None
-        shown = status_from_object(current)
+        shown = status_from_object(current, shape)
         if keep_terminal and shown.phase in TERMINAL:
             return KEPT, shown
-        patch = status_patch(current, wanted)
+        patch = status_patch(current, wanted, shape)
         if patch is None:
             return UNCHANGED, wanted
         try:
@@ -280,6 +449,9 @@ class GroupView:
     min_member: int
     members: int
     status: GroupStatus
+    # Volcano queue and priorityClassName (native: priorityClassName): shown, not enforced.
+    queue: str | None = None
+    priority_class_name: str | None = None
 
 
 class PodGroupStatus:
@@ -296,9 +468,14 @@ class PodGroupStatus:
         min_interval_seconds: float = 1.0,
         resync_seconds: float = 10.0,
         tick_seconds: float = 0.2,
+        apis: Mapping[str, StatusApi] | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
         self._state = state
-        self._api = api
+        # source -> its status API; a source without one (native: kube-scheduler's) is not written.
+        self._apis: dict[str, StatusApi] = {SOURCE_XK8S: api, **(apis or {})}
+        self._is_leader = is_leader
+        self._was_leader = False
         self._executor = executor
         self._metrics = metrics
         self._clock = clock
@@ -383,6 +560,11 @@ class PodGroupStatus:
     def reconcile(self) -> None:
         """Compute dirty groups; write those that changed and may be written now."""
         now = self._clock()
+        leader = self._is_leader()
+        if leader and not self._was_leader:
+            # Newly elected: the standby wrote nothing, so look at every group now.
+            self._next_resync = -math.inf
+        self._was_leader = leader
         if now >= self._next_resync:
             self._next_resync = now + self._resync
             self._dirty.update(self._state.podgroups, self._pods, self.groups)
@@ -392,7 +574,7 @@ class PodGroupStatus:
                 self._forget(key)
                 continue
             self.groups[key] = view
-            if view.source != SOURCE_PODGROUP or self._written.get(key) == view.status:
+            if view.source not in self._apis or not leader or self._written.get(key) == view.status:
                 self._dirty.discard(key)
                 continue
             if key in self._in_flight or now - self._last_write.get(key, -math.inf) < (
@@ -421,12 +603,14 @@ class PodGroupStatus:
                 self._written.pop(key, None)
                 self.groups.pop(key, None)
                 self._uids[key] = record.uid
-            source, min_member = SOURCE_PODGROUP, record.spec.min_member
+            source, min_member = record.source, record.spec.min_member
+            queue, priority_class = record.spec.queue, record.spec.priority_class_name
         else:
             label_min = [p.group.min_available for p in pods if p.group and p.group.min_available]
             if not label_min:
                 return None  # no such group, or pods naming a PodGroup that does not exist
             source, min_member = SOURCE_LABELS, max(label_min)
+            queue = priority_class = None
         waiting = any(p.reserved_node and not p.node_name for p in pods)
         previous = self.groups.get(key)
         status = compute_status(min_member, pods, waiting, previous.status if previous else None)
@@ -434,7 +618,7 @@ class PodGroupStatus:
         if start is not None and status.schedule_start_time is None:
             status = dataclasses.replace(status, schedule_start_time=start)
         members = sum(1 for p in pods if p.counts_as_member)
-        return GroupView(key, source, min_member, members, status)
+        return GroupView(key, source, min_member, members, status, queue, priority_class)
 
     def _forget(self, key: str) -> None:
         self._dirty.discard(key)
@@ -449,14 +633,18 @@ class PodGroupStatus:
         self._in_flight.add(key)
         self._last_write[key] = now
         # Nothing left that could run: a Finished/Failed outcome on the object stays.
-        keep_terminal = view.members == 0 and view.status.phase not in (SCHEDULING, *TERMINAL)
+        keep_terminal = view.members == 0 and view.status.phase not in (
+            PRE_SCHEDULING,
+            *TERMINAL,
+        )
         write = functools.partial(
             write_status,
-            self._api,
+            self._apis[record.source],
             record.namespace,
             record.name,
             record.uid,
             view.status,
+            shape=SHAPES[record.source],
             keep_terminal=keep_terminal,
         )
         future = asyncio.get_running_loop().run_in_executor(self._executor, write)

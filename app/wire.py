@@ -70,10 +70,22 @@ def _pod(data: Mapping[str, Any]) -> dict[str, Any]:
         isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
     ):
         raise WireError("Pod.metadata.labels must map label names to strings")
+    annotations = meta.get("annotations")
+    if annotations is not None and not (
+        isinstance(annotations, dict) and all(isinstance(v, str) for v in annotations.values())
+    ):
+        raise WireError("Pod.metadata.annotations must map annotation names to strings")
     spec = pod.get("spec")
     if spec is None:
         return pod
     spec = _object(spec, "Pod.spec")
+    group = spec.get("schedulingGroup")
+    if group is not None:
+        _string(
+            _object(group, "Pod.spec.schedulingGroup").get("podGroupName"),
+            "Pod.spec.schedulingGroup.podGroupName",
+            required=False,
+        )
     priority = spec.get("priority")
     if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
         raise WireError("Pod.spec.priority must be an integer")

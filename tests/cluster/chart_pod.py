@@ -13,6 +13,7 @@ own schedulers, run side by side).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import socket
 import ssl
@@ -21,7 +22,7 @@ import sys
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,8 @@ class ChartPod:
     ops_url: str
     scheduler_port: int
     logs: dict[str, Path]
+    # "extender" and "kube-scheduler", to stop one container of the pod.
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def tail(self) -> str:
         return "\n".join(
@@ -139,8 +142,15 @@ def run_chart_pod(
     kubeconfig: str,
     workdir: Path,
     secret_dirs: Mapping[str, Path] | None = None,
+    pod_name: str | None = None,
 ) -> Iterator[ChartPod]:
-    """Start the rendered pod's extender, then its kube-scheduler; stop both on exit."""
+    """Start the rendered pod's extender, then its kube-scheduler; stop both on exit.
+
+    pod_name: give this "pod" its own hostname, as a pod has (kube-scheduler
+    runs in a UTS namespace of its own, and its Lease identity starts with
+    that name), and pass it to the extender the way the chart's downward API
+    does. Without it both share the machine's hostname.
+    """
     mounts = _mounts(docs, workdir, secret_dirs or {})
     config_cm = find(docs, "ConfigMap", "-scheduler")
     config: dict[str, Any] = yaml.safe_load(config_cm["data"]["config.yaml"])
@@ -184,6 +194,9 @@ def run_chart_pod(
         logs=logs,
     )
     processes: list[subprocess.Popen[bytes]] = []
+    ext_env = dict(os.environ)
+    if pod_name:
+        ext_env["GANG_EXTENDER_LEADER_IDENTITY"] = pod_name
     try:
         with logs["extender"].open("wb") as log:
             processes.append(
@@ -192,27 +205,27 @@ def run_chart_pod(
                     cwd=REPO,
                     stdout=log,
                     stderr=subprocess.STDOUT,
+                    env=ext_env,
                 )
             )
         _wait_http(f"{pod.ops_url}/readyz", processes[0], logs["extender"], "the extender")
+        argv = [str(kube_bin() / "kube-scheduler"), *sched_args]
+        if pod_name:
+            argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', pod_name, *argv]
         with logs["kube-scheduler"].open("wb") as log:
-            processes.append(
-                subprocess.Popen(
-                    [str(kube_bin() / "kube-scheduler"), *sched_args],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
+            processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
         _wait_http(
             f"https://127.0.0.1:{scheduler_port}/healthz",
             processes[1],
             logs["kube-scheduler"],
             "kube-scheduler",
         )
+        pod.processes = dict(zip(("extender", "kube-scheduler"), processes, strict=True))
         yield pod
     finally:
         for process in reversed(processes):
-            stop_process(process)
+            if process.poll() is None:
+                stop_process(process)
 
 
 def lease_holder(kube: Kube, namespace: str, name: str) -> str | None:

@@ -29,6 +29,7 @@ from kubernetes import config as k8s_config
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster.kube import Kube, stop_process, wait_for
+from tests.packaging.helm import kube_bin
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
@@ -81,6 +82,10 @@ EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
 NODES = 3
 NODE_CPU = "4"
 NODE_MEMORY = "8Gi"
+# Kubernetes' native PodGroups (scheduling.k8s.io/v1beta1) are served only with this gate.
+FEATURE_GATES = "GenericWorkload=true"
+# CRDs the tests need but the chart does not ship (Volcano's PodGroup).
+TEST_CRDS = REPO / "tests" / "cluster" / "crds"
 # Short waits keep the suite fast; the tests reason in these units.
 PERMIT_WAIT_SECONDS = 6
 DENIED_SECONDS = 3
@@ -118,12 +123,26 @@ def kubeconfig() -> Iterator[str]:
         "--extender-url",
         f"{EXTENDER_URL}/scheduler",
         "--with-nodelist-scheduler",
+        "--feature-gates",
+        FEATURE_GATES,
     )
     match = re.search(r"^export KUBECONFIG=(\S+)$", out, re.MULTILINE)
     assert match, f"hack/local-cluster up printed no KUBECONFIG line:\n{out}"
+    _apply_test_crds(match.group(1))
     yield match.group(1)
     # Free the slot's ports for the next session (logs stay in CLUSTER_DIR).
     local_cluster("down")
+
+
+def _apply_test_crds(kubeconfig: str) -> None:
+    """Before the extender starts: it discovers its group sources once, at start-up."""
+    kubectl = [str(kube_bin() / "kubectl"), "--kubeconfig", kubeconfig]
+    for args in (
+        ["apply", "--server-side", "-f", str(TEST_CRDS)],
+        ["wait", "--for=condition=Established", "--timeout=60s", "-f", str(TEST_CRDS)],
+    ):
+        result = subprocess.run([*kubectl, *args], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from app.groups import POD_GROUP_LABEL
+from app.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, GroupApi
 
 
 def wait_for(
@@ -76,12 +76,58 @@ class Kube:
             },
         )
 
+    def create_volcano_podgroup(
+        self,
+        namespace: str,
+        name: str,
+        min_member: int,
+        *,
+        min_task_member: dict[str, int] | None = None,
+    ) -> None:
+        spec: dict[str, Any] = {"minMember": min_member, "queue": "default"}
+        if min_task_member:
+            spec["minTaskMember"] = min_task_member
+        self.custom.create_namespaced_custom_object(
+            VOLCANO_API.group,
+            VOLCANO_API.version,
+            namespace,
+            VOLCANO_API.plural,
+            {
+                "apiVersion": VOLCANO_API.api_version,
+                "kind": "PodGroup",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+
+    def create_native_podgroup(self, namespace: str, name: str, min_count: int) -> None:
+        self.custom.create_namespaced_custom_object(
+            NATIVE_API.group,
+            NATIVE_API.version,
+            namespace,
+            NATIVE_API.plural,
+            {
+                "apiVersion": NATIVE_API.api_version,
+                "kind": "PodGroup",
+                "metadata": {"name": name},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+            },
+        )
+
+    def group_object(self, api: GroupApi, namespace: str, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            api.group, api.version, namespace, api.plural, name
+        )
+        return obj
+
     def pod_body(
         self,
         name: str,
         *,
         group: str | None = None,
         labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        scheduling_group: str | None = None,
         cpu: str = "100m",
         memory: str = "64Mi",
         scheduler: str = "default-scheduler",
@@ -103,15 +149,30 @@ class Kube:
         }
         if priority_class:
             spec["priorityClassName"] = priority_class
-        return {"metadata": {"name": name, "labels": all_labels}, "spec": spec}
+        if scheduling_group:
+            spec["schedulingGroup"] = {"podGroupName": scheduling_group}
+        meta: dict[str, Any] = {"name": name, "labels": all_labels}
+        if annotations:
+            meta["annotations"] = annotations
+        return {"metadata": meta, "spec": spec}
 
     def create_pod(self, namespace: str, name: str, **kwargs: Any) -> None:
         self.core.create_namespaced_pod(namespace, self.pod_body(name, **kwargs))
 
     def create_deployment(
-        self, namespace: str, name: str, replicas: int, *, group: str, cpu: str = "100m"
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        *,
+        group: str | None = None,
+        cpu: str = "100m",
+        labels: dict[str, str] | None = None,
+        **pod: Any,
     ) -> None:
-        template = self.pod_body(name, group=group, labels={"app": name}, cpu=cpu)
+        template = self.pod_body(
+            name, group=group, labels={"app": name, **(labels or {})}, cpu=cpu, **pod
+        )
         del template["metadata"]["name"]
         self.apps.create_namespaced_deployment(
             namespace,

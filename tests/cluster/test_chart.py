@@ -26,11 +26,13 @@ from kubernetes import config as k8s_config
 
 from app.groups import POD_GROUP_LABEL
 from tests.cluster.chart_pod import lease_holder, run_chart_pod, schedule_gang
-from tests.cluster.kube import Kube, wait_for
+from tests.cluster.conftest import Extender
+from tests.cluster.kube import Kube, stop_process, wait_for
 from tests.packaging.helm import (
     CHART,
     FULL_SET,
     PROMETHEUS_API,
+    container,
     find,
     kube_bin,
     render,
@@ -183,7 +185,7 @@ def test_chart_rbac_is_enough_to_gang_schedule_and_no_more(
             assert pod.metric("gang_extender_gang_admissions_total", result="admitted") >= 1
             # The extender writes PodGroup status (podgroups/status patch) with the same token.
             wait_for(
-                lambda: podgroup_phase(kube, namespace, "gang") in {"Scheduled", "Running"},
+                lambda: podgroup_phase(kube, namespace, "gang") in {"Scheduling", "Running"},
                 30,
                 f"the extender to write the PodGroup's phase\n{pod.tail()}",
             )
@@ -244,3 +246,65 @@ def test_two_replicas_one_schedules_the_other_takes_over(
             )
             assert lease_holder(kube, namespace, leader.lease) not in (None, held_by)
             schedule_gang(kube, namespace, standby)
+
+
+def test_only_the_replica_holding_the_lease_writes(
+    kube: Kube, kubeconfig: str, namespace: str, tmp_path: Path, extender: Extender
+) -> None:
+    """Two replicas, each a "pod" with its own hostname. The standby's sidecar sees the
+    same cluster but writes no PodGroup status (nor events, wake-ups, evictions); once its
+    kube-scheduler takes the Lease, it writes."""
+    docs = render("--set", "replicaCount=2", release="leader", namespace=namespace)
+    # The session's own extender writes every PodGroup's status: out of the way meanwhile.
+    extender.stop()
+    try:
+        _two_replicas(kube, kubeconfig, namespace, tmp_path, docs)
+    finally:
+        extender.start(*extender.extra_args)
+
+
+def _two_replicas(
+    kube: Kube, kubeconfig: str, namespace: str, tmp_path: Path, docs: list[dict[str, Any]]
+) -> None:
+    extender_args = container(docs, "gang-extender")["args"]
+    lease_flag = f"--leader-election-lease={namespace}/"
+    assert any(a.startswith(lease_flag) for a in extender_args), extender_args
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with contextlib.ExitStack() as first:
+        a = first.enter_context(
+            run_chart_pod(docs, kubeconfig=kubeconfig, workdir=tmp_path / "a", pod_name="pod-a")
+        )
+        wait_for(lambda: acquired(a.logs["kube-scheduler"]), 30, "pod-a's scheduler to lead")
+        assert (lease_holder(kube, namespace, a.lease) or "").startswith("pod-a_")
+        with run_chart_pod(
+            docs, kubeconfig=kubeconfig, workdir=tmp_path / "b", pod_name="pod-b"
+        ) as b:
+            # The leader's sidecar goes away, its kube-scheduler keeps the Lease: nobody
+            # may write now, and the standby (which watches everything) must not.
+            stop_process(a.processes["extender"])
+            kube.create_podgroup(namespace, "quiet", 2)
+            # Longer than the status resync (10s) and the write interval (1s).
+            time.sleep(14)
+            assert podgroup_phase(kube, namespace, "quiet") is None, "the standby wrote status"
+            assert b.metric("gang_extender_podgroup_status_writes_total", result="written") == 0
+            assert "is now the leader" not in b.logs["extender"].read_text(errors="replace")
+
+            first.close()  # pod-a's kube-scheduler stops and releases the Lease
+            wait_for(
+                lambda: acquired(b.logs["kube-scheduler"]),
+                60,
+                f"pod-b's scheduler to take the Lease\n{b.tail()}",
+            )
+            assert (lease_holder(kube, namespace, b.lease) or "").startswith("pod-b_")
+            wait_for(
+                lambda: podgroup_phase(kube, namespace, "quiet") == "Pending",
+                30,
+                f"the new leader's sidecar to write the status\n{b.tail()}",
+            )
+            schedule_gang(kube, namespace, b)
+            wait_for(
+                lambda: podgroup_phase(kube, namespace, "gang") in {"Scheduling", "Running"},
+                30,
+                f"the leader to write the gang's phase\n{b.tail()}",
+            )

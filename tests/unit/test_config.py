@@ -74,3 +74,22 @@ def test_ops_port_must_differ_from_the_verbs_port() -> None:
     assert settings(["--ops-port", "9090"]).ops_port == 9090
     with pytest.raises(ConfigError, match="is the verbs' port"):
         settings(["--ops-port", "8888"])
+
+
+def test_group_sources_and_leader_election_flags() -> None:
+    s = settings([])
+    assert (s.x_k8s_podgroups, s.volcano_podgroups, s.native_podgroups) == ("auto",) * 3
+    assert s.label_groups == "on" and s.leader_election_lease is None
+    s = settings(
+        ["--native-podgroups", "off", "--leader-election-lease", "gang/gang-extender"],
+        {"GANG_EXTENDER_LEADER_IDENTITY": "gang-extender-5f7-abcde"},
+    )
+    assert s.native_podgroups == "off"
+    assert (s.leader_election_lease, s.leader_identity) == (
+        "gang/gang-extender",
+        "gang-extender-5f7-abcde",
+    )
+    with pytest.raises(ConfigError, match="--volcano-podgroups='yes': must be one of auto, off"):
+        settings(["--volcano-podgroups", "yes"])
+    with pytest.raises(ConfigError, match="NAMESPACE/NAME of kube-scheduler's leader-election"):
+        settings(["--leader-election-lease", "gang-extender"])

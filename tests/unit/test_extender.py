@@ -266,3 +266,48 @@ async def test_malformed_requests_are_400_not_500(
     for verb in ("filter", "prioritize", "preempt", "bind"):
         r = await post(client, verb, body)
         assert r.status_code in (200, 400), (verb, r.status_code, r.text)
+
+
+def volcano_pod(name: str, task: str, **kwargs: Any) -> dict[str, Any]:
+    raw = pod(name, **kwargs)
+    raw["metadata"]["annotations"] = {
+        "scheduling.k8s.io/group-name": "tf",
+        "volcano.sh/task-spec": task,
+    }
+    return raw
+
+
+async def test_volcano_min_task_member_gates_filter_and_bind(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    w, client = world
+    w.state.apply_podgroup(
+        {
+            "metadata": {"name": "tf", "namespace": "default", "uid": "pg-tf"},
+            "spec": {"minMember": 2, "minTaskMember": {"ps": 1, "worker": 1}},
+        },
+        "volcano",
+    )
+    workers = [volcano_pod(f"w{i}", "worker") for i in range(2)]
+    for raw in workers:
+        w.state.apply_pod(raw)
+    # minMember is met, but task ps has none of its 1.
+    r = await post(client, "filter", {"Pod": workers[0], "NodeNames": ["n1"]})
+    message = r.json()["FailedAndUnresolvableNodes"]["n1"]
+    assert "per task for group volcano:default/tf (minTaskMember: task ps: 0 of 1)" in message
+    ps = volcano_pod("ps0", "ps")
+    w.state.apply_pod(ps)
+    r = await post(client, "filter", {"Pod": workers[0], "NodeNames": ["n1"]})
+    assert r.json()["NodeNames"] == ["n1"]
+
+    def bind(name: str) -> Any:
+        args = {"PodName": name, "PodNamespace": "default", "PodUID": f"uid-default-{name}"}
+        return post(client, "bind", {**args, "Node": "n1"})
+
+    # Two workers reach minMember 2, but the gate waits for the ps task.
+    waiting = [asyncio.create_task(bind("w0")), asyncio.create_task(bind("w1"))]
+    await asyncio.sleep(0.05)
+    assert w.api.bound == [] and not any(t.done() for t in waiting)
+    answers = await asyncio.gather(bind("ps0"), *waiting)
+    assert [a.json() for a in answers] == [{"Error": ""}] * 3
+    assert sorted(name for name, _ in w.api.bound) == ["ps0", "w0", "w1"]

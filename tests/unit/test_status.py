@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+from app.groups import SOURCE_NATIVE, SOURCE_VOLCANO
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState, PodRecord, pod_record_from
@@ -16,14 +17,18 @@ from app.status import (
     KEPT,
     PENDING,
     PHASES,
+    PRE_SCHEDULING,
     RUNNING,
-    SCHEDULED,
     SCHEDULING,
     UNCHANGED,
+    UNKNOWN,
     WRITTEN,
     GroupStatus,
     PodGroupStatus,
     StatusConflict,
+    StatusShape,
+    VolcanoShape,
+    XK8sShape,
     compute_status,
     status_patch,
     write_status,
@@ -50,18 +55,19 @@ def test_fewer_members_than_min_member_is_pending() -> None:
 
 def test_a_member_waiting_in_the_gate_is_scheduling() -> None:
     pods = [member("a"), member("b"), member("c")]
-    assert compute_status(3, pods, waiting_in_gate=True).phase == SCHEDULING
+    assert compute_status(3, pods, waiting_in_gate=True).phase == PRE_SCHEDULING
 
 
 def test_min_member_bound_is_scheduled_even_while_others_wait() -> None:
     pods = [member("a", node="n1"), member("b", node="n2"), member("c")]
     status = compute_status(2, pods, waiting_in_gate=True)
-    assert status == GroupStatus(SCHEDULED, scheduled=2)
+    assert status == GroupStatus(SCHEDULING, scheduled=2)
 
 
-def test_bound_below_min_member_is_not_scheduled() -> None:
+def test_bound_below_min_member_with_none_waiting_is_unknown() -> None:
+    # scheduler-plugins' Unknown: part of minMember placed, the rest cannot be (members lost).
     pods = [member("a", node="n1"), member("b")]
-    assert compute_status(2, pods, waiting_in_gate=False).phase == PENDING
+    assert compute_status(2, pods, waiting_in_gate=False).phase == UNKNOWN
 
 
 def test_min_member_running_is_running() -> None:
@@ -73,7 +79,7 @@ def test_min_member_running_is_running() -> None:
 
 def test_some_running_below_min_member_stays_scheduled() -> None:
     pods = [member("a", node="n1", phase="Running"), member("b", node="n1")]
-    assert compute_status(2, pods, waiting_in_gate=False).phase == SCHEDULED
+    assert compute_status(2, pods, waiting_in_gate=False).phase == SCHEDULING
 
 
 def test_running_and_succeeded_together_are_running() -> None:
@@ -134,7 +140,7 @@ def test_pods_being_deleted_count_as_neither_scheduled_nor_running() -> None:
         member("b", node="n1", phase="Running", deleting=True),
     ]
     assert compute_status(2, pods, waiting_in_gate=False) == GroupStatus(
-        PENDING, scheduled=1, running=1
+        UNKNOWN, scheduled=1, running=1
     )
 
 
@@ -149,30 +155,75 @@ def podgroup_object(status: dict[str, Any] | None = None, rv: str = "7") -> dict
     return obj
 
 
-def test_patch_carries_only_changed_fields_and_preconditions() -> None:
+NOW = "2026-01-01T00:00:09Z"
+
+
+def shown(status: GroupStatus, shape: StatusShape | None = None) -> dict[str, Any]:
+    """What the object shows once `status` was written (an empty status before)."""
+    return (shape or XK8sShape()).render(status, {}, "2026-01-01T00:00:00Z")
+
+
+def test_patch_writes_the_upstream_fields_and_the_scheduled_condition() -> None:
+    # `scheduled` came from gang-extender < 0.2: upstream dropped it, so it is removed.
     current = podgroup_object({"phase": PENDING, "scheduled": 0, "occupiedBy": "ns/job"})
-    patch = status_patch(current, GroupStatus(SCHEDULED, scheduled=3))
+    patch = status_patch(current, GroupStatus(SCHEDULING, scheduled=3), now=NOW)
     assert patch == {
         "metadata": {"uid": "pg-g", "resourceVersion": "7"},
         "status": {
-            "phase": SCHEDULED,
-            "scheduled": 3,
+            "phase": SCHEDULING,
             "running": 0,
             "succeeded": 0,
             "failed": 0,
+            "scheduled": None,
+            "conditions": [
+                {
+                    "type": "Scheduled",
+                    "status": "True",
+                    "reason": "MinMemberBound",
+                    "message": "3 member(s) bound, 0 running, 0 succeeded, 0 failed "
+                    "(gang-extender)",
+                    "lastTransitionTime": NOW,
+                }
+            ],
         },
     }
 
 
+def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
+    current = podgroup_object(shown(GroupStatus(SCHEDULING, scheduled=3)))
+    patch = status_patch(current, GroupStatus(RUNNING, scheduled=3, running=3), now=NOW)
+    assert patch is not None
+    (condition,) = patch["status"]["conditions"]
+    assert condition["status"] == "True" and condition["reason"] == "MinMemberRunning"
+    assert condition["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+
+
 def test_patch_is_none_when_the_object_already_shows_the_status() -> None:
     wanted = GroupStatus(RUNNING, 3, 3, 0, 0, "2026-01-01T00:00:00Z")
-    current = podgroup_object(wanted.fields())
-    assert status_patch(current, wanted) is None
+    current = podgroup_object(shown(wanted))
+    assert status_patch(current, wanted, now=NOW) is None
 
 
 def test_patch_keeps_an_existing_schedule_start_time() -> None:
-    current = podgroup_object({**GroupStatus(PENDING).fields(), "scheduleStartTime": "earlier"})
+    current = podgroup_object({**shown(GroupStatus(PENDING)), "scheduleStartTime": "earlier"})
     assert status_patch(current, GroupStatus(PENDING, schedule_start_time="later")) is None
+
+
+def test_volcano_status_uses_volcanos_phases_and_conditions() -> None:
+    volcano = VolcanoShape()
+    pending = volcano.render(GroupStatus(PENDING), {}, NOW)
+    assert pending["phase"] == "Pending"
+    assert [(c["type"], c["status"]) for c in pending["conditions"]] == [("Unschedulable", "True")]
+    running = volcano.render(GroupStatus(RUNNING, 2, 2), pending, NOW)
+    assert (running["phase"], running["running"]) == ("Running", 2)
+    (condition,) = running["conditions"]
+    assert condition["type"] == "Scheduled" and condition["transitionID"]
+    assert condition["transitionID"] != pending["conditions"][0]["transitionID"]
+    # Unchanged condition: same transition, so no write.
+    obj = {"metadata": {"uid": "u", "resourceVersion": "1"}, "status": running}
+    assert status_patch(obj, GroupStatus(RUNNING, 2, 2), volcano, NOW) is None
+    assert volcano.render(GroupStatus(FINISHED, 2, 0, 2), running, NOW)["phase"] == "Completed"
+    assert volcano.read({"status": {"phase": "Completed", "succeeded": 2}}).phase == FINISHED
 
 
 class MemoryStatusApi:
@@ -210,18 +261,21 @@ class MemoryStatusApi:
 def test_write_status_rereads_and_retries_on_conflict() -> None:
     api = MemoryStatusApi(podgroup_object())
     api.conflicts = 1
-    assert write_status(api, "default", "g", "pg-g", GroupStatus(SCHEDULING)) == (
+    assert write_status(api, "default", "g", "pg-g", GroupStatus(PRE_SCHEDULING)) == (
         WRITTEN,
-        GroupStatus(SCHEDULING),
+        GroupStatus(PRE_SCHEDULING),
     )
     assert api.reads == 2 and len(api.patches) == 1
-    assert api.obj is not None and api.obj["status"]["phase"] == SCHEDULING
+    assert api.obj is not None and api.obj["status"]["phase"] == PRE_SCHEDULING
 
 
 def test_write_status_gives_up_after_repeated_conflicts() -> None:
     api = MemoryStatusApi(podgroup_object())
     api.conflicts = 5
-    assert write_status(api, "default", "g", "pg-g", GroupStatus(SCHEDULING)) == (CONFLICT, None)
+    assert write_status(api, "default", "g", "pg-g", GroupStatus(PRE_SCHEDULING)) == (
+        CONFLICT,
+        None,
+    )
 
 
 def test_write_status_skips_deleted_or_recreated_objects_and_equal_status() -> None:
@@ -229,14 +283,15 @@ def test_write_status_skips_deleted_or_recreated_objects_and_equal_status() -> N
     assert write_status(MemoryStatusApi(None), "default", "g", "pg-g", pending) == (GONE, None)
     recreated = MemoryStatusApi(podgroup_object())
     assert write_status(recreated, "default", "g", "other-uid", pending) == (GONE, None)
-    api = MemoryStatusApi(podgroup_object(pending.fields()))
+    api = MemoryStatusApi(podgroup_object(shown(pending)))
     assert write_status(api, "default", "g", "pg-g", pending) == (UNCHANGED, pending)
     assert api.patches == []
 
 
 def test_write_status_keeps_a_finished_outcome_when_no_member_is_left() -> None:
-    finished = GroupStatus(FINISHED, 3, 0, 3, 0, "2026-01-01T00:00:00Z")
-    api = MemoryStatusApi(podgroup_object(finished.fields()))
+    # The object shows no bound count (upstream has none): 0 scheduled.
+    finished = GroupStatus(FINISHED, 0, 0, 3, 0, "2026-01-01T00:00:00Z")
+    api = MemoryStatusApi(podgroup_object(shown(finished)))
     result = write_status(api, "default", "g", "pg-g", GroupStatus(PENDING), keep_terminal=True)
     assert result == (KEPT, finished)
     assert api.patches == []
@@ -351,9 +406,9 @@ async def test_waiting_in_the_gate_sets_scheduling_and_the_start_time(
     writer.member_waiting(MemberRef("default", "a", "uid-default-a", "n1"), "default/g", 1, 3)
     await settle(writer)
     assert api.obj is not None
-    assert api.obj["status"]["phase"] == SCHEDULING
+    assert api.obj["status"]["phase"] == PRE_SCHEDULING
     assert api.obj["status"]["scheduleStartTime"] == "1970-01-01T00:16:40Z"
-    assert writer.groups["default/g"].status.phase == SCHEDULING
+    assert writer.groups["default/g"].status.phase == PRE_SCHEDULING
 
 
 async def test_label_only_groups_are_kept_in_memory_only(executor: ThreadPoolExecutor) -> None:
@@ -411,8 +466,8 @@ async def test_a_restarted_writer_learns_the_outcome_from_the_object(
     executor: ThreadPoolExecutor,
 ) -> None:
     _, api, writer, clock, metrics = setup(executor)
-    finished = GroupStatus(FINISHED, 3, 0, 3, 0, "2026-01-01T00:00:00Z")
-    api.obj = podgroup_object(finished.fields())
+    finished = GroupStatus(FINISHED, 0, 0, 3, 0, "2026-01-01T00:00:00Z")
+    api.obj = podgroup_object(shown(finished))
     await settle(writer)
     assert api.patches == []
     assert writer.groups["default/g"].status == finished
@@ -420,3 +475,76 @@ async def test_a_restarted_writer_learns_the_outcome_from_the_object(
     await settle(writer)
     assert api.patches == [] and api.reads == 1
     assert phase_gauge(metrics, FINISHED) == 1
+
+
+async def test_a_standby_writes_nothing_until_it_leads(executor: ThreadPoolExecutor) -> None:
+    state = ClusterState()
+    state.apply_podgroup(podgroup("g", 2))
+    api = MemoryStatusApi(podgroup_object())
+    leading = False
+    clock = Clock()
+    writer = PodGroupStatus(state, api, executor, Metrics(), clock=clock, is_leader=lambda: leading)
+    for name in "ab":
+        state.apply_pod(pod(name, group="g", node="n1", phase="Running"))
+    await settle(writer)
+    clock.now += 30
+    await settle(writer)
+    assert api.patches == [] and api.reads == 0
+    assert writer.groups["default/g"].status.phase == RUNNING  # still known, for /debug
+    leading = True
+    await settle(writer)
+    assert api.obj is not None and api.obj["status"]["phase"] == RUNNING
+
+
+async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
+    executor: ThreadPoolExecutor,
+) -> None:
+    state = ClusterState()
+    volcano = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "v", "namespace": "default", "uid": "pg-v", "resourceVersion": "3"},
+        "spec": {"minMember": 2, "queue": "research"},
+    }
+    native = {
+        "metadata": {"name": "n", "namespace": "default", "uid": "pg-n"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    state.apply_podgroup(volcano, SOURCE_VOLCANO)
+    state.apply_podgroup(native, SOURCE_NATIVE)
+    volcano_api = MemoryStatusApi(volcano)
+    native_api = MemoryStatusApi(native)
+    writer = PodGroupStatus(
+        state,
+        MemoryStatusApi(None),
+        executor,
+        Metrics(),
+        clock=Clock(),
+        apis={SOURCE_VOLCANO: volcano_api},
+    )
+    for name in "ab":
+        annotations = {"scheduling.k8s.io/group-name": "v"}
+        raw = pod(f"v-{name}", node="n1", phase="Running")
+        raw["metadata"]["annotations"] = annotations
+        state.apply_pod(raw)
+        raw = pod(f"n-{name}", node="n1", phase="Running")
+        raw["spec"]["schedulingGroup"] = {"podGroupName": "n"}
+        state.apply_pod(raw)
+    await settle(writer)
+    assert volcano_api.obj is not None
+    shown = volcano_api.obj["status"]
+    assert (shown["phase"], shown["running"]) == ("Running", 2)
+    assert shown["conditions"][0]["type"] == "Scheduled"
+    assert native_api.patches == [] and native_api.reads == 0
+    assert writer.groups["native:default/n"].status.phase == RUNNING
+    assert writer.groups["volcano:default/v"].queue == "research"  # shown in /debug/gangs
+
+
+def test_x_k8s_status_fits_the_upstream_crd() -> None:
+    """With scheduler-plugins' CRD installed instead of ours, nothing we write but the
+    condition is pruned: every other field is one upstream declares."""
+    upstream = {"phase", "occupiedBy", "running", "succeeded", "failed", "scheduleStartTime"}
+    for phase in PHASES:
+        fields = XK8sShape().render(GroupStatus(phase, 3, 2, 1, 0, "t"), {"scheduled": 1}, NOW)
+        written = {k for k, v in fields.items() if v is not None}
+        assert written - {"conditions"} <= upstream

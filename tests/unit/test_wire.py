@@ -60,6 +60,23 @@ def test_legacy_lower_case_field_names_are_accepted() -> None:
         (body({"Pod": {"metadata": {}}, "NodeNames": ["n1"]}), "Pod.metadata.name"),
         (body({"Pod": pod("a"), "NodeNames": "n1"}), "NodeNames must be a list"),
         (body({"Pod": pod("a")}), "neither NodeNames nor Nodes"),
+        (
+            body({"Pod": {"metadata": {"name": "a", "annotations": {"x": 1}}}, "NodeNames": []}),
+            "Pod.metadata.annotations must map annotation names to strings",
+        ),
+        (
+            body({"Pod": {**pod("a"), "spec": {"schedulingGroup": "g"}}, "NodeNames": []}),
+            "Pod.spec.schedulingGroup must be a JSON object",
+        ),
+        (
+            body(
+                {
+                    "Pod": {**pod("a"), "spec": {"schedulingGroup": {"podGroupName": 7}}},
+                    "NodeNames": [],
+                }
+            ),
+            "Pod.spec.schedulingGroup.podGroupName must be a non-empty string",
+        ),
     ],
 )
 def test_malformed_filter_requests_say_what_is_wrong(raw: bytes, hint: str) -> None:
