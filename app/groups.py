@@ -99,13 +99,19 @@ class PodGroupSpecError(ValueError):
 def spec_from_podgroup(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
     """Read a PodGroup's spec; the CRD schema already validates, this guards old objects."""
     spec = spec or {}
+    if not isinstance(spec, Mapping):
+        raise PodGroupSpecError(f"PodGroup {key}: spec must be an object, got {spec!r:.80}")
     min_member = spec.get("minMember", 1)
-    if not isinstance(min_member, int) or isinstance(min_member, bool) or min_member < 1:
-        raise PodGroupSpecError(f"PodGroup {key}: spec.minMember must be an integer >= 1")
-    timeout = spec.get("scheduleTimeoutSeconds")
-    if timeout is not None and (not isinstance(timeout, int) or timeout < 1):
+    if not _int32(min_member) or min_member < 1:
         raise PodGroupSpecError(
-            f"PodGroup {key}: spec.scheduleTimeoutSeconds must be an integer >= 1"
+            f"PodGroup {key}: spec.minMember must be an integer between 1 and {_INT32_MAX}, "
+            f"got {min_member!r:.80}"
+        )
+    timeout = spec.get("scheduleTimeoutSeconds")
+    if timeout is not None and (not _int32(timeout) or timeout < 1):
+        raise PodGroupSpecError(
+            f"PodGroup {key}: spec.scheduleTimeoutSeconds must be an integer between 1 and "
+            f"{_INT32_MAX}, got {timeout!r:.80}"
         )
     try:
         min_resources = parse_resource_list(spec.get("minResources"))
@@ -117,6 +123,14 @@ def spec_from_podgroup(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
         min_resources=min_resources,
         schedule_timeout_seconds=timeout,
     )
+
+
+# The PodGroup API declares minMember and scheduleTimeoutSeconds as int32.
+_INT32_MAX = 2**31 - 1
+
+
+def _int32(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value <= _INT32_MAX
 
 
 def spec_from_labels(ref: GroupRef) -> GroupSpec:

@@ -10,7 +10,7 @@ import asyncio
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -26,14 +26,14 @@ from app.debug import GangDebug
 from app.events import EventRecorder, GangEvents, KubeEventWriter
 from app.evictor import PreemptionFollower
 from app.extender import GangExtender, WaitPolicy
-from app.gate import PermitGate
+from app.gate import PartialBindPolicy, PermitGate
 from app.groups import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from app.kube_api import KubeApi
 from app.metrics import Metrics
 from app.observer import Observers
 from app.preemption import VictimPolicy
 from app.reflector import Reflector, Sink
-from app.routes import create_app
+from app.routes import VerbGuard, create_app
 from app.scoring import ScoringPolicy
 from app.state import ClusterState
 from app.status import KubeStatusApi, PodGroupStatus
@@ -104,6 +104,8 @@ class Apps:
 
     main: FastAPI
     ops: FastAPI | None
+    # Called from the SIGTERM/SIGINT handler, before uvicorn stops listening.
+    begin_shutdown: Callable[[], None] = lambda: None
 
 
 def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
@@ -131,7 +133,16 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     )
     status = PodGroupStatus(state, KubeStatusApi(custom), observer_executor, metrics)
     observer = Observers(events, status)
-    gate = PermitGate(state, admission, api, metrics, waker=waker, observer=observer)
+    gate = PermitGate(
+        state,
+        admission,
+        api,
+        metrics,
+        waker=waker,
+        observer=observer,
+        partial_bind=PartialBindPolicy(settings.on_partial_bind),
+        deleter=api,
+    )
     extender = GangExtender(
         state,
         admission,
@@ -158,6 +169,20 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         extender.preemptors_by_node,
     )
     reflectors: list[Reflector] = []
+    guard = VerbGuard(max_request_bytes=settings.max_request_bytes)
+    running: list[asyncio.AbstractEventLoop] = []
+
+    def begin_shutdown() -> None:
+        """SIGTERM: refuse new verbs and answer every gate waiter now, not at its timeout.
+
+        Runs in the signal handler, so the gate is touched on the loop's own turn.
+        """
+        if guard.stopping is not None:
+            return
+        guard.stopping = "gang-extender is shutting down; the pod will be scheduled again"
+        log.info("shutting down: verbs refused, gate waiters released", extra={"verb": None})
+        for loop in running:
+            loop.call_soon_threadsafe(gate.release_all, guard.stopping)
 
     def ready() -> tuple[bool, str]:
         """Caches listed once and every watch connected: decisions rest on current data."""
@@ -169,6 +194,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
+        running.append(loop)
         status.start()
         list_podgroups = functools.partial(
             custom.list_cluster_custom_object, PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL
@@ -213,13 +239,20 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
                 ready=ready,
                 lifespan=lifespan,
                 debug=debug,
+                guard=guard,
             ),
             None,
+            begin_shutdown,
         )
     # The verbs' app gets no operations extras and the operations app no verbs:
     # on the plain-HTTP port nobody can bind pods.
     main = create_app(
-        extender, metrics, url_prefix=settings.url_prefix, ready=ready, lifespan=lifespan
+        extender,
+        metrics,
+        url_prefix=settings.url_prefix,
+        ready=ready,
+        lifespan=lifespan,
+        guard=guard,
     )
     ops = create_app(None, metrics, url_prefix=settings.url_prefix, ready=ready, debug=debug)
-    return Apps(main, ops)
+    return Apps(main, ops, begin_shutdown)

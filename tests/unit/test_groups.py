@@ -56,7 +56,9 @@ def test_podgroup_spec_is_read_and_validated() -> None:
         {"cpu": 6000},
         20,
     )
-    with pytest.raises(PodGroupSpecError, match="minMember must be an integer >= 1"):
+    with pytest.raises(
+        PodGroupSpecError, match="minMember must be an integer between 1 and 2147483647, got 0"
+    ):
         spec_from_podgroup("ns/pg", {"minMember": 0})
     with pytest.raises(PodGroupSpecError, match="minResources"):
         spec_from_podgroup("ns/pg", {"minMember": 1, "minResources": {"cpu": "lots"}})
