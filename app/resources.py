@@ -80,7 +80,10 @@ def _parse_text(text: str) -> Decimal:
     if match["decimal"]:
         return number * _DECIMAL[match["decimal"]]
     if match["exponent"]:
-        return number.scaleb(int(match["exponent"]))
+        # Clamped: scaleb beyond the context's range raises, and any exponent
+        # past +-40 is far outside _MAX_QUANTITY either way.
+        exponent = max(-40, min(40, int(match["exponent"])))
+        return number.scaleb(exponent)
     return number
 
 

@@ -73,13 +73,14 @@ def valid_request(verb: str, rng: random.Random, nodes: list[str]) -> dict[str, 
             return {"Pod": _pod(rng), "NodeNames": list(nodes), "Nodes": None}
         return {"Pod": _pod(rng), "Nodes": {"items": [_node(n) for n in nodes]}}
     if verb == "preempt":
-        victims = {
-            "Pods": [{"UID": f"victim-{i}"} for i in range(rng.randrange(3))],
-            "NumPDBViolations": 0,
-        }
+        uids = [f"victim-{i}" for i in range(rng.randrange(3))]
         key = rng.choice(["NodeNameToMetaVictims", "NodeNameToVictims"])
-        if key == "NodeNameToVictims":
-            victims["Pods"] = [{"metadata": {"uid": p["UID"]}} for p in victims["Pods"]]
+        pods: list[dict[str, Any]] = (
+            [{"UID": uid} for uid in uids]
+            if key == "NodeNameToMetaVictims"
+            else [{"metadata": {"uid": uid}} for uid in uids]
+        )
+        victims = {"Pods": pods, "NumPDBViolations": 0}
         return {"Pod": _pod(rng), key: {n: victims for n in nodes}}
     return {
         "PodName": f"fuzz-{rng.randrange(1000)}",
