@@ -21,6 +21,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from app.admission import Admission
+from app.cachedump import add_cache_route
 from app.config import Settings
 from app.debug import GangDebug
 from app.events import EventRecorder, GangEvents, KubeEventWriter
@@ -231,19 +232,17 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
 
     debug = GangDebug(status.groups, gate, admission)
     if settings.ops_port is None:
-        return Apps(
-            create_app(
-                extender,
-                metrics,
-                url_prefix=settings.url_prefix,
-                ready=ready,
-                lifespan=lifespan,
-                debug=debug,
-                guard=guard,
-            ),
-            None,
-            begin_shutdown,
+        main = create_app(
+            extender,
+            metrics,
+            url_prefix=settings.url_prefix,
+            ready=ready,
+            lifespan=lifespan,
+            debug=debug,
+            guard=guard,
         )
+        add_cache_route(main, state)
+        return Apps(main, None, begin_shutdown)
     # The verbs' app gets no operations extras and the operations app no verbs:
     # on the plain-HTTP port nobody can bind pods.
     main = create_app(
@@ -255,4 +254,5 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         guard=guard,
     )
     ops = create_app(None, metrics, url_prefix=settings.url_prefix, ready=ready, debug=debug)
+    add_cache_route(ops, state)
     return Apps(main, ops, begin_shutdown)
