@@ -407,7 +407,7 @@ class GangEvents:
         self, group_key: str, bound: Sequence[MemberRef], message: str, rolled_back: bool
     ) -> None:
         reason = GANG_BIND_ROLLED_BACK if rolled_back else GANG_PARTLY_BOUND
-        text = f"binding failed after gang {group_key} was admitted: {message}"
+        text = f"gang {group_key} was admitted but {message}"
         record = self._state.podgroups.get(group_key)
         if record is not None:
             self._recorder.record(podgroup_ref(record), WARNING, reason, text)

@@ -280,7 +280,10 @@ class PermitGate:
             _set_exception(waiter.future, GateError(message))
         self._metrics.admissions.labels("rolled-back" if rollback else "rejected").inc()
         if partial:
-            self._observer.gang_partly_bound(group_key, bound, outcome, rollback)
+            refused = "; ".join(f"{w.pod_key} to {w.node}: {e}" for w, e in failures[:3])
+            self._observer.gang_partly_bound(
+                group_key, bound, f"binding {refused}; {outcome}", rollback
+            )
         if rollback:
             await self._roll_back(group_key, group, bound, outcome)
 

@@ -15,6 +15,7 @@ import gc
 import json
 import os
 import platform
+import threading
 import time
 import tracemalloc
 from typing import Any
@@ -146,6 +147,8 @@ async def main(nodes: int, pods: int, waiters: int, runs: int) -> dict[str, Any]
         )
 
         # Event-loop responsiveness: many gang members parked in the gate.
+        threads_idle = threading.active_count()
+        tracemalloc.start()
         for i in range(waiters):
             state.apply_pod(pod(f"w{i}", group="wait"))
         binds = [
@@ -166,9 +169,24 @@ async def main(nodes: int, pods: int, waiters: int, runs: int) -> dict[str, Any]
         ]
         while len(gate.waiting("bench/wait")) < waiters:  # noqa: ASYNC110 - polling a count
             await asyncio.sleep(0.01)
+        # Everything the parked requests hold: tasks, futures, gate records.
+        waiter_bytes = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
         results["filter_plain_with_waiters"] = report(
             f"filter, pod in no gang, while {waiters} members wait in the gate",
             await timed(client, "/scheduler/filter", plain, runs),
+        )
+        # Fault 5 (README "Reliability"): waiters hold no thread and little memory.
+        results["threads_idle"] = threads_idle
+        results["threads_with_waiters"] = threading.active_count()
+        results["bytes_per_gate_waiter"] = waiter_bytes / waiters
+        print(
+            f"  {'threads idle / with ' + str(waiters) + ' waiters':<58} "
+            f"{threads_idle:8d} / {threading.active_count()}"
+        )
+        print(
+            f"  {'memory per waiting member (request + gate, tracemalloc)':<58} "
+            f"{waiter_bytes / waiters:8.0f} bytes"
         )
         gate.release_all("bench over")
         await asyncio.gather(*binds)
