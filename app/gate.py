@@ -330,6 +330,10 @@ class PermitGate:
         """
         assert self._deleter is not None
         self._admission.deny(group_key, BIND_FAILED, why)
+        if self._waker is not None:
+            # Members turned away while denied (and the recreated pods) sit in
+            # kube-scheduler's unschedulable queue: retry them when it expires.
+            self._waker.wake_after(group_key, self._admission.denied_ttl_seconds + 0.1)
         for waiter in list(group.waiting.values()):
             self._drop(group, waiter, f"gang {group_key} is retried whole: {why}")
         results = await asyncio.gather(
