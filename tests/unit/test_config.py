@@ -74,3 +74,21 @@ def test_ops_port_must_differ_from_the_verbs_port() -> None:
     assert settings(["--ops-port", "9090"]).ops_port == 9090
     with pytest.raises(ConfigError, match="is the verbs' port"):
         settings(["--ops-port", "8888"])
+
+
+def test_reliability_settings_have_safe_defaults_and_are_validated() -> None:
+    s = settings([])
+    assert (s.on_partial_bind, s.max_request_bytes, s.shutdown_grace_seconds) == (
+        "delete-bound",
+        64 * 1024 * 1024,
+        10,
+    )
+    s = settings(["--on-partial-bind", "leave"], {"GANG_EXTENDER_MAX_REQUEST_BYTES": "1024"})
+    assert (s.on_partial_bind, s.max_request_bytes) == ("leave", 1024)
+    for argv, message in (
+        (["--on-partial-bind", "keep"], "must be one of delete-bound, leave"),
+        (["--max-request-bytes", "0"], "must be a whole number >= 1"),
+        (["--shutdown-grace-seconds", "-3"], "must be a number of seconds > 0"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            settings(argv)
