@@ -86,13 +86,26 @@ def _node_sink(state: ClusterState) -> Sink:
     return Sink(state.replace_nodes, state.apply_node, delete, lambda: len(state.nodes))
 
 
-def _podgroup_sink(state: ClusterState, admission: Admission) -> Sink:
+def _podgroup_sink(state: ClusterState, admission: Admission, waker: SiblingWaker) -> Sink:
     def delete(obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         state.delete_podgroup(meta.get("namespace") or "", meta.get("name") or "")
         admission.forget(f"{meta.get('namespace')}/{meta.get('name')}")
 
-    return Sink(state.replace_podgroups, state.apply_podgroup, delete, lambda: len(state.podgroups))
+    def replace(objects: list[Mapping[str, Any]]) -> None:
+        known = set(state.podgroups)
+        state.replace_podgroups(objects)
+        waker.podgroups_appeared(set(state.podgroups) - known)
+
+    def upsert(obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        new = key not in state.podgroups
+        state.apply_podgroup(obj)
+        if new:
+            waker.podgroups_appeared([key])
+
+    return Sink(replace, upsert, delete, lambda: len(state.podgroups))
 
 
 def _unhealthy(reflector: Reflector) -> str:
@@ -207,7 +220,11 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
                     "pods", core.list_pod_for_all_namespaces, _pod_sink(state), loop, metrics
                 ),
                 Reflector(
-                    "podgroups", list_podgroups, _podgroup_sink(state, admission), loop, metrics
+                    "podgroups",
+                    list_podgroups,
+                    _podgroup_sink(state, admission, waker),
+                    loop,
+                    metrics,
                 ),
             ]
         )
