@@ -375,6 +375,34 @@ def _refused_binding_rolls_back(
     assert set(bound) == {"web-0", "web-1", "web-2"}
 
 
+def test_with_leave_a_refused_binding_keeps_the_bound_members_and_says_so(
+    kube: Kube, namespace: str, extender: Extender
+) -> None:
+    extender.restart("--on-partial-bind", "leave")
+    policy = refuse_binding(kube, namespace, "web-2")
+    try:
+        time.sleep(2)  # the API server's policy cache picks the policy up
+        kube.create_podgroup(namespace, "web", 3)
+        create_statefulset(kube, namespace, "web", 3)
+        events = wait_for(
+            lambda: [e for e in kube.events(namespace, "web") if e.startswith("GangPartlyBound")],
+            90,
+            "a GangPartlyBound event on the PodGroup",
+        )
+        assert "because --on-partial-bind=leave" in events[0]
+        kept = {p.metadata.name: p.metadata.uid for p in kube.pods(namespace) if p.spec.node_name}
+        assert set(kept) == {"web-0", "web-1"}
+        allow_binding(kube, policy)
+        # The refused member joins the members that stayed, which are the same pods.
+        wait_for(lambda: len(kube.bound(namespace)) == 3, 120, "web-2 bound beside them")
+        now = {p.metadata.name: p.metadata.uid for p in kube.pods(namespace)}
+        assert all(now[name] == uid for name, uid in kept.items()), "a kept member was replaced"
+    finally:
+        allow_binding(kube, policy)
+        kube.apps.delete_namespaced_stateful_set("web", namespace)
+        extender.restart()
+
+
 # ---- 6. kube-scheduler restarted while members wait ------------------------------------
 
 
