@@ -52,25 +52,40 @@ UNFIT_CPU = "50"  # more than any node has: the gang's last member fits nowhere
 # ---- helpers ---------------------------------------------------------------------------
 
 
+# The bindings of one admission are separate API calls made at once, so a
+# list can land between them; a wave completes in milliseconds. A partial
+# state that outlives this is a gang left partly bound.
+WAVE_SECONDS = 2.0
+
+
 @contextmanager
 def no_partial_gang(kube: Kube, namespace: str, min_member: int) -> Iterator[list[str]]:
-    """Watch the namespace the whole time: bound pods must be 0 or >= min_member, always.
+    """Watch the namespace the whole time: bound pods must be 0 or >= min_member.
 
     Polls every 0.2 s on its own thread; yields the list of violations seen
-    (the test asserts it is empty at the end).
+    (the test asserts it is empty at the end): partial states that lasted
+    longer than WAVE_SECONDS, or that were still there at the end.
     """
     seen: list[str] = []
     stop = threading.Event()
 
     def poll() -> None:
+        since: float | None = None
+        bound: dict[str, str] = {}
         while not stop.is_set():
             try:
                 bound = kube.bound(namespace)
             except Exception:  # the API server may be down in a fault test
                 bound = {}
             if 0 < len(bound) < min_member:
-                seen.append(f"{time.strftime('%T')}: {sorted(bound)} bound")
+                since = since if since is not None else time.monotonic()
+                if time.monotonic() - since > WAVE_SECONDS:
+                    seen.append(f"{time.strftime('%T')}: {sorted(bound)} bound")
+            else:
+                since = None
             stop.wait(0.2)
+        if since is not None:
+            seen.append(f"at the end: {sorted(bound)} bound")
 
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()
@@ -194,7 +209,7 @@ def test_extender_killed_while_members_wait_then_the_gang_completes_whole(
         for pod in ("g-0", "g-1"):
             wait_for(
                 functools.partial(event_on, kube, namespace, pod, "FailedScheduling", "bind"),
-                30,
+                60,
                 f"a failed binding reported on {pod}",
             )
         assert kube.bound(namespace) == {}
@@ -202,7 +217,7 @@ def test_extender_killed_while_members_wait_then_the_gang_completes_whole(
         make_the_gang_fit(kube, namespace)
         bound = wait_for(
             lambda: len(kube.bound(namespace)) == 3 and kube.bound(namespace),
-            90,
+            120,
             "the whole gang bound after the extender restarted",
         )
     assert set(bound) == {"g-0", "g-1", "g-2"}
