@@ -563,6 +563,29 @@ def test_live_extender_survives_thousands_of_malformed_requests(
     assert elapsed < 120, f"3000 requests took {elapsed:.0f}s"
 
 
+def test_a_podgroup_with_absurd_values_gets_an_event_and_its_pods_the_reason(
+    kube: Kube, namespace: str
+) -> None:
+    # The CRD's quantity pattern accepts this; the extender must not (a
+    # billion-digit integer), and must say so.
+    kube.create_podgroup(namespace, "absurd", 2, min_resources={"cpu": "1e999999999"})
+    for i in range(2):
+        kube.create_pod(namespace, f"absurd-{i}", group="absurd")
+    wrong = "spec.minResources: invalid quantity '1e999999999': larger than 1e30"
+    events = wait_for(
+        lambda: [e for e in kube.events(namespace, "absurd") if e.startswith("InvalidPodGroup")],
+        60,
+        "an InvalidPodGroup event on the PodGroup",
+    )
+    assert wrong in events[0] and "its pods are turned away" in events[0]
+    wait_for(
+        functools.partial(event_on, kube, namespace, "absurd-0", "FailedScheduling", wrong),
+        60,
+        "the reason on the pod",
+    )
+    assert kube.bound(namespace) == {}
+
+
 # ---- secrets never logged ------------------------------------------------------------
 
 
