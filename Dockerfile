@@ -3,22 +3,25 @@
 #   docker build -t gang-extender:dev .
 #
 # Stage 1 builds the project's wheel; stage 2 installs only that wheel and
-# its runtime dependencies (all published as pure-Python or manylinux wheels,
-# so no compiler is needed and none is in the image). tests/packaging checks
-# this file and builds the wheel the same way.
+# its runtime dependencies at the versions and hashes pinned in
+# requirements.lock (`make lock`; all published as pure-Python or manylinux
+# wheels, so no compiler is needed and none is in the image). tests/packaging
+# checks this file and builds the wheel the same way.
 
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY app ./app
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+RUN cp requirements.lock /dist/requirements.lock
 
 FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY --from=build /dist /tmp/dist
-RUN python -m pip install --no-cache-dir /tmp/dist/*.whl \
+RUN python -m pip install --no-cache-dir --require-hashes -r /tmp/dist/requirements.lock \
+    && python -m pip install --no-cache-dir --no-deps /tmp/dist/*.whl \
     && rm -rf /tmp/dist
 # Numeric, so runAsNonRoot can verify it without an /etc/passwd lookup.
 USER 65532:65532

@@ -5,18 +5,38 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install kube helm manifests lint typecheck unit test cluster-test demo demo-down bench cluster-up cluster-down clean
+.PHONY: help install lock audit kube helm manifests lint typecheck unit test cluster-test demo demo-down bench cluster-up cluster-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# The dependencies are pinned, with hashes, in requirements-dev.lock (runtime
+# and dev tools; make install, CI) and requirements.lock (runtime only; the
+# Dockerfile). Both come from pyproject.toml through `make lock`; an upgrade
+# is `make lock UPGRADE=1`, reviewed and committed like any change.
+LOCK := requirements.lock
+DEV_LOCK := requirements-dev.lock
+PIP_COMPILE = $(BIN)/pip-compile --quiet --strip-extras --generate-hashes --no-emit-find-links \
+	--no-emit-index-url --allow-unsafe $(if $(UPGRADE),--upgrade)
+
+$(STAMP): pyproject.toml $(DEV_LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --require-hashes -r $(DEV_LOCK)
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
-install: $(STAMP) ## create .venv with the package and its dev tools
+install: $(STAMP) ## create .venv with the package and its dev tools, as pinned in requirements-dev.lock
+
+lock: $(STAMP) ## re-pin the dependencies from pyproject.toml (keeps existing pins; UPGRADE=1 upgrades)
+	$(PIP_COMPILE) --extra dev --output-file $(DEV_LOCK) pyproject.toml
+	$(PIP_COMPILE) --constraint $(DEV_LOCK) --output-file $(LOCK) pyproject.toml
+	$(BIN)/pip install -q --require-hashes -r $(DEV_LOCK)
+
+# Vulnerabilities of the pinned versions, from PyPI's advisory data. A package
+# the service cannot look up is reported and skipped; AUDIT_STRICT=1 fails on it.
+audit: $(STAMP) ## pip-audit of requirements-dev.lock (the runtime lock is a subset of it)
+	$(BIN)/pip-audit --progress-spinner off --disable-pip --require-hashes \
+		--requirement $(DEV_LOCK) $(if $(AUDIT_STRICT),--strict)
 
 kube: ## build (or reuse) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 	hack/build-kube >/dev/null
@@ -43,7 +63,7 @@ typecheck: $(STAMP) ## mypy --strict
 unit: $(STAMP) ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit -q
 
-test: lint typecheck kube helm ## everything: lint, types, unit tests and tests against the real control plane
+test: lint typecheck audit kube helm ## everything: lint, types, dependency audit, unit tests and tests against the real control plane
 	$(BIN)/pytest tests -q -ra
 
 cluster-test: $(STAMP) kube ## only the tests against the real control plane

@@ -10,6 +10,7 @@ import os
 import ssl
 import sys
 from collections.abc import Sequence
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from app import __version__
@@ -73,21 +74,31 @@ async def _run(settings: Settings, apps: Apps) -> None:
     common: dict[str, Any] = {
         "log_config": None,
         "access_log": False,
-        "timeout_graceful_shutdown": 5,
+        "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
     }
+
+    class Server(uvicorn.Server):
+        """uvicorn, plus: on SIGTERM answer the gate's waiters before waiting for requests.
+
+        Gate waiters are open requests: left alone, uvicorn would wait for
+        them until its graceful timeout and then cut the connections.
+        """
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            apps.begin_shutdown()
+            super().handle_exit(sig, frame)
+
     tls: dict[str, Any] = {}
     if settings.tls:
         tls = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
         if settings.tls_client_ca_file:
             tls |= {"ssl_ca_certs": settings.tls_client_ca_file, "ssl_cert_reqs": ssl.CERT_REQUIRED}
     servers = [
-        uvicorn.Server(
-            uvicorn.Config(apps.main, host=settings.host, port=settings.port, **common, **tls)
-        )
+        Server(uvicorn.Config(apps.main, host=settings.host, port=settings.port, **common, **tls))
     ]
     if apps.ops is not None:
         servers.append(
-            uvicorn.Server(
+            Server(
                 uvicorn.Config(
                     apps.ops,
                     host=settings.ops_host or settings.host,

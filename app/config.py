@@ -49,6 +49,9 @@ class Settings:
     label_groups: str = "on"
     leader_election_lease: str | None = None
     leader_identity: str | None = None
+    on_partial_bind: str = "delete-bound"
+    max_request_bytes: int = 64 * 1024 * 1024
+    shutdown_grace_seconds: float = 10.0
 
     @property
     def tls(self) -> bool:
@@ -67,6 +70,13 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not 0 < value < float("inf"):
         raise ValueError("must be a number of seconds > 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be a whole number >= 1")
     return value
 
 
@@ -269,6 +279,29 @@ _OPTIONS = (
         "this replica's name as kube-scheduler's Lease holder identity starts (`<hostname>_`): "
         "the pod name",
         "NAME",
+    ),
+    _Option(
+        "on_partial_bind",
+        _choice(("delete-bound", "leave")),
+        "when a binding fails after the gate opened and the gang is left below minMember "
+        "bound: delete-bound (delete the members that admission bound, so their controllers "
+        "recreate them and the gang is retried whole) or leave (keep them bound; the failed "
+        "member joins them on kube-scheduler's retry)",
+        "POLICY",
+    ),
+    _Option(
+        "max_request_bytes",
+        _positive_int,
+        "largest verb request body accepted; larger ones get HTTP 413 (a filter call with "
+        "full Node objects for 5,000 nodes is about 50 MiB)",
+        "BYTES",
+    ),
+    _Option(
+        "shutdown_grace_seconds",
+        _positive_float,
+        "on SIGTERM: verbs are refused and gate waiters answered at once, then bindings in "
+        "flight get this long to finish; keep it below terminationGracePeriodSeconds",
+        "SECONDS",
     ),
 )
 

@@ -32,7 +32,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
-from app.extender import WaitPolicy
+from app.extender import BAD_GROUP, WaitPolicy
 from app.groups import GROUP_APIS, GroupSpec
 from app.kube_api import read_and_release
 from app.metrics import Metrics
@@ -50,6 +50,9 @@ WAITING_FOR_SIBLINGS = "WaitingForSiblings"
 GANG_WAITING = "GangWaiting"
 GANG_ADMITTED = "GangAdmitted"
 GANG_TIMED_OUT = "GangTimedOut"
+GANG_BIND_ROLLED_BACK = "GangBindRolledBack"
+GANG_PARTLY_BOUND = "GangPartlyBound"
+INVALID_POD_GROUP = "InvalidPodGroup"
 INSUFFICIENT_RESOURCES = "InsufficientResources"
 PREEMPTED = "Preempted"
 
@@ -345,6 +348,14 @@ class GangEvents:
                 WAITING_FOR_SIBLINGS,
                 f"{message}; create the missing pods, or lower minMember",
             )
+        elif reason == BAD_GROUP:
+            self._on_group(
+                group_key,
+                [member],
+                WARNING,
+                INVALID_POD_GROUP,
+                f"{message}; its pods are turned away until the PodGroup is fixed",
+            )
         elif reason == MIN_RESOURCES:
             self._on_group(
                 group_key,
@@ -392,6 +403,17 @@ class GangEvents:
             self._recorder.record(podgroup_ref(record), WARNING, GANG_TIMED_OUT, text)
         for member in released:
             self._recorder.record(pod_ref(member), WARNING, GANG_TIMED_OUT, text)
+
+    def gang_partly_bound(
+        self, group_key: str, bound: Sequence[MemberRef], message: str, rolled_back: bool
+    ) -> None:
+        reason = GANG_BIND_ROLLED_BACK if rolled_back else GANG_PARTLY_BOUND
+        text = f"gang {group_key} was admitted but {message}"
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), WARNING, reason, text)
+        for member in bound:
+            self._recorder.record(pod_ref(member), WARNING, reason, text)
 
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
         if by in self._state.podgroups or self._state.members(by):

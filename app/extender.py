@@ -43,6 +43,8 @@ from app.wire import (
 
 log = logging.getLogger(__name__)
 
+BAD_GROUP = "bad-group"
+
 
 class PodApi(Protocol):
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
@@ -122,12 +124,14 @@ class GangExtender:
         try:
             ref = group_ref_of_pod(namespace, meta, pod.get("spec") or {}, self.state.sources)
         except GroupLabelError as err:
-            problem = ("bad-group", str(err))
+            problem = (BAD_GROUP, str(err))
         if ref is not None:
             try:
                 spec = self.state.group_spec(ref)
-            except (GroupNotFound, PodGroupSpecError) as err:
+            except GroupNotFound as err:
                 problem = ("no-group", str(err))
+            except PodGroupSpecError as err:
+                problem = (BAD_GROUP, str(err))
         return PodView(
             namespace,
             meta.get("name") or "",

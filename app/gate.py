@@ -13,6 +13,7 @@ minMember members.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,20 @@ from app.wakeup import SiblingWaker
 log = logging.getLogger(__name__)
 
 TIMEOUT = "timeout"
+BIND_FAILED = "bind-failed"
+
+
+class PartialBindPolicy(enum.StrEnum):
+    """What the gate does when some bindings of an admitted wave fail (--on-partial-bind).
+
+    DELETE_BOUND deletes the members this admission bound, so their
+    controllers recreate them and the gang is retried whole; LEAVE keeps them
+    bound and lets the failed members join them when kube-scheduler retries.
+    Either way it applies only when the gang is left below minMember bound.
+    """
+
+    DELETE_BOUND = "delete-bound"
+    LEAVE = "leave"
 
 
 class GateError(Exception):
@@ -45,6 +60,11 @@ class BindError(Exception):
 class Binder(Protocol):
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the pods/binding; raise BindError on failure."""
+
+
+class PodDeleter(Protocol):
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the pod (uid-guarded); raise BindError on failure."""
 
 
 @dataclass(eq=False, slots=True)
@@ -65,6 +85,11 @@ class _Group:
     waiting: dict[str, Waiter] = field(default_factory=dict)
     # Members released by the gate whose pods/binding is in flight.
     binding: set[str] = field(default_factory=set)
+    # While bindings are in flight (one or more waves, each counting the
+    # others as present), what they bound and what failed: the outcome of
+    # the admission is known only when the last of them returns.
+    episode_bound: list[MemberRef] = field(default_factory=list)
+    episode_failed: list[tuple[Waiter, BaseException]] = field(default_factory=list)
 
 
 class PermitGate:
@@ -78,7 +103,11 @@ class PermitGate:
         waker: SiblingWaker | None = None,
         observer: GangObserver | None = None,
         clock: Callable[[], float] | None = None,
+        partial_bind: PartialBindPolicy = PartialBindPolicy.DELETE_BOUND,
+        deleter: PodDeleter | None = None,
     ) -> None:
+        self._partial_bind = partial_bind
+        self._deleter = deleter
         self._waker = waker
         self._observer: GangObserver = observer or NullObserver()
         self._state = state
@@ -206,41 +235,135 @@ class PermitGate:
             *(self._binder.bind(w.namespace, w.name, w.uid, w.node) for w in wave),
             return_exceptions=True,
         )
-        failed = 0
         bound: list[MemberRef] = []
         for waiter, result in zip(wave, results, strict=True):
             group.binding.discard(waiter.pod_key)
             self._finish_wait(waiter)
             if isinstance(result, BaseException):
-                failed += 1
-                reason = result.reason if isinstance(result, BindError) else "internal"
-                self._metrics.bind_errors.labels(reason).inc()
+                group.episode_failed.append((waiter, result))
+                self._metrics.bind_errors.labels(
+                    result.reason if isinstance(result, BindError) else "internal"
+                ).inc()
                 self._state.unreserve(waiter.pod_key)
                 log.warning(
                     "binding failed after the gang was admitted: %s",
                     result,
                     extra={"pod": waiter.pod_key, "podgroup": group_key, "node": waiter.node},
                 )
-                message = (
-                    f"gang {group_key} was admitted but binding pod {waiter.pod_key} to "
-                    f"{waiter.node} failed: {result}; the pod is requeued and joins its "
-                    "bound siblings on the next attempt"
-                )
-                self._observer.bind_failed(_ref(waiter), group_key, message)
-                _set_exception(waiter.future, GateError(message))
             else:
                 self._state.assume_bound(waiter.pod_key, waiter.node)
                 bound.append(_ref(waiter, self._now()))
+                # The binding exists: kube-scheduler must not retry it, even if
+                # the pod is deleted again by a roll-back below.
                 if not waiter.future.done():
                     waiter.future.set_result(None)
-        self._metrics.admissions.labels("admitted" if not failed else "rejected").inc()
+        group.episode_bound.extend(bound)
         if bound:
             self._observer.gang_admitted(group_key, bound)
+        if not group.binding:
+            await self._settle(group_key, group)
         if not group.waiting and not group.binding:
             self._groups.pop(group_key, None)
         else:
             # Members that arrived while this wave was binding may be complete now.
             self._maybe_open(group_key)
+
+    async def _settle(self, group_key: str, group: _Group) -> None:
+        """The last binding in flight returned: answer the failed members, apply the policy."""
+        failures, bound = group.episode_failed, group.episode_bound
+        group.episode_failed, group.episode_bound = [], []
+        if not failures:
+            self._metrics.admissions.labels("admitted").inc()
+            return
+        # A gang left below minMember bound: the case --on-partial-bind decides.
+        partial = bool(bound) and self._bound_members(group_key) < group.spec.min_member
+        rollback = (
+            partial
+            and self._partial_bind is PartialBindPolicy.DELETE_BOUND
+            and self._deleter is not None
+        )
+        outcome = self._partial_outcome(group_key, group.spec, bound, rollback)
+        for waiter, error in failures:
+            message = (
+                f"gang {group_key} was admitted but binding pod {waiter.pod_key} to "
+                f"{waiter.node} failed: {error}; {outcome}"
+            )
+            self._observer.bind_failed(_ref(waiter), group_key, message)
+            _set_exception(waiter.future, GateError(message))
+        self._metrics.admissions.labels("rolled-back" if rollback else "rejected").inc()
+        if partial:
+            refused = "; ".join(f"{w.pod_key} to {w.node}: {e}" for w, e in failures[:3])
+            self._observer.gang_partly_bound(
+                group_key, bound, f"binding {refused}; {outcome}", rollback
+            )
+        if rollback:
+            await self._roll_back(group_key, group, bound, outcome)
+
+    def _partial_outcome(
+        self,
+        group_key: str,
+        spec: GroupSpec,
+        bound: list[MemberRef],
+        rollback: bool,
+    ) -> str:
+        """What happens to the gang after failed bindings, as told to the user."""
+        present = self._bound_members(group_key)
+        if present >= spec.min_member:
+            return (
+                f"the gang keeps {present} bound members (minMember {spec.min_member}); "
+                "the pod is requeued and joins them on the next attempt"
+            )
+        if not bound:
+            return (
+                f"no member of this admission was bound ({present} of minMember "
+                f"{spec.min_member} bound); the pod is requeued"
+            )
+        names = ", ".join(sorted(m.name for m in bound))
+        if rollback:
+            return (
+                f"only {present} of minMember {spec.min_member} would stay bound, so the "
+                f"members bound by this admission ({names}) are deleted for their controllers "
+                f"to recreate them and the gang is retried whole after "
+                f"{self._admission.denied_ttl_seconds:g}s (--on-partial-bind=delete-bound)"
+            )
+        return (
+            f"{present} of minMember {spec.min_member} members stay bound ({names}) "
+            "because --on-partial-bind=leave; the pod is requeued and joins them on the "
+            "next attempt"
+        )
+
+    async def _roll_back(
+        self, group_key: str, group: _Group, bound: list[MemberRef], why: str
+    ) -> None:
+        """Delete the members this admission bound: a gang below minMember never stays.
+
+        Members that reached the gate meanwhile are released too: counted with
+        siblings about to be deleted, they would open a wave of their own.
+        """
+        assert self._deleter is not None
+        self._admission.deny(group_key, BIND_FAILED, why)
+        if self._waker is not None:
+            # Members turned away while denied (and the recreated pods) sit in
+            # kube-scheduler's unschedulable queue: retry them when it expires.
+            self._waker.wake_after(group_key, self._admission.denied_ttl_seconds + 0.1)
+        for waiter in list(group.waiting.values()):
+            self._drop(group, waiter, f"gang {group_key} is retried whole: {why}")
+        results = await asyncio.gather(
+            *(self._deleter.evict_pod(m.namespace, m.name, m.uid) for m in bound),
+            return_exceptions=True,
+        )
+        for member, result in zip(bound, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error(
+                    "could not delete a member of a partly bound gang: %s",
+                    result,
+                    extra={"pod": member.key, "podgroup": group_key, "node": member.node},
+                )
+            else:
+                log.warning(
+                    "deleted a member of a partly bound gang",
+                    extra={"pod": member.key, "podgroup": group_key, "node": member.node},
+                )
 
     def _expire(self, group_key: str, waiter: Waiter, waited: float) -> None:
         group = self._groups.get(group_key)

@@ -205,15 +205,31 @@ class PodGroupSpecError(ValueError):
     """A group object whose spec cannot be used."""
 
 
+# The group APIs declare their counts and timeouts as int32.
+_INT32_MAX = 2**31 - 1
+
+
 def _int_field(
     key: str, spec: Mapping[str, Any], name: str, default: int | None, minimum: int
 ) -> int | None:
     value = spec.get(name, default)
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise PodGroupSpecError(f"PodGroup {key}: spec.{name} must be an integer >= {minimum}")
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _INT32_MAX:
+        raise PodGroupSpecError(
+            f"PodGroup {key}: spec.{name} must be an integer between {minimum} and "
+            f"{_INT32_MAX}, got {value!r:.80}"
+        )
     return value
+
+
+def _spec_object(key: str, spec: Any) -> Mapping[str, Any]:
+    """The spec as a mapping: absent is empty, anything else but an object is refused."""
+    if spec is None:
+        return {}
+    if not isinstance(spec, Mapping):
+        raise PodGroupSpecError(f"PodGroup {key}: spec must be an object, got {spec!r:.80}")
+    return spec
 
 
 def _min_resources(key: str, spec: Mapping[str, Any]) -> Resources:
@@ -230,7 +246,7 @@ def spec_from_podgroup(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
     upstream Coscheduling: mpi-operator and the training-operator write 0
     when a job sets no timeout.
     """
-    spec = spec or {}
+    spec = _spec_object(key, spec)
     min_member = _int_field(key, spec, "minMember", 1, 1)
     assert min_member is not None
     timeout = _int_field(key, spec, "scheduleTimeoutSeconds", None, 0)
@@ -244,7 +260,7 @@ def spec_from_podgroup(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
 
 def spec_from_volcano(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
     """Read a Volcano PodGroup's spec (minMember 0 or absent: every pod on its own)."""
-    spec = spec or {}
+    spec = _spec_object(key, spec)
     min_member = _int_field(key, spec, "minMember", 1, 0) or 1
     raw_tasks = spec.get("minTaskMember") or {}
     if not isinstance(raw_tasks, Mapping):
@@ -272,7 +288,7 @@ def spec_from_volcano(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
 
 def spec_from_native(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
     """Read a native PodGroup: `schedulingPolicy.gang.minCount`; the `basic` policy is no gang."""
-    spec = spec or {}
+    spec = _spec_object(key, spec)
     policy = spec.get("schedulingPolicy") or {}
     gang = policy.get("gang") if isinstance(policy, Mapping) else None
     if not isinstance(gang, Mapping):

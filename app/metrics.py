@@ -65,7 +65,8 @@ class Metrics:
         )
         self.admissions = Counter(
             "gang_extender_gang_admissions",
-            "Gate outcomes per gang wave: admitted (all bound), timeout, rejected.",
+            "Gate outcomes per gang wave: admitted (all bound), timeout, rejected (a binding "
+            "failed), rolled-back (a binding failed and the wave's bound members were deleted).",
             ["result"],
             registry=r,
         )
@@ -93,7 +94,7 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        for result in ("admitted", "timeout", "rejected"):
+        for result in ("admitted", "timeout", "rejected", "rolled-back"):
             self.admissions.labels(result)
         # ---- lifecycle (app/status.py, app/events.py) ----
         self.podgroups = Gauge(

@@ -43,6 +43,15 @@ class GangObserver(Protocol):
     def gang_timed_out(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         """The gate's wait ran out: every waiting member was released."""
 
+    def gang_partly_bound(
+        self, group_key: str, bound: Sequence[MemberRef], message: str, rolled_back: bool
+    ) -> None:
+        """Bindings failed after the gate opened and the gang is below minMember bound.
+
+        `rolled_back`: the members in `bound` are being deleted
+        (--on-partial-bind=delete-bound); otherwise they stay bound.
+        """
+
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
         """A pod is being evicted so that `by` (a pod or gang key) can be placed."""
 
@@ -63,6 +72,11 @@ class NullObserver:
         return None
 
     def gang_timed_out(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        return None
+
+    def gang_partly_bound(
+        self, group_key: str, bound: Sequence[MemberRef], message: str, rolled_back: bool
+    ) -> None:
         return None
 
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
@@ -94,6 +108,12 @@ class Observers:
     def gang_timed_out(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         for o in self._observers:
             o.gang_timed_out(group_key, released, message)
+
+    def gang_partly_bound(
+        self, group_key: str, bound: Sequence[MemberRef], message: str, rolled_back: bool
+    ) -> None:
+        for o in self._observers:
+            o.gang_partly_bound(group_key, bound, message, rolled_back)
 
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
         for o in self._observers:

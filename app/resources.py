@@ -30,6 +30,10 @@ _DECIMAL = {
 }
 
 
+# Far beyond any real capacity (an exabyte is 1e18), small enough to stay cheap.
+_MAX_QUANTITY = Decimal("1e30")
+
+
 class QuantityError(ValueError):
     """A quantity string that Kubernetes itself would not accept."""
 
@@ -45,9 +49,14 @@ def parse_quantity(value: str | int | float) -> int:
         number = Decimal(str(value))
         if not number.is_finite():
             raise QuantityError(f"invalid quantity {value!r}: not a finite number")
-    else:
+    elif isinstance(value, str):
         text = value.strip()
         number = _parse_text(text)
+    else:
+        raise QuantityError(f"invalid quantity {value!r}: expected a number or a string like '2Gi'")
+    if abs(number) > _MAX_QUANTITY:
+        # "1e999999999" would otherwise become an integer of a billion digits.
+        raise QuantityError(f"invalid quantity {value!r}: larger than 1e30")
     milli = (number * 1000).to_integral_value(rounding=ROUND_CEILING)
     return int(milli)
 
@@ -71,7 +80,10 @@ def _parse_text(text: str) -> Decimal:
     if match["decimal"]:
         return number * _DECIMAL[match["decimal"]]
     if match["exponent"]:
-        return number.scaleb(int(match["exponent"]))
+        # Clamped: scaleb beyond the context's range raises, and any exponent
+        # past +-40 is far outside _MAX_QUANTITY either way.
+        exponent = max(-40, min(40, int(match["exponent"])))
+        return number.scaleb(exponent)
     return number
 
 
@@ -79,6 +91,8 @@ def parse_resource_list(raw: Mapping[str, Any] | None) -> Resources:
     """Parse a ResourceList ({"cpu": "2", "memory": "1Gi"}) into milli-units."""
     if not raw:
         return {}
+    if not isinstance(raw, Mapping):
+        raise QuantityError(f"expected a map of resource names to quantities, got {raw!r:.80}")
     return {str(name): parse_quantity(amount) for name, amount in raw.items()}
 
 

@@ -13,10 +13,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import ClientDisconnect
 
 from app.debug import GangDebug, add_debug_routes
 from app.extender import GangExtender
@@ -26,6 +28,47 @@ from app.wire import WireError, parse_binding_args, parse_extender_args, parse_p
 log = logging.getLogger(__name__)
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+
+class BodyTooLarge(Exception):
+    """The request body exceeds --max-request-bytes; answered with HTTP 413."""
+
+
+@dataclass
+class VerbGuard:
+    """What every verb checks before decoding: body size, and whether we are shutting down.
+
+    `stopping` is set on SIGTERM (app/cli.py): from then on every verb is
+    refused with 503, so kube-scheduler retries the pod against the next
+    extender process instead of waiting on this one.
+    """
+
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    stopping: str | None = None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refusing (without reading it all) anything larger than `limit`."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            size = -1
+        if size > limit:
+            raise BodyTooLarge(f"request body of {size} bytes exceeds --max-request-bytes={limit}")
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise BodyTooLarge(
+                f"request body of more than {limit} bytes exceeds --max-request-bytes={limit}"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -40,6 +83,7 @@ def create_app(
     ready: Callable[[], tuple[bool, str]],
     lifespan: Lifespan | None = None,
     debug: GangDebug | None = None,
+    guard: VerbGuard | None = None,
 ) -> FastAPI:
     """An ASGI app with the verbs (when `extender` is given) and the operations routes.
 
@@ -55,20 +99,32 @@ def create_app(
         lifespan=lifespan,
     )
     if extender is not None:
-        _add_verbs(app, extender, metrics, url_prefix)
+        _add_verbs(app, extender, metrics, url_prefix, guard or VerbGuard())
     _add_operations(app, metrics, ready)
     if debug is not None:
         add_debug_routes(app, debug)
     return app
 
 
-def _add_verbs(app: FastAPI, extender: GangExtender, metrics: Metrics, url_prefix: str) -> None:
+def _add_verbs(
+    app: FastAPI, extender: GangExtender, metrics: Metrics, url_prefix: str, guard: VerbGuard
+) -> None:
     def verb(name: str, handle: Callable[[bytes], Awaitable[Any]]) -> None:
         async def endpoint(request: Request) -> Response:
             start = time.perf_counter()
-            body = await request.body()
             try:
-                response = _json(await handle(body))
+                if guard.stopping is not None:
+                    response = _json({"Error": f"{name} refused: {guard.stopping}"}, 503)
+                else:
+                    body = await read_body(request, guard.max_request_bytes)
+                    response = _json(await handle(body))
+            except ClientDisconnect:
+                # Nobody reads this answer; 499 (nginx's "client closed request")
+                # keeps it apart from real errors in the metrics.
+                response = _json({"Error": f"{name}: client disconnected"}, 499)
+            except BodyTooLarge as err:
+                log.warning("bad %s request: %s", name, err, extra={"verb": name})
+                response = _json({"Error": f"bad {name} request: {err}"}, 413)
             except WireError as err:
                 log.warning("bad %s request: %s", name, err, extra={"verb": name})
                 response = _json({"Error": f"bad {name} request: {err}"}, 400)

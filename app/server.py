@@ -11,7 +11,7 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,12 +23,13 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from app.admission import Admission
+from app.cachedump import add_cache_route
 from app.config import Settings
 from app.debug import GangDebug
 from app.events import EventRecorder, GangEvents, KubeEventWriter
 from app.evictor import PreemptionFollower
 from app.extender import GangExtender, WaitPolicy
-from app.gate import PermitGate
+from app.gate import PartialBindPolicy, PermitGate
 from app.groups import (
     GROUP_APIS,
     SOURCE_LABELS,
@@ -50,7 +51,7 @@ from app.metrics import Metrics
 from app.observer import Observers
 from app.preemption import VictimPolicy
 from app.reflector import Reflector, Sink
-from app.routes import create_app
+from app.routes import VerbGuard, create_app
 from app.scoring import ScoringPolicy
 from app.state import ClusterState
 from app.status import KubeStatusApi, PodGroupStatus
@@ -102,16 +103,31 @@ def _node_sink(state: ClusterState) -> Sink:
     return Sink(state.replace_nodes, state.apply_node, delete, lambda: len(state.nodes))
 
 
-def _podgroup_sink(state: ClusterState, admission: Admission, source: str) -> Sink:
+def _podgroup_sink(
+    state: ClusterState, admission: Admission, source: str, waker: SiblingWaker
+) -> Sink:
     def delete(obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         namespace, name = meta.get("namespace") or "", meta.get("name") or ""
         state.delete_podgroup(namespace, name, source)
         admission.forget(group_key(source, namespace, name))
 
+    def replace(objects: list[Mapping[str, Any]]) -> None:
+        known = set(state.podgroups)
+        state.replace_podgroups(objects, source)
+        waker.podgroups_appeared(set(state.podgroups) - known)
+
+    def upsert(obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = group_key(source, meta.get("namespace") or "default", meta.get("name") or "")
+        new = key not in state.podgroups
+        state.apply_podgroup(obj, source)
+        if new:
+            waker.podgroups_appeared([key])
+
     return Sink(
-        functools.partial(state.replace_podgroups, source=source),
-        functools.partial(state.apply_podgroup, source=source),
+        replace,
+        upsert,
         delete,
         lambda: sum(1 for r in state.podgroups.values() if r.source == source),
     )
@@ -193,6 +209,8 @@ class Apps:
 
     main: FastAPI
     ops: FastAPI | None
+    # Called from the SIGTERM/SIGINT handler, before uvicorn stops listening.
+    begin_shutdown: Callable[[], None] = lambda: None
 
 
 def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
@@ -237,7 +255,16 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         is_leader=leader.is_leader,
     )
     observer = Observers(events, status)
-    gate = PermitGate(state, admission, api, metrics, waker=waker, observer=observer)
+    gate = PermitGate(
+        state,
+        admission,
+        api,
+        metrics,
+        waker=waker,
+        observer=observer,
+        partial_bind=PartialBindPolicy(settings.on_partial_bind),
+        deleter=api,
+    )
     extender = GangExtender(
         state,
         admission,
@@ -264,6 +291,20 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         extender.preemptors_by_node,
     )
     reflectors: list[Reflector] = []
+    guard = VerbGuard(max_request_bytes=settings.max_request_bytes)
+    running: list[asyncio.AbstractEventLoop] = []
+
+    def begin_shutdown() -> None:
+        """SIGTERM: refuse new verbs and answer every gate waiter now, not at its timeout.
+
+        Runs in the signal handler, so the gate is touched on the loop's own turn.
+        """
+        if guard.stopping is not None:
+            return
+        guard.stopping = "gang-extender is shutting down; the pod will be scheduled again"
+        log.info("shutting down: verbs refused, gate waiters released", extra={"verb": None})
+        for loop in running:
+            loop.call_soon_threadsafe(gate.release_all, guard.stopping)
 
     def ready() -> tuple[bool, str]:
         """Caches listed once and every watch connected: decisions rest on current data."""
@@ -275,6 +316,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
+        running.append(loop)
         state.sources = await asyncio.to_thread(discover_sources, custom, settings)
         status.start()
         reflectors.extend(
@@ -295,7 +337,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
                 group_api.version,
                 group_api.plural,
             )
-            sink = _podgroup_sink(state, admission, source)
+            sink = _podgroup_sink(state, admission, source, waker)
             reflectors.append(Reflector(kind, list_call, sink, loop, metrics))
         if election is not None and settings.leader_election_lease:
             lease_ns, _sep, lease_name = settings.leader_election_lease.partition("/")
@@ -327,21 +369,27 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
 
     debug = GangDebug(status.groups, gate, admission)
     if settings.ops_port is None:
-        return Apps(
-            create_app(
-                extender,
-                metrics,
-                url_prefix=settings.url_prefix,
-                ready=ready,
-                lifespan=lifespan,
-                debug=debug,
-            ),
-            None,
+        main = create_app(
+            extender,
+            metrics,
+            url_prefix=settings.url_prefix,
+            ready=ready,
+            lifespan=lifespan,
+            debug=debug,
+            guard=guard,
         )
+        add_cache_route(main, state)
+        return Apps(main, None, begin_shutdown)
     # The verbs' app gets no operations extras and the operations app no verbs:
     # on the plain-HTTP port nobody can bind pods.
     main = create_app(
-        extender, metrics, url_prefix=settings.url_prefix, ready=ready, lifespan=lifespan
+        extender,
+        metrics,
+        url_prefix=settings.url_prefix,
+        ready=ready,
+        lifespan=lifespan,
+        guard=guard,
     )
     ops = create_app(None, metrics, url_prefix=settings.url_prefix, ready=ready, debug=debug)
-    return Apps(main, ops)
+    add_cache_route(ops, state)
+    return Apps(main, ops, begin_shutdown)

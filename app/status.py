@@ -539,6 +539,11 @@ class PodGroupStatus:
     def gang_timed_out(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         self._dirty.add(group_key)
 
+    def gang_partly_bound(
+        self, group_key: str, bound: Sequence[MemberRef], message: str, rolled_back: bool
+    ) -> None:
+        self._dirty.add(group_key)
+
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
         if victim_group is not None:
             self._dirty.add(victim_group)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from typing import Protocol
 
 from cachetools import TTLCache
@@ -73,6 +74,17 @@ class SiblingWaker:
     async def drain(self) -> None:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def podgroups_appeared(self, keys: Iterable[str]) -> None:
+        """PodGroups our watch did not know: wake members turned away as "not found".
+
+        A member filtered before the PodGroup reached our cache (just created,
+        or our watch relisting after an API server restart) is parked by
+        kube-scheduler, and the PodGroup's arrival is no event for it.
+        """
+        for key in keys:
+            if any(not p.placed_node for p in self._state.members(key)):
+                self.wake(key)
 
     def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """A new member may complete a group whose earlier members were turned away.

@@ -108,6 +108,25 @@ def _pod(data: Mapping[str, Any]) -> dict[str, Any]:
     return pod
 
 
+def _node(node: dict[str, Any]) -> None:
+    """Check the fields of an embedded Node that prioritize reads (full-Node mode)."""
+    meta = _object(node.get("metadata"), "Nodes.items[].metadata")
+    _string(meta.get("name"), "Nodes.items[].metadata.name")
+    labels = meta.get("labels")
+    if labels is not None and not (
+        isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
+    ):
+        raise WireError("Nodes.items[].metadata.labels must map label names to strings")
+    if node.get("spec") is not None:
+        _object(node["spec"], "Nodes.items[].spec")
+    status = node.get("status")
+    if status is not None:
+        status = _object(status, "Nodes.items[].status")
+        for part in ("allocatable", "capacity"):
+            if status.get(part) is not None:
+                _object(status[part], f"Nodes.items[].status.{part}")
+
+
 # ---- filter / prioritize -----------------------------------------------------------
 
 
@@ -141,7 +160,7 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
         if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
             raise WireError("Nodes.items must be a list of Node objects")
         for node in items:
-            _string((node.get("metadata") or {}).get("name"), "Nodes.items[].metadata.name")
+            _node(node)
         nodes = items
     if names is None and nodes is None:
         raise WireError(
@@ -225,7 +244,9 @@ def parse_preempt_args(body: bytes) -> PreemptArgs:
             if meta is not None:
                 uid = {str(k).lower(): v for k, v in victim.items()}.get("uid")
             else:
-                uid = (victim.get("metadata") or {}).get("uid")
+                uid = _object(victim.get("metadata") or {}, f"{what}[{node}].Pods[].metadata").get(
+                    "uid"
+                )
             uids.append(_string(uid, f"{what}[{node}].Pods[] UID"))
         violations = victims.get("numpdbviolations") or 0
         if not isinstance(violations, int):

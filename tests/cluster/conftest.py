@@ -109,23 +109,27 @@ def local_cluster(*args: str) -> str:
     return result.stdout
 
 
+# The session cluster's `up` arguments: `up` again with them restarts whatever
+# a fault test killed (tests/cluster/test_faults.py).
+UP_ARGS = (
+    "--nodes",
+    str(NODES),
+    "--node-cpu",
+    NODE_CPU,
+    "--node-memory",
+    NODE_MEMORY,
+    "--extender-url",
+    f"{EXTENDER_URL}/scheduler",
+    "--with-nodelist-scheduler",
+    "--feature-gates",
+    FEATURE_GATES,
+)
+
+
 @pytest.fixture(scope="session")
 def kubeconfig() -> Iterator[str]:
     local_cluster("down")
-    out = local_cluster(
-        "up",
-        "--nodes",
-        str(NODES),
-        "--node-cpu",
-        NODE_CPU,
-        "--node-memory",
-        NODE_MEMORY,
-        "--extender-url",
-        f"{EXTENDER_URL}/scheduler",
-        "--with-nodelist-scheduler",
-        "--feature-gates",
-        FEATURE_GATES,
-    )
+    out = local_cluster("up", *UP_ARGS)
     match = re.search(r"^export KUBECONFIG=(\S+)$", out, re.MULTILINE)
     assert match, f"hack/local-cluster up printed no KUBECONFIG line:\n{out}"
     _apply_test_crds(match.group(1))
@@ -199,6 +203,13 @@ class Extender:
         if self.process is None:
             return
         stop_process(self.process)
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs (a crash, an OOM kill)."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
         self.process = None
 
     def restart(self, *extra_args: str) -> None:

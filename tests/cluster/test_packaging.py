@@ -2,7 +2,7 @@
 
 This is the image's second stage without Docker: the wheel is built from
 exactly what the Dockerfile's build stage copies, installed with its
-dependencies from the package index into an empty venv, and the console
+dependencies as pinned in requirements.lock into an empty venv, and the console
 script (the image's ENTRYPOINT) is run from there, not from the checkout.
 """
 
@@ -30,13 +30,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheel = build_wheel(root / "dist", build_context(root / "context"))
     env = root / "venv"
     venv.EnvBuilder(with_pip=True).create(env)
-    result = subprocess.run(
-        [str(env / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, f"pip install {wheel.name} failed:\n{result.stderr}"
+    # As the image's final stage: the pinned runtime lock with hashes, then the wheel alone.
+    pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q"]
+    lock = Path(__file__).resolve().parents[2] / "requirements.lock"
+    for args in (["--require-hashes", "-r", str(lock)], ["--no-deps", str(wheel)]):
+        result = subprocess.run([*pip, *args], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, f"pip install {' '.join(args)} failed:\n{result.stderr}"
     return env / "bin"
 
 

@@ -93,3 +93,21 @@ def test_group_sources_and_leader_election_flags() -> None:
         settings(["--volcano-podgroups", "yes"])
     with pytest.raises(ConfigError, match="NAMESPACE/NAME of kube-scheduler's leader-election"):
         settings(["--leader-election-lease", "gang-extender"])
+
+
+def test_reliability_settings_have_safe_defaults_and_are_validated() -> None:
+    s = settings([])
+    assert (s.on_partial_bind, s.max_request_bytes, s.shutdown_grace_seconds) == (
+        "delete-bound",
+        64 * 1024 * 1024,
+        10,
+    )
+    s = settings(["--on-partial-bind", "leave"], {"GANG_EXTENDER_MAX_REQUEST_BYTES": "1024"})
+    assert (s.on_partial_bind, s.max_request_bytes) == ("leave", 1024)
+    for argv, message in (
+        (["--on-partial-bind", "keep"], "must be one of delete-bound, leave"),
+        (["--max-request-bytes", "0"], "must be a whole number >= 1"),
+        (["--shutdown-grace-seconds", "-3"], "must be a number of seconds > 0"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            settings(argv)

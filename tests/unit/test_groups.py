@@ -72,7 +72,9 @@ def test_podgroup_spec_is_read_and_validated() -> None:
         {"cpu": 6000},
         20,
     )
-    with pytest.raises(PodGroupSpecError, match="minMember must be an integer >= 1"):
+    with pytest.raises(
+        PodGroupSpecError, match="minMember must be an integer between 1 and 2147483647, got 0"
+    ):
         spec_from_podgroup("ns/pg", {"minMember": 0})
     with pytest.raises(PodGroupSpecError, match="minResources"):
         spec_from_podgroup("ns/pg", {"minMember": 1, "minResources": {"cpu": "lots"}})
@@ -135,7 +137,9 @@ def test_schedule_timeout_zero_or_absent_means_the_default() -> None:
         GroupSpec("ns/pi", 3)
     )
     assert spec_from_podgroup("ns/pi", {"minMember": 3}).schedule_timeout_seconds is None
-    with pytest.raises(PodGroupSpecError, match="scheduleTimeoutSeconds must be an integer >= 0"):
+    with pytest.raises(
+        PodGroupSpecError, match="scheduleTimeoutSeconds must be an integer between 0 and"
+    ):
         spec_from_podgroup("ns/pi", {"minMember": 3, "scheduleTimeoutSeconds": -1})
 
 

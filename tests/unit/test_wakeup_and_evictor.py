@@ -107,3 +107,17 @@ async def test_a_new_member_that_completes_the_group_wakes_its_siblings() -> Non
     await asyncio.sleep(0.01)
     await waker.drain()
     assert sorted(api.touched) == ["a", "b"]  # not the newcomer: it is queued anyway
+
+
+async def test_members_turned_away_before_their_podgroup_was_seen_are_woken() -> None:
+    """After an API server restart our PodGroup watch may relist after kube-scheduler
+    filtered the members ("not found"): the PodGroup's arrival must retry them."""
+    state = ClusterState()
+    api = FakeApi()
+    waker = SiblingWaker(state, api, cooldown_seconds=0)
+    state.apply_pod(pod("a", group="late"))
+    state.apply_pod(pod("b", group="late", node="n1"))
+    waker.podgroups_appeared(["default/late", "default/empty"])
+    await asyncio.sleep(0.01)
+    await waker.drain()
+    assert api.touched == ["a"]
