@@ -9,7 +9,7 @@ import logging
 import os
 import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app import __version__
@@ -63,8 +63,23 @@ def serve(args: argparse.Namespace) -> int:
         print(f"gang-extender: {err}", file=sys.stderr)
         return 2
     log.info("configuration: %s", json.dumps(describe(settings)))
-    asyncio.run(_run(settings, apps))
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(_run(settings, apps))
     return 0
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop where it is installed (a dependency on Linux), else asyncio's own loop.
+
+    Every verb call, watch event and gate wake-up goes through the loop; on a
+    control-plane node the extender shares the CPUs with kube-scheduler and
+    the API server, so the loop's own overhead per pod counts.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 async def _run(settings: Settings, apps: Apps) -> None:

@@ -7,6 +7,7 @@ group fits must never be off by a rounding error.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from decimal import ROUND_CEILING, Decimal
@@ -39,6 +40,8 @@ def parse_quantity(value: str | int | float) -> int:
 
     Fractions of a milli-unit round up, as the API server does for requests.
     """
+    if isinstance(value, str):
+        return _parse_string(value)
     if isinstance(value, bool):
         raise QuantityError(f"invalid quantity {value!r}: expected a number or a string like '2Gi'")
     if isinstance(value, int | float):
@@ -46,10 +49,18 @@ def parse_quantity(value: str | int | float) -> int:
         if not number.is_finite():
             raise QuantityError(f"invalid quantity {value!r}: not a finite number")
     else:
-        text = value.strip()
-        number = _parse_text(text)
-    milli = (number * 1000).to_integral_value(rounding=ROUND_CEILING)
-    return int(milli)
+        number = _parse_text(value.strip())
+    return _milli(number)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_string(value: str) -> int:
+    """Cached: every pod event re-reads its requests, and a cluster uses few distinct strings."""
+    return _milli(_parse_text(value.strip()))
+
+
+def _milli(number: Decimal) -> int:
+    return int((number * 1000).to_integral_value(rounding=ROUND_CEILING))
 
 
 _QUANTITY = re.compile(

@@ -8,13 +8,13 @@ kube-scheduler shows in the pod's events; nothing here answers 500 for bad input
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -29,7 +29,11 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
 def _json(payload: Any, status: int = 200) -> Response:
-    return Response(json.dumps(payload), status_code=status, media_type="application/json")
+    return Response(
+        orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS),
+        status_code=status,
+        media_type="application/json",
+    )
 
 
 def create_app(
@@ -79,7 +83,10 @@ def _add_verbs(app: FastAPI, extender: GangExtender, metrics: Metrics, url_prefi
             metrics.request_duration.labels(name).observe(time.perf_counter() - start)
             return response
 
-        app.add_api_route(f"{url_prefix}/{name}", endpoint, methods=["POST"], name=name)
+        # A plain Starlette route: FastAPI's request handling (dependency
+        # solving, response validation) buys nothing for a raw-bytes endpoint
+        # and kube-scheduler calls these for every pod.
+        app.add_route(f"{url_prefix}/{name}", endpoint, methods=["POST"], name=name)
 
     async def do_filter(body: bytes) -> Any:
         return extender.filter(parse_extender_args(body))
