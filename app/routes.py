@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import Receive, Scope, Send
 
 from app.debug import GangDebug, add_debug_routes
 from app.extender import GangExtender
@@ -28,12 +29,54 @@ log = logging.getLogger(__name__)
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
-def _json(payload: Any, status: int = 200) -> Response:
-    return Response(
-        orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS),
-        status_code=status,
-        media_type="application/json",
-    )
+VerbHandler = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+
+
+class ExtenderApp(FastAPI):
+    """FastAPI, with the verbs answered before the framework's middleware and routing.
+
+    kube-scheduler calls filter and prioritize one after the other for every
+    pod, waiting for each answer before it schedules the next pod, so the
+    time we take per call is the scheduler's throughput (bench/e2e.py). The
+    error, telemetry, body-limit and exception middlewares and the route
+    table add nothing to these raw-bytes endpoints, whose handler already
+    answers every failure itself. Everything else goes through FastAPI.
+    """
+
+    verb_paths: dict[str, VerbHandler]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            handler = self.verb_paths.get(scope["path"])
+            if handler is not None:
+                body = await _read_body(receive)
+                if body is None:
+                    return  # the caller went away
+                status, payload = await handler(body)
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": status,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": payload})
+                return
+        await super().__call__(scope, receive, send)
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def create_app(
@@ -44,20 +87,21 @@ def create_app(
     ready: Callable[[], tuple[bool, str]],
     lifespan: Lifespan | None = None,
     debug: GangDebug | None = None,
-) -> FastAPI:
+) -> ExtenderApp:
     """An ASGI app with the verbs (when `extender` is given) and the operations routes.
 
     With --ops-port the process runs two of these: one with the verbs (and
     the lifespan that starts the watches), one with only the operations
     routes; otherwise one app serves both.
     """
-    app = FastAPI(
+    app = ExtenderApp(
         title="gang-extender",
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
         lifespan=lifespan,
     )
+    app.verb_paths = {}
     if extender is not None:
         _add_verbs(app, extender, metrics, url_prefix)
     _add_operations(app, metrics, ready)
@@ -66,27 +110,34 @@ def create_app(
     return app
 
 
-def _add_verbs(app: FastAPI, extender: GangExtender, metrics: Metrics, url_prefix: str) -> None:
+def _add_verbs(app: ExtenderApp, extender: GangExtender, metrics: Metrics, url_prefix: str) -> None:
     def verb(name: str, handle: Callable[[bytes], Awaitable[Any]]) -> None:
-        async def endpoint(request: Request) -> Response:
+        requests = {code: metrics.requests.labels(name, str(code)) for code in (200, 400, 500)}
+        duration = metrics.request_duration.labels(name)
+
+        async def answer(body: bytes) -> tuple[int, bytes]:
             start = time.perf_counter()
-            body = await request.body()
             try:
-                response = _json(await handle(body))
+                status, payload = 200, await handle(body)
             except WireError as err:
                 log.warning("bad %s request: %s", name, err, extra={"verb": name})
-                response = _json({"Error": f"bad {name} request: {err}"}, 400)
+                status, payload = 400, {"Error": f"bad {name} request: {err}"}
             except Exception:
                 log.exception("%s failed", name, extra={"verb": name})
-                response = _json({"Error": f"internal error in {name}; see extender logs"}, 500)
-            metrics.requests.labels(name, str(response.status_code)).inc()
-            metrics.request_duration.labels(name).observe(time.perf_counter() - start)
-            return response
+                status, payload = 500, {"Error": f"internal error in {name}; see extender logs"}
+            encoded = orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS)
+            requests[status].inc()
+            duration.observe(time.perf_counter() - start)
+            return status, encoded
 
-        # A plain Starlette route: FastAPI's request handling (dependency
-        # solving, response validation) buys nothing for a raw-bytes endpoint
-        # and kube-scheduler calls these for every pod.
-        app.add_route(f"{url_prefix}/{name}", endpoint, methods=["POST"], name=name)
+        async def endpoint(request: Request) -> Response:
+            # Reached only through FastAPI's own routing (ExtenderApp answers first).
+            status, payload = await answer(await request.body())
+            return Response(payload, status_code=status, media_type="application/json")
+
+        path = f"{url_prefix}/{name}"
+        app.verb_paths[path] = answer
+        app.add_route(path, endpoint, methods=["POST"], name=name)
 
     async def do_filter(body: bytes) -> Any:
         return extender.filter(parse_extender_args(body))
