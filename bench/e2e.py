@@ -252,6 +252,9 @@ class CaseResult:
     algorithm_p50: float = 0.0
     algorithm_p99: float = 0.0
     nodes: int = 0
+    # pods/binding as the API server timed it (whoever binds).
+    api_binding_p50: float = 0.0
+    api_binding_p99: float = 0.0
 
 
 def ratio(a: float, b: float) -> float:
@@ -276,8 +279,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "",
         "| case | nodes | pods | pods/s | pod latency p50 / p99 | gang latency p50 / p99 "
         "| extender CPU s / 1,000 pods | kube-scheduler CPU s / 1,000 pods "
-        "| scheduling algorithm p50 / p99 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| scheduling algorithm p50 / p99 | API server pods/binding p50 / p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cases:
         gang = (
@@ -293,7 +296,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             f"| ({c.case}) {c.description} | {c.nodes:,} | {c.bound:,}/{c.pods:,} "
             f"| {c.pods_per_second:.1f} "
             f"| {c.pod_latency_p50:.2f} / {c.pod_latency_p99:.2f} s | {gang} | {cpu} "
-            f"| {sched_cpu} | {c.algorithm_p50 * 1000:.2f} / {c.algorithm_p99 * 1000:.2f} ms |"
+            f"| {sched_cpu} | {c.algorithm_p50 * 1000:.2f} / {c.algorithm_p99 * 1000:.2f} ms "
+            f"| {c.api_binding_p50 * 1000:.0f} / {c.api_binding_p99 * 1000:.0f} ms |"
         )
     lines += ["", "| ratio | value | target |", "|---|---|---|"]
     for name, num, den, target in (
@@ -592,6 +596,26 @@ class Runner:
             f"https://127.0.0.1:{self.cluster.scheduler_port}/metrics", context=_insecure()
         )
 
+    def apiserver_binding_buckets(self) -> Buckets:
+        """Cumulative pods/binding latency buckets of the API server (its own /metrics)."""
+        client = self.client
+        response = client.rest_client.pool_manager.request(
+            "GET", client.configuration.host + "/metrics", preload_content=False, timeout=60
+        )
+        text = read_and_release(response).decode()
+        lines = [
+            line
+            for line in text.splitlines()
+            if line.startswith("apiserver_request_duration_seconds_bucket")
+            and 'subresource="binding"' in line
+        ]
+        parsed = parse_histograms(
+            "# TYPE apiserver_request_duration_seconds histogram\n" + "\n".join(lines) + "\n",
+            "apiserver_request_duration_seconds",
+            "subresource",
+        )
+        return parsed.get("binding", {})
+
     def extender_metrics(self) -> str:
         assert self.cluster.extender_url is not None
         base = self.cluster.extender_url.rsplit("/scheduler", 1)[0]
@@ -642,6 +666,7 @@ class Runner:
         rv = self.core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
         watch = BindWatch(self.core, namespace, rv)
         ext_before = self.extender_metrics() if extender_pid is not None else ""
+        api_before = self.apiserver_binding_buckets()
         cpu_before = cpu_seconds(extender_pid) if extender_pid is not None else 0.0
         scheduler = self.start_scheduler(case.key + suffix, case.extender, case.gangs == "native")
         t0 = time.monotonic()
@@ -667,6 +692,7 @@ class Runner:
             sched_cpu = cpu_seconds(scheduler.pid) - sched_cpu_before
             sched_text = self.scheduler_metrics()
             ext_after = self.extender_metrics() if extender_pid is not None else ""
+            api_binding = bucket_delta(self.apiserver_binding_buckets(), api_before)
         finally:
             watch.stop()
             scheduler.terminate()
@@ -698,6 +724,8 @@ class Runner:
             algorithm_p50=histogram_quantile(0.5, algo),
             algorithm_p99=histogram_quantile(0.99, algo),
             nodes=nodes,
+            api_binding_p50=histogram_quantile(0.5, api_binding),
+            api_binding_p99=histogram_quantile(0.99, api_binding),
         )
         if gang_of:
             gangs_latency = gang_latencies(
@@ -727,6 +755,8 @@ class Runner:
             )
             + f", scheduler {result.scheduler_cpu_per_1000:.2f} CPU s/1000 pods"
             + f", last bind {last - t0:.1f}s after start"
+            + f", API server pods/binding p50 {result.api_binding_p50 * 1000:.0f} ms"
+            + f" p99 {result.api_binding_p99 * 1000:.0f} ms"
         )
         self.delete_namespace(namespace)
         return result
