@@ -18,6 +18,7 @@ from urllib.parse import quote
 import orjson
 import urllib3
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from app.gate import BindError
@@ -110,38 +111,57 @@ class KubeApi:
         absent: tuple[int, ...],
         content_type: str,
     ) -> bytes | None:
-        """One HTTP request on the client's connection pool, credentials and TLS settings.
-
-        The generated client methods validate every argument (pydantic) and
-        build model objects, which cost more CPU than the request itself; a
-        binding per pod is the hottest call we make (bench/e2e.py), and the
-        threads doing it compete with the event loop for the GIL.
-        """
-        client = self._client
-        headers = {**client.default_headers, "Accept": "application/json"}
-        payload = None
-        if body is not None:
-            headers["Content-Type"] = content_type
-            payload = orjson.dumps(body)
-        client.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)
         try:
-            response = client.rest_client.pool_manager.request(
-                method,
-                client.configuration.host + path,
-                body=payload,
-                headers=headers,
-                timeout=urllib3.Timeout(total=self._timeout),
-                preload_content=False,
+            return raw_request(
+                self._client, method, path, body, content_type=content_type, timeout=self._timeout
             )
-            data = read_and_release(response)
+        except ApiException as err:
+            if err.status in absent:
+                return None  # gone, or a new pod reuses the name: nothing to do
+            raise BindError(_reason_of(err.status or 0), _message_of(err)) from None
         except (HTTPError, OSError) as err:
             raise BindError("transient", f"API server unreachable: {err}") from None
-        status: int = response.status
-        if 200 <= status < 300:
-            return data
-        if status in absent:
-            return None  # gone, or a new pod reuses the name: nothing to do
-        raise BindError(_reason_of(status), _message_of(status, data, response.reason))
+
+
+def raw_request(
+    client: k8s.ApiClient,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    content_type: str = "application/json",
+    timeout: float = 10,
+) -> bytes:
+    """One HTTP request on the client's connection pool, credentials and TLS settings.
+
+    The generated client methods validate every argument (pydantic) and
+    build model objects, which cost more CPU than the request itself; a
+    binding per pod, and Events and PodGroup status per gang, are the calls
+    we make most (bench/e2e.py), and the threads making them compete with
+    the event loop for the GIL. Failures are raised as the generated methods
+    raise them: ApiException with the status and body, urllib3 errors as is.
+    """
+    headers = {**client.default_headers, "Accept": "application/json"}
+    payload = None
+    if body is not None:
+        headers["Content-Type"] = content_type
+        payload = orjson.dumps(body)
+    client.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)
+    response = client.rest_client.pool_manager.request(
+        method,
+        client.configuration.host + path,
+        body=payload,
+        headers=headers,
+        timeout=urllib3.Timeout(total=timeout),
+        preload_content=False,
+    )
+    data = read_and_release(response)
+    status: int = response.status
+    if not 200 <= status < 300:
+        raise ApiException(
+            status=status, reason=response.reason, body=data.decode("utf-8", "replace")
+        )
+    return data
 
 
 def _pod_path(namespace: str, name: str, subresource: str = "") -> str:
@@ -175,9 +195,9 @@ def _reason_of(status: int) -> str:
     return "rejected"
 
 
-def _message_of(status: int, body: bytes, reason: str | None) -> str:
+def _message_of(err: ApiException) -> str:
     try:
-        message = orjson.loads(body or b"{}").get("message")
+        message = orjson.loads(err.body or b"{}").get("message")
     except (ValueError, AttributeError):
         message = None
-    return f"API server answered {status}: {message or reason}"
+    return f"API server answered {err.status}: {message or err.reason}"

@@ -35,12 +35,13 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from app.groups import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
-from app.kube_api import read_and_release
+from app.kube_api import raw_request
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState, PodRecord
@@ -171,46 +172,44 @@ class StatusApi(Protocol):
 
 
 class KubeStatusApi:
+    """PodGroup status, as plain requests on the official client's connection pool."""
+
     def __init__(self, custom: k8s.CustomObjectsApi, *, timeout_seconds: float = 10) -> None:
-        self._custom = custom
+        self._client: k8s.ApiClient = custom.api_client
         self._timeout = timeout_seconds
+
+    def _path(self, namespace: str, name: str) -> str:
+        return (
+            f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}/namespaces/{quote(namespace, safe='')}"
+            f"/{PODGROUP_PLURAL}/{quote(name, safe='')}/status"
+        )
 
     def read(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            response: Any = self._custom.get_namespaced_custom_object_status(
-                PODGROUP_GROUP,
-                PODGROUP_VERSION,
-                namespace,
-                PODGROUP_PLURAL,
-                name,
-                _preload_content=False,
-                _request_timeout=self._timeout,
+            data = raw_request(
+                self._client, "GET", self._path(namespace, name), timeout=self._timeout
             )
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
-        obj: dict[str, Any] = json.loads(read_and_release(response))
+        obj: dict[str, Any] = json.loads(data)
         return obj
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         try:
-            response: Any = self._custom.patch_namespaced_custom_object_status(
-                PODGROUP_GROUP,
-                PODGROUP_VERSION,
-                namespace,
-                PODGROUP_PLURAL,
-                name,
+            raw_request(
+                self._client,
+                "PATCH",
+                self._path(namespace, name),
                 body,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-                _content_type="application/merge-patch+json",
+                content_type="application/merge-patch+json",
+                timeout=self._timeout,
             )
         except ApiException as err:
             if err.status == 409:
                 raise StatusConflict(name) from None
             raise
-        read_and_release(response)
 
 
 WRITTEN, UNCHANGED, KEPT, GONE, CONFLICT = "written", "unchanged", "kept", "gone", "conflict"
