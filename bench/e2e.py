@@ -988,38 +988,53 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster.extender_pid = None
 
     current_nodes = args.nodes
+    notes: list[str] = []
+
+    def scale() -> None:
+        nonlocal current_nodes
+        with_extender(False)
+        started = time.monotonic()
+        add_nodes(lc, current_nodes + 1, args.scale_nodes)
+        print(f"grew to {args.scale_nodes} nodes in {time.monotonic() - started:.0f}s", flush=True)
+        current_nodes = args.scale_nodes
+        for key in "ab":
+            case = CASES[key]
+            with_extender(case.extender)
+            results.append(runner.run_case(case, args.pods, current_nodes, "-scale"))
+
+    def cache() -> None:
+        with_extender(True)
+        assert extender is not None
+        started = time.monotonic()
+        create_cache_pods(runner, args.cache_pods, current_nodes)
+        wait(
+            lambda: runner.extender_cached_pods() >= args.cache_pods,
+            600,
+            "the extender to cache the pods",
+            1,
+        )
+        print(f"{args.cache_pods} pods cached in {time.monotonic() - started:.0f}s", flush=True)
+        memory[f"{current_nodes:,} nodes, {args.cache_pods:,} pods cached"] = rss_mb(
+            extender.process.pid
+        )
+
     try:
         for key in args.cases:
             case = CASES[key]
             with_extender(case.extender)
             results.append(runner.run_case(case, args.pods, current_nodes))
-        if args.scale_nodes > current_nodes:
-            with_extender(False)
-            started = time.monotonic()
-            add_nodes(lc, current_nodes + 1, args.scale_nodes)
-            print(
-                f"grew to {args.scale_nodes} nodes in {time.monotonic() - started:.0f}s", flush=True
-            )
-            current_nodes = args.scale_nodes
-            for key in "ab":
-                case = CASES[key]
-                with_extender(case.extender)
-                results.append(runner.run_case(case, args.pods, current_nodes, "-scale"))
-        if args.cache_pods:
-            with_extender(True)
-            started = time.monotonic()
-            create_cache_pods(runner, args.cache_pods, current_nodes)
-            assert extender is not None
-            wait(
-                lambda: runner.extender_cached_pods() >= args.cache_pods,
-                600,
-                "the extender to cache the pods",
-                1,
-            )
-            print(f"{args.cache_pods} pods cached in {time.monotonic() - started:.0f}s", flush=True)
-            memory[f"{current_nodes:,} nodes, {args.cache_pods:,} pods cached"] = rss_mb(
-                extender.process.pid
-            )
+        # The optional phases report a failure instead of losing the figures above.
+        for wanted, phase, what in (
+            (args.scale_nodes > current_nodes, scale, f"scale to {args.scale_nodes} nodes"),
+            (args.cache_pods > 0, cache, f"{args.cache_pods} cached pods"),
+        ):
+            if not wanted:
+                continue
+            try:
+                phase()
+            except Exception as err:
+                print(f"{what} failed: {err}", flush=True)
+                notes.append(f"{what} failed: {type(err).__name__}: {err}")
         with_extender(False)
     finally:
         if extender is not None:
@@ -1046,7 +1061,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "qps": args.qps,
         "cases": results,
         "memory": memory,
-        "notes": [],
+        "notes": notes,
     }
     section = render_markdown(report)
     print()
