@@ -982,7 +982,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 profiler.wait(30)
                 profiler = None
             memory_now = rss_mb(extender.process.pid)
-            memory[f"after the cases on {current_nodes:,} nodes"] = memory_now
+            memory[f"when stopped, {current_nodes:,} nodes"] = memory_now
             extender.stop()
             extender = None
             cluster.extender_pid = None
