@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install lock audit kube helm manifests lint typecheck unit test cluster-test demo demo-down bench cluster-up cluster-down clean
+.PHONY: help install lock audit kube helm manifests lint typecheck unit test cluster-test demo demo-down bench bench-e2e cluster-up cluster-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -82,9 +82,13 @@ cluster-up: kube ## start the local control plane only
 cluster-down: ## stop the local control plane
 	hack/local-cluster down
 
-bench: $(STAMP) kube ## measure the speed targets (writes figures to stdout; record them in BENCHMARKS.md)
+bench: $(STAMP) kube ## measure the speed targets: verbs in process, then end to end with kube-scheduler (updates BENCHMARKS.md)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/e2e.py --write $(E2E_ARGS)
+
+bench-e2e: $(STAMP) kube ## only the end-to-end benchmark; e.g. E2E_ARGS="--nodes 200 --pods 1000 --scale-nodes 0 --cache-pods 0"
+	$(BIN)/python bench/e2e.py $(E2E_ARGS)
 
 clean: ## remove the venv and the local cluster state (keeps the Go binary cache)
 	-hack/local-cluster down
-	rm -rf $(VENV) .local-cluster
+	rm -rf $(VENV) .local-cluster .local-cluster-bench

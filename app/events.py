@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from cachetools import LRUCache
 from kubernetes import client as k8s
@@ -34,7 +35,7 @@ from kubernetes.client.exceptions import ApiException
 from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
 from app.extender import BAD_GROUP, WaitPolicy
 from app.groups import GROUP_APIS, GroupSpec
-from app.kube_api import read_and_release
+from app.kube_api import raw_request
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState, PodGroupRecord
@@ -111,35 +112,33 @@ class EventWriter(Protocol):
 
 
 class KubeEventWriter:
-    """core/v1 Events through the official client."""
+    """core/v1 Events, as plain requests on the official client's connection pool."""
 
     def __init__(self, core: k8s.CoreV1Api, *, timeout_seconds: float = 10) -> None:
-        self._core = core
+        self._client: k8s.ApiClient = core.api_client
         self._timeout = timeout_seconds
 
     def create(self, namespace: str, body: dict[str, Any]) -> None:
-        # The client serializes a plain dict as is (its stubs ask for the model).
-        raw: Any = body
-        response: Any = self._core.create_namespaced_event(
-            namespace, raw, _preload_content=False, _request_timeout=self._timeout
-        )
-        read_and_release(response)
+        raw_request(self._client, "POST", _events_path(namespace), body, timeout=self._timeout)
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         try:
-            response: Any = self._core.patch_namespaced_event(
-                name,
-                namespace,
+            raw_request(
+                self._client,
+                "PATCH",
+                f"{_events_path(namespace)}/{quote(name, safe='')}",
                 body,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-                _content_type="application/merge-patch+json",
+                content_type="application/merge-patch+json",
+                timeout=self._timeout,
             )
         except ApiException as err:
             if err.status == 404:
                 raise EventNotFound(name) from None
             raise
-        read_and_release(response)
+
+
+def _events_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/events"
 
 
 # ---- rate limiting and aggregation (pure, clock injected) -------------------------------

@@ -202,6 +202,8 @@ class GangExtender:
         group_key = pod.ref.key if pod.ref is not None else None
         if group_key is not None:
             self._observer.member_rejected(pod.member, group_key, reason, message)
+            if self._waker is not None:
+                self._waker.turned_away(group_key, pod.uid)
         log.debug(
             message,
             extra={"pod": pod.key, "podgroup": group_key, "verb": "filter", "reason": reason},

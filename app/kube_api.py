@@ -1,20 +1,22 @@
 """Calls to the API server from the verbs: bind pods, read a pod, wake or evict pods.
 
-The official client is synchronous, so each call runs on a small thread pool
-and the event loop stays free for filter calls while a binding is in flight.
-Every call goes through `_request`, which maps failures to BindError with a
-short reason (a metric label) and a message a user can act on.
+Requests are plain HTTP on the official client's connection pool and
+credentials, blocking, so each runs on a small thread pool and the event loop
+stays free for filter calls while a binding is in flight. Every call goes
+through `_request`, which maps failures to BindError with a short reason (a
+metric label) and a message a user can act on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import quote
 
+import orjson
+import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
@@ -36,7 +38,7 @@ class KubeApi:
     def __init__(
         self, core: k8s.CoreV1Api, executor: ThreadPoolExecutor, *, timeout_seconds: float = 10
     ) -> None:
-        self._core = core
+        self._client: k8s.ApiClient = core.api_client
         self._executor = executor
         self._timeout = timeout_seconds
 
@@ -44,15 +46,16 @@ class KubeApi:
         """Create pods/binding, as kube-scheduler's DefaultBinder does; retry transient errors."""
         # metadata.uid makes the API server refuse to bind a different pod that
         # reuses the name (a StatefulSet member recreated while it waited).
-        body = k8s.V1Binding(
-            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
-            target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
+        meta = {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
         for attempt in range(1, _RETRIES + 1):
             try:
-                # Raw response: the client cannot deserialize the Status the
-                # server answers with (a long-standing client bug).
-                await self._run(self._core.create_namespaced_pod_binding, name, namespace, body)
+                await self._run("POST", _pod_path(namespace, name, "/binding"), body)
                 log.info(
                     "pod bound", extra={"pod": f"{namespace}/{name}", "node": node, "verb": "bind"}
                 )
@@ -64,54 +67,107 @@ class KubeApi:
 
     async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """GET one pod as a dict (None if it does not exist): the watch cache may lag."""
-        data = await self._run(self._core.read_namespaced_pod, name, namespace, absent=(404,))
-        return json.loads(data) if data is not None else None
+        data = await self._run("GET", _pod_path(namespace, name), absent=(404,))
+        return orjson.loads(data) if data is not None else None
 
     async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None:
         """Set the wake-up annotation: an update of a pending pod requeues it in kube-scheduler."""
         # The uid in the patch keeps us from touching a recreated pod of the same name.
         patch = {"metadata": {"uid": uid, "annotations": {WAKEUP_ANNOTATION: value}}}
         await self._run(
-            self._core.patch_namespaced_pod,
-            name,
-            namespace,
+            "PATCH",
+            _pod_path(namespace, name),
             patch,
             absent=(404, 409, 422),
-            _content_type="application/merge-patch+json",
+            content_type="application/merge-patch+json",
         )
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete a pod (graceful, uid-guarded): the rest of a gang evicted whole."""
-        body = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
-        await self._run(
-            self._core.delete_namespaced_pod, name, namespace, body=body, absent=(404, 409)
-        )
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        await self._run("DELETE", _pod_path(namespace, name), body, absent=(404, 409))
 
     async def _run(
-        self, call: Callable[..., Any], *args: Any, absent: tuple[int, ...] = (), **kwargs: Any
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        absent: tuple[int, ...] = (),
+        content_type: str = "application/json",
     ) -> bytes | None:
-        """Run a client call on the pool; None when it answered one of the `absent` codes."""
+        """Run one request on the pool; None when it answered one of the `absent` codes."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, lambda: self._request(call, args, kwargs, absent)
+            self._executor,
+            lambda: self._request(method, path, body, absent, content_type),
         )
 
     def _request(
         self,
-        call: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
         absent: tuple[int, ...],
+        content_type: str,
     ) -> bytes | None:
         try:
-            response = call(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
+            return raw_request(
+                self._client, method, path, body, content_type=content_type, timeout=self._timeout
+            )
         except ApiException as err:
             if err.status in absent:
                 return None  # gone, or a new pod reuses the name: nothing to do
-            raise BindError(_reason_of(err), _message_of(err)) from None
+            raise BindError(_reason_of(err.status or 0), _message_of(err)) from None
         except (HTTPError, OSError) as err:
             raise BindError("transient", f"API server unreachable: {err}") from None
-        return read_and_release(response)
+
+
+def raw_request(
+    client: k8s.ApiClient,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    content_type: str = "application/json",
+    timeout: float = 10,
+) -> bytes:
+    """One HTTP request on the client's connection pool, credentials and TLS settings.
+
+    The generated client methods validate every argument (pydantic) and
+    build model objects, which cost more CPU than the request itself; a
+    binding per pod, and Events and PodGroup status per gang, are the calls
+    we make most (bench/e2e.py), and the threads making them compete with
+    the event loop for the GIL. Failures are raised as the generated methods
+    raise them: ApiException with the status and body, urllib3 errors as is.
+    """
+    headers = {**client.default_headers, "Accept": "application/json"}
+    payload = None
+    if body is not None:
+        headers["Content-Type"] = content_type
+        payload = orjson.dumps(body)
+    client.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)
+    response = client.rest_client.pool_manager.request(
+        method,
+        client.configuration.host + path,
+        body=payload,
+        headers=headers,
+        timeout=urllib3.Timeout(total=timeout),
+        preload_content=False,
+    )
+    data = read_and_release(response)
+    status: int = response.status
+    if not 200 <= status < 300:
+        raise ApiException(
+            status=status, reason=response.reason, body=data.decode("utf-8", "replace")
+        )
+    return data
+
+
+def _pod_path(namespace: str, name: str, subresource: str = "") -> str:
+    return (
+        f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}{subresource}"
+    )
 
 
 def read_and_release(response: Any) -> bytes:
@@ -127,8 +183,7 @@ def read_and_release(response: Any) -> bytes:
         response.release_conn()
 
 
-def _reason_of(err: ApiException) -> str:
-    status = err.status or 0
+def _reason_of(status: int) -> str:
     if status == 404:
         return "not-found"
     if status == 409:
@@ -142,7 +197,7 @@ def _reason_of(err: ApiException) -> str:
 
 def _message_of(err: ApiException) -> str:
     try:
-        message = json.loads(err.body or "{}").get("message")
+        message = orjson.loads(err.body or b"{}").get("message")
     except (ValueError, AttributeError):
         message = None
     return f"API server answered {err.status}: {message or err.reason}"

@@ -12,7 +12,6 @@ last applied resourceVersion is what makes every event count exactly once.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -20,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from kubernetes.client.exceptions import ApiException
 
 from app.kube_api import read_and_release
@@ -193,33 +193,45 @@ class Reflector:
         self._response = response
         self._last_error = None
         try:
-            for event in _events(response):
+            for batch in _event_batches(response):
                 if self._stop.is_set():
                     return
-                self._handle(event)
+                self._handle(batch)
         finally:
             self._response = None
             # A watch cut short still has unread bytes: close it, never reuse it.
             response.close()
             response.release_conn()
 
-    def _handle(self, event: Mapping[str, Any]) -> None:
-        kind = event.get("type")
-        obj = event.get("object") or {}
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise ResourceExpired(obj.get("message", ""))
-            raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
-        if kind in ("ADDED", "MODIFIED"):
-            self._loop.call_soon_threadsafe(self._sink.upsert, obj)
-        elif kind == "DELETED":
-            self._loop.call_soon_threadsafe(self._sink.delete, obj)
-        elif kind != "BOOKMARK":
-            log.warning("%s watch sent an unknown event type %r", self.kind, kind)
-        if rv:
-            self.resource_version = rv
-        self._last_event = time.time()
+    def _handle(self, events: list[dict[str, Any]]) -> None:
+        """Apply the events read in one go, with a single hand-over to the loop.
+
+        One call_soon_threadsafe per event would wake the loop (a pipe write)
+        for each of the several events a pod causes while it is scheduled.
+        Events before an ERROR are still applied, in order.
+        """
+        changes: list[tuple[Callable[[Mapping[str, Any]], None], Mapping[str, Any]]] = []
+        try:
+            for event in events:
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise ResourceExpired(obj.get("message", ""))
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if kind in ("ADDED", "MODIFIED"):
+                    changes.append((self._sink.upsert, obj))
+                elif kind == "DELETED":
+                    changes.append((self._sink.delete, obj))
+                elif kind != "BOOKMARK":
+                    log.warning("%s watch sent an unknown event type %r", self.kind, kind)
+                if rv:
+                    self.resource_version = rv
+                self._last_event = time.time()
+        finally:
+            if changes:
+                self._loop.call_soon_threadsafe(_apply_all, changes)
 
     # ---- helpers -----------------------------------------------------------------------
 
@@ -240,20 +252,32 @@ class Reflector:
 
     @staticmethod
     def _read_json(response: Any) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(read_and_release(response))
+        data: dict[str, Any] = orjson.loads(read_and_release(response))
         return data
 
 
-def _events(response: Any) -> Iterator[dict[str, Any]]:
-    """Split a watch stream (one JSON object per line) into events."""
+def _apply_all(
+    changes: list[tuple[Callable[[Mapping[str, Any]], None], Mapping[str, Any]]],
+) -> None:
+    for apply, obj in changes:
+        try:
+            apply(obj)
+        except Exception:
+            # As when each event was its own loop callback: one bad object
+            # must not keep the rest of the batch from the cache.
+            log.exception("applying a watch event failed")
+
+
+def _event_batches(response: Any) -> Iterator[list[dict[str, Any]]]:
+    """Split a watch stream (one JSON object per line) into the events of each read."""
     buffer = b""
     for chunk in response.stream(65536, decode_content=True):
         buffer += chunk
         if b"\n" not in chunk:
             continue
         *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            if line.strip():
-                yield json.loads(line)
+        batch = [orjson.loads(line) for line in lines if line.strip()]
+        if batch:
+            yield batch
     if buffer.strip():
-        yield json.loads(buffer)
+        yield [orjson.loads(buffer)]

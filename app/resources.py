@@ -7,6 +7,7 @@ group fits must never be off by a rounding error.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from decimal import ROUND_CEILING, Decimal
@@ -43,22 +44,30 @@ def parse_quantity(value: str | int | float) -> int:
 
     Fractions of a milli-unit round up, as the API server does for requests.
     """
+    if isinstance(value, str):
+        return _parse_string(value)
     if isinstance(value, bool):
         raise QuantityError(f"invalid quantity {value!r}: expected a number or a string like '2Gi'")
     if isinstance(value, int | float):
         number = Decimal(str(value))
         if not number.is_finite():
             raise QuantityError(f"invalid quantity {value!r}: not a finite number")
-    elif isinstance(value, str):
-        text = value.strip()
-        number = _parse_text(text)
     else:
         raise QuantityError(f"invalid quantity {value!r}: expected a number or a string like '2Gi'")
+    return _milli(number, value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_string(value: str) -> int:
+    """Cached: every pod event re-reads its requests, and a cluster uses few distinct strings."""
+    return _milli(_parse_text(value.strip()), value)
+
+
+def _milli(number: Decimal, value: object) -> int:
     if abs(number) > _MAX_QUANTITY:
         # "1e999999999" would otherwise become an integer of a billion digits.
         raise QuantityError(f"invalid quantity {value!r}: larger than 1e30")
-    milli = (number * 1000).to_integral_value(rounding=ROUND_CEILING)
-    return int(milli)
+    return int((number * 1000).to_integral_value(rounding=ROUND_CEILING))
 
 
 _QUANTITY = re.compile(

@@ -54,14 +54,20 @@ def score_nodes(
         # Resolved once per call, not once per node: this verb runs for every pod.
         asked = binpack_request(policy.binpack_resources, requests)
         weights.append(
-            (policy.binpack_weight, {n: binpack(asked, state, node(n)) for n in node_names})
+            (policy.binpack_weight, binpack_all(asked, state, node_names, nodes_in_request))
         )
     total = sum(w for w, _ in weights)
+    if not total:
+        return dict.fromkeys(node_names, 0)
+    if len(weights) == 1:
+        # One part (binpack for a pod in no gang, the common case): same result, one pass.
+        ((weight, part),) = weights
+        return {
+            name: max(0, min(MAX_SCORE, round(weight * part.get(name, 0.0) / total * MAX_SCORE)))
+            for name in node_names
+        }
     scores: dict[str, int] = {}
     for name in node_names:
-        if not total:
-            scores[name] = 0
-            continue
         combined = sum(w * part.get(name, 0.0) for w, part in weights) / total
         scores[name] = max(0, min(MAX_SCORE, round(combined * MAX_SCORE)))
     return scores
@@ -174,6 +180,43 @@ def binpack(
         score += weight * after / capacity
         weight_sum += weight
     return score / weight_sum if weight_sum else 0.0
+
+
+def binpack_all(
+    asked: Sequence[tuple[str, int, int]],
+    state: ClusterState,
+    node_names: Sequence[str],
+    nodes_in_request: Mapping[str, NodeRecord] | None = None,
+) -> dict[str, float]:
+    """binpack() for every node, as one loop: prioritize runs it over hundreds of nodes per pod."""
+    nodes = state.nodes
+    requested_on = state.requested_on
+    scores: dict[str, float] = {}
+    for name in node_names:
+        node = (
+            nodes_in_request[name]
+            if nodes_in_request is not None and name in nodes_in_request
+            else nodes.get(name)
+        )
+        if node is None:
+            scores[name] = 0.0
+            continue
+        used = requested_on(node.name)
+        allocatable = node.allocatable
+        score = 0.0
+        weight_sum = 0
+        for resource, weight, request in asked:
+            capacity = allocatable.get(resource, 0)
+            if capacity == 0:
+                continue
+            after = used.get(resource, 0) + request
+            if after > capacity:
+                score, weight_sum = 0.0, 0
+                break
+            score += weight * after / capacity
+            weight_sum += weight
+        scores[name] = score / weight_sum if weight_sum else 0.0
+    return scores
 
 
 def binpack_request(

@@ -60,6 +60,14 @@ from app.wakeup import SiblingWaker
 log = logging.getLogger(__name__)
 
 
+# Threads for the verbs' API calls (bindings above all). kube-scheduler binds
+# every pod in its own goroutine and the API server answers a binding in tens
+# of milliseconds when the control plane is busy, so at a hundred pods per
+# second fewer threads make bindings queue (bench/e2e.py measured seconds of
+# bind latency with 16). The threads mostly wait on sockets.
+_API_THREADS = 64
+
+
 class KubeConfigError(RuntimeError):
     """No way to reach the API server; the message says what to set."""
 
@@ -83,8 +91,9 @@ def api_client(settings: Settings) -> k8s.ApiClient:
             )
     except k8s_config.ConfigException as err:
         raise KubeConfigError(f"cannot load Kubernetes client configuration: {err}") from None
-    # Enough connections for the watches plus concurrent bindings of a large gang.
-    configuration.connection_pool_maxsize = 32
+    # Enough connections for the watches, the observers' writes and one per
+    # API thread (a request finding the pool empty opens a new TLS connection).
+    configuration.connection_pool_maxsize = _API_THREADS + 16
     return k8s.ApiClient(configuration)
 
 
@@ -221,7 +230,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     metrics = Metrics()
     state = ClusterState()
     admission = Admission(settings.denied_pg_expiration_seconds)
-    executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="kube-api")
+    executor = ThreadPoolExecutor(max_workers=_API_THREADS, thread_name_prefix="kube-api")
     api = KubeApi(core, executor)
     election: LeaderElection | None = None
     leader: LeaderCheck = AlwaysLeader()

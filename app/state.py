@@ -52,6 +52,9 @@ class PodRecord:
     preempted: bool = False
     # Node the permit gate holds this pod for; kube-scheduler has assumed it there.
     reserved_node: str = ""
+    # kube-scheduler reported it could not place the pod (condition PodScheduled
+    # False): it may sit in the unschedulable queue, so sibling wake-up touches it.
+    unschedulable: bool = False
 
     @property
     def key(self) -> str:
@@ -322,6 +325,7 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     status = raw.get("status") or {}
+    conditions = status.get("conditions") or ()
     namespace = meta.get("namespace") or "default"
     group: GroupRef | None = None
     group_error: str | None = None
@@ -351,7 +355,10 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
             c.get("type") == "DisruptionTarget"
             and c.get("status") == "True"
             and c.get("reason") == "PreemptionByScheduler"
-            for c in status.get("conditions") or ()
+            for c in conditions
+        ),
+        unschedulable=any(
+            c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions
         ),
     )
 

@@ -13,9 +13,15 @@ unrelated event or for the 5-minute unschedulable flush.
 So when a group becomes admissible, when our watch sees a new member of a
 group that now has minMember pods, when a member starts waiting in the gate,
 or when a timed-out group's denial expires, we patch an annotation on its
-pending members. Requests are coalesced per group: a gang of 100 pods
-causes one patch per pending pod per wake-up, and a group is woken at most
-once per `cooldown_seconds`.
+pending members that were turned away: rejected by our filter (remembered
+here) or reported unschedulable by kube-scheduler (condition PodScheduled
+False, which also covers rejections before a restart of the extender).
+Members that were never turned away are in kube-scheduler's active or
+backoff queue and get their turn anyway; touching them would only cost an
+API write and a pod update for every scheduler and watcher per member (the
+end-to-end benchmark measured that as most of a gang's cost). Requests are
+coalesced per group: a gang of 100 pods causes one patch per parked pod
+per wake-up, and a group is woken at most once per `cooldown_seconds`.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ class SiblingWaker:
         # group -> when it was last woken; entries expire after the cooldown.
         self._last: TTLCache[str, float] = TTLCache(100_000, cooldown_seconds, timer=time.monotonic)
         self._scheduled: dict[str, asyncio.TimerHandle] = {}
+        # group -> uids of pending members our filter rejected since they were last touched.
+        self._turned_away: dict[str, set[str]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.touched = 0
         state.add_pod_listener(self._on_pod_change)
@@ -60,6 +68,11 @@ class SiblingWaker:
         last = self._last.get(group_key)
         delay = 0.0 if last is None else max(0.0, self._cooldown - (time.monotonic() - last))
         self._scheduled[group_key] = loop.call_later(delay, self._fire, group_key, exclude_uid)
+
+    def turned_away(self, group_key: str, uid: str) -> None:
+        """Our filter rejected this member: kube-scheduler parks it until something touches it."""
+        if uid:
+            self._turned_away.setdefault(group_key, set()).add(uid)
 
     def wake_after(self, group_key: str, seconds: float) -> None:
         """Wake the group once a denial of `seconds` has expired."""
@@ -93,6 +106,9 @@ class SiblingWaker:
         sibling ("too few siblings"); that member is then parked, and the new
         sibling's own admission may come before or never (it may not fit).
         """
+        gone = old if new is None else new if new.placed_node else None
+        if gone is not None and gone.group is not None:
+            self._forget(gone.group.key, gone.uid)
         if new is None or old is not None or new.group is None or new.placed_node:
             return
         try:
@@ -106,8 +122,13 @@ class SiblingWaker:
         self._scheduled.pop(group_key, None)
         loop = asyncio.get_running_loop()
         self._last[group_key] = time.monotonic()
+        turned_away = self._turned_away.get(group_key, set())
         pending = [
-            p for p in self._state.members(group_key) if not p.placed_node and p.uid != exclude_uid
+            p
+            for p in self._state.members(group_key)
+            if not p.placed_node
+            and p.uid != exclude_uid
+            and (p.unschedulable or p.uid in turned_away)
         ]
         if not pending:
             return
@@ -122,6 +143,10 @@ class SiblingWaker:
             return_exceptions=True,
         )
         failed = [r for r in results if isinstance(r, BaseException)]
+        for pod, result in zip(pods, results, strict=True):
+            if not isinstance(result, BaseException):
+                # Requeued now; a new rejection by our filter puts it back.
+                self._forget(group_key, pod.uid)
         self.touched += len(pods) - len(failed)
         log.debug(
             "woke %d pending members",
@@ -135,3 +160,10 @@ class SiblingWaker:
                 failed[0],
                 extra={"podgroup": group_key},
             )
+
+    def _forget(self, group_key: str, uid: str) -> None:
+        uids = self._turned_away.get(group_key)
+        if uids is not None:
+            uids.discard(uid)
+            if not uids:
+                del self._turned_away[group_key]

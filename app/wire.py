@@ -10,10 +10,11 @@ decoding thousands of nodes into objects per call would dominate the verb).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 
 class WireError(ValueError):
@@ -22,13 +23,15 @@ class WireError(ValueError):
 
 def _decode(body: bytes) -> dict[str, str | Any]:
     try:
-        data = json.loads(body)
+        # orjson: a filter body carries the whole Pod and every node name, and
+        # kube-scheduler sends one per pod; the stdlib decoder was most of the verb.
+        data = orjson.loads(body)
     except (ValueError, UnicodeDecodeError) as err:
         raise WireError(f"request body is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise WireError("request body must be a JSON object")
     # Go's encoding/json matches field names case-insensitively.
-    return {str(k).lower(): v for k, v in data.items()}
+    return {k.lower(): v for k, v in data.items()}
 
 
 def _field(data: Mapping[str, Any], *names: str) -> Any:

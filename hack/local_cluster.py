@@ -530,8 +530,12 @@ class SchedulerSpec:
 
 
 def desired_schedulers(
-    extender_url: str, node_cache_capable: bool, with_nodelist: bool
+    extender_url: str, node_cache_capable: bool, with_nodelist: bool, scheduler: bool = True
 ) -> list[SchedulerSpec]:
+    if not scheduler:
+        # `up --no-scheduler`: the caller runs its own kube-scheduler (bench/e2e.py
+        # starts one per run, after the pods exist).
+        return []
     specs = [
         SchedulerSpec("kube-scheduler", DEFAULT_SCHEDULER_NAME, node_cache_capable, SCHEDULER_PORT)
     ]
@@ -1595,6 +1599,7 @@ class UpOptions:
     with_nodelist: bool
     pod_simulator: bool = True
     feature_gates: dict[str, bool] = field(default_factory=dict)
+    scheduler: bool = True
 
 
 def core_health(
@@ -1683,6 +1688,7 @@ def cmd_up(opts: UpOptions) -> int:
                 "with_nodelist_scheduler": opts.with_nodelist,
                 "pod_simulator": opts.pod_simulator,
                 "feature_gates": opts.feature_gates,
+                "scheduler": opts.scheduler,
             },
             "components": components,
             "updated": dt.datetime.now().isoformat(timespec="seconds"),
@@ -1700,7 +1706,7 @@ def cmd_up(opts: UpOptions) -> int:
             "kube-controller-manager",
         )
         for spec in desired_schedulers(
-            opts.extender_url, opts.node_cache_capable, opts.with_nodelist
+            opts.extender_url, opts.node_cache_capable, opts.with_nodelist, opts.scheduler
         ):
             wait_until(
                 f"{spec.component} /healthz on port {spec.port}",
@@ -1727,7 +1733,11 @@ def cmd_up(opts: UpOptions) -> int:
         ready, total = node_counts(api)
         info(
             f"cluster up in {time.monotonic() - started_at:.1f}s: {ready}/{total} nodes Ready, "
-            f"extender {opts.extender_url} (nodeCacheCapable={str(opts.node_cache_capable).lower()})"
+            + (
+                f"extender {opts.extender_url} (nodeCacheCapable={str(opts.node_cache_capable).lower()})"
+                if opts.scheduler
+                else "no kube-scheduler (--no-scheduler)"
+            )
             + (
                 f", plus scheduler {NODELIST_SCHEDULER_NAME} (nodeCacheCapable=false)"
                 if opts.with_nodelist
@@ -1777,7 +1787,9 @@ def _reconcile_schedulers(
     what this `up` would render (extender URL, nodeCacheCapable, profile).
     """
     changes: list[str] = []
-    specs = desired_schedulers(opts.extender_url, opts.node_cache_capable, opts.with_nodelist)
+    specs = desired_schedulers(
+        opts.extender_url, opts.node_cache_capable, opts.with_nodelist, opts.scheduler
+    )
     wanted = {spec.component: spec for spec in specs}
     write_kubeconfigs(layout)
     for name in SCHEDULER_COMPONENTS:
@@ -1787,7 +1799,12 @@ def _reconcile_schedulers(
         recorded = components.get(name, {}).get("config_sha256")
         if spec is None:
             if pid is not None:
-                info(f"stopping {name}: --with-nodelist-scheduler was not given")
+                why = (
+                    "--no-scheduler was given"
+                    if not opts.scheduler
+                    else ("--with-nodelist-scheduler was not given")
+                )
+                info(f"stopping {name}: {why}")
                 stop_components(layout, (name,))
                 changes.append(f"{name} stopped")
             components.pop(name, None)
@@ -1874,7 +1891,7 @@ def cmd_status() -> int:
         for n in (*SCHEDULER_COMPONENTS, POD_SIMULATOR)
         if n in state.get("components", {}) or layout.pid_file(n).exists()
     ]
-    if "kube-scheduler" not in expected:
+    if "kube-scheduler" not in expected and state.get("options", {}).get("scheduler", True):
         expected.insert(3, "kube-scheduler")
     running = 0
     for name in expected:
@@ -2110,6 +2127,12 @@ def build_parser() -> argparse.ArgumentParser:
         "scheduling.k8s.io/v1beta1). A change restarts the control plane (etcd data is kept)",
     )
     up.add_argument(
+        "--no-scheduler",
+        dest="scheduler",
+        action="store_false",
+        help="run no kube-scheduler (the caller starts its own, e.g. bench/e2e.py)",
+    )
+    up.add_argument(
         "--no-pod-simulator",
         dest="pod_simulator",
         action="store_false",
@@ -2156,6 +2179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.with_nodelist_scheduler,
                     args.pod_simulator,
                     args.feature_gates,
+                    args.scheduler,
                 )
             )
         if args.command == "down":

@@ -11,7 +11,8 @@ from tests.packaging.dockerfile import REPO, copy_sources, parse
 
 LOCK = REPO / "requirements.lock"
 DEV_LOCK = REPO / "requirements-dev.lock"
-REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+) \\$")
+# name==version, an optional environment marker (uvloop: not on Windows), then the hashes.
+REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)(?: ; [^\\]+)? \\$")
 
 
 def canonical(name: str) -> str:

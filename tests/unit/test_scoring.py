@@ -1,4 +1,4 @@
-from app.scoring import ScoringPolicy, binpack, binpack_request, score_nodes
+from app.scoring import ScoringPolicy, binpack, binpack_all, binpack_request, score_nodes
 from app.state import ClusterState
 from tests.unit.builders import node, pod
 
@@ -21,6 +21,17 @@ def test_binpack_prefers_the_fuller_node_and_zeroes_overflow() -> None:
     # (2+1)/4 cpu and (4+1)/8 memory, equally weighted.
     assert full == (3 / 4 + 5 / 8) / 2
     assert binpack(binpack_request({"cpu": 1}, {"cpu": 5000}), state, state.nodes["n2"]) == 0.0
+
+
+def test_binpack_all_is_binpack_for_every_node() -> None:
+    state = cluster()
+    state.apply_pod(pod("busy", node="n1", cpu="2", memory="4Gi"))
+    state.apply_pod(pod("full", node="n3", cpu="4"))
+    names = ["n1", "n2", "n3", "unknown"]
+    for weights in ({"cpu": 1, "memory": 1}, {"cpu": 3}, {"memory": 2, "gpu": 1}):
+        asked = binpack_request(weights, CPU1)
+        expected = {n: binpack(asked, state, state.nodes.get(n)) for n in names}
+        assert binpack_all(asked, state, names) == expected
 
 
 def test_scores_are_integers_0_to_10_for_every_node_and_deterministic() -> None:

@@ -46,17 +46,40 @@ async def test_waker_touches_only_pending_members_once_per_cooldown() -> None:
     state.apply_pod(pod("self", group="g"))
     api = FakeApi()
     waker = SiblingWaker(state, api, cooldown_seconds=0.2)
+    for name in ("bound", "reserved", "pending", "self"):
+        waker.turned_away("default/g", f"uid-default-{name}")
     waker.wake("default/g", exclude_uid="uid-default-self")
     waker.wake("default/g")  # coalesced with the first
     await asyncio.sleep(0.05)
     await waker.drain()
     assert api.touched == ["pending"]
+    waker.turned_away("default/g", "uid-default-pending")  # rejected again after the touch
     waker.wake("default/g")  # within the cooldown: deferred, not dropped
     await asyncio.sleep(0.05)
     assert api.touched == ["pending"]
     await asyncio.sleep(0.25)
     await waker.drain()
     assert sorted(api.touched) == ["pending", "pending", "self"]
+
+
+async def test_waker_leaves_members_that_were_never_turned_away_alone() -> None:
+    """Queued members get their turn anyway: touching them is an API write per pod for nothing."""
+    state = gang_state()
+    state.apply_pod(pod("queued", group="g"))
+    parked = pod("parked", group="g")
+    # What kube-scheduler writes when it could not place a pod (also before our restart).
+    parked["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    ]
+    state.apply_pod(parked)
+    state.apply_pod(pod("rejected", group="g"))
+    api = FakeApi()
+    waker = SiblingWaker(state, api, cooldown_seconds=0.05)
+    waker.turned_away("default/g", "uid-default-rejected")
+    waker.wake("default/g")
+    await asyncio.sleep(0.01)
+    await waker.drain()
+    assert sorted(api.touched) == ["parked", "rejected"]
 
 
 def preempted(name: str, node_name: str) -> dict[str, object]:
@@ -101,6 +124,8 @@ async def test_a_new_member_that_completes_the_group_wakes_its_siblings() -> Non
     waker = SiblingWaker(state, api, cooldown_seconds=0.05)
     state.apply_pod(pod("a", group="g"))
     state.apply_pod(pod("b", group="g"))
+    for name in ("a", "b"):  # our filter said "too few siblings"
+        waker.turned_away("default/g", f"uid-default-{name}")
     await asyncio.sleep(0.01)
     assert api.touched == []  # 2 of 3: nothing to wake yet
     state.apply_pod(pod("c", group="g"))
@@ -117,6 +142,7 @@ async def test_members_turned_away_before_their_podgroup_was_seen_are_woken() ->
     waker = SiblingWaker(state, api, cooldown_seconds=0)
     state.apply_pod(pod("a", group="late"))
     state.apply_pod(pod("b", group="late", node="n1"))
+    waker.turned_away("default/late", "uid-default-a")  # our filter: "PodGroup not found"
     waker.podgroups_appeared(["default/late", "default/empty"])
     await asyncio.sleep(0.01)
     await waker.drain()

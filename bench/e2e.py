@@ -1,0 +1,1081 @@
+#!/usr/bin/env python3
+"""`make bench`, end to end: how many pods per second the real kube-scheduler places.
+
+What users feel is kube-scheduler's throughput once it must call the
+extender for every pod, so this runs the pinned control plane (its own state
+directory and ports, so test sessions are undisturbed), registers fake
+nodes, and times four cases on the same cluster in the same run:
+
+  (a) plain pods, kube-scheduler without the extender
+  (b) plain pods, kube-scheduler calling the extender (filter, prioritize, bind)
+  (c) gangs of 8 (x-k8s PodGroups) through the extender
+  (d) the same gangs with Kubernetes' in-tree GangScheduling plugin
+      (feature gate GenericWorkload, scheduling.k8s.io/v1beta1 PodGroups)
+
+For each case the pods are created first and only then is a kube-scheduler
+started, so pod creation is not what is measured. Throughput is pods /
+(last bind - first bind), the bind times taken from a watch. Every scheduler
+gets the same raised client QPS, so the API rate limit is not what is
+measured either. The extender runs only in the cases that use it; its CPU
+time (from /proc) is counted from the scheduler's start to the last bind.
+
+Then, optionally (--scale-nodes), the cluster grows and (a)/(b) run again to
+report filter/prioritize latency with kube-scheduler's default
+percentageOfNodesToScore, and the extender's RSS is read with --cache-pods
+pods in its watch cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import platform
+import re
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.kube_api import read_and_release
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH_DIR = REPO / ".local-cluster-bench"
+# Test slots use offsets 1000..8000 (tests/cluster/conftest.py); the bench takes 9700
+# (BENCH_PORT_OFFSET moves it if another cluster holds those ports).
+PORT_OFFSET = int(os.environ.get("BENCH_PORT_OFFSET", "9700"))
+BENCHMARKS_MD = REPO / "BENCHMARKS.md"
+MD_BEGIN = "<!-- e2e:begin (written by bench/e2e.py) -->"
+MD_END = "<!-- e2e:end -->"
+
+SCHEDULER_NAME = "bench-scheduler"
+GANG_SIZE = 8
+POD_CPU = "100m"
+POD_MEMORY = "64Mi"
+NODE_SHAPE = {"cpu": "32", "memory": "128Gi", "pods": 110}
+X_PODGROUP = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+NATIVE_PODGROUP = ("scheduling.k8s.io", "v1beta1", "podgroups")
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+LIGHT_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
+LIGHT_MIN_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"
+
+
+# ---- pure helpers (unit-tested in tests/unit/test_bench_e2e.py) -----------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..1); 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+Buckets = dict[float, float]
+"""Histogram upper bound -> cumulative count (Prometheus `_bucket` samples)."""
+
+
+def histogram_quantile(q: float, buckets: Buckets) -> float:
+    """Prometheus' histogram_quantile: linear interpolation inside the bucket; 0 if empty."""
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return 0.0
+    total = buckets[bounds[-1]]
+    rank = q * total
+    previous_bound, previous_count = 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if bound == float("inf"):
+                return previous_bound
+            inside = count - previous_count
+            if inside <= 0:
+                return bound
+            return previous_bound + (bound - previous_bound) * (rank - previous_count) / inside
+        previous_bound, previous_count = bound, count
+    return previous_bound
+
+
+def bucket_delta(after: Buckets, before: Buckets) -> Buckets:
+    return {bound: count - before.get(bound, 0.0) for bound, count in after.items()}
+
+
+def parse_histograms(text: str, name: str, label: str) -> dict[str, Buckets]:
+    """`{label value: buckets}` of histogram `name` from a /metrics text (other labels summed)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, Buckets] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name != f"{name}_bucket":
+                continue
+            key = sample.labels.get(label, "")
+            bound = float(sample.labels["le"])
+            buckets = out.setdefault(key, {})
+            buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    return out
+
+
+def throughput(bind_times: Iterable[float]) -> tuple[float, float]:
+    """(pods per second from the first to the last bind, that span in seconds)."""
+    times = sorted(bind_times)
+    if len(times) < 2:
+        return 0.0, 0.0
+    span = times[-1] - times[0]
+    return ((len(times) - 1) / span if span > 0 else float("inf")), span
+
+
+def gang_latencies(
+    bound_at: Mapping[str, float], gang_of: Mapping[str, str], ready_at: Mapping[str, float]
+) -> list[float]:
+    """Per gang: all members bound minus when the gang could start (its last member existed)."""
+    last_bound: dict[str, float] = {}
+    for pod, gang in gang_of.items():
+        if pod in bound_at:
+            last_bound[gang] = max(last_bound.get(gang, 0.0), bound_at[pod])
+    return [t - ready_at[g] for g, t in last_bound.items() if g in ready_at]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (and its waited-for children), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(v) for v in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) in MB."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values.get("VmRSS", 0.0), values.get("VmHWM", 0.0)
+
+
+def render_scheduler_config(
+    kubeconfig: str, qps: int, extender_url: str | None, scheduler_name: str = SCHEDULER_NAME
+) -> str:
+    """KubeSchedulerConfiguration of one bench case (JSON is valid YAML)."""
+    config: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": kubeconfig, "qps": qps, "burst": qps},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": scheduler_name}],
+    }
+    if extender_url:
+        # As deploy/scheduler-config.yaml: names only, we bind.
+        config["extenders"] = [
+            {
+                "urlPrefix": extender_url,
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "preemptVerb": "preempt",
+                "bindVerb": "bind",
+                "weight": 1,
+                "nodeCacheCapable": True,
+                "httpTimeout": "90s",
+                "ignorable": False,
+            }
+        ]
+    return json.dumps(config, indent=2) + "\n"
+
+
+def pod_body(
+    name: str,
+    *,
+    scheduler_name: str = SCHEDULER_NAME,
+    x_group: str | None = None,
+    native_group: str | None = None,
+    label_group: tuple[str, int] | None = None,
+    node_name: str | None = None,
+) -> dict[str, Any]:
+    labels: dict[str, str] = {"app": "bench"}
+    if x_group:
+        labels[POD_GROUP_LABEL] = x_group
+    if label_group:
+        labels[LIGHT_NAME_LABEL] = label_group[0]
+        labels[LIGHT_MIN_LABEL] = str(label_group[1])
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler_name,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "c",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEMORY}},
+            }
+        ],
+    }
+    if native_group:
+        spec["schedulingGroup"] = {"podGroupName": native_group}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }
+
+
+@dataclass
+class CaseResult:
+    case: str
+    description: str
+    pods: int
+    bound: int
+    span_seconds: float
+    pods_per_second: float
+    pod_latency_p50: float
+    pod_latency_p99: float
+    gang_latency_p50: float | None = None
+    gang_latency_p99: float | None = None
+    extender_cpu_per_1000: float | None = None
+    scheduler_cpu_per_1000: float | None = None
+    # verb -> (p50, p99) seconds, from the extender's own histogram (server side).
+    verbs: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # kube-scheduler's scheduling_algorithm_duration (filter + score, extender calls included).
+    algorithm_p50: float = 0.0
+    algorithm_p99: float = 0.0
+    nodes: int = 0
+    # pods/binding as the API server timed it (whoever binds).
+    api_binding_p50: float = 0.0
+    api_binding_p99: float = 0.0
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    """The BENCHMARKS.md section for one run."""
+    cases: list[CaseResult] = report["cases"]
+    by = {c.case: c for c in cases}
+    lines = [
+        MD_BEGIN,
+        f"## End to end with kube-scheduler ({report['date']}, {report['label']})",
+        "",
+        f"`bench/e2e.py` ({report['command']}), {report['duration']:.0f} s. "
+        f"{report['machine']}; Kubernetes {report['kube_version']} (pinned build), "
+        f"Python {report['python']}. Every kube-scheduler ran with client QPS/burst "
+        f"{report['qps']}; pods request cpu {POD_CPU}, memory {POD_MEMORY}; gangs of "
+        f"{GANG_SIZE}. Pods are created first, then the scheduler is started; throughput "
+        "is pods / (last bind - first bind) from a watch; latency is bind time minus "
+        "scheduler start (queue position dominates it).",
+        "",
+        "| case | nodes | pods | pods/s | pod latency p50 / p99 | gang latency p50 / p99 "
+        "| extender CPU s / 1,000 pods | kube-scheduler CPU s / 1,000 pods "
+        "| scheduling algorithm p50 / p99 | API server pods/binding p50 / p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cases:
+        gang = (
+            f"{c.gang_latency_p50:.2f} / {c.gang_latency_p99:.2f} s"
+            if c.gang_latency_p50 is not None and c.gang_latency_p99 is not None
+            else "-"
+        )
+        cpu = f"{c.extender_cpu_per_1000:.2f}" if c.extender_cpu_per_1000 is not None else "-"
+        sched_cpu = (
+            f"{c.scheduler_cpu_per_1000:.2f}" if c.scheduler_cpu_per_1000 is not None else "-"
+        )
+        lines.append(
+            f"| ({c.case}) {c.description} | {c.nodes:,} | {c.bound:,}/{c.pods:,} "
+            f"| {c.pods_per_second:.1f} "
+            f"| {c.pod_latency_p50:.2f} / {c.pod_latency_p99:.2f} s | {gang} | {cpu} "
+            f"| {sched_cpu} | {c.algorithm_p50 * 1000:.2f} / {c.algorithm_p99 * 1000:.2f} ms "
+            f"| {c.api_binding_p50 * 1000:.0f} / {c.api_binding_p99 * 1000:.0f} ms |"
+        )
+    lines += ["", "| ratio | value | target |", "|---|---|---|"]
+    for name, num, den, target in (
+        ("(b)/(a) plain pods, extender / no extender", "b", "a", 0.8),
+        ("(c)/(d) gangs, extender / in-tree GangScheduling", "c", "d", 1.0),
+        ("(b)/(a) at scale", "b-scale", "a-scale", None),
+    ):
+        if num in by and den in by:
+            value = ratio(by[num].pods_per_second, by[den].pods_per_second)
+            goal = f">= {target}" if target is not None else "-"
+            lines.append(f"| {name} | {value:.2f} | {goal} |")
+    verb_rows = [c for c in cases if c.verbs]
+    if verb_rows:
+        lines += [
+            "",
+            "Extender verb latency, p50 / p99, from its own "
+            "`gang_extender_request_duration_seconds` (kube-scheduler has no per-extender "
+            "histogram; its scheduling algorithm time above includes filter and prioritize "
+            "round trips; bind of a gang member includes its wait in the permit gate):",
+            "",
+            "| case | filter | prioritize | bind |",
+            "|---|---|---|---|",
+        ]
+        for c in verb_rows:
+            cells = []
+            for verb in ("filter", "prioritize", "bind"):
+                p50, p99 = c.verbs.get(verb, (0.0, 0.0))
+                cells.append(f"{p50 * 1000:.2f} / {p99 * 1000:.2f} ms")
+            lines.append(f"| ({c.case}) | {' | '.join(cells)} |")
+    memory = report.get("memory") or {}
+    if memory:
+        lines += ["", "| extender memory | RSS | peak RSS |", "|---|---|---|"]
+        for label, (rss, peak) in memory.items():
+            lines.append(f"| {label} | {rss:.0f} MB | {peak:.0f} MB |")
+    notes = report.get("notes") or []
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    lines.append(MD_END)
+    return "\n".join(lines) + "\n"
+
+
+def update_benchmarks_md(text: str, section: str) -> str:
+    """Replace the previous e2e section (between the markers) or append one."""
+    start, end = text.find(MD_BEGIN), text.find(MD_END)
+    if start != -1 and end != -1:
+        return text[:start] + section + text[end + len(MD_END) + 1 :]
+    return text.rstrip("\n") + "\n\n" + section
+
+
+# ---- talking to the cluster ---------------------------------------------------------
+
+
+def _insecure() -> ssl.SSLContext:
+    """kube-scheduler's serving certificate is self-signed at start-up (loopback only)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def http_text(url: str, timeout: float = 10.0, context: ssl.SSLContext | None = None) -> str:
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
+    with opener.open(url, timeout=timeout) as response:
+        return str(response.read().decode())
+
+
+def wait(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+class BindWatch:
+    """Watches a namespace for pods getting a node; remembers when each was first seen bound.
+
+    The field selector spec.nodeName!= makes a pod appear (ADDED) the moment
+    it is bound, so the stream carries one small event per bind.
+    """
+
+    def __init__(self, core: Any, namespace: str, resource_version: str) -> None:
+        self.bound_at: dict[str, float] = {}
+        self._core = core
+        self._namespace = namespace
+        self._rv = resource_version
+        self._stop = threading.Event()
+        self._response: Any = None
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._watch()
+            except Exception as err:
+                if self._stop.is_set():
+                    return
+                self.error = f"{type(err).__name__}: {err}"
+                time.sleep(0.5)
+
+    def _watch(self) -> None:
+        response = self._core.list_namespaced_pod(
+            self._namespace,
+            watch=True,
+            field_selector="spec.nodeName!=",
+            resource_version=self._rv,
+            timeout_seconds=600,
+            _preload_content=False,
+            _request_timeout=(10, 700),
+        )
+        self._response = response
+        buffer = b""
+        try:
+            for chunk in response.stream(65536, decode_content=True):
+                now = time.monotonic()
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    meta = obj.get("metadata") or {}
+                    if meta.get("resourceVersion"):
+                        self._rv = meta["resourceVersion"]
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        self.bound_at.setdefault(meta.get("name", ""), now)
+                if self._stop.is_set():
+                    return
+        finally:
+            response.release_conn()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            if self._response is not None:
+                self._response.shutdown()
+
+
+@dataclass
+class Case:
+    key: str
+    description: str
+    extender: bool
+    gangs: str | None  # None (plain pods), "x-k8s" or "native"
+
+
+CASES = {
+    "a": Case("a", "plain pods, no extender", False, None),
+    "b": Case("b", "plain pods through the extender", True, None),
+    "c": Case("c", f"gangs of {GANG_SIZE} through the extender", True, "x-k8s"),
+    "d": Case("d", f"gangs of {GANG_SIZE}, in-tree GangScheduling", False, "native"),
+}
+
+
+@dataclass
+class Cluster:
+    """What a case needs of the control plane; the test suite fills it from its own cluster."""
+
+    kubeconfig: str
+    scheduler_kubeconfig: str
+    bin_dir: Path
+    scheduler_port: int
+    work_dir: Path
+    extender_url: str | None = None
+    extender_pid: int | None = None
+    feature_gates: str = "GenericWorkload=true"
+
+
+class Runner:
+    def __init__(self, cluster: Cluster, qps: int, log: Callable[[str], None] = print) -> None:
+        from kubernetes import client as k8s
+        from kubernetes import config as k8s_config
+
+        configuration = k8s.Configuration()
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=cluster.kubeconfig, client_configuration=configuration
+        )
+        configuration.connection_pool_maxsize = 32
+        self.client = k8s.ApiClient(configuration)
+        self.core: Any = k8s.CoreV1Api(self.client)
+        self.custom: Any = k8s.CustomObjectsApi(self.client)
+        self.cluster = cluster
+        self.qps = qps
+        self.log = log
+
+    # ---- objects ----------------------------------------------------------------------
+
+    def create_namespace(self, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.core.create_namespace({"metadata": {"name": name}})
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        wait(
+            lambda: any(
+                sa.metadata.name == "default"
+                for sa in self.core.list_namespaced_service_account(name).items
+            ),
+            60,
+            f"the default ServiceAccount in {name}",
+        )
+
+    def create_many(self, bodies: Sequence[Callable[[], None]], threads: int = 12) -> None:
+        with ThreadPoolExecutor(threads) as pool:
+            for future in [pool.submit(fn) for fn in bodies]:
+                future.result()
+
+    def create_pods(self, namespace: str, pods: Sequence[dict[str, Any]]) -> None:
+        def create(body: dict[str, Any]) -> Callable[[], None]:
+            def run() -> None:
+                # Raw response (no model decoding), read whole before reuse.
+                read_and_release(
+                    self.core.create_namespaced_pod(
+                        namespace, body, _preload_content=False, _request_timeout=60
+                    )
+                )
+
+            return run
+
+        self.create_many([create(p) for p in pods])
+
+    def create_podgroups(self, namespace: str, kind: str, names: Sequence[str]) -> None:
+        def body(name: str) -> dict[str, Any]:
+            if kind == "x-k8s":
+                group, version, _ = X_PODGROUP
+                spec: dict[str, Any] = {"minMember": GANG_SIZE}
+            else:
+                group, version, _ = NATIVE_PODGROUP
+                spec = {"schedulingPolicy": {"gang": {"minCount": GANG_SIZE}}}
+            return {
+                "apiVersion": f"{group}/{version}",
+                "kind": "PodGroup",
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+
+        coords = X_PODGROUP if kind == "x-k8s" else NATIVE_PODGROUP
+
+        def create(name: str) -> Callable[[], None]:
+            return lambda: self.custom.create_namespaced_custom_object(
+                coords[0], coords[1], namespace, coords[2], body(name)
+            )
+
+        self.create_many([create(n) for n in names])
+
+    def delete_namespace(self, namespace: str) -> None:
+        """Pods go at once (grace 0: no kubelet would finish them), then the namespace."""
+        with contextlib.suppress(Exception):
+            self.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        with contextlib.suppress(Exception):
+            self.core.delete_namespace(namespace)
+
+    # ---- processes ----------------------------------------------------------------------
+
+    def start_scheduler(self, name: str, extender: bool, gates: bool) -> subprocess.Popen[bytes]:
+        work = self.cluster.work_dir
+        work.mkdir(parents=True, exist_ok=True)
+        config = work / f"bench-scheduler-{name}.yaml"
+        config.write_text(
+            render_scheduler_config(
+                self.cluster.scheduler_kubeconfig,
+                self.qps,
+                self.cluster.extender_url if extender else None,
+            )
+        )
+        argv = [
+            str(self.cluster.bin_dir / "kube-scheduler"),
+            f"--config={config}",
+            f"--authentication-kubeconfig={self.cluster.scheduler_kubeconfig}",
+            f"--authorization-kubeconfig={self.cluster.scheduler_kubeconfig}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.cluster.scheduler_port}",
+            f"--cert-dir={work / 'bench-scheduler-certs'}",
+            "--v=1",
+        ]
+        if gates and self.cluster.feature_gates:
+            argv.append(f"--feature-gates={self.cluster.feature_gates}")
+        log = (work / f"bench-scheduler-{name}.log").open("wb")
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+
+    def scheduler_metrics(self) -> str:
+        return http_text(
+            f"https://127.0.0.1:{self.cluster.scheduler_port}/metrics", context=_insecure()
+        )
+
+    def apiserver_binding_buckets(self) -> Buckets:
+        """Cumulative pods/binding latency buckets of the API server (its own /metrics)."""
+        client = self.client
+        response = client.rest_client.pool_manager.request(
+            "GET", client.configuration.host + "/metrics", preload_content=False, timeout=60
+        )
+        text = read_and_release(response).decode()
+        lines = [
+            line
+            for line in text.splitlines()
+            if line.startswith("apiserver_request_duration_seconds_bucket")
+            and 'subresource="binding"' in line
+        ]
+        parsed = parse_histograms(
+            "# TYPE apiserver_request_duration_seconds histogram\n" + "\n".join(lines) + "\n",
+            "apiserver_request_duration_seconds",
+            "subresource",
+        )
+        return parsed.get("binding", {})
+
+    def extender_metrics(self) -> str:
+        assert self.cluster.extender_url is not None
+        base = self.cluster.extender_url.rsplit("/scheduler", 1)[0]
+        return http_text(f"{base}/metrics")
+
+    def extender_cached_pods(self) -> float:
+        text = self.extender_metrics()
+        match = re.search(r'^gang_extender_cache_objects\{kind="pods"\} (\S+)$', text, re.M)
+        return float(match.group(1)) if match else 0.0
+
+    # ---- one case ---------------------------------------------------------------------
+
+    def run_case(self, case: Case, pods: int, nodes: int, suffix: str = "") -> CaseResult:
+        namespace = f"bench-{case.key}{suffix}"
+        self.log(f"case ({case.key}{suffix}) {case.description}: {pods} pods on {nodes} nodes")
+        self.create_namespace(namespace)
+        gang_of: dict[str, str] = {}
+        bodies = []
+        if case.gangs:
+            gangs = [f"g{i}" for i in range(max(1, pods // GANG_SIZE))]
+            self.create_podgroups(namespace, case.gangs, gangs)
+            for i in range(len(gangs) * GANG_SIZE):
+                gang = gangs[i // GANG_SIZE]
+                name = f"p{i}"
+                gang_of[name] = gang
+                bodies.append(
+                    pod_body(
+                        name,
+                        x_group=gang if case.gangs == "x-k8s" else None,
+                        native_group=gang if case.gangs == "native" else None,
+                    )
+                )
+        else:
+            bodies = [pod_body(f"p{i}") for i in range(pods)]
+        started = time.monotonic()
+        self.create_pods(namespace, bodies)
+        self.log(f"  created {len(bodies)} pods in {time.monotonic() - started:.1f}s")
+        extender_pid = self.cluster.extender_pid if case.extender else None
+        if extender_pid is not None:
+            # The extender has seen every pod before kube-scheduler starts.
+            target = len(bodies)
+            wait(
+                lambda: self.extender_cached_pods() >= target,
+                120,
+                "the extender's watch to deliver the pods",
+                0.5,
+            )
+        rv = self.core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
+        watch = BindWatch(self.core, namespace, rv)
+        ext_before = self.extender_metrics() if extender_pid is not None else ""
+        api_before = self.apiserver_binding_buckets()
+        cpu_before = cpu_seconds(extender_pid) if extender_pid is not None else 0.0
+        scheduler = self.start_scheduler(case.key + suffix, case.extender, case.gangs == "native")
+        t0 = time.monotonic()
+        try:
+            sched_cpu_before = cpu_seconds(scheduler.pid)
+            deadline_seconds = max(180.0, len(bodies) / 10)
+            try:
+                wait(
+                    lambda: len(watch.bound_at) >= len(bodies) or scheduler.poll() is not None,
+                    deadline_seconds,
+                    f"{len(bodies)} pods to be bound",
+                    0.1,
+                )
+            except TimeoutError:
+                self.log(f"  only {len(watch.bound_at)} of {len(bodies)} bound: giving up")
+            if scheduler.poll() is not None:
+                raise RuntimeError(
+                    f"kube-scheduler exited with {scheduler.returncode}; see "
+                    f"{self.cluster.work_dir}/bench-scheduler-{case.key}{suffix}.log"
+                )
+            last = max(watch.bound_at.values(), default=t0)
+            cpu_after = cpu_seconds(extender_pid) if extender_pid is not None else 0.0
+            sched_cpu = cpu_seconds(scheduler.pid) - sched_cpu_before
+            sched_text = self.scheduler_metrics()
+            ext_after = self.extender_metrics() if extender_pid is not None else ""
+            api_binding = bucket_delta(self.apiserver_binding_buckets(), api_before)
+        finally:
+            watch.stop()
+            scheduler.terminate()
+            try:
+                scheduler.wait(15)
+            except subprocess.TimeoutExpired:
+                scheduler.kill()
+                scheduler.wait()
+        bound = len(watch.bound_at)
+        rate, span = throughput(watch.bound_at.values())
+        latencies = [t - t0 for t in watch.bound_at.values()]
+        algorithm = parse_histograms(
+            sched_text, "scheduler_scheduling_algorithm_duration_seconds", "profile"
+        )
+        algo: Buckets = {}
+        for buckets in algorithm.values():
+            for bound_, count in buckets.items():
+                algo[bound_] = algo.get(bound_, 0.0) + count
+        result = CaseResult(
+            case=case.key + suffix,
+            description=case.description,
+            pods=len(bodies),
+            bound=bound,
+            span_seconds=span,
+            pods_per_second=rate,
+            pod_latency_p50=percentile(latencies, 0.5),
+            pod_latency_p99=percentile(latencies, 0.99),
+            scheduler_cpu_per_1000=sched_cpu / max(1, bound) * 1000,
+            algorithm_p50=histogram_quantile(0.5, algo),
+            algorithm_p99=histogram_quantile(0.99, algo),
+            nodes=nodes,
+            api_binding_p50=histogram_quantile(0.5, api_binding),
+            api_binding_p99=histogram_quantile(0.99, api_binding),
+        )
+        if gang_of:
+            gangs_latency = gang_latencies(
+                watch.bound_at, gang_of, dict.fromkeys(gang_of.values(), t0)
+            )
+            result.gang_latency_p50 = percentile(gangs_latency, 0.5)
+            result.gang_latency_p99 = percentile(gangs_latency, 0.99)
+        if extender_pid is not None:
+            result.extender_cpu_per_1000 = (cpu_after - cpu_before) / max(1, bound) * 1000
+            name = "gang_extender_request_duration_seconds"
+            after, before = (
+                parse_histograms(ext_after, name, "verb"),
+                parse_histograms(ext_before, name, "verb"),
+            )
+            for verb, buckets in after.items():
+                delta = bucket_delta(buckets, before.get(verb, {}))
+                result.verbs[verb] = (
+                    histogram_quantile(0.5, delta),
+                    histogram_quantile(0.99, delta),
+                )
+        self.log(
+            f"  {bound}/{len(bodies)} bound, {rate:.1f} pods/s over {span:.1f}s"
+            + (
+                f", extender {result.extender_cpu_per_1000:.2f} CPU s/1000 pods"
+                if result.extender_cpu_per_1000 is not None
+                else ""
+            )
+            + f", scheduler {result.scheduler_cpu_per_1000:.2f} CPU s/1000 pods"
+            + f", last bind {last - t0:.1f}s after start"
+            + f", API server pods/binding p50 {result.api_binding_p50 * 1000:.0f} ms"
+            + f" p99 {result.api_binding_p99 * 1000:.0f} ms"
+        )
+        self.delete_namespace(namespace)
+        return result
+
+
+# ---- the whole benchmark ----------------------------------------------------------------
+
+
+def _local_cluster_module() -> Any:
+    """hack/local_cluster.py, imported after the bench's ports and state dir are set."""
+    sys.path.insert(0, str(REPO / "hack"))
+    import local_cluster
+
+    return local_cluster
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "LOCAL_CLUSTER_DIR": str(BENCH_DIR),
+        "LOCAL_CLUSTER_PORT_OFFSET": str(PORT_OFFSET),
+    }
+
+
+def _local_cluster(*args: str) -> str:
+    proc = subprocess.run(
+        [str(REPO / "hack" / "local-cluster"), *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"hack/local-cluster {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def add_nodes(lc: Any, first: int, last: int) -> None:
+    """Fake nodes node-first..node-last, created concurrently (hack/local_cluster's shape)."""
+    layout = lc.Layout(BENCH_DIR.resolve())
+    api = lc.Api(layout)
+    shape = lc.NodeShape(
+        cpu=NODE_SHAPE["cpu"], memory=NODE_SHAPE["memory"], pods=NODE_SHAPE["pods"]
+    )
+    version = lc.read_versions()["KUBE_VERSION"]
+    with ThreadPoolExecutor(8) as pool:
+        futures = [
+            pool.submit(lc.create_fake_node, api, f"node-{i}", shape, version)
+            for i in range(first, last + 1)
+        ]
+        for future in futures:
+            future.result()
+
+
+class Extender:
+    """The extender under test: `python -m app serve` against the bench cluster."""
+
+    def __init__(
+        self, kubeconfig: str, port: int, log_path: Path, extra: Sequence[str], source: Path
+    ) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app",
+                "serve",
+                "--kubeconfig",
+                kubeconfig,
+                "--port",
+                str(port),
+                *extra,
+            ],
+            # `python -m app` imports app/ from the working directory first.
+            cwd=source,
+            stdout=log_path.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        wait(self._ready, 60, "the extender to become ready", 0.3)
+
+    def _ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the extender exited with {self.process.returncode}")
+        try:
+            return "ok" in http_text(f"{self.url}/readyz", 2)
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def create_cache_pods(runner: Runner, count: int, nodes: int) -> None:
+    """`count` pods already bound (spec.nodeName set), in label-only gangs of 8."""
+    namespace = "bench-cache"
+    runner.create_namespace(namespace)
+    bodies = [
+        pod_body(
+            f"c{i}",
+            scheduler_name="nobody",
+            label_group=(f"g{i // GANG_SIZE}", GANG_SIZE),
+            node_name=f"node-{i % nodes + 1}",
+        )
+        for i in range(count)
+    ]
+    for start in range(0, count, 5000):
+        runner.create_pods(
+            namespace,
+            bodies[start : start + 5000],
+        )
+        runner.log(f"  {min(count, start + 5000)} of {count} cache pods created")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=500, help="fake nodes (default 500)")
+    parser.add_argument("--pods", type=int, default=2000, help="pods per case (default 2000)")
+    parser.add_argument("--cases", default="abcd", help="which of a, b, c, d to run (default abcd)")
+    parser.add_argument("--qps", type=int, default=2000, help="kube-scheduler client QPS and burst")
+    parser.add_argument(
+        "--scale-nodes",
+        type=int,
+        default=5000,
+        help="then grow to this many nodes and run (a) and (b) again; 0 skips (default 5000)",
+    )
+    parser.add_argument(
+        "--cache-pods",
+        type=int,
+        default=50_000,
+        help="then create this many bound pods and read the extender's RSS; 0 skips "
+        "(default 50000)",
+    )
+    parser.add_argument("--label", default="development machine", help="what machine this is")
+    parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md's e2e section")
+    parser.add_argument("--keep", action="store_true", help="leave the bench cluster running")
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--extender-arg", action="append", default=[], help="extra flag for gang-extender serve"
+    )
+    parser.add_argument(
+        "--extender-source",
+        default=str(REPO),
+        help="run the extender from this checkout (compare a baseline; default this one)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="py-spy the extender while it runs (collapsed stacks to FILE; needs py-spy)",
+    )
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    os.environ.update(_env())
+    lc = _local_cluster_module()
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    print(f"bench cluster: {BENCH_DIR} (port offset {PORT_OFFSET})", flush=True)
+    _local_cluster("down")
+    out = _local_cluster(
+        "up",
+        "--nodes",
+        "0",
+        "--no-scheduler",
+        "--no-pod-simulator",
+        "--feature-gates",
+        "GenericWorkload=true",
+    )
+    match = re.search(r"^export KUBECONFIG=(\S+)$", out, re.MULTILINE)
+    assert match, out
+    kubeconfig = match.group(1)
+    layout = lc.Layout(BENCH_DIR.resolve())
+    bin_dir = lc.build_kube()
+    extender_port = 18888 + PORT_OFFSET
+    cluster = Cluster(
+        kubeconfig=kubeconfig,
+        scheduler_kubeconfig=str(layout.kubeconfig_for("kube-scheduler")),
+        bin_dir=bin_dir,
+        scheduler_port=lc.SCHEDULER_PORT,
+        work_dir=layout.root,
+        extender_url=f"http://127.0.0.1:{extender_port}/scheduler",
+    )
+    runner = Runner(cluster, args.qps, lambda m: print(m, flush=True))
+    started = time.monotonic()
+    add_nodes(lc, 1, args.nodes)
+    print(f"{args.nodes} nodes created in {time.monotonic() - started:.0f}s", flush=True)
+    results: list[CaseResult] = []
+    memory: dict[str, tuple[float, float]] = {}
+    extender: Extender | None = None
+    log_path = layout.logs / "bench-extender.log"
+
+    profiler: subprocess.Popen[bytes] | None = None
+
+    def with_extender(needed: bool) -> None:
+        nonlocal extender, profiler
+        if needed and extender is None:
+            extender = Extender(
+                kubeconfig, extender_port, log_path, args.extender_arg, Path(args.extender_source)
+            )
+            cluster.extender_pid = extender.process.pid
+            if args.profile:
+                # Sampling profile of the running extender (collapsed stacks).
+                profiler = subprocess.Popen(
+                    [
+                        "py-spy",
+                        "record",
+                        f"--pid={extender.process.pid}",
+                        "--format=raw",
+                        "--rate=200",
+                        f"--output={args.profile}",
+                        "--nonblocking",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+        elif not needed and extender is not None:
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait(30)
+                profiler = None
+            memory_now = rss_mb(extender.process.pid)
+            memory[f"when stopped, {current_nodes:,} nodes"] = memory_now
+            extender.stop()
+            extender = None
+            cluster.extender_pid = None
+
+    current_nodes = args.nodes
+    notes: list[str] = []
+
+    def scale() -> None:
+        nonlocal current_nodes
+        with_extender(False)
+        started = time.monotonic()
+        add_nodes(lc, current_nodes + 1, args.scale_nodes)
+        print(f"grew to {args.scale_nodes} nodes in {time.monotonic() - started:.0f}s", flush=True)
+        current_nodes = args.scale_nodes
+        for key in "ab":
+            case = CASES[key]
+            with_extender(case.extender)
+            results.append(runner.run_case(case, args.pods, current_nodes, "-scale"))
+
+    def cache() -> None:
+        with_extender(True)
+        assert extender is not None
+        started = time.monotonic()
+        create_cache_pods(runner, args.cache_pods, current_nodes)
+        wait(
+            lambda: runner.extender_cached_pods() >= args.cache_pods,
+            600,
+            "the extender to cache the pods",
+            1,
+        )
+        print(f"{args.cache_pods} pods cached in {time.monotonic() - started:.0f}s", flush=True)
+        memory[f"{current_nodes:,} nodes, {args.cache_pods:,} pods cached"] = rss_mb(
+            extender.process.pid
+        )
+
+    try:
+        for key in args.cases:
+            case = CASES[key]
+            with_extender(case.extender)
+            results.append(runner.run_case(case, args.pods, current_nodes))
+        # The optional phases report a failure instead of losing the figures above.
+        for wanted, phase, what in (
+            (args.scale_nodes > current_nodes, scale, f"scale to {args.scale_nodes} nodes"),
+            (args.cache_pods > 0, cache, f"{args.cache_pods} cached pods"),
+        ):
+            if not wanted:
+                continue
+            try:
+                phase()
+            except Exception as err:
+                print(f"{what} failed: {err}", flush=True)
+                notes.append(f"{what} failed: {type(err).__name__}: {err}")
+        with_extender(False)
+    finally:
+        if extender is not None:
+            extender.stop()
+        if not args.keep:
+            _local_cluster("down")
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    report = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "label": args.label,
+        "command": "python bench/e2e.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "duration": time.monotonic() - began,
+        "machine": f"{platform.machine()} {cpu}, {os.cpu_count()} CPUs, {mem_gb:.0f} GiB",
+        "kube_version": lc.read_versions()["KUBE_VERSION"],
+        "python": platform.python_version(),
+        "qps": args.qps,
+        "cases": results,
+        "memory": memory,
+        "notes": notes,
+    }
+    section = render_markdown(report)
+    print()
+    print(section)
+    if args.write:
+        BENCHMARKS_MD.write_text(update_benchmarks_md(BENCHMARKS_MD.read_text(), section))
+        print(f"updated {BENCHMARKS_MD}")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({**report, "cases": [c.__dict__ for c in results]}, indent=2, default=str)
+        )
+    print(f"bench/e2e.py took {time.monotonic() - began:.0f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

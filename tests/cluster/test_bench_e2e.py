@@ -1,0 +1,63 @@
+"""A tiny run of bench/e2e.py's cases against the test cluster: its code works, no timing asserted.
+
+The full benchmark (its own control plane, hundreds of nodes, thousands of
+pods) runs in `make bench`; here its runner schedules a few pods with a
+kube-scheduler of its own (profile bench-scheduler, next to the session's
+schedulers) and the session's extender.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tests.cluster.chart_pod import free_port
+from tests.cluster.conftest import CLUSTER_DIR, Extender
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import e2e
+
+
+def test_bench_cases_schedule_every_pod_and_report_their_figures(
+    kubeconfig: str, extender: Extender
+) -> None:
+    state = json.loads((CLUSTER_DIR / "state.json").read_text())
+    assert extender.process is not None
+    cluster = e2e.Cluster(
+        kubeconfig=kubeconfig,
+        scheduler_kubeconfig=str(CLUSTER_DIR / "kube-scheduler.kubeconfig"),
+        bin_dir=Path(state["bin_dir"]),
+        scheduler_port=free_port(),
+        work_dir=CLUSTER_DIR / "bench-smoke",
+        extender_url=f"{extender.url}/scheduler",
+        extender_pid=extender.process.pid,
+    )
+    runner = e2e.Runner(cluster, qps=200, log=lambda _: None)
+    plain = runner.run_case(e2e.CASES["a"], 6, 3, "-smoke")
+    through = runner.run_case(e2e.CASES["b"], 6, 3, "-smoke")
+    gangs = runner.run_case(e2e.CASES["c"], e2e.GANG_SIZE, 3, "-smoke")
+
+    for result in (plain, through, gangs):
+        assert result.bound == result.pods, result
+        assert result.pods_per_second > 0
+        assert result.algorithm_p50 > 0  # kube-scheduler's metrics were read
+    assert plain.extender_cpu_per_1000 is None
+    assert through.extender_cpu_per_1000 is not None
+    assert {"filter", "prioritize", "bind"} <= set(through.verbs)
+    assert gangs.gang_latency_p50 is not None
+    section = e2e.render_markdown(
+        {
+            "date": "today",
+            "label": "smoke",
+            "command": "pytest",
+            "duration": 1.0,
+            "machine": "test",
+            "kube_version": state["kube_version"],
+            "python": "3",
+            "qps": 200,
+            "cases": [plain, through, gangs],
+        }
+    )
+    assert "| (b-smoke) plain pods through the extender | 3 | 6/6 |" in section

@@ -1,0 +1,135 @@
+"""The arithmetic and rendering of bench/e2e.py (its cluster part runs in `make bench`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import e2e
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert e2e.percentile(values, 0.5) == 50.0
+    assert e2e.percentile(values, 0.99) == 99.0
+    assert e2e.percentile(values, 1.0) == 100.0
+    assert e2e.percentile([], 0.5) == 0.0
+    assert e2e.percentile([3.0], 0.99) == 3.0
+
+
+def test_histogram_quantile_interpolates_like_prometheus() -> None:
+    # 10 observations <= 1ms, 10 more <= 2ms, none above.
+    buckets = {0.001: 10.0, 0.002: 20.0, float("inf"): 20.0}
+    assert e2e.histogram_quantile(0.5, buckets) == pytest.approx(0.001)
+    assert e2e.histogram_quantile(0.75, buckets) == pytest.approx(0.0015)
+    assert e2e.histogram_quantile(0.25, buckets) == pytest.approx(0.0005)
+    assert e2e.histogram_quantile(0.99, {}) == 0.0
+    # Everything above the last finite bound: the bound is all we know.
+    assert e2e.histogram_quantile(0.99, {0.001: 0.0, float("inf"): 5.0}) == 0.001
+
+
+def test_histogram_delta_and_parsing_take_one_run_out_of_cumulative_counters() -> None:
+    text = "\n".join(
+        [
+            "# HELP x_seconds help",
+            "# TYPE x_seconds histogram",
+            'x_seconds_bucket{verb="filter",le="0.001"} 4',
+            'x_seconds_bucket{verb="filter",le="+Inf"} 6',
+            'x_seconds_count{verb="filter"} 6',
+            'x_seconds_sum{verb="filter"} 0.01',
+            'x_seconds_bucket{verb="bind",le="0.001"} 1',
+            'x_seconds_bucket{verb="bind",le="+Inf"} 1',
+            'x_seconds_count{verb="bind"} 1',
+            'x_seconds_sum{verb="bind"} 0.0005',
+            "",
+        ]
+    )
+    parsed = e2e.parse_histograms(text, "x_seconds", "verb")
+    assert parsed["filter"] == {0.001: 4.0, float("inf"): 6.0}
+    delta = e2e.bucket_delta(parsed["filter"], {0.001: 1.0, float("inf"): 1.0})
+    assert delta == {0.001: 3.0, float("inf"): 5.0}
+
+
+def test_throughput_counts_the_intervals_between_first_and_last_bind() -> None:
+    rate, span = e2e.throughput([10.0, 10.5, 11.0, 12.0])
+    assert span == 2.0
+    assert rate == 1.5
+    assert e2e.throughput([1.0]) == (0.0, 0.0)
+
+
+def test_gang_latency_is_the_last_member_bound_minus_the_gang_ready_time() -> None:
+    bound = {"a0": 1.0, "a1": 3.0, "b0": 2.0, "b1": 2.5}
+    gangs = {"a0": "a", "a1": "a", "b0": "b", "b1": "b"}
+    assert sorted(e2e.gang_latencies(bound, gangs, {"a": 0.5, "b": 2.0})) == [0.5, 2.5]
+
+
+def test_scheduler_config_sets_the_qps_and_only_then_the_extender() -> None:
+    plain = json.loads(e2e.render_scheduler_config("/k", 2000, None))
+    assert plain["clientConnection"] == {"kubeconfig": "/k", "qps": 2000, "burst": 2000}
+    assert "extenders" not in plain
+    assert plain["profiles"] == [{"schedulerName": e2e.SCHEDULER_NAME}]
+    with_extender = json.loads(e2e.render_scheduler_config("/k", 2000, "http://x/scheduler"))
+    (extender,) = with_extender["extenders"]
+    assert extender["urlPrefix"] == "http://x/scheduler"
+    assert extender["bindVerb"] == "bind"
+    assert extender["nodeCacheCapable"] is True
+
+
+def test_pod_bodies_name_their_gang_the_way_each_scheduler_reads_it() -> None:
+    x = e2e.pod_body("p0", x_group="g0")
+    assert x["metadata"]["labels"][e2e.POD_GROUP_LABEL] == "g0"
+    assert x["spec"]["schedulerName"] == e2e.SCHEDULER_NAME
+    native = e2e.pod_body("p0", native_group="g0")
+    assert native["spec"]["schedulingGroup"] == {"podGroupName": "g0"}
+    assert e2e.POD_GROUP_LABEL not in native["metadata"]["labels"]
+    cached = e2e.pod_body("c0", label_group=("g0", 8), node_name="node-1")
+    assert cached["spec"]["nodeName"] == "node-1"
+    assert cached["metadata"]["labels"][e2e.LIGHT_MIN_LABEL] == "8"
+
+
+def _result(case: str, rate: float) -> e2e.CaseResult:
+    return e2e.CaseResult(
+        case=case,
+        description=f"case {case}",
+        pods=100,
+        bound=100,
+        span_seconds=1.0,
+        pods_per_second=rate,
+        pod_latency_p50=0.5,
+        pod_latency_p99=0.9,
+        extender_cpu_per_1000=1.5 if case in ("b", "c") else None,
+        verbs={"filter": (0.001, 0.002)} if case == "b" else {},
+        nodes=500,
+    )
+
+
+def test_markdown_states_the_ratios_against_their_targets_and_replaces_the_old_section() -> None:
+    report = {
+        "date": "2026-11-23 12:00 UTC",
+        "label": "test",
+        "command": "python bench/e2e.py",
+        "duration": 60.0,
+        "machine": "x86_64",
+        "kube_version": "v1.37.2",
+        "python": "3.11",
+        "qps": 2000,
+        "cases": [_result("a", 200), _result("b", 180), _result("c", 110), _result("d", 100)],
+        "memory": {"end": (100.0, 120.0)},
+        "notes": ["a note"],
+    }
+    section = e2e.render_markdown(report)
+    assert "| (b)/(a) plain pods, extender / no extender | 0.90 | >= 0.8 |" in section
+    assert "| (c)/(d) gangs, extender / in-tree GangScheduling | 1.10 | >= 1.0 |" in section
+    assert "| (b) | 1.00 / 2.00 ms |" in section
+    assert "| end | 100 MB | 120 MB |" in section
+    first = e2e.update_benchmarks_md("# Benchmarks\n\nintro\n", section)
+    assert first.count(e2e.MD_BEGIN) == 1
+    again = e2e.update_benchmarks_md(first + "\n## later\n", section.replace("a note", "new"))
+    assert again.count(e2e.MD_BEGIN) == 1
+    assert "new" in again and "a note" not in again
+    assert again.endswith("## later\n")
