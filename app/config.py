@@ -43,6 +43,8 @@ class Settings:
     binpack_weight: int = 1
     binpack_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
     score_non_gang: str = "binpack"
+    gang_feasibility: bool = True
+    gang_aging_seconds: float = 60.0
 
     @property
     def tls(self) -> bool:
@@ -106,6 +108,15 @@ def _resource_weights(text: str) -> tuple[tuple[str, int], ...]:
         except ValueError:
             raise ValueError(f"weight of {name.strip()!r} must be a whole number 0..100") from None
     return tuple(pairs)
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
 
 
 def _file(text: str) -> str:
@@ -215,6 +226,21 @@ _OPTIONS = (
         "prioritize for pods in no gang: binpack, or none (a neutral 0)",
         "MODE",
     ),
+    _Option(
+        "gang_feasibility",
+        _bool,
+        "admit a gang only when all the members it still needs fit at once, one competing "
+        "gang at a time in priority order, releasing a gang at once when a member finds no "
+        "node (false: members are admitted one by one, as in Coscheduling)",
+        "BOOL",
+    ),
+    _Option(
+        "gang_aging_seconds",
+        _positive_float,
+        "a gang that has waited this long for capacity is no longer overtaken by gangs of "
+        "equal or lower priority behind it",
+        "SECONDS",
+    ),
 )
 
 
@@ -233,6 +259,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default = getattr(defaults, option.name)
         if isinstance(default, tuple):
             default = ",".join(f"{name}={weight}" for name, weight in default)
+        elif isinstance(default, bool):
+            default = str(default).lower()
         parser.add_argument(
             flag_of(option.name),
             dest=option.name,

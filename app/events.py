@@ -32,6 +32,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
+from app.arbiter import INSUFFICIENT_CAPACITY, WAITING_BEHIND
 from app.extender import WaitPolicy
 from app.groups import PODGROUP_API_VERSION, GroupSpec
 from app.kube_api import read_and_release
@@ -51,6 +52,8 @@ GANG_WAITING = "GangWaiting"
 GANG_ADMITTED = "GangAdmitted"
 GANG_TIMED_OUT = "GangTimedOut"
 INSUFFICIENT_RESOURCES = "InsufficientResources"
+GANG_QUEUED = "GangQueued"
+GANG_RELEASED = "GangReleased"
 PREEMPTED = "Preempted"
 
 # events.k8s.io caps notes at 1 kB; core/v1 accepts more, but kubectl shows
@@ -353,6 +356,17 @@ class GangEvents:
                 f"{message}; checked again in {self._retry:g}s: free that much capacity "
                 "(or lower spec.minResources) for the gang to start",
             )
+        elif reason == WAITING_BEHIND:
+            self._on_group(group_key, [member], NORMAL, GANG_QUEUED, message)
+        elif reason == INSUFFICIENT_CAPACITY:
+            self._on_group(
+                group_key,
+                [member],
+                WARNING,
+                INSUFFICIENT_RESOURCES,
+                f"{message}; nothing is reserved until all of them fit: free capacity, or "
+                "lower minMember",
+            )
 
     def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
         wait = self._wait_seconds(group_key, needed)
@@ -391,6 +405,13 @@ class GangEvents:
             self._recorder.record(podgroup_ref(record), WARNING, GANG_TIMED_OUT, text)
         for member in released:
             self._recorder.record(pod_ref(member), WARNING, GANG_TIMED_OUT, text)
+
+    def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), WARNING, GANG_RELEASED, message)
+        for member in released:
+            self._recorder.record(pod_ref(member), WARNING, GANG_RELEASED, message)
 
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
         if by in self._state.podgroups or self._state.members(by):

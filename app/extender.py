@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.admission import ADMITTED, Admission
+from app.arbiter import Arbiter, Candidate
 from app.gate import BindError, GateError, PermitGate
 from app.groups import GroupLabelError, GroupRef, GroupSpec, PodGroupSpecError, group_ref_of
 from app.metrics import Metrics
@@ -88,7 +89,10 @@ class GangExtender:
         observer: GangObserver | None = None,
         scoring: ScoringPolicy | None = None,
         victim_policy: VictimPolicy = VictimPolicy.PROTECT,
+        arbiter: Arbiter | None = None,
     ) -> None:
+        # None: --gang-feasibility=false, members are admitted one by one.
+        self.arbiter = arbiter
         self._scoring = scoring or ScoringPolicy()
         self._victim_policy = victim_policy
         # node -> the last preemptor kube-scheduler proposed it for; names the
@@ -148,6 +152,12 @@ class GangExtender:
             self._count_siblings(pod.ref, pod.uid),
             lambda: self.state.free_resources(exclude_group=spec.key),
         )
+        if verdict.admitted and self.arbiter is not None:
+            verdict = self.arbiter.admit(
+                spec,
+                pod.ref,
+                Candidate(pod.key, pod.uid, pod.priority, args.pod.get("spec") or {}),
+            )
         self._metrics.filter_decisions.labels(verdict.reason).inc()
         if not verdict.admitted:
             return self._reject(args, names, pod, verdict.reason, verdict.message)
@@ -175,6 +185,8 @@ class GangExtender:
         group_key = pod.ref.key if pod.ref is not None else None
         if group_key is not None:
             self._observer.member_rejected(pod.member, group_key, reason, message)
+        if self.arbiter is not None:
+            self.arbiter.note_rejection(pod.uid, message)
         log.debug(
             message,
             extra={"pod": pod.key, "podgroup": group_key, "verb": "filter", "reason": reason},

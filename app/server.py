@@ -21,6 +21,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from app.admission import Admission
+from app.arbiter import Arbiter
 from app.config import Settings
 from app.debug import GangDebug
 from app.events import EventRecorder, GangEvents, KubeEventWriter
@@ -132,6 +133,19 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     status = PodGroupStatus(state, KubeStatusApi(custom), observer_executor, metrics)
     observer = Observers(events, status)
     gate = PermitGate(state, admission, api, metrics, waker=waker, observer=observer)
+    arbiter = (
+        Arbiter(
+            state,
+            admission,
+            gate,
+            wait.for_group,
+            waker=waker,
+            observer=observer,
+            aging_seconds=settings.gang_aging_seconds,
+        )
+        if settings.gang_feasibility
+        else None
+    )
     extender = GangExtender(
         state,
         admission,
@@ -149,6 +163,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             binpack_non_gang=settings.score_non_gang == "binpack",
         ),
         victim_policy=VictimPolicy(settings.gang_victim_policy),
+        arbiter=arbiter,
     )
     follower = PreemptionFollower(
         state,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from app.groups import (
@@ -22,6 +23,7 @@ from app.groups import (
     spec_from_labels,
     spec_from_podgroup,
 )
+from app.packing import Placement, Taint, placement_of, taints_of
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,14 @@ class PodRecord:
     preempted: bool = False
     # Node the permit gate holds this pod for; kube-scheduler has assumed it there.
     reserved_node: str = ""
+    # metadata.creationTimestamp, seconds since the epoch (0 when absent).
+    created: float = 0.0
+    # spec.schedulingGates is not empty: kube-scheduler does not try the pod yet.
+    gated: bool = False
+    # The latest PodScheduled=False message kube-scheduler wrote (why it is unplaced).
+    unschedulable_message: str = ""
+    # nodeSelector, required node affinity, tolerations (None: any node).
+    placement: Placement | None = None
 
     @property
     def key(self) -> str:
@@ -64,8 +74,8 @@ class PodRecord:
 
     @property
     def counts_as_member(self) -> bool:
-        """A sibling that can still take part in the gang."""
-        return not self.terminal and not self.deleting
+        """A sibling that can still take part in the gang (a gated pod cannot, yet)."""
+        return not self.terminal and not self.deleting and not self.gated
 
 
 @dataclass(slots=True)
@@ -74,6 +84,7 @@ class NodeRecord:
     allocatable: Resources
     unschedulable: bool
     labels: dict[str, str]
+    taints: tuple[Taint, ...] = ()
 
 
 @dataclass(slots=True)
@@ -84,6 +95,8 @@ class PodGroupRecord:
     spec: GroupSpec | None
     # Why spec is None: shown to users whose pods point at this group.
     error: str | None = None
+    # metadata.creationTimestamp, seconds since the epoch (0 when absent).
+    created: float = 0.0
 
     @property
     def key(self) -> str:
@@ -330,7 +343,30 @@ def pod_record_from(raw: Mapping[str, Any]) -> PodRecord:
             and c.get("reason") == "PreemptionByScheduler"
             for c in status.get("conditions") or ()
         ),
+        created=parse_timestamp(meta.get("creationTimestamp")),
+        gated=bool(spec.get("schedulingGates")),
+        unschedulable_message=_unschedulable_message(status),
+        placement=placement_of(spec),
     )
+
+
+def _unschedulable_message(status: Mapping[str, Any]) -> str:
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "")
+    return ""
+
+
+def parse_timestamp(value: Any) -> float:
+    """An API timestamp (RFC 3339 string, or the client's datetime) as epoch seconds."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if not isinstance(value, str) or not value:
+        return 0.0
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def node_record_from(raw: Mapping[str, Any]) -> NodeRecord:
@@ -346,6 +382,7 @@ def node_record_from(raw: Mapping[str, Any]) -> NodeRecord:
         allocatable=allocatable,
         unschedulable=bool((raw.get("spec") or {}).get("unschedulable")),
         labels=dict(meta.get("labels") or {}),
+        taints=taints_of(raw.get("spec") or {}),
     )
 
 
@@ -359,4 +396,11 @@ def podgroup_record_from(raw: Mapping[str, Any]) -> PodGroupRecord:
         error = None
     except PodGroupSpecError as err:
         spec, error = None, str(err)
-    return PodGroupRecord(namespace, name, meta.get("uid") or "", spec, error)
+    return PodGroupRecord(
+        namespace,
+        name,
+        meta.get("uid") or "",
+        spec,
+        error,
+        parse_timestamp(meta.get("creationTimestamp")),
+    )

@@ -81,7 +81,10 @@ class SiblingWaker:
         sibling ("too few siblings"); that member is then parked, and the new
         sibling's own admission may come before or never (it may not fit).
         """
-        if new is None or old is not None or new.group is None or new.placed_node:
+        if new is None or new.group is None or new.placed_node or new.gated:
+            return
+        if old is not None and not old.gated:
+            # Not a new member (a gated pod whose gates were removed counts as new).
             return
         try:
             spec = self._state.group_spec(new.group)
