@@ -108,7 +108,12 @@ def decide(
     """
     holders = [h for h in holders if h.key != candidate.key]
     bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
-    alone = pack(candidate.demands, bins, candidate.need)
+    # Without any other gang holding anything: if it does not fit even so, the
+    # cluster itself is short (not a matter of waiting in line).
+    unheld = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
+    for holder in holders:
+        give(unheld, holder.reserved)
+    alone = pack(candidate.demands, unheld, candidate.need)
     for holder in holders:
         give_back = {n: {k: -v for k, v in r.items()} for n, r in holder.remaining.items()}
         give(bins, give_back)

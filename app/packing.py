@@ -79,6 +79,9 @@ class Placement:
         )
 
 
+_ANY = Placement()
+
+
 def _term_matches(term: Sequence[Requirement], node: str, labels: Mapping[str, str]) -> bool:
     # An empty term matches nothing (kube-scheduler's nodeaffinity semantics).
     return bool(term) and all(_requirement_matches(r, node, labels) for r in term)
@@ -226,11 +229,8 @@ def pack(demands: Sequence[Demand], bins: Sequence[Bin], need: int | None = None
     for demand in order:
         if len(plan) >= wanted:
             break
-        allowed = [
-            b
-            for b in free
-            if demand.placement is None or demand.placement.allows(b.name, b.labels, b.taints)
-        ]
+        rules = demand.placement or _ANY
+        allowed = [b for b in free if rules.allows(b.name, b.labels, b.taints)]
         if not allowed:
             no_node.append(demand.key)
             left.append(demand)

@@ -74,3 +74,15 @@ def test_ops_port_must_differ_from_the_verbs_port() -> None:
     assert settings(["--ops-port", "9090"]).ops_port == 9090
     with pytest.raises(ConfigError, match="is the verbs' port"):
         settings(["--ops-port", "8888"])
+
+
+def test_gang_feasibility_is_on_by_default_and_switches_off_by_flag_or_env() -> None:
+    assert settings([]).gang_feasibility is True
+    assert settings([]).gang_aging_seconds == 60
+    assert settings(["--gang-feasibility", "false"]).gang_feasibility is False
+    assert settings([], {"GANG_EXTENDER_GANG_FEASIBILITY": "off"}).gang_feasibility is False
+    assert settings(["--gang-aging-seconds", "15"]).gang_aging_seconds == 15
+    with pytest.raises(ConfigError, match="--gang-feasibility='maybe': must be true or false"):
+        settings(["--gang-feasibility", "maybe"])
+    with pytest.raises(ConfigError, match="GANG_EXTENDER_GANG_AGING_SECONDS"):
+        settings([], {"GANG_EXTENDER_GANG_AGING_SECONDS": "0"})
