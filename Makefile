@@ -64,6 +64,7 @@ cluster-down: ## stop the local control plane
 
 bench: $(STAMP) kube ## measure the speed targets (writes figures to stdout; record them in BENCHMARKS.md)
 	$(BIN)/python bench/run.py
+	$(BIN)/python -m bench.contention
 
 clean: ## remove the venv and the local cluster state (keeps the Go binary cache)
 	-hack/local-cluster down

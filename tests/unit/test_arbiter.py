@@ -204,4 +204,3 @@ def test_snapshot_lists_claims_and_line() -> None:
     snap = world.arbiter.snapshot()
     assert snap["claims"] == [{"group": "default/a", "priority": 0, "members": 3}]
     assert [e["group"] for e in snap["line"]] == ["default/b"]
-
