@@ -115,6 +115,11 @@ class Arbiter:
         # condition quoting one of them is not a capacity failure.
         self._ours: TTLCache[str, tuple[str, ...]] = TTLCache(100_000, 300, timer=clock)
         self._reconsider: asyncio.TimerHandle | None = None
+        # Bumped whenever capacity, claims or the line change; a group's last
+        # rejection is reused while it stays current (a storm of retried
+        # members of one gang costs one packing, not one per member).
+        self._version = 0
+        self._memo: dict[str, tuple[int, int, Verdict]] = {}
         gate.add_settle_listener(self._on_settled)
         state.add_pod_listener(self._on_pod_change)
 
@@ -126,6 +131,9 @@ class Arbiter:
         self._prune(now)
         if spec.key in self.claims:
             return Verdict(True, HOLDING)
+        memo = self._memo.get(spec.key)
+        if memo is not None and memo[:2] == (self._version, int(now)):
+            return memo[2]
         gang = self._gang(spec, ref, pod)
         if gang is None or gang.need <= 0:
             # Already whole (extra members beyond minMember): nothing to hold.
@@ -135,8 +143,15 @@ class Arbiter:
         line = self._line(exclude=spec.key)
         decision = decide(gang, free, holders, line, now, self.aging_seconds, allocatable)
         if decision.verdict != ADMIT:
-            self.waiting.setdefault(spec.key, _Waiting(ref, now))
-            return Verdict(False, _REASONS[decision.verdict], decision.message)
+            if spec.key not in self.waiting:
+                self.waiting[spec.key] = _Waiting(ref, now)
+                self._version += 1
+            verdict = Verdict(False, _REASONS[decision.verdict], decision.message)
+            if len(self._memo) > 10_000:
+                self._memo.clear()
+            self._memo[spec.key] = (self._version, int(now), verdict)
+            return verdict
+        self._version += 1
         for key in decision.release:
             self._give_way(key, spec.key, gang.priority)
         since = self.waiting.pop(spec.key, None)
@@ -265,11 +280,13 @@ class Arbiter:
                 self._drop(key)
 
     def _drop(self, key: str) -> None:
+        self._version += 1
         claim = self.claims.pop(key, None)
         if claim is not None:
             self._schedule_reconsider()
 
     def _on_settled(self, key: str, outcome: str) -> None:
+        self._version += 1
         claim = self.claims.pop(key, None)
         if outcome == SETTLED_RELEASED and claim is not None:
             # Back in line, keeping its place for aging.
@@ -277,6 +294,7 @@ class Arbiter:
         self._schedule_reconsider()
 
     def _give_way(self, key: str, winner: str, priority: int) -> None:
+        self._version += 1
         claim = self.claims.pop(key, None)
         if claim is None:
             return
@@ -293,6 +311,14 @@ class Arbiter:
         self._observer.gang_released(key, released, message)
 
     def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        if (
+            old is None
+            or new is None
+            or old.placed_node != new.placed_node
+            or old.counts_as_member != new.counts_as_member
+            or old.terminal != new.terminal
+        ):
+            self._version += 1
         if (
             old is not None
             and old.placed_node
@@ -316,6 +342,7 @@ class Arbiter:
         self._fail_fast(new.group.key, claim, new, message)
 
     def _fail_fast(self, key: str, claim: _Claim, pod: PodRecord, why: str) -> None:
+        self._version += 1
         self.claims.pop(key, None)
         ttl = self._admission.denied_ttl_seconds
         message = (

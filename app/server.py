@@ -218,7 +218,12 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
                 await asyncio.to_thread(reflector.join, 5)
             executor.shutdown(wait=False, cancel_futures=True)
 
-    debug = GangDebug(status.groups, gate, admission)
+    debug = GangDebug(
+        status.groups,
+        gate,
+        admission,
+        contention=arbiter.snapshot if arbiter is not None else None,
+    )
     if settings.ops_port is None:
         return Apps(
             create_app(
