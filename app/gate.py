@@ -300,7 +300,7 @@ class PermitGate:
         if not unplaced:
             return ""
         parts = [
-            f"{p.name}: {p.unschedulable_message or 'not tried by the scheduler yet'}"
+            f"{p.name}: {_clip(p.unschedulable_message) or 'not tried by the scheduler yet'}"
             for p in unplaced[:_MAX_REASONS]
         ]
         more = f" and {len(unplaced) - _MAX_REASONS} more" if len(unplaced) > _MAX_REASONS else ""
@@ -351,6 +351,11 @@ class PermitGate:
         if new is not None and new.node_name and (old is None or not old.node_name):
             # A sibling's binding became visible: the waiting wave may be complete.
             asyncio.get_running_loop().call_soon(self._maybe_open, pod.group.key)
+
+
+def _clip(message: str, limit: int = 240) -> str:
+    """One quoted scheduler message (they can quote earlier gang messages in turn)."""
+    return message if len(message) <= limit else message[: limit - 3] + "..."
 
 
 def _ref(waiter: Waiter, now: float | None = None) -> MemberRef:

@@ -193,6 +193,11 @@ async def test_timeout_message_quotes_why_the_unplaced_members_were_not_placed()
         await world.gate.admit(member, "n0", a, 0.01)
     text = str(err.value)
     assert "not placed: a-1: not tried by the scheduler yet; a-2: 0/3 nodes are available" in text
+    # A long message (it may quote an earlier timeout in turn) is clipped.
+    world.state.apply_pod(with_unschedulable(pod("a-2", group="a", cpu="1"), "x" * 5000))
+    with pytest.raises(GateError) as err:
+        await world.gate.admit(world.state.pods["default/a-0"], "n0", a, 0.01)
+    assert "a-2: " + "x" * 237 + "...; all waiting members were released" in str(err.value)
 
 
 def test_snapshot_lists_claims_and_line() -> None:
