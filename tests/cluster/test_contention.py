@@ -98,6 +98,47 @@ def test_two_gangs_each_needing_60_percent_one_wins_whole_then_the_other(
     print(f"\nfirst gang whole {elapsed:.1f}s after the last pod was created")
 
 
+def test_a_member_that_finds_no_node_releases_the_whole_gang_before_its_timeout(
+    kube: Kube, namespace: str, extender: Extender
+) -> None:
+    """Four members that refuse to share a node, on three nodes: the packing (which
+    does not model inter-pod anti-affinity) admits the gang, kube-scheduler finds no
+    node for the fourth, and the three reserved members are released at once."""
+    timeouts_before = extender.sample("gang_extender_gang_admissions_total", result="timeout")
+    kube.create_podgroup(namespace, "spread", 4, timeout=60)
+    created = time.monotonic()
+    for i in range(4):
+        pod = body(kube, f"spread-{i}", group="spread", cpu="100m")
+        pod["metadata"]["labels"]["app"] = "spread"
+        pod["spec"]["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"app": "spread"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        }
+        kube.core.create_namespaced_pod(namespace, pod)
+
+    def released() -> list[str]:
+        return [
+            e
+            for e in kube.events(namespace, "spread")
+            if e.startswith("GangReleased:") and "found no node" in e
+        ]
+
+    events = wait_for(released, 40, "the gang released at once (GangReleased)")
+    elapsed = time.monotonic() - created
+    assert elapsed < 60, f"released after {elapsed:.0f}s: not before the 60 s timeout"
+    assert "anti-affinity" in events[0], events[0]
+    assert kube.bound(namespace) == {}
+    assert extender.sample("gang_extender_gang_admissions_total", result="timeout") == (
+        timeouts_before
+    )
+
+
 # ---- 2. forty gangs, a fifth of them at a time -----------------------------------------
 
 POOL_NODES = 4
