@@ -105,7 +105,7 @@ class Arbiter:
         self._admission = admission
         self._gate = gate
         self._wait_seconds = wait_seconds
-        self._waker = waker
+        self.waker = waker
         self._observer: GangObserver = observer or NullObserver()
         self.aging_seconds = aging_seconds
         self._clock = clock
@@ -174,8 +174,8 @@ class Arbiter:
             len(decision.plan),
             extra={"podgroup": spec.key, "verb": "filter", "pod": pod.key},
         )
-        if self._waker is not None:
-            self._waker.wake(spec.key, exclude_uid=pod.uid)
+        if self.waker is not None:
+            self.waker.wake(spec.key, exclude_uid=pod.uid)
         return Verdict(True, CLAIMED)
 
     def note_rejection(self, uid: str, message: str) -> None:
@@ -356,14 +356,14 @@ class Arbiter:
             self.note_rejection(member.uid, message)
         self._admission.deny(key, CAPACITY, message)
         self._observer.gang_released(key, released, message)
-        if self._waker is not None:
-            self._waker.wake_after(key, ttl + 0.1)
+        if self.waker is not None:
+            self.waker.wake_after(key, ttl + 0.1)
         self._schedule_reconsider()
 
     # ---- waking the line -------------------------------------------------------------------
 
     def _schedule_reconsider(self) -> None:
-        if self._reconsider is not None or self._waker is None:
+        if self._reconsider is not None or self.waker is None:
             return
         try:
             loop = asyncio.get_running_loop()
@@ -373,7 +373,7 @@ class Arbiter:
 
     def _wake_line(self) -> None:
         self._reconsider = None
-        if self._waker is None or not self.waiting:
+        if self.waker is None or not self.waiting:
             return
         now = self._clock()
         free, allocatable = self._bins()
@@ -382,7 +382,7 @@ class Arbiter:
         for key in wake_order(
             line, free, holders, now, self.aging_seconds, allocatable=allocatable
         ):
-            self._waker.wake(key)
+            self.waker.wake(key)
 
     def snapshot(self) -> dict[str, Any]:
         """For /debug/gangs: who holds capacity, who waits, in line order."""

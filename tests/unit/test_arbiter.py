@@ -12,6 +12,7 @@ from app.groups import GroupRef, GroupSpec
 from app.metrics import Metrics
 from app.observer import NullObserver
 from app.state import ClusterState
+from app.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.test_gate import RecordingBinder
 
@@ -38,7 +39,7 @@ def with_unschedulable(raw: dict[str, Any], message: str) -> dict[str, Any]:
 
 
 class World:
-    def __init__(self, nodes: int = 3, cpu: str = "4") -> None:
+    def __init__(self, nodes: int = 3, cpu: str = "4", touches: Any = None) -> None:
         self.state = ClusterState()
         self.state.replace_nodes([node(f"n{i}", cpu=cpu) for i in range(nodes)])
         self.admission = Admission(3)
@@ -52,6 +53,7 @@ class World:
             self.gate,
             lambda spec: 30.0,
             observer=self.observer,
+            waker=SiblingWaker(self.state, touches, cooldown_seconds=0) if touches else None,
             aging_seconds=60,
             clock=lambda: self.now,
         )
@@ -209,3 +211,42 @@ def test_snapshot_lists_claims_and_line() -> None:
     snap = world.arbiter.snapshot()
     assert snap["claims"] == [{"group": "default/a", "priority": 0, "members": 3}]
     assert [e["group"] for e in snap["line"]] == ["default/b"]
+
+
+async def test_a_claim_whose_members_never_reach_the_gate_expires() -> None:
+    world = World()
+    a = world.gang("a", 3, "2500m")
+    b = world.gang("b", 3, "2500m")
+    assert world.filter(a, "a-0").reason == CLAIMED
+    world.now += 31  # the group's wait (30 s) passed with nobody in the gate
+    assert world.filter(b, "b-0").reason == CLAIMED
+    assert set(world.arbiter.claims) == {"default/b"}
+
+
+class Touches:
+    def __init__(self) -> None:
+        self.pods: list[str] = []
+
+    async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None:
+        self.pods.append(name)
+
+
+async def test_freed_capacity_wakes_the_gangs_in_line_that_now_fit() -> None:
+    touches = Touches()
+    world = World(touches=touches)
+    waker = world.arbiter.waker
+    assert waker is not None
+    a = world.gang("a", 3, "2500m")
+    b = world.gang("b", 3, "2500m")
+    world.filter(a, "a-0")
+    await asyncio.gather(*(world.reserve(a, f"a-{i}", f"n{i}") for i in range(3)))
+    assert world.filter(b, "b-0").reason == INSUFFICIENT_CAPACITY
+    await waker.drain()
+    touches.pods.clear()
+    # a finishes: its pods go away, and b's members are touched so that
+    # kube-scheduler retries them now.
+    for i in range(3):
+        world.state.delete_pod("default", f"a-{i}")
+    await asyncio.sleep(0.1)
+    await waker.drain()
+    assert sorted(touches.pods) == ["b-0", "b-1", "b-2"]
