@@ -122,6 +122,8 @@ class Arbiter:
         self._memo: dict[str, tuple[int, int, Verdict]] = {}
         gate.add_settle_listener(self._on_settled)
         state.add_pod_listener(self._on_pod_change)
+        # A node added (or grown, or uncordoned) may let gangs in line fit.
+        state.add_node_listener(self._on_nodes_changed)
 
     # ---- the filter verb's question ------------------------------------------------------
 
@@ -310,7 +312,25 @@ class Arbiter:
             self.note_rejection(member.uid, message)
         self._observer.gang_released(key, released, message)
 
+    def _on_nodes_changed(self) -> None:
+        self._version += 1
+        self._schedule_reconsider()
+
+    def _wake_nominated(self) -> None:
+        """A preemption victim that was only held in the gate (never bound) is gone.
+
+        kube-scheduler treats the deletion of an unbound pod as no reason to
+        retry the preemptor, which then waits for the next unrelated event
+        (minutes): wake the pods it nominated for a node instead.
+        """
+        if self.waker is None:
+            return
+        nominated = [p for p in self._state.pods.values() if p.nominated_node and not p.node_name]
+        self.waker.wake_pods("preemptor-wakeup", nominated)
+
     def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        if new is None and old is not None and old.preempted and not old.node_name:
+            self._wake_nominated()
         if (
             old is None
             or new is None

@@ -58,6 +58,8 @@ class PodRecord:
     unschedulable_message: str = ""
     # nodeSelector, required node affinity, tolerations (None: any node).
     placement: Placement | None = None
+    # status.nominatedNodeName: kube-scheduler preempted pods to make room here.
+    nominated_node: str = ""
 
     @property
     def key(self) -> str:
@@ -123,9 +125,18 @@ class ClusterState:
     # uid -> pod key: preemption victims arrive as UIDs.
     _by_uid: dict[str, str] = field(default_factory=dict)
     _pod_listeners: list[PodListener] = field(default_factory=list)
+    _node_listeners: list[Callable[[], None]] = field(default_factory=list)
 
     def add_pod_listener(self, listener: PodListener) -> None:
         self._pod_listeners.append(listener)
+
+    def add_node_listener(self, listener: Callable[[], None]) -> None:
+        """Called after any node was added, changed or removed."""
+        self._node_listeners.append(listener)
+
+    def _nodes_changed(self) -> None:
+        for listener in self._node_listeners:
+            listener()
 
     # ---- pods ---------------------------------------------------------------
 
@@ -222,13 +233,16 @@ class ClusterState:
     def apply_node(self, raw: Mapping[str, Any]) -> None:
         record = node_record_from(raw)
         self.nodes[record.name] = record
+        self._nodes_changed()
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self._nodes_changed()
 
     def replace_nodes(self, objects: Iterable[Mapping[str, Any]]) -> None:
         fresh = {r.name: r for r in map(node_record_from, objects)}
         self.nodes = fresh
+        self._nodes_changed()
 
     def apply_podgroup(self, raw: Mapping[str, Any]) -> None:
         record = podgroup_record_from(raw)
@@ -347,6 +361,7 @@ def pod_record_from(raw: Mapping[str, Any]) -> PodRecord:
         gated=bool(spec.get("schedulingGates")),
         unschedulable_message=_unschedulable_message(status),
         placement=placement_of(spec),
+        nominated_node=status.get("nominatedNodeName") or "",
     )
 
 

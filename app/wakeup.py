@@ -60,6 +60,14 @@ class SiblingWaker:
         delay = 0.0 if last is None else max(0.0, self._cooldown - (time.monotonic() - last))
         self._scheduled[group_key] = loop.call_later(delay, self._fire, group_key, exclude_uid)
 
+    def wake_pods(self, reason: str, pods: list[PodRecord]) -> None:
+        """Touch these pending pods now (not coalesced: callers pick them rarely)."""
+        if not pods:
+            return
+        task = asyncio.get_running_loop().create_task(self._touch(reason, pods))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def wake_after(self, group_key: str, seconds: float) -> None:
         """Wake the group once a denial of `seconds` has expired."""
         loop = asyncio.get_running_loop()

@@ -250,3 +250,37 @@ async def test_freed_capacity_wakes_the_gangs_in_line_that_now_fit() -> None:
     await asyncio.sleep(0.1)
     await waker.drain()
     assert sorted(touches.pods) == ["b-0", "b-1", "b-2"]
+
+
+async def test_a_new_node_wakes_a_gang_that_did_not_fit() -> None:
+    touches = Touches()
+    world = World(touches=touches)
+    big = world.gang("big", 4, "3")
+    assert world.filter(big, "big-0").reason == INSUFFICIENT_CAPACITY
+    assert world.arbiter.waker is not None
+    await asyncio.sleep(0.1)
+    await world.arbiter.waker.drain()
+    touches.pods.clear()  # the wake-ups of the members' creation
+    world.state.apply_node(node("n-extra"))
+    await asyncio.sleep(0.1)
+    await world.arbiter.waker.drain()
+    assert sorted(touches.pods) == ["big-0", "big-1", "big-2", "big-3"]
+    assert world.filter(big, "big-0").reason == CLAIMED
+
+
+async def test_deleting_an_unbound_preemption_victim_wakes_the_nominated_preemptor() -> None:
+    touches = Touches()
+    world = World(touches=touches)
+    preemptor = pod("urgent", cpu="1")
+    preemptor["status"]["nominatedNodeName"] = "n0"
+    world.state.apply_pod(preemptor)
+    victim = pod("victim", group="a", cpu="1")
+    victim["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    ]
+    world.state.apply_pod(victim)
+    world.state.delete_pod("default", "victim")
+    await asyncio.sleep(0)
+    assert world.arbiter.waker is not None
+    await world.arbiter.waker.drain()
+    assert touches.pods == ["urgent"]
