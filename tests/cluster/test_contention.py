@@ -139,6 +139,35 @@ def test_a_member_that_finds_no_node_releases_the_whole_gang_before_its_timeout(
     )
 
 
+def test_a_scheduling_gated_pod_counts_toward_min_member_only_once_ungated(
+    kube: Kube, namespace: str
+) -> None:
+    kube.create_podgroup(namespace, "gated", 3)
+    for i in range(3):
+        pod = body(kube, f"gated-{i}", group="gated", cpu="100m")
+        if i == 2:
+            pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+        kube.core.create_namespaced_pod(namespace, pod)
+    wait_for(
+        lambda: any(
+            "current pods number: 2, minMember of group: 3" in e
+            for e in kube.events(namespace, "gated-0") + kube.events(namespace, "gated-1")
+        ),
+        30,
+        "the ungated members told that only 2 pods count",
+    )
+    assert kube.bound(namespace) == {}
+    # A JSON patch (a list body): a strategic merge would keep the gate.
+    kube.core.patch_namespaced_pod(
+        "gated-2", namespace, [{"op": "remove", "path": "/spec/schedulingGates"}]
+    )
+    wait_for(
+        lambda: len(kube.bound(namespace)) == 3,
+        30,
+        "all three bound once the gate was removed",
+    )
+
+
 # ---- 2. forty gangs, a fifth of them at a time -----------------------------------------
 
 POOL_NODES = 4
