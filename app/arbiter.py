@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 # Filter decision reasons (metric labels).
 CLAIMED = "claimed"
 HOLDING = "holding"
+COMPLETE = "complete"
 WAITING_BEHIND = "waiting-behind"
 INSUFFICIENT_CAPACITY = "insufficient-capacity"
 CAPACITY = "capacity"
@@ -136,12 +137,12 @@ class Arbiter:
         memo = self._memo.get(spec.key)
         if memo is not None and memo[:2] == (self._version, int(now)):
             return memo[2]
-        gang = self._gang(spec, ref, pod)
-        if gang is None or gang.need <= 0:
+        gang = self._gang(spec, pod)
+        if gang.need <= 0:
             # Already whole (extra members beyond minMember): nothing to hold.
-            return Verdict(True, HOLDING)
+            return Verdict(True, COMPLETE)
         free, allocatable = self._bins()
-        holders = [h for k, c in self.claims.items() if (h := self._holder(k, c)) is not None]
+        holders = [self._holder(k, c) for k, c in self.claims.items()]
         line = self._line(exclude=spec.key)
         decision = decide(gang, free, holders, line, now, self.aging_seconds, allocatable)
         if decision.verdict != ADMIT:
@@ -187,7 +188,7 @@ class Arbiter:
 
     # ---- inputs of the pure decision ---------------------------------------------------
 
-    def _gang(self, spec: GroupSpec, ref: GroupRef, pod: Candidate | None) -> Gang | None:
+    def _gang(self, spec: GroupSpec, pod: Candidate | None) -> Gang:
         members = self._state.members(spec.key)
         demands = [Demand(p.key, p.requests, p.placement) for p in members if not p.placed_node]
         placed = sum(1 for p in members if p.placed_node)
@@ -224,15 +225,11 @@ class Arbiter:
             except (GroupNotFound, PodGroupSpecError):
                 del self.waiting[key]
                 continue
-            gang = self._gang(spec, entry.ref, None)
-            if (
-                gang is None
-                or gang.need <= 0
-                or len(self._state.members(key)) < spec.min_member
-                or key in self._admission.denied
-            ):
-                if gang is None or gang.need <= 0:
-                    del self.waiting[key]
+            gang = self._gang(spec, None)
+            if gang.need <= 0:
+                del self.waiting[key]
+                continue
+            if len(self._state.members(key)) < spec.min_member or key in self._admission.denied:
                 continue
             line.append(gang)
         return line
@@ -250,7 +247,7 @@ class Arbiter:
             allocatable.append(Bin(node.name, dict(node.allocatable), node.labels, node.taints))
         return free, allocatable
 
-    def _holder(self, key: str, claim: _Claim) -> Holder | None:
+    def _holder(self, key: str, claim: _Claim) -> Holder:
         remaining: dict[str, Resources] = {}
         for pod_key, node in claim.plan.items():
             pod = self._state.pods.get(pod_key)
@@ -397,7 +394,7 @@ class Arbiter:
             return
         now = self._clock()
         free, allocatable = self._bins()
-        holders = [h for k, c in self.claims.items() if (h := self._holder(k, c)) is not None]
+        holders = [self._holder(k, c) for k, c in self.claims.items()]
         line = self._line(exclude="")
         for key in wake_order(
             line, free, holders, now, self.aging_seconds, allocatable=allocatable
