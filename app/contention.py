@@ -105,6 +105,12 @@ def decide(
     in the gate by any gang). `holders`: other gangs with a claim. `line`:
     other gangs waiting (any order). `allocatable`: the empty cluster, to
     tell an aged gang that may fit one day from one that never can.
+
+    SHORT (with the shortfall) when the members would not fit even if no
+    other gang held or was promised anything: waiting in line cannot help,
+    only capacity freed by pods outside the gate can. WAIT (naming the gang
+    ahead) when other gangs' claims, reservations or places in line are what
+    keeps it out.
     """
     holders = [h for h in holders if h.key != candidate.key]
     bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
