@@ -234,7 +234,13 @@ def _extender_metric(url: str, name: str, **labels: str) -> float:
 
 
 def _measure(
-    kubeconfig: str, port: int, feasibility: bool, sizes: list[int], work: float, log: Path
+    kubeconfig: str,
+    port: int,
+    feasibility: bool,
+    sizes: list[int],
+    work: float,
+    wait: float,
+    log: Path,
 ) -> tuple[Result, float]:
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
@@ -252,7 +258,7 @@ def _measure(
                 "--port",
                 str(port),
                 "--permit-waiting-time-seconds",
-                "10",
+                f"{wait:g}",
                 "--gang-feasibility",
                 str(feasibility).lower(),
             ],
@@ -300,6 +306,12 @@ def _measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--permit-wait-seconds",
+        type=float,
+        default=30.0,
+        help="the extender's gate wait in both runs (its default is 60)",
+    )
     parser.add_argument("--gangs", type=int, default=40)
     parser.add_argument("--seed", type=int, default=9)
     parser.add_argument("--only", choices=("on", "off"), help="run one mode only")
@@ -340,6 +352,7 @@ def main() -> None:
                 mode == "on",
                 sizes,
                 args.work_seconds,
+                args.permit_wait_seconds,
                 state_dir / "logs" / f"extender-bench-{mode}.log",
             )
             print(f"--gang-feasibility={'true' if mode == 'on' else 'false'}: {result.line()}")
