@@ -57,6 +57,9 @@ CAPACITY = "capacity"
 
 _REASONS = {WAIT: WAITING_BEHIND, SHORT: INSUFFICIENT_CAPACITY}
 
+# In kube-scheduler's FitError when its preemption found victims for the pod.
+_PREEMPTING = "preemption: found a potential placement"
+
 
 @dataclass(slots=True)
 class _Claim:
@@ -354,6 +357,9 @@ class Arbiter:
             or message == old.unschedulable_message
             or message == claim.baseline.get(new.key)
             or any(ours in message for ours in self._ours.get(new.uid) or ())
+            # kube-scheduler is evicting pods to make room for it: it will be placed.
+            or new.nominated_node
+            or _PREEMPTING in message
         ):
             return
         self._fail_fast(new.group.key, claim, new, message)

@@ -137,6 +137,20 @@ async def test_a_member_that_finds_no_node_releases_the_whole_gang_at_once() -> 
     assert "member a-2 found no node (0/3 nodes are available: 3 Insufficient cpu.)" in message
 
 
+async def test_a_member_kube_scheduler_preempts_for_does_not_fail_the_gang() -> None:
+    world = World()
+    a = world.gang("a", 3, "1")
+    assert world.filter(a, "a-0").admitted
+    nominated = with_unschedulable(
+        pod("a-2", group="a", cpu="1"),
+        "0/3 nodes are available: 3 Insufficient cpu. preemption: found a potential "
+        "placement for pod on node n1, preempting 1 victims",
+    )
+    nominated["status"]["nominatedNodeName"] = "n1"
+    world.state.apply_pod(nominated)
+    assert "default/a" in world.arbiter.claims
+
+
 async def test_our_own_rejection_in_the_condition_is_not_a_capacity_failure() -> None:
     world = World()
     a = world.gang("a", 3, "1")
