@@ -124,6 +124,10 @@ class Arbiter:
         # members of one gang costs one packing, not one per member).
         self._version = 0
         self._memo: dict[str, tuple[int, int, Verdict]] = {}
+        # Placed pods on their way out (preemption victims, pods being deleted):
+        # pod key -> (node, requests). Their room is as good as free for a gang,
+        # as it is for kube-scheduler's nominated preemptors.
+        self._leaving: dict[str, tuple[str, Resources]] = {}
         gate.add_settle_listener(self._on_settled)
         state.add_pod_listener(self._on_pod_change)
         # A node added (or grown, or uncordoned) may let gangs in line fit.
@@ -246,6 +250,9 @@ class Arbiter:
             left = dict(node.allocatable)
             for name, amount in self._state.requested_on(node.name).items():
                 left[name] = left.get(name, 0) - amount
+            for where, requests in self._leaving.values():
+                if where == node.name:
+                    add(left, requests)
             free.append(Bin(node.name, left, node.labels, node.taints))
             allocatable.append(Bin(node.name, dict(node.allocatable), node.labels, node.taints))
         return free, allocatable
@@ -331,6 +338,15 @@ class Arbiter:
     def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if new is None and old is not None and old.preempted and not old.node_name:
             self._wake_nominated()
+        if old is not None:
+            self._leaving.pop(old.key, None)
+        if (
+            new is not None
+            and new.placed_node
+            and not new.terminal
+            and (new.deleting or new.preempted)
+        ):
+            self._leaving[new.key] = (new.placed_node, new.requests)
         if (
             old is None
             or new is None

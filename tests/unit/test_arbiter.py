@@ -151,6 +151,23 @@ async def test_a_member_kube_scheduler_preempts_for_does_not_fail_the_gang() -> 
     assert "default/a" in world.arbiter.claims
 
 
+async def test_room_of_preemption_victims_counts_as_free() -> None:
+    world = World(nodes=2)
+    for i in range(2):
+        world.state.apply_pod(pod(f"low-{i}", cpu="3", node=f"n{i}", phase="Running"))
+    urgent = world.gang("urgent", 2, "2")
+    assert world.filter(urgent, "urgent-0").reason == INSUFFICIENT_CAPACITY
+    # kube-scheduler marked both as victims and is deleting them.
+    for i in range(2):
+        victim = pod(f"low-{i}", cpu="3", node=f"n{i}", phase="Running")
+        victim["status"]["conditions"] = [
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+        ]
+        world.state.apply_pod(victim)
+    world.now += 1
+    assert world.filter(urgent, "urgent-0").reason == CLAIMED
+
+
 async def test_our_own_rejection_in_the_condition_is_not_a_capacity_failure() -> None:
     world = World()
     a = world.gang("a", 3, "1")
