@@ -52,6 +52,8 @@ class Settings:
     on_partial_bind: str = "delete-bound"
     max_request_bytes: int = 64 * 1024 * 1024
     shutdown_grace_seconds: float = 10.0
+    gang_feasibility: bool = True
+    gang_aging_seconds: float = 60.0
 
     @property
     def tls(self) -> bool:
@@ -129,6 +131,15 @@ def _lease(text: str) -> str:
     if not sep or not namespace or not name or "/" in name:
         raise ValueError("must be NAMESPACE/NAME of kube-scheduler's leader-election Lease")
     return f"{namespace}/{name}"
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
 
 
 def _file(text: str) -> str:
@@ -303,6 +314,21 @@ _OPTIONS = (
         "flight get this long to finish; keep it below terminationGracePeriodSeconds",
         "SECONDS",
     ),
+    _Option(
+        "gang_feasibility",
+        _bool,
+        "admit a gang only when all the members it still needs fit at once, one competing "
+        "gang at a time in priority order, releasing a gang at once when a member finds no "
+        "node (false: members are admitted one by one, as in Coscheduling)",
+        "BOOL",
+    ),
+    _Option(
+        "gang_aging_seconds",
+        _positive_float,
+        "a gang that has waited this long for capacity is no longer overtaken by gangs of "
+        "equal or lower priority behind it",
+        "SECONDS",
+    ),
 )
 
 
@@ -321,6 +347,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default = getattr(defaults, option.name)
         if isinstance(default, tuple):
             default = ",".join(f"{name}={weight}" for name, weight in default)
+        elif isinstance(default, bool):
+            default = str(default).lower()
         parser.add_argument(
             flag_of(option.name),
             dest=option.name,

@@ -104,10 +104,12 @@ class GangDebug:
     admission: Admission
     # The gate's clock; None: the event loop's, which PermitGate uses by default.
     gate_clock: Callable[[], float] | None = None
+    # --gang-feasibility: who holds capacity and who waits in line ("contention").
+    contention: Callable[[], dict[str, Any]] | None = None
 
     def snapshot(self) -> dict[str, Any]:
         now = self.gate_clock() if self.gate_clock else asyncio.get_running_loop().time()
-        return snapshot(
+        doc = snapshot(
             self.groups,
             self.gate.waiting_groups(),
             now,
@@ -115,6 +117,9 @@ class GangDebug:
             self.admission.permitted,
             self.admission.denied_ttl_seconds,
         )
+        if self.contention is not None:
+            doc["contention"] = self.contention()
+        return doc
 
 
 def add_debug_routes(app: FastAPI, debug: GangDebug) -> None:

@@ -33,6 +33,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
+from app.arbiter import INSUFFICIENT_CAPACITY, WAITING_BEHIND
 from app.extender import BAD_GROUP, WaitPolicy
 from app.groups import GROUP_APIS, GroupSpec
 from app.kube_api import raw_request
@@ -55,6 +56,8 @@ GANG_BIND_ROLLED_BACK = "GangBindRolledBack"
 GANG_PARTLY_BOUND = "GangPartlyBound"
 INVALID_POD_GROUP = "InvalidPodGroup"
 INSUFFICIENT_RESOURCES = "InsufficientResources"
+GANG_QUEUED = "GangQueued"
+GANG_RELEASED = "GangReleased"
 PREEMPTED = "Preempted"
 
 # events.k8s.io caps notes at 1 kB; core/v1 accepts more, but kubectl shows
@@ -364,6 +367,17 @@ class GangEvents:
                 f"{message}; checked again in {self._retry:g}s: free that much capacity "
                 "(or lower spec.minResources) for the gang to start",
             )
+        elif reason == WAITING_BEHIND:
+            self._on_group(group_key, [member], NORMAL, GANG_QUEUED, message)
+        elif reason == INSUFFICIENT_CAPACITY:
+            self._on_group(
+                group_key,
+                [member],
+                WARNING,
+                INSUFFICIENT_RESOURCES,
+                f"{message}; nothing is reserved until all of them fit: free capacity, or "
+                "lower minMember",
+            )
 
     def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
         wait = self._wait_seconds(group_key, needed)
@@ -413,6 +427,13 @@ class GangEvents:
             self._recorder.record(podgroup_ref(record), WARNING, reason, text)
         for member in bound:
             self._recorder.record(pod_ref(member), WARNING, reason, text)
+
+    def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), WARNING, GANG_RELEASED, message)
+        for member in released:
+            self._recorder.record(pod_ref(member), WARNING, GANG_RELEASED, message)
 
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
         if by in self._state.podgroups or self._state.members(by):

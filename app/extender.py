@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.admission import ADMITTED, TOO_FEW_SIBLINGS, Admission
+from app.arbiter import Arbiter, Candidate
 from app.gate import BindError, GateError, PermitGate
 from app.groups import (
     GroupLabelError,
@@ -98,7 +99,10 @@ class GangExtender:
         observer: GangObserver | None = None,
         scoring: ScoringPolicy | None = None,
         victim_policy: VictimPolicy = VictimPolicy.PROTECT,
+        arbiter: Arbiter | None = None,
     ) -> None:
+        # None: --gang-feasibility=false, members are admitted one by one.
+        self.arbiter = arbiter
         self._scoring = scoring or ScoringPolicy()
         self._victim_policy = victim_policy
         # node -> the last preemptor kube-scheduler proposed it for; names the
@@ -165,6 +169,12 @@ class GangExtender:
             self._count_siblings(pod.ref, pod.uid),
             lambda: self.state.free_resources(exclude_group=spec.key),
         )
+        if verdict.admitted and self.arbiter is not None:
+            verdict = self.arbiter.admit(
+                spec,
+                pod.ref,
+                Candidate(pod.key, pod.uid, pod.priority, args.pod.get("spec") or {}),
+            )
         self._metrics.filter_decisions.labels(verdict.reason).inc()
         if not verdict.admitted:
             return self._reject(args, names, pod, verdict.reason, verdict.message)
@@ -204,6 +214,8 @@ class GangExtender:
             self._observer.member_rejected(pod.member, group_key, reason, message)
             if self._waker is not None:
                 self._waker.turned_away(group_key, pod.uid)
+        if self.arbiter is not None:
+            self.arbiter.note_rejection(pod.uid, message)
         log.debug(
             message,
             extra={"pod": pod.key, "podgroup": group_key, "verb": "filter", "reason": reason},

@@ -45,6 +45,16 @@ class PartialBindPolicy(enum.StrEnum):
     LEAVE = "leave"
 
 
+# What became of a gang's wave, as told to settle listeners.
+SETTLED_BOUND = "bound"
+SETTLED_RELEASED = "released"
+
+SettleListener = Callable[[str, str], None]
+"""Called with (group key, SETTLED_*) once a group's waiters are bound or released."""
+
+_MAX_REASONS = 5
+
+
 class GateError(Exception):
     """The bind call fails with this message; kube-scheduler requeues the pod."""
 
@@ -117,7 +127,15 @@ class PermitGate:
         self._clock = clock
         self._groups: dict[str, _Group] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._settle_listeners: list[SettleListener] = []
         state.add_pod_listener(self._on_pod_change)
+
+    def add_settle_listener(self, listener: SettleListener) -> None:
+        self._settle_listeners.append(listener)
+
+    def _settled(self, group_key: str, outcome: str) -> None:
+        for listener in self._settle_listeners:
+            listener(group_key, outcome)
 
     # ---- the bind verb's entry point ---------------------------------------------
 
@@ -179,6 +197,25 @@ class PermitGate:
         """Wait for bindings in flight (used at shutdown and by tests)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def release_group(self, group_key: str, message: str) -> list[MemberRef]:
+        """Answer every waiting member of the group with an error now (not at the timeout).
+
+        kube-scheduler forgets the assumed pods and requeues them; what they
+        held becomes free for other gangs at once.
+        """
+        group = self._groups.get(group_key)
+        if group is None:
+            return []
+        now = self._now()
+        wave = list(group.waiting.values())
+        for waiter in wave:
+            self._drop(group, waiter, message)
+        released = [_ref(w, now) for w in wave]
+        if wave:
+            self._metrics.admissions.labels("rejected").inc()
+            self._settled(group_key, SETTLED_RELEASED)
+        return released
 
     def release_all(self, reason: str) -> None:
         """Answer every waiter with an error (shutdown): nothing stays reserved."""
@@ -260,6 +297,7 @@ class PermitGate:
         group.episode_bound.extend(bound)
         if bound:
             self._observer.gang_admitted(group_key, bound)
+            self._settled(group_key, SETTLED_BOUND)
         if not group.binding:
             await self._settle(group_key, group)
         if not group.waiting and not group.binding:
@@ -375,7 +413,8 @@ class PermitGate:
         message = (
             f"gang {group_key} timed out after waiting {waited:g}s in the permit gate: "
             f"{present} of minMember {group.spec.min_member} members were placed "
-            f"(waiting: {names}); all waiting members were released"
+            f"(waiting: {names}){self._unplaced_reasons(group_key)}; all waiting members "
+            "were released"
         )
         log.info(message, extra={"podgroup": group_key, "verb": "bind"})
         now = self._now()
@@ -384,9 +423,24 @@ class PermitGate:
         self._observer.gang_timed_out(group_key, [_ref(w, now) for w in wave], message)
         self._admission.deny(group_key, TIMEOUT, message)
         self._metrics.admissions.labels("timeout").inc()
+        self._settled(group_key, SETTLED_RELEASED)
         if self._waker is not None:
             # The released members are parked as "denied"; retry them when that expires.
             self._waker.wake_after(group_key, self._admission.denied_ttl_seconds + 0.1)
+
+    def _unplaced_reasons(self, group_key: str) -> str:
+        """Why the members still missing were not placed: kube-scheduler's latest word."""
+        unplaced = sorted(
+            (p for p in self._state.members(group_key) if not p.placed_node), key=lambda p: p.name
+        )
+        if not unplaced:
+            return ""
+        parts = [
+            f"{p.name}: {_clip(p.unschedulable_message) or 'not tried by the scheduler yet'}"
+            for p in unplaced[:_MAX_REASONS]
+        ]
+        more = f" and {len(unplaced) - _MAX_REASONS} more" if len(unplaced) > _MAX_REASONS else ""
+        return f"; not placed: {'; '.join(parts)}{more}"
 
     def _drop(self, group: _Group, waiter: Waiter, message: str) -> None:
         group.waiting.pop(waiter.pod_key, None)
@@ -433,6 +487,11 @@ class PermitGate:
         if new is not None and new.node_name and (old is None or not old.node_name):
             # A sibling's binding became visible: the waiting wave may be complete.
             asyncio.get_running_loop().call_soon(self._maybe_open, pod.group.key)
+
+
+def _clip(message: str, limit: int = 240) -> str:
+    """One quoted scheduler message (they can quote earlier gang messages in turn)."""
+    return message if len(message) <= limit else message[: limit - 3] + "..."
 
 
 def _ref(waiter: Waiter, now: float | None = None) -> MemberRef:

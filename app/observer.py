@@ -55,6 +55,9 @@ class GangObserver(Protocol):
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
         """A pod is being evicted so that `by` (a pod or gang key) can be placed."""
 
+    def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        """The gang's reservations were released before its timeout (fail fast, gave way)."""
+
 
 class NullObserver:
     """Reports nowhere; the default when nothing is wired."""
@@ -80,6 +83,9 @@ class NullObserver:
         return None
 
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
+        return None
+
+    def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         return None
 
 
@@ -118,3 +124,7 @@ class Observers:
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
         for o in self._observers:
             o.victim_preempted(victim, victim_group, by)
+
+    def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        for o in self._observers:
+            o.gang_released(group_key, released, message)

@@ -23,6 +23,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from app.admission import Admission
+from app.arbiter import Arbiter
 from app.cachedump import add_cache_route
 from app.config import Settings
 from app.debug import GangDebug
@@ -274,6 +275,19 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         partial_bind=PartialBindPolicy(settings.on_partial_bind),
         deleter=api,
     )
+    arbiter = (
+        Arbiter(
+            state,
+            admission,
+            gate,
+            wait.for_group,
+            waker=waker,
+            observer=observer,
+            aging_seconds=settings.gang_aging_seconds,
+        )
+        if settings.gang_feasibility
+        else None
+    )
     extender = GangExtender(
         state,
         admission,
@@ -291,6 +305,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             binpack_non_gang=settings.score_non_gang == "binpack",
         ),
         victim_policy=VictimPolicy(settings.gang_victim_policy),
+        arbiter=arbiter,
     )
     follower = PreemptionFollower(
         state,
@@ -376,7 +391,12 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
                 await asyncio.to_thread(reflector.join, 5)
             executor.shutdown(wait=False, cancel_futures=True)
 
-    debug = GangDebug(status.groups, gate, admission)
+    debug = GangDebug(
+        status.groups,
+        gate,
+        admission,
+        contention=arbiter.snapshot if arbiter is not None else None,
+    )
     if settings.ops_port is None:
         main = create_app(
             extender,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from app.groups import (
@@ -26,6 +27,7 @@ from app.groups import (
     group_ref_of_pod,
     spec_from_labels,
 )
+from app.packing import Placement, Taint, placement_of, taints_of
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,16 @@ class PodRecord:
     # kube-scheduler reported it could not place the pod (condition PodScheduled
     # False): it may sit in the unschedulable queue, so sibling wake-up touches it.
     unschedulable: bool = False
+    # metadata.creationTimestamp, seconds since the epoch (0 when absent).
+    created: float = 0.0
+    # spec.schedulingGates is not empty: kube-scheduler does not try the pod yet.
+    gated: bool = False
+    # The latest PodScheduled=False message kube-scheduler wrote (why it is unplaced).
+    unschedulable_message: str = ""
+    # nodeSelector, required node affinity, tolerations (None: any node).
+    placement: Placement | None = None
+    # status.nominatedNodeName: kube-scheduler preempted pods to make room here.
+    nominated_node: str = ""
 
     @property
     def key(self) -> str:
@@ -71,8 +83,8 @@ class PodRecord:
 
     @property
     def counts_as_member(self) -> bool:
-        """A sibling that can still take part in the gang."""
-        return not self.terminal and not self.deleting
+        """A sibling that can still take part in the gang (a gated pod cannot, yet)."""
+        return not self.terminal and not self.deleting and not self.gated
 
 
 @dataclass(slots=True)
@@ -81,6 +93,7 @@ class NodeRecord:
     allocatable: Resources
     unschedulable: bool
     labels: dict[str, str]
+    taints: tuple[Taint, ...] = ()
 
 
 @dataclass(slots=True)
@@ -92,6 +105,8 @@ class PodGroupRecord:
     # Why spec is None: shown to users whose pods point at this group.
     error: str | None = None
     source: str = SOURCE_XK8S
+    # metadata.creationTimestamp, seconds since the epoch (0 when absent).
+    created: float = 0.0
 
     @property
     def key(self) -> str:
@@ -121,8 +136,18 @@ class ClusterState:
     # Group sources in use (flags and API discovery); pods naming another are plain pods.
     sources: frozenset[str] = ALL_SOURCES
 
+    _node_listeners: list[Callable[[], None]] = field(default_factory=list)
+
     def add_pod_listener(self, listener: PodListener) -> None:
         self._pod_listeners.append(listener)
+
+    def add_node_listener(self, listener: Callable[[], None]) -> None:
+        """Called after any node was added, changed or removed."""
+        self._node_listeners.append(listener)
+
+    def _nodes_changed(self) -> None:
+        for listener in self._node_listeners:
+            listener()
 
     # ---- pods ---------------------------------------------------------------
 
@@ -219,13 +244,16 @@ class ClusterState:
     def apply_node(self, raw: Mapping[str, Any]) -> None:
         record = node_record_from(raw)
         self.nodes[record.name] = record
+        self._nodes_changed()
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self._nodes_changed()
 
     def replace_nodes(self, objects: Iterable[Mapping[str, Any]]) -> None:
         fresh = {r.name: r for r in map(node_record_from, objects)}
         self.nodes = fresh
+        self._nodes_changed()
 
     def apply_podgroup(self, raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> None:
         record = podgroup_record_from(raw, source)
@@ -360,7 +388,31 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
         unschedulable=any(
             c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions
         ),
+        created=parse_timestamp(meta.get("creationTimestamp")),
+        gated=bool(spec.get("schedulingGates")),
+        unschedulable_message=_unschedulable_message(status),
+        placement=placement_of(spec),
+        nominated_node=status.get("nominatedNodeName") or "",
     )
+
+
+def _unschedulable_message(status: Mapping[str, Any]) -> str:
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "")
+    return ""
+
+
+def parse_timestamp(value: Any) -> float:
+    """An API timestamp (RFC 3339 string, or the client's datetime) as epoch seconds."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if not isinstance(value, str) or not value:
+        return 0.0
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def node_record_from(raw: Mapping[str, Any]) -> NodeRecord:
@@ -376,6 +428,7 @@ def node_record_from(raw: Mapping[str, Any]) -> NodeRecord:
         allocatable=allocatable,
         unschedulable=bool((raw.get("spec") or {}).get("unschedulable")),
         labels=dict(meta.get("labels") or {}),
+        taints=taints_of(raw.get("spec") or {}),
     )
 
 
@@ -389,4 +442,12 @@ def podgroup_record_from(raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> P
         error = None
     except PodGroupSpecError as err:
         spec, error = None, str(err)
-    return PodGroupRecord(namespace, name, meta.get("uid") or "", spec, error, source)
+    return PodGroupRecord(
+        namespace,
+        name,
+        meta.get("uid") or "",
+        spec,
+        error,
+        source,
+        parse_timestamp(meta.get("creationTimestamp")),
+    )

@@ -541,6 +541,9 @@ class PodGroupStatus:
         if victim_group is not None:
             self._dirty.add(victim_group)
 
+    def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        self._dirty.add(group_key)
+
     def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if old is not None and old.group is not None:
             members = self._pods.get(old.group.key)

@@ -74,6 +74,14 @@ class SiblingWaker:
         if uid:
             self._turned_away.setdefault(group_key, set()).add(uid)
 
+    def wake_pods(self, reason: str, pods: list[PodRecord]) -> None:
+        """Touch these pending pods now (not coalesced: callers pick them rarely)."""
+        if not pods:
+            return
+        task = asyncio.get_running_loop().create_task(self._touch(reason, pods))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def wake_after(self, group_key: str, seconds: float) -> None:
         """Wake the group once a denial of `seconds` has expired."""
         loop = asyncio.get_running_loop()
@@ -109,7 +117,10 @@ class SiblingWaker:
         gone = old if new is None else new if new.placed_node else None
         if gone is not None and gone.group is not None:
             self._forget(gone.group.key, gone.uid)
-        if new is None or old is not None or new.group is None or new.placed_node:
+        if new is None or new.group is None or new.placed_node or new.gated:
+            return
+        if old is not None and not old.gated:
+            # Not a new member (a gated pod whose gates were removed counts as new).
             return
         try:
             spec = self._state.group_spec(new.group)
@@ -136,7 +147,8 @@ class SiblingWaker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _touch(self, group_key: str, pods: list[PodRecord]) -> None:
+    async def _touch(self, why: str, pods: list[PodRecord]) -> None:
+        """Patch the wake-up annotation on `pods`; `why` (a group key or a reason) is logged."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + f"#{time.monotonic_ns()}"
         results = await asyncio.gather(
             *(self._api.touch_pod(p.namespace, p.name, p.uid, stamp) for p in pods),
@@ -144,21 +156,21 @@ class SiblingWaker:
         )
         failed = [r for r in results if isinstance(r, BaseException)]
         for pod, result in zip(pods, results, strict=True):
-            if not isinstance(result, BaseException):
+            if not isinstance(result, BaseException) and pod.group is not None:
                 # Requeued now; a new rejection by our filter puts it back.
-                self._forget(group_key, pod.uid)
+                self._forget(pod.group.key, pod.uid)
         self.touched += len(pods) - len(failed)
         log.debug(
             "woke %d pending members",
             len(pods) - len(failed),
-            extra={"podgroup": group_key, "reason": "sibling-wakeup"},
+            extra={"podgroup": why, "reason": "sibling-wakeup"},
         )
         if failed:
             log.warning(
                 "waking %d members failed: %s",
                 len(failed),
                 failed[0],
-                extra={"podgroup": group_key},
+                extra={"podgroup": why},
             )
 
     def _forget(self, group_key: str, uid: str) -> None:

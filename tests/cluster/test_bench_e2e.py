@@ -9,15 +9,11 @@ schedulers) and the session's extender.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+from bench import e2e
 from tests.cluster.chart_pod import free_port
 from tests.cluster.conftest import CLUSTER_DIR, Extender
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import e2e
 
 
 def test_bench_cases_schedule_every_pod_and_report_their_figures(

@@ -72,9 +72,15 @@ def test_gang_larger_than_the_cluster_binds_nothing_until_a_node_arrives(
     kube.create_podgroup(namespace, "big", 4, timeout=4)
     for i in range(4):
         kube.create_pod(namespace, f"big-{i}", group="big", cpu="3")
-    # Cover at least two whole gate timeouts (members reserved, then released).
+    # Cover at least two whole gate timeouts' worth of time.
     assert_never_bound(kube, namespace, 4 * 2 + DENIED_SECONDS + 2)
-    assert extender.sample("gang_extender_gang_admissions_total", result="timeout") > (
+    # --gang-feasibility: the whole gang was checked before anything was reserved,
+    # so no member ever waited in the gate for a sibling that could not come.
+    assert any(
+        "needs 4 more member(s) placed at once" in e and "only 3 fit" in e
+        for e in kube.events(namespace, "big-0")
+    )
+    assert extender.sample("gang_extender_gang_admissions_total", result="timeout") == (
         timeouts_before
     )
 
@@ -112,7 +118,9 @@ def test_timeout_releases_the_gang_denies_it_then_retries(
     kube.create_podgroup(namespace, "stuck", 3, timeout=3)
     kube.create_pod(namespace, "stuck-0", group="stuck")
     kube.create_pod(namespace, "stuck-1", group="stuck")
-    kube.create_pod(namespace, "stuck-2", group="stuck", cpu="50")  # fits no node
+    # Served by no scheduler: never placed, so the other two wait in the gate until
+    # the timeout (a member that fits nowhere would be caught before any reservation).
+    kube.create_pod(namespace, "stuck-2", group="stuck", scheduler="no-such-scheduler")
 
     def messages() -> list[str]:
         return kube.events(namespace, "stuck-0")
@@ -124,6 +132,8 @@ def test_timeout_releases_the_gang_denies_it_then_retries(
         40,
         "a timeout event",
     )
+    # The timeout says why the missing member was not placed.
+    assert any("not placed: stuck-2: not tried by the scheduler yet" in e for e in messages())
     wait_for(
         lambda: any(
             f"pgName: {namespace}/stuck last failed in {DENIED_SECONDS}s, deny" in e

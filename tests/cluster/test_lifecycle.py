@@ -234,7 +234,9 @@ def test_a_stuck_gang_shows_scheduling_in_the_gate_then_times_out(
     kube.create_podgroup(namespace, "stuck", 3)
     create_pod(kube, namespace, "stuck-0", group="stuck")
     create_pod(kube, namespace, "stuck-1", group="stuck")
-    create_pod(kube, namespace, "stuck-2", group="stuck", cpu="50")  # fits no node
+    # Served by no scheduler: never placed, so the others wait in the gate until the
+    # timeout (a member that fits nowhere would be turned away before any reservation).
+    create_pod(kube, namespace, "stuck-2", group="stuck", scheduler="no-such-scheduler")
     key = f"{namespace}/stuck"
 
     def two_waiting() -> dict[str, Any] | None:

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import e2e
+from bench import e2e
 
 
 def test_percentile_is_nearest_rank() -> None:

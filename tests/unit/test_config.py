@@ -111,3 +111,15 @@ def test_reliability_settings_have_safe_defaults_and_are_validated() -> None:
     ):
         with pytest.raises(ConfigError, match=message):
             settings(argv)
+
+
+def test_gang_feasibility_is_on_by_default_and_switches_off_by_flag_or_env() -> None:
+    assert settings([]).gang_feasibility is True
+    assert settings([]).gang_aging_seconds == 60
+    assert settings(["--gang-feasibility", "false"]).gang_feasibility is False
+    assert settings([], {"GANG_EXTENDER_GANG_FEASIBILITY": "off"}).gang_feasibility is False
+    assert settings(["--gang-aging-seconds", "15"]).gang_aging_seconds == 15
+    with pytest.raises(ConfigError, match="--gang-feasibility='maybe': must be true or false"):
+        settings(["--gang-feasibility", "maybe"])
+    with pytest.raises(ConfigError, match="GANG_EXTENDER_GANG_AGING_SECONDS"):
+        settings([], {"GANG_EXTENDER_GANG_AGING_SECONDS": "0"})

@@ -2,8 +2,11 @@ from collections.abc import Callable
 from typing import Any
 
 from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
+from app.arbiter import INSUFFICIENT_CAPACITY, WAITING_BEHIND
 from app.events import (
     GANG_ADMITTED,
+    GANG_QUEUED,
+    GANG_RELEASED,
     GANG_TIMED_OUT,
     GANG_WAITING,
     INSUFFICIENT_RESOURCES,
@@ -294,3 +297,18 @@ def test_preempted_names_the_gang_it_made_room_for() -> None:
         in (messages[1])
     )
     assert messages[2].endswith("so that a higher-priority pod can be placed")
+
+
+def test_contention_rejections_and_releases_are_reported() -> None:
+    events, recorded, _ = gang_events()
+    events.member_rejected(A, "default/g", WAITING_BEHIND, "waiting behind default/h (priority 5)")
+    events.member_rejected(A, "default/g", INSUFFICIENT_CAPACITY, "only 3 fit; short by cpu 3")
+    events.gang_released("default/g", [A, B], "released its reservations at once")
+    assert [(r.kind, r.name, t, reason) for r, t, reason, _ in recorded.events] == [
+        ("PodGroup", "g", NORMAL, GANG_QUEUED),
+        ("PodGroup", "g", WARNING, INSUFFICIENT_RESOURCES),
+        ("PodGroup", "g", WARNING, GANG_RELEASED),
+        ("Pod", "a", WARNING, GANG_RELEASED),
+        ("Pod", "b", WARNING, GANG_RELEASED),
+    ]
+    assert "nothing is reserved until all of them fit" in recorded.events[1][3]

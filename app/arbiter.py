@@ -1,0 +1,443 @@
+"""Plumbing for gangs under contention: feeds app/contention.py and acts on its answers.
+
+The filter verb asks `admit()` once a group passed the Coscheduling rules
+(app/admission.py). The arbiter builds the inputs of the pure decision from
+the cluster state (free capacity per node, the gangs holding claims, the
+gangs waiting in line) and then does what the decision says: records the
+claim, releases the reservations of lower-priority gangs that must give way,
+or turns the member away with the message that names the gang ahead or the
+capacity that is missing.
+
+It also keeps claims honest as the cluster moves:
+- the gate reports when a gang's wave was bound or released (claim ends);
+- a member of a claiming gang that kube-scheduler finds no node for (its
+  PodScheduled condition turns Unschedulable with a message that is not
+  ours) fails the whole gang at once: its reservations are released and the
+  group backs off for --denied-pg-expiration-seconds (fail fast, instead of
+  holding the capacity until the gate's timeout);
+- a claim whose members never reached the gate within the group's wait is
+  dropped;
+- whenever capacity frees up (a placed pod finished or went away, a gang was
+  released), the gangs in line that now fit are woken, in line order.
+Everything runs on the event loop; no I/O here except through the waker and
+the gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cachetools import TTLCache
+
+from app.admission import Admission, Verdict
+from app.contention import ADMIT, SHORT, WAIT, Gang, Holder, decide, order_line, wake_order
+from app.gate import SETTLED_RELEASED, PermitGate
+from app.groups import GroupRef, GroupSpec, PodGroupSpecError
+from app.observer import GangObserver, NullObserver
+from app.packing import Bin, Demand, placement_of
+from app.resources import QuantityError, Resources, add, pod_requests
+from app.state import ClusterState, GroupNotFound, PodRecord
+from app.wakeup import SiblingWaker
+
+log = logging.getLogger(__name__)
+
+# Filter decision reasons (metric labels).
+CLAIMED = "claimed"
+HOLDING = "holding"
+COMPLETE = "complete"
+WAITING_BEHIND = "waiting-behind"
+INSUFFICIENT_CAPACITY = "insufficient-capacity"
+CAPACITY = "capacity"
+
+_REASONS = {WAIT: WAITING_BEHIND, SHORT: INSUFFICIENT_CAPACITY}
+
+# In kube-scheduler's FitError when its preemption found victims for the pod.
+_PREEMPTING = "preemption: found a potential placement"
+
+
+@dataclass(slots=True)
+class _Claim:
+    ref: GroupRef
+    priority: int
+    created: float
+    # member key -> node the packing promised it.
+    plan: dict[str, str]
+    requests: dict[str, Resources]
+    made_at: float
+    # When the gang first waited in line (kept for aging if it is released).
+    since: float | None
+    # Members' PodScheduled messages when the claim was made: only a change counts.
+    baseline: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    ref: GroupRef
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """The pod the filter verb is deciding about (it may not be in our watch yet)."""
+
+    key: str
+    uid: str
+    priority: int
+    raw_spec: Mapping[str, Any]
+
+
+class Arbiter:
+    def __init__(
+        self,
+        state: ClusterState,
+        admission: Admission,
+        gate: PermitGate,
+        wait_seconds: Callable[[GroupSpec], float],
+        *,
+        waker: SiblingWaker | None = None,
+        observer: GangObserver | None = None,
+        aging_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._state = state
+        self._admission = admission
+        self._gate = gate
+        self._wait_seconds = wait_seconds
+        self.waker = waker
+        self._observer: GangObserver = observer or NullObserver()
+        self.aging_seconds = aging_seconds
+        self._clock = clock
+        self.claims: dict[str, _Claim] = {}
+        self.waiting: dict[str, _Waiting] = {}
+        # pod uid -> recent messages our filter or gate gave it: its PodScheduled
+        # condition quoting one of them is not a capacity failure.
+        self._ours: TTLCache[str, tuple[str, ...]] = TTLCache(100_000, 300, timer=clock)
+        self._reconsider: asyncio.TimerHandle | None = None
+        # Bumped whenever capacity, claims or the line change; a group's last
+        # rejection is reused while it stays current (a storm of retried
+        # members of one gang costs one packing, not one per member).
+        self._version = 0
+        self._memo: dict[str, tuple[int, int, Verdict]] = {}
+        # Placed pods on their way out (preemption victims, pods being deleted):
+        # pod key -> (node, requests). Their room is as good as free for a gang,
+        # as it is for kube-scheduler's nominated preemptors.
+        self._leaving: dict[str, tuple[str, Resources]] = {}
+        gate.add_settle_listener(self._on_settled)
+        state.add_pod_listener(self._on_pod_change)
+        # A node added (or grown, or uncordoned) may let gangs in line fit.
+        state.add_node_listener(self._on_nodes_changed)
+
+    # ---- the filter verb's question ------------------------------------------------------
+
+    def admit(self, spec: GroupSpec, ref: GroupRef, pod: Candidate) -> Verdict:
+        """May this member go on to a node now? Claims the gang's capacity when it may."""
+        now = self._clock()
+        self._prune(now)
+        if spec.key in self.claims:
+            return Verdict(True, HOLDING)
+        memo = self._memo.get(spec.key)
+        if memo is not None and memo[:2] == (self._version, int(now)):
+            return memo[2]
+        gang = self._gang(spec, pod)
+        if gang.need <= 0:
+            # Already whole (extra members beyond minMember): nothing to hold.
+            return Verdict(True, COMPLETE)
+        free, allocatable = self._bins()
+        holders = [self._holder(k, c) for k, c in self.claims.items()]
+        line = self._line(exclude=spec.key)
+        decision = decide(gang, free, holders, line, now, self.aging_seconds, allocatable)
+        if decision.verdict != ADMIT:
+            if spec.key not in self.waiting:
+                self.waiting[spec.key] = _Waiting(ref, now)
+                self._version += 1
+            verdict = Verdict(False, _REASONS[decision.verdict], decision.message)
+            if len(self._memo) > 10_000:
+                self._memo.clear()
+            self._memo[spec.key] = (self._version, int(now), verdict)
+            return verdict
+        self._version += 1
+        for key in decision.release:
+            self._give_way(key, spec.key, gang.priority)
+        since = self.waiting.pop(spec.key, None)
+        self.claims[spec.key] = _Claim(
+            ref=ref,
+            priority=gang.priority,
+            created=gang.created,
+            plan=dict(decision.plan),
+            requests={d.key: d.requests for d in gang.demands},
+            made_at=now,
+            since=since.since if since is not None else None,
+            baseline={
+                p.key: p.unschedulable_message
+                for p in self._state.members(spec.key)
+                if not p.placed_node
+            },
+        )
+        log.info(
+            "gang claimed capacity for %d member(s)",
+            len(decision.plan),
+            extra={"podgroup": spec.key, "verb": "filter", "pod": pod.key},
+        )
+        if self.waker is not None:
+            self.waker.wake(spec.key, exclude_uid=pod.uid)
+        return Verdict(True, CLAIMED)
+
+    def note_rejection(self, uid: str, message: str) -> None:
+        """Our filter turned this pod away with `message` (not a capacity failure)."""
+        if uid:
+            self._ours[uid] = ((self._ours.get(uid) or ()) + (message,))[-4:]
+
+    # ---- inputs of the pure decision ---------------------------------------------------
+
+    def _gang(self, spec: GroupSpec, pod: Candidate | None) -> Gang:
+        members = self._state.members(spec.key)
+        demands = [Demand(p.key, p.requests, p.placement) for p in members if not p.placed_node]
+        placed = sum(1 for p in members if p.placed_node)
+        priority = max((p.priority for p in members), default=0)
+        if pod is not None:
+            priority = max(priority, pod.priority)
+            if not any(p.uid == pod.uid for p in members):
+                # Our watch has not delivered the pod being filtered yet.
+                with contextlib.suppress(QuantityError):
+                    demands.append(
+                        Demand(pod.key, pod_requests(pod.raw_spec), placement_of(pod.raw_spec))
+                    )
+        record = self._state.podgroups.get(spec.key)
+        created = record.created if record is not None and record.created else 0.0
+        if not created:
+            created = min((p.created for p in members if p.created), default=time.time())
+        waiting = self.waiting.get(spec.key)
+        return Gang(
+            key=spec.key,
+            priority=priority,
+            created=created,
+            demands=tuple(demands),
+            need=min(len(demands), spec.min_member - placed),
+            waiting_since=waiting.since if waiting is not None else None,
+        )
+
+    def _line(self, exclude: str) -> list[Gang]:
+        line: list[Gang] = []
+        for key, entry in list(self.waiting.items()):
+            if key == exclude or key in self.claims:
+                continue
+            try:
+                spec = self._state.group_spec(entry.ref)
+            except (GroupNotFound, PodGroupSpecError):
+                del self.waiting[key]
+                continue
+            gang = self._gang(spec, None)
+            if gang.need <= 0:
+                del self.waiting[key]
+                continue
+            if len(self._state.members(key)) < spec.min_member or key in self._admission.denied:
+                continue
+            line.append(gang)
+        return line
+
+    def _bins(self) -> tuple[list[Bin], list[Bin]]:
+        free: list[Bin] = []
+        allocatable: list[Bin] = []
+        for node in self._state.nodes.values():
+            if node.unschedulable:
+                continue
+            left = dict(node.allocatable)
+            for name, amount in self._state.requested_on(node.name).items():
+                left[name] = left.get(name, 0) - amount
+            for where, requests in self._leaving.values():
+                if where == node.name:
+                    add(left, requests)
+            free.append(Bin(node.name, left, node.labels, node.taints))
+            allocatable.append(Bin(node.name, dict(node.allocatable), node.labels, node.taints))
+        return free, allocatable
+
+    def _holder(self, key: str, claim: _Claim) -> Holder:
+        remaining: dict[str, Resources] = {}
+        for pod_key, node in claim.plan.items():
+            pod = self._state.pods.get(pod_key)
+            if pod is not None and (pod.placed_node or not pod.counts_as_member):
+                continue
+            add(remaining.setdefault(node, {}), claim.requests.get(pod_key, {}))
+        reserved: dict[str, Resources] = {}
+        for pod in self._state.members(key):
+            if pod.reserved_node and not pod.node_name:
+                add(reserved.setdefault(pod.reserved_node, {}), pod.requests)
+        return Holder(key, claim.priority, claim.created, remaining, reserved)
+
+    # ---- keeping claims honest -------------------------------------------------------------
+
+    def _prune(self, now: float) -> None:
+        for key, claim in list(self.claims.items()):
+            try:
+                spec = self._state.group_spec(claim.ref)
+            except (GroupNotFound, PodGroupSpecError):
+                self._drop(key)
+                continue
+            if len(self._state.members(key)) < spec.min_member:
+                self._drop(key)
+            elif not self._gate.waiting(key) and now - claim.made_at > self._wait_seconds(spec):
+                log.info(
+                    "claim dropped: no member reached the gate in time",
+                    extra={"podgroup": key},
+                )
+                self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        self._version += 1
+        claim = self.claims.pop(key, None)
+        if claim is not None:
+            self._schedule_reconsider()
+
+    def _on_settled(self, key: str, outcome: str) -> None:
+        self._version += 1
+        claim = self.claims.pop(key, None)
+        if outcome == SETTLED_RELEASED and claim is not None:
+            # Back in line, keeping its place for aging.
+            self.waiting[key] = _Waiting(claim.ref, claim.since or claim.made_at)
+        self._schedule_reconsider()
+
+    def _give_way(self, key: str, winner: str, priority: int) -> None:
+        self._version += 1
+        claim = self.claims.pop(key, None)
+        if claim is None:
+            return
+        message = (
+            f"gang {key} (priority {claim.priority}) gave way to gang {winner} (priority "
+            f"{priority}), which became complete and needs the capacity it held; its "
+            f"reserved members were released and it waits behind {winner}"
+        )
+        log.info(message, extra={"podgroup": key, "verb": "filter"})
+        self.waiting[key] = _Waiting(claim.ref, claim.since or claim.made_at)
+        released = self._gate.release_group(key, message)
+        for member in released:
+            self.note_rejection(member.uid, message)
+        self._observer.gang_released(key, released, message)
+
+    def _on_nodes_changed(self) -> None:
+        self._version += 1
+        self._schedule_reconsider()
+
+    def _wake_nominated(self) -> None:
+        """A preemption victim that was only held in the gate (never bound) is gone.
+
+        kube-scheduler treats the deletion of an unbound pod as no reason to
+        retry the preemptor, which then waits for the next unrelated event
+        (minutes): wake the pods it nominated for a node instead.
+        """
+        if self.waker is None:
+            return
+        nominated = [p for p in self._state.pods.values() if p.nominated_node and not p.node_name]
+        self.waker.wake_pods("preemptor-wakeup", nominated)
+
+    def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        if new is None and old is not None and old.preempted and not old.node_name:
+            self._wake_nominated()
+        if old is not None:
+            self._leaving.pop(old.key, None)
+        if (
+            new is not None
+            and new.placed_node
+            and not new.terminal
+            and (new.deleting or new.preempted)
+        ):
+            self._leaving[new.key] = (new.placed_node, new.requests)
+        if (
+            old is None
+            or new is None
+            or old.placed_node != new.placed_node
+            or old.counts_as_member != new.counts_as_member
+            or old.terminal != new.terminal
+        ):
+            self._version += 1
+        if (
+            old is not None
+            and old.placed_node
+            and not old.terminal
+            and (new is None or new.terminal or new.deleting or not new.placed_node)
+        ):
+            self._schedule_reconsider()
+        if new is None or old is None or new.group is None or new.uid != old.uid:
+            return
+        claim = self.claims.get(new.group.key)
+        message = new.unschedulable_message
+        if (
+            claim is None
+            or new.placed_node
+            or not message
+            or message == old.unschedulable_message
+            or message == claim.baseline.get(new.key)
+            or any(ours in message for ours in self._ours.get(new.uid) or ())
+            # kube-scheduler is evicting pods to make room for it: it will be placed.
+            or new.nominated_node
+            or _PREEMPTING in message
+        ):
+            return
+        self._fail_fast(new.group.key, claim, new, message)
+
+    def _fail_fast(self, key: str, claim: _Claim, pod: PodRecord, why: str) -> None:
+        self._version += 1
+        self.claims.pop(key, None)
+        ttl = self._admission.denied_ttl_seconds
+        message = (
+            f"gang {key} released its reservations at once: member {pod.name} found no node "
+            f"({why}); the whole gang is retried in {ttl:g}s"
+        )
+        log.info(message, extra={"podgroup": key, "pod": pod.key, "reason": CAPACITY})
+        self.waiting[key] = _Waiting(claim.ref, claim.since or claim.made_at)
+        released = self._gate.release_group(key, message)
+        for member in released:
+            self.note_rejection(member.uid, message)
+        self._admission.deny(key, CAPACITY, message)
+        self._observer.gang_released(key, released, message)
+        if self.waker is not None:
+            self.waker.wake_after(key, ttl + 0.1)
+        self._schedule_reconsider()
+
+    # ---- waking the line -------------------------------------------------------------------
+
+    def _schedule_reconsider(self) -> None:
+        if self._reconsider is not None or self.waker is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._reconsider = loop.call_later(0.05, self._wake_line)
+
+    def _wake_line(self) -> None:
+        self._reconsider = None
+        if self.waker is None or not self.waiting:
+            return
+        now = self._clock()
+        free, allocatable = self._bins()
+        holders = [self._holder(k, c) for k, c in self.claims.items()]
+        line = self._line(exclude="")
+        for key in wake_order(
+            line, free, holders, now, self.aging_seconds, allocatable=allocatable
+        ):
+            self.waker.wake(key)
+
+    def snapshot(self) -> dict[str, Any]:
+        """For /debug/gangs: who holds capacity, who waits, in line order."""
+        now = self._clock()
+        return {
+            "claims": [
+                {"group": k, "priority": c.priority, "members": len(c.plan)}
+                for k, c in self.claims.items()
+            ],
+            "line": [
+                {
+                    "group": g.key,
+                    "priority": g.priority,
+                    "waitingSeconds": round(now - (g.waiting_since or now), 2),
+                    "aged": g.aged(now, self.aging_seconds),
+                }
+                for g in order_line(self._line(exclude=""), now, self.aging_seconds)
+            ],
+        }

@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""`make bench`, contention part: 40 gangs competing for a cluster that holds a fifth of them.
+
+Runs against a real local control plane (hack/local-cluster, its own
+directory and ports) and the real extender process, once with
+--gang-feasibility=true and once with false, and prints, side by side:
+makespan (first pod created to last pod finished), the lower bound
+sum(work) / capacity, their ratio, the time to the first complete gang,
+the longest time any gang had some but not all members bound, and how many
+gate timeouts the extender counted.
+
+Each gang is a PodGroup of N one-CPU pods (N seeded random in 2..12) that
+the pod simulator finishes `--work-seconds` after they start running
+(annotation local-cluster.dev/exit-after-seconds).
+
+The workload driver (`run_gangs`) is shared with
+tests/cluster/test_contention.py, which runs it inside `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+EXIT_AFTER = "local-cluster.dev/exit-after-seconds"
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+@dataclass
+class GangLog:
+    size: int
+    first_bound: float | None = None
+    all_bound: float | None = None
+    done: float | None = None
+    # Longest time seen with some but not all members bound.
+    partial_seconds: float = 0.0
+
+
+@dataclass
+class Result:
+    gangs: int
+    pods: int
+    capacity_cpus: int
+    work_seconds: float
+    makespan: float
+    lower_bound: float
+    first_complete: float
+    longest_partial: float
+    incomplete: list[str] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan / self.lower_bound
+
+    def line(self) -> str:
+        return (
+            f"{self.gangs} gangs, {self.pods} pods, capacity {self.capacity_cpus} CPUs, work "
+            f"{self.work_seconds:g}s: makespan {self.makespan:.1f}s, lower bound "
+            f"{self.lower_bound:.1f}s, ratio {self.ratio:.2f}, first complete gang "
+            f"{self.first_complete:.1f}s, longest partial binding {self.longest_partial:.1f}s"
+            + (f", INCOMPLETE {len(self.incomplete)}" if self.incomplete else "")
+        )
+
+
+def gang_sizes(count: int = 40, seed: int = 9) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randint(2, 12) for _ in range(count)]
+
+
+class _Watcher:
+    """Polls the namespace's pods (raw JSON: fast) and records each gang's progress."""
+
+    def __init__(self, core: Any, namespace: str, gangs: dict[str, GangLog]) -> None:
+        self.core = core
+        self.namespace = namespace
+        self.gangs = gangs
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                response = self.core.list_namespaced_pod(self.namespace, _preload_content=False)
+                self.sample(time.monotonic(), json.loads(response.data)["items"])
+            except Exception as err:  # keep sampling; reported by the caller
+                self.errors.append(repr(err))
+            self.stop.wait(0.5)
+
+    def sample(self, now: float, pods: list[dict[str, Any]]) -> None:
+        bound: dict[str, int] = {}
+        finished: dict[str, int] = {}
+        for pod in pods:
+            group = (pod["metadata"].get("labels") or {}).get(GROUP_LABEL)
+            if group is None:
+                continue
+            if pod["spec"].get("nodeName"):
+                bound[group] = bound.get(group, 0) + 1
+            if (pod.get("status") or {}).get("phase") == "Succeeded":
+                finished[group] = finished.get(group, 0) + 1
+        for name, gang in self.gangs.items():
+            count = bound.get(name, 0)
+            if count and gang.first_bound is None:
+                gang.first_bound = now
+            if count >= gang.size and gang.all_bound is None:
+                gang.all_bound = now
+            if 0 < count < gang.size and gang.first_bound is not None:
+                gang.partial_seconds = max(gang.partial_seconds, now - gang.first_bound)
+            if finished.get(name, 0) >= gang.size and gang.done is None:
+                gang.done = now
+
+
+def run_gangs(
+    client: Any,
+    namespace: str,
+    sizes: list[int],
+    *,
+    work_seconds: float,
+    capacity_cpus: int,
+    node_selector: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> Result:
+    """Create every gang (PodGroup, then its pods) and wait until all pods finished."""
+    from kubernetes import client as k8s
+
+    core: Any = k8s.CoreV1Api(client)
+    custom: Any = k8s.CustomObjectsApi(client)
+    gangs = {f"g{i:02d}": GangLog(size) for i, size in enumerate(sizes)}
+    for name, gang in gangs.items():
+        custom.create_namespaced_custom_object(
+            "scheduling.x-k8s.io",
+            "v1alpha1",
+            namespace,
+            "podgroups",
+            {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": name},
+                "spec": {"minMember": gang.size},
+            },
+        )
+    bodies = [
+        {
+            "metadata": {
+                "name": f"{name}-{i}",
+                "labels": {GROUP_LABEL: name},
+                "annotations": {EXIT_AFTER: f"{work_seconds:g}"},
+            },
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "nodeSelector": node_selector or {},
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "1", "memory": "64Mi"}},
+                    }
+                ],
+            },
+        }
+        for name, gang in gangs.items()
+        for i in range(gang.size)
+    ]
+    watcher = _Watcher(core, namespace, gangs)
+    start = time.monotonic()
+    watcher.thread.start()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda b: core.create_namespaced_pod(namespace, b), bodies))
+        deadline = start + timeout
+        while time.monotonic() < deadline and any(g.done is None for g in gangs.values()):
+            time.sleep(1)
+    finally:
+        watcher.stop.set()
+        watcher.thread.join(5)
+    done = [g.done for g in gangs.values() if g.done is not None]
+    complete = [g.all_bound for g in gangs.values() if g.all_bound is not None]
+    return Result(
+        gangs=len(gangs),
+        pods=len(bodies),
+        capacity_cpus=capacity_cpus,
+        work_seconds=work_seconds,
+        makespan=(max(done) - start) if done else float("inf"),
+        lower_bound=len(bodies) * work_seconds / capacity_cpus,
+        first_complete=(min(complete) - start) if complete else float("inf"),
+        longest_partial=max(g.partial_seconds for g in gangs.values()),
+        incomplete=sorted(n for n, g in gangs.items() if g.done is None),
+    )
+
+
+# ---- `make bench`: its own control plane, extender on and off -----------------------------
+
+BENCH_OFFSET = 9000  # test slots use 1000..8000
+NODES = 4
+NODE_CPU = 14
+
+
+def _local_cluster(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run(
+        [str(REPO / "hack" / "local-cluster"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"hack/local-cluster {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def _extender_metric(url: str, name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def _measure(
+    kubeconfig: str,
+    port: int,
+    feasibility: bool,
+    sizes: list[int],
+    work: float,
+    wait: float,
+    log: Path,
+) -> tuple[Result, float]:
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    url = f"http://127.0.0.1:{port}"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app",
+                "serve",
+                "--kubeconfig",
+                kubeconfig,
+                "--port",
+                str(port),
+                "--permit-waiting-time-seconds",
+                f"{wait:g}",
+                "--gang-feasibility",
+                str(feasibility).lower(),
+            ],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/readyz", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise SystemExit(f"extender did not become ready; see {log}")
+            time.sleep(0.5)
+        configuration = k8s.Configuration()
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=configuration
+        )
+        api = k8s.ApiClient(configuration)
+        core: Any = k8s.CoreV1Api(api)
+        namespace = f"contention-{'on' if feasibility else 'off'}-{int(time.time())}"
+        core.create_namespace({"metadata": {"name": namespace}})
+        while not core.list_namespaced_service_account(namespace).items:
+            time.sleep(0.2)
+        result = run_gangs(
+            api, namespace, sizes, work_seconds=work, capacity_cpus=NODES * NODE_CPU, timeout=900
+        )
+        timeouts = _extender_metric(url, "gang_extender_gang_admissions_total", result="timeout")
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        core.delete_namespace(namespace)
+        return result, timeouts
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--work-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--permit-wait-seconds",
+        type=float,
+        default=30.0,
+        help="the extender's gate wait in both runs (its default is 60)",
+    )
+    parser.add_argument("--gangs", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=9)
+    parser.add_argument("--only", choices=("on", "off"), help="run one mode only")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    state_dir = REPO / ".local-cluster-bench"
+    env = {
+        **os.environ,
+        "LOCAL_CLUSTER_DIR": str(state_dir),
+        "LOCAL_CLUSTER_PORT_OFFSET": str(BENCH_OFFSET),
+    }
+    port = 18888 + BENCH_OFFSET
+    _local_cluster(env, "down")
+    out = _local_cluster(
+        env,
+        "up",
+        "--nodes",
+        str(NODES),
+        "--node-cpu",
+        str(NODE_CPU),
+        "--node-memory",
+        "64Gi",
+        "--extender-url",
+        f"http://127.0.0.1:{port}/scheduler",
+    )
+    kubeconfig = next(
+        line.split("=", 1)[1] for line in out.splitlines() if line.startswith("export KUBECONFIG=")
+    )
+    sizes = gang_sizes(args.gangs, args.seed)
+    figures: dict[str, Any] = {}
+    try:
+        for mode in ("on", "off"):
+            if args.only and args.only != mode:
+                continue
+            result, timeouts = _measure(
+                kubeconfig,
+                port,
+                mode == "on",
+                sizes,
+                args.work_seconds,
+                args.permit_wait_seconds,
+                state_dir / "logs" / f"extender-bench-{mode}.log",
+            )
+            print(f"--gang-feasibility={'true' if mode == 'on' else 'false'}: {result.line()}")
+            print(f"  gate timeouts: {timeouts:g}")
+            figures[mode] = {**result.__dict__, "ratio": result.ratio, "gate_timeouts": timeouts}
+    finally:
+        _local_cluster(env, "down")
+    if "on" in figures and "off" in figures:
+        print("side by side (feasibility on | off):")
+        for key in ("makespan", "lower_bound", "ratio", "first_complete", "longest_partial"):
+            print(f"  {key:<16} {figures['on'][key]:8.2f} | {figures['off'][key]:8.2f}")
+        print(
+            f"  {'gate_timeouts':<16} {figures['on']['gate_timeouts']:8g} | "
+            f"{figures['off']['gate_timeouts']:8g}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+"""The arbiter's plumbing on the in-memory cluster state and the real permit gate."""
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from app.admission import DENIED, Admission
+from app.arbiter import CLAIMED, HOLDING, INSUFFICIENT_CAPACITY, WAITING_BEHIND, Arbiter, Candidate
+from app.gate import GateError, PermitGate
+from app.groups import GroupRef, GroupSpec
+from app.metrics import Metrics
+from app.observer import NullObserver
+from app.state import ClusterState
+from app.wakeup import SiblingWaker
+from tests.unit.builders import node, pod, podgroup
+from tests.unit.test_gate import RecordingBinder
+
+
+class Released(NullObserver):
+    def __init__(self) -> None:
+        self.released: list[tuple[str, list[str], str]] = []
+
+    def gang_released(self, group_key: str, released: Any, message: str) -> None:
+        self.released.append((group_key, sorted(m.name for m in released), message))
+
+
+def with_priority(raw: dict[str, Any], priority: int) -> dict[str, Any]:
+    raw["spec"]["priority"] = priority
+    return raw
+
+
+def with_unschedulable(raw: dict[str, Any], message: str) -> dict[str, Any]:
+    raw["metadata"]["resourceVersion"] = "2"
+    raw["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    ]
+    return raw
+
+
+class World:
+    def __init__(self, nodes: int = 3, cpu: str = "4", touches: Any = None) -> None:
+        self.state = ClusterState()
+        self.state.replace_nodes([node(f"n{i}", cpu=cpu) for i in range(nodes)])
+        self.admission = Admission(3)
+        self.binder = RecordingBinder()
+        self.gate = PermitGate(self.state, self.admission, self.binder, Metrics())
+        self.observer = Released()
+        self.now = 100.0
+        self.arbiter = Arbiter(
+            self.state,
+            self.admission,
+            self.gate,
+            lambda spec: 30.0,
+            observer=self.observer,
+            waker=SiblingWaker(self.state, touches, cooldown_seconds=0) if touches else None,
+            aging_seconds=60,
+            clock=lambda: self.now,
+        )
+
+    def gang(self, name: str, members: int, cpu: str, priority: int = 0) -> GroupSpec:
+        self.state.apply_podgroup(podgroup(name, members))
+        for i in range(members):
+            self.state.apply_pod(with_priority(pod(f"{name}-{i}", group=name, cpu=cpu), priority))
+        return GroupSpec(f"default/{name}", members)
+
+    def filter(self, spec: GroupSpec, member: str) -> Any:
+        record = self.state.pods[f"default/{member}"]
+        name = spec.key.split("/")[1]
+        verdict = self.arbiter.admit(
+            spec,
+            GroupRef("default", name),
+            Candidate(record.key, record.uid, record.priority, {}),
+        )
+        if not verdict.admitted and self.arbiter.waker is not None:
+            # As GangExtender._reject does: kube-scheduler parks a pod our filter turned away.
+            self.arbiter.waker.turned_away(spec.key, record.uid)
+        return verdict
+
+    def reserve(self, spec: GroupSpec, member: str, node_name: str) -> asyncio.Task[None]:
+        record = self.state.pods[f"default/{member}"]
+        return asyncio.create_task(self.gate.admit(record, node_name, spec, 30))
+
+
+async def test_second_gang_waits_behind_the_one_holding_the_capacity() -> None:
+    world = World()
+    a = world.gang("a", 3, "2500m")
+    b = world.gang("b", 3, "2500m")
+    assert world.filter(a, "a-0").reason == CLAIMED
+    assert world.filter(a, "a-1").reason == HOLDING
+    verdict = world.filter(b, "b-0")
+    assert not verdict.admitted and verdict.reason == WAITING_BEHIND
+    assert "waiting behind default/a (priority 0)" in verdict.message
+    # Nothing of b was reserved or claimed.
+    assert "default/b" not in world.arbiter.claims
+    assert world.gate.waiting("default/b") == []
+
+    # a is bound whole: its claim ends; b still does not fit (a's pods hold the nodes).
+    tasks = [world.reserve(a, f"a-{i}", f"n{i}") for i in range(3)]
+    await asyncio.gather(*tasks)
+    assert "default/a" not in world.arbiter.claims
+    assert world.filter(b, "b-0").reason == INSUFFICIENT_CAPACITY
+
+    # a finishes: b is admitted as a whole.
+    for i in range(3):
+        world.state.delete_pod("default", f"a-{i}")
+    assert world.filter(b, "b-1").reason == CLAIMED
+
+
+async def test_a_gang_larger_than_the_free_capacity_is_short_and_reserves_nothing() -> None:
+    world = World()
+    big = world.gang("big", 4, "3")
+    verdict = world.filter(big, "big-0")
+    assert verdict.reason == INSUFFICIENT_CAPACITY
+    assert "needs 4 more member(s)" in verdict.message and "only 3 fit" in verdict.message
+    assert world.arbiter.claims == {}
+
+
+async def test_a_member_that_finds_no_node_releases_the_whole_gang_at_once() -> None:
+    world = World()
+    a = world.gang("a", 3, "1")
+    assert world.filter(a, "a-0").admitted
+    first = world.reserve(a, "a-0", "n0")
+    second = world.reserve(a, "a-1", "n1")
+    await asyncio.sleep(0)
+    assert len(world.gate.waiting("default/a")) == 2
+    # kube-scheduler found no node for a-2 (its own filters, not ours).
+    world.state.apply_pod(
+        with_unschedulable(
+            pod("a-2", group="a", cpu="1"), "0/3 nodes are available: 3 Insufficient cpu."
+        )
+    )
+    for task in (first, second):
+        with pytest.raises(GateError, match="released its reservations at once"):
+            await task
+    assert world.gate.waiting("default/a") == []
+    assert world.state.free_resources()["cpu"] == 12000
+    assert world.admission.check(a, 3, dict).reason == DENIED
+    group, released, message = world.observer.released[0]
+    assert group == "default/a" and released == ["a-0", "a-1"]
+    assert "member a-2 found no node (0/3 nodes are available: 3 Insufficient cpu.)" in message
+
+
+async def test_a_member_kube_scheduler_preempts_for_does_not_fail_the_gang() -> None:
+    world = World()
+    a = world.gang("a", 3, "1")
+    assert world.filter(a, "a-0").admitted
+    nominated = with_unschedulable(
+        pod("a-2", group="a", cpu="1"),
+        "0/3 nodes are available: 3 Insufficient cpu. preemption: found a potential "
+        "placement for pod on node n1, preempting 1 victims",
+    )
+    nominated["status"]["nominatedNodeName"] = "n1"
+    world.state.apply_pod(nominated)
+    assert "default/a" in world.arbiter.claims
+
+
+async def test_room_of_preemption_victims_counts_as_free() -> None:
+    world = World(nodes=2)
+    for i in range(2):
+        world.state.apply_pod(pod(f"low-{i}", cpu="3", node=f"n{i}", phase="Running"))
+    urgent = world.gang("urgent", 2, "2")
+    assert world.filter(urgent, "urgent-0").reason == INSUFFICIENT_CAPACITY
+    # kube-scheduler marked both as victims and is deleting them.
+    for i in range(2):
+        victim = pod(f"low-{i}", cpu="3", node=f"n{i}", phase="Running")
+        victim["status"]["conditions"] = [
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+        ]
+        world.state.apply_pod(victim)
+    world.now += 1
+    assert world.filter(urgent, "urgent-0").reason == CLAIMED
+
+
+async def test_our_own_rejection_in_the_condition_is_not_a_capacity_failure() -> None:
+    world = World()
+    a = world.gang("a", 3, "1")
+    world.arbiter.note_rejection("uid-default-a-2", "pod with pgName: default/a last failed")
+    assert world.filter(a, "a-0").admitted
+    world.state.apply_pod(
+        with_unschedulable(
+            pod("a-2", group="a", cpu="1"),
+            "0/3 nodes are available: 3 pod with pgName: default/a last failed.",
+        )
+    )
+    assert "default/a" in world.arbiter.claims
+
+
+async def test_higher_priority_gang_takes_over_from_a_lower_one_collecting() -> None:
+    world = World()
+    low = world.gang("low", 3, "2500m", priority=1)
+    high = world.gang("high", 3, "2500m", priority=100)
+    assert world.filter(low, "low-0").reason == CLAIMED
+    waiting = world.reserve(low, "low-0", "n0")
+    await asyncio.sleep(0)
+    verdict = world.filter(high, "high-0")
+    assert verdict.reason == CLAIMED
+    with pytest.raises(GateError, match="gave way to gang default/high"):
+        await waiting
+    assert set(world.arbiter.claims) == {"default/high"}
+    # low is back in line, behind high.
+    behind = world.filter(low, "low-1")
+    assert behind.reason == WAITING_BEHIND
+    assert "waiting behind default/high (priority 100)" in behind.message
+
+
+async def test_gated_pods_do_not_count_toward_min_member() -> None:
+    world = World()
+    world.state.apply_podgroup(podgroup("g", 2))
+    world.state.apply_pod(pod("g-0", group="g"))
+    gated = pod("g-1", group="g")
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    world.state.apply_pod(gated)
+    assert [p.name for p in world.state.members("default/g")] == ["g-0"]
+    del gated["spec"]["schedulingGates"]
+    world.state.apply_pod(gated)
+    assert len(world.state.members("default/g")) == 2
+
+
+async def test_timeout_message_quotes_why_the_unplaced_members_were_not_placed() -> None:
+    world = World()
+    a = world.gang("a", 3, "1")
+    world.state.apply_pod(
+        with_unschedulable(
+            pod("a-2", group="a", cpu="1"), "0/3 nodes are available: 3 Too many pods."
+        )
+    )
+    member = world.state.pods["default/a-0"]
+    with pytest.raises(GateError) as err:
+        await world.gate.admit(member, "n0", a, 0.01)
+    text = str(err.value)
+    assert "not placed: a-1: not tried by the scheduler yet; a-2: 0/3 nodes are available" in text
+    # A long message (it may quote an earlier timeout in turn) is clipped.
+    world.state.apply_pod(with_unschedulable(pod("a-2", group="a", cpu="1"), "x" * 5000))
+    with pytest.raises(GateError) as err:
+        await world.gate.admit(world.state.pods["default/a-0"], "n0", a, 0.01)
+    assert "a-2: " + "x" * 237 + "...; all waiting members were released" in str(err.value)
+
+
+def test_snapshot_lists_claims_and_line() -> None:
+    world = World()
+    a = world.gang("a", 3, "2500m")
+    b = world.gang("b", 3, "2500m")
+    world.filter(a, "a-0")
+    world.filter(b, "b-0")
+    snap = world.arbiter.snapshot()
+    assert snap["claims"] == [{"group": "default/a", "priority": 0, "members": 3}]
+    assert [e["group"] for e in snap["line"]] == ["default/b"]
+
+
+async def test_a_claim_whose_members_never_reach_the_gate_expires() -> None:
+    world = World()
+    a = world.gang("a", 3, "2500m")
+    b = world.gang("b", 3, "2500m")
+    assert world.filter(a, "a-0").reason == CLAIMED
+    world.now += 31  # the group's wait (30 s) passed with nobody in the gate
+    assert world.filter(b, "b-0").reason == CLAIMED
+    assert set(world.arbiter.claims) == {"default/b"}
+
+
+class Touches:
+    def __init__(self) -> None:
+        self.pods: list[str] = []
+
+    async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None:
+        self.pods.append(name)
+
+
+async def test_freed_capacity_wakes_the_gangs_in_line_that_now_fit() -> None:
+    touches = Touches()
+    world = World(touches=touches)
+    waker = world.arbiter.waker
+    assert waker is not None
+    a = world.gang("a", 3, "2500m")
+    b = world.gang("b", 3, "2500m")
+    world.filter(a, "a-0")
+    await asyncio.gather(*(world.reserve(a, f"a-{i}", f"n{i}") for i in range(3)))
+    for member in ("b-0", "b-1", "b-2"):  # kube-scheduler tried each; each was turned away
+        assert world.filter(b, member).reason == INSUFFICIENT_CAPACITY
+    await waker.drain()
+    touches.pods.clear()
+    # a finishes: its pods go away, and b's members are touched so that
+    # kube-scheduler retries them now.
+    for i in range(3):
+        world.state.delete_pod("default", f"a-{i}")
+    await asyncio.sleep(0.1)
+    await waker.drain()
+    assert sorted(touches.pods) == ["b-0", "b-1", "b-2"]
+
+
+async def test_a_new_node_wakes_a_gang_that_did_not_fit() -> None:
+    touches = Touches()
+    world = World(touches=touches)
+    big = world.gang("big", 4, "3")
+    for i in range(4):  # kube-scheduler tried each member; each was turned away
+        assert world.filter(big, f"big-{i}").reason == INSUFFICIENT_CAPACITY
+    assert world.arbiter.waker is not None
+    await asyncio.sleep(0.1)
+    await world.arbiter.waker.drain()
+    touches.pods.clear()  # the wake-ups of the members' creation
+    for i in range(4):  # kube-scheduler retried the woken members: turned away again
+        assert world.filter(big, f"big-{i}").reason == INSUFFICIENT_CAPACITY
+    world.state.apply_node(node("n-extra"))
+    await asyncio.sleep(0.1)
+    await world.arbiter.waker.drain()
+    assert sorted(touches.pods) == ["big-0", "big-1", "big-2", "big-3"]
+    assert world.filter(big, "big-0").reason == CLAIMED
+
+
+async def test_deleting_an_unbound_preemption_victim_wakes_the_nominated_preemptor() -> None:
+    touches = Touches()
+    world = World(touches=touches)
+    preemptor = pod("urgent", cpu="1")
+    preemptor["status"]["nominatedNodeName"] = "n0"
+    world.state.apply_pod(preemptor)
+    victim = pod("victim", group="a", cpu="1")
+    victim["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    ]
+    world.state.apply_pod(victim)
+    world.state.delete_pod("default", "victim")
+    await asyncio.sleep(0)
+    assert world.arbiter.waker is not None
+    await world.arbiter.waker.drain()
+    assert touches.pods == ["urgent"]
