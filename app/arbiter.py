@@ -47,6 +47,10 @@ from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
 
+# How long after a gate-held preemption victim is gone its preemptor is woken
+# a second time (see Arbiter._wake_nominated).
+PREEMPTOR_RETRY_SECONDS = 2.0
+
 # Filter decision reasons (metric labels).
 CLAIMED = "claimed"
 HOLDING = "holding"
@@ -334,6 +338,23 @@ class Arbiter:
             return
         nominated = [p for p in self._state.pods.values() if p.nominated_node and not p.node_name]
         self.waker.wake_pods("preemptor-wakeup", nominated)
+        # The victim's bind call is answered with an error when its pod goes,
+        # and kube-scheduler forgets the assumed pod only once it has handled
+        # that answer: a preemptor woken before then still sees the victim on
+        # the node, fails again and is parked again. Wake it once more after.
+        asyncio.get_running_loop().call_later(
+            PREEMPTOR_RETRY_SECONDS, self._wake_nominated_again, {p.uid for p in nominated}
+        )
+
+    def _wake_nominated_again(self, uids: set[str]) -> None:
+        if self.waker is None:
+            return
+        still = [
+            p
+            for p in self._state.pods.values()
+            if p.uid in uids and p.nominated_node and not p.node_name
+        ]
+        self.waker.wake_pods("preemptor-wakeup", still)
 
     def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if new is None and old is not None and old.preempted and not old.node_name:

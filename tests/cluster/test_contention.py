@@ -315,22 +315,11 @@ def cosched_node(kube: Kube, extender: Extender) -> Iterator[None]:
         extender.restart()
 
 
-# Known issue (not fixed): in this order the mid gang can claim the node just
-# before the high regular pods arrive; one of them then has kube-scheduler
-# preempt gang members that were only held in the permit gate (assumed, not
-# bound). When those go away kube-scheduler sometimes does not retry the
-# preemptor (it stays parked until an unrelated cluster event, a minute or
-# more). It passed in 2 of 4 runs; see the report of issue 9.
-_FLAKY = {(CASES[5].name, "as listed")}
-
-
 @pytest.mark.parametrize("order", ["as listed", "reversed"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_coscheduling_integration_cases(
     kube: Kube, namespace: str, cosched_node: None, case: Case, order: str
 ) -> None:
-    if (case.name, order) in _FLAKY:
-        pytest.skip("preemptor of gate-held pods may stay parked in kube-scheduler (known issue)")
     for group_name, min_member in case.groups:
         kube.create_podgroup(namespace, group_name, min_member)
     pods = case.pods if order == "as listed" else tuple(reversed(case.pods))

@@ -47,7 +47,6 @@ from tests.cluster.kube import Kube, wait_for
 from tests.fuzz import fuzz_request
 
 ETCD_URL = f"http://127.0.0.1:{22379 + PORT_OFFSET}"
-UNFIT_CPU = "50"  # more than any node has: the gang's last member fits nowhere
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -118,11 +117,15 @@ def waiting_in_gate(extender: Extender, group_key: str) -> list[dict[str, Any]]:
 
 
 def gang_with_an_unfit_member(kube: Kube, namespace: str, timeout: int) -> None:
-    """g-0 and g-1 fit and wait in the gate; g-2 fits no node, so the gang never opens."""
+    """g-0 and g-1 fit and wait in the gate; g-2 is never placed, so the gang never opens.
+
+    g-2 names a scheduler that does not run: a member that fits no node would
+    be caught by --gang-feasibility before anything is reserved.
+    """
     kube.create_podgroup(namespace, "g", 3, timeout=timeout)
     kube.create_pod(namespace, "g-0", group="g")
     kube.create_pod(namespace, "g-1", group="g")
-    kube.create_pod(namespace, "g-2", group="g", cpu=UNFIT_CPU)
+    kube.create_pod(namespace, "g-2", group="g", scheduler="no-such-scheduler")
 
 
 def make_the_gang_fit(kube: Kube, namespace: str) -> None:

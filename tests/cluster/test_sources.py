@@ -137,12 +137,17 @@ def check_status(
         time.sleep(2)
         assert "Scheduled" not in conditions(current())
         return
+    # Volcano's phase is Running once minMember are bound (as Volcano's scheduler
+    # counts allocated pods); the running count follows when the pods start.
     running = wait_for(
-        lambda: (s := current().get("status") or {}).get("phase") == "Running" and s,
+        lambda: (
+            (s := current().get("status") or {}).get("phase") == "Running"
+            and s.get("running") == size
+            and s
+        ),
         30,
-        f"{api.api_version} PodGroup {name} Running",
+        f"{api.api_version} PodGroup {name} Running with {size} running",
     )
-    assert running["running"] == size
     assert conditions(current())["Scheduled"]["status"] == "True"
     if api is XK8S_API:
         assert "scheduled" not in running, "scheduler-plugins has no status.scheduled"
@@ -170,13 +175,16 @@ def check_status(
 def test_schedule_timeout_zero_is_accepted_and_waits_the_default(
     kube: Kube, kubeconfig: str, namespace: str
 ) -> None:
-    """mpi-operator's PodGroup (timeout 0) whose last worker fits nowhere: the gate waits
-    the extender's default (--permit-waiting-time-seconds), then releases everybody."""
+    """mpi-operator's PodGroup (timeout 0) whose last worker is never placed: the gate waits
+    the extender's default (--permit-waiting-time-seconds), then releases everybody.
+
+    The last worker names a scheduler that does not run (one that fits no node
+    would be turned away by --gang-feasibility before anything is reserved)."""
     docs = load("20-mpi-operator.yaml", namespace)
     group = next(d for d in docs if d["kind"] == "PodGroup")
     assert group["spec"]["scheduleTimeoutSeconds"] == 0
     pods = [d for d in docs if d["kind"] == "Pod"]
-    pods[-1]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "50"
+    pods[-1]["spec"]["schedulerName"] = "no-such-scheduler"
     apply(kubeconfig, [group, *pods])
     wait_for(
         lambda: any(
