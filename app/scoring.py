@@ -188,35 +188,18 @@ def binpack_all(
     node_names: Sequence[str],
     nodes_in_request: Mapping[str, NodeRecord] | None = None,
 ) -> dict[str, float]:
-    """binpack() for every node, as one loop: prioritize runs it over hundreds of nodes per pod."""
+    """binpack() for every node kube-scheduler sent; a node in the request wins over our cache."""
     nodes = state.nodes
-    requested_on = state.requested_on
-    scores: dict[str, float] = {}
-    for name in node_names:
-        node = (
+    return {
+        name: binpack(
+            asked,
+            state,
             nodes_in_request[name]
             if nodes_in_request is not None and name in nodes_in_request
-            else nodes.get(name)
+            else nodes.get(name),
         )
-        if node is None:
-            scores[name] = 0.0
-            continue
-        used = requested_on(node.name)
-        allocatable = node.allocatable
-        score = 0.0
-        weight_sum = 0
-        for resource, weight, request in asked:
-            capacity = allocatable.get(resource, 0)
-            if capacity == 0:
-                continue
-            after = used.get(resource, 0) + request
-            if after > capacity:
-                score, weight_sum = 0.0, 0
-                break
-            score += weight * after / capacity
-            weight_sum += weight
-        scores[name] = score / weight_sum if weight_sum else 0.0
-    return scores
+        for name in node_names
+    }
 
 
 def binpack_request(
