@@ -266,6 +266,8 @@ class GangExtender:
             )
         for candidate in selection.candidates:
             self.preemptors_by_node[candidate.node] = spec.key if spec is not None else pod.key
+            # Gate-held victims must stay assumed until their deletion (see app/gate.py).
+            self.gate.note_victims(candidate.victim_uids)
         log.debug(
             "accepted %d of %d preemption candidates",
             len(selection.candidates),

@@ -54,6 +54,18 @@ SettleListener = Callable[[str, str], None]
 
 _MAX_REASONS = 5
 
+# A gate-held member that kube-scheduler chose as a preemption victim is
+# answered only once its pod is deleted (or after VICTIM_HOLD_SECONDS, if the
+# scheduler picked another candidate), and then VICTIM_ANSWER_DELAY_SECONDS
+# later. kube-scheduler retries the preemptor only when the victim's deletion
+# frees an *assumed* pod: a victim answered (and so forgotten) before its
+# deletion arrives leaves the preemptor parked for minutes (seen in the
+# scheduler-plugins integration case "mid pg1 and 3 high regular pods").
+VICTIM_HOLD_SECONDS = 5.0
+VICTIM_ANSWER_DELAY_SECONDS = 0.5
+# How long the preempt verb's choice of victims is remembered.
+_VICTIM_MEMORY_SECONDS = 30.0
+
 
 class GateError(Exception):
     """The bind call fails with this message; kube-scheduler requeues the pod."""
@@ -115,7 +127,11 @@ class PermitGate:
         clock: Callable[[], float] | None = None,
         partial_bind: PartialBindPolicy = PartialBindPolicy.DELETE_BOUND,
         deleter: PodDeleter | None = None,
+        victim_hold_seconds: float = VICTIM_HOLD_SECONDS,
+        victim_answer_delay_seconds: float = VICTIM_ANSWER_DELAY_SECONDS,
     ) -> None:
+        self._victim_hold_seconds = victim_hold_seconds
+        self._victim_answer_delay_seconds = victim_answer_delay_seconds
         self._partial_bind = partial_bind
         self._deleter = deleter
         self._waker = waker
@@ -128,6 +144,10 @@ class PermitGate:
         self._groups: dict[str, _Group] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._settle_listeners: list[SettleListener] = []
+        # pod uid -> when the preempt verb accepted it as a victim.
+        self._victims: dict[str, float] = {}
+        # pod key -> a released victim's waiter and its message, not answered yet.
+        self._held_victims: dict[str, tuple[Waiter, str]] = {}
         state.add_pod_listener(self._on_pod_change)
 
     def add_settle_listener(self, listener: SettleListener) -> None:
@@ -150,6 +170,9 @@ class PermitGate:
         if group is None:
             group = self._groups[spec.key] = _Group(spec)
         group.spec = spec
+        held = self._held_victims.pop(pod.key, None)
+        if held is not None:
+            self._release(held[0], held[1])
         previous = group.waiting.pop(pod.key, None)
         if previous is not None:
             self._release(previous, "superseded by a newer bind request for the same pod")
@@ -193,6 +216,15 @@ class PermitGate:
     def waiting_groups(self) -> dict[str, list[Waiter]]:
         return {k: list(g.waiting.values()) for k, g in self._groups.items() if g.waiting}
 
+    def note_victims(self, uids: list[str]) -> None:
+        """The preempt verb accepted these pods as victims: hold them until they are gone."""
+        now = self._now()
+        if len(self._victims) > 10_000:
+            cutoff = now - _VICTIM_MEMORY_SECONDS
+            self._victims = {u: t for u, t in self._victims.items() if t >= cutoff}
+        for uid in uids:
+            self._victims[uid] = now
+
     async def drain(self) -> None:
         """Wait for bindings in flight (used at shutdown and by tests)."""
         while self._tasks:
@@ -221,7 +253,10 @@ class PermitGate:
         """Answer every waiter with an error (shutdown): nothing stays reserved."""
         for group in list(self._groups.values()):
             for waiter in list(group.waiting.values()):
-                self._drop(group, waiter, reason)
+                self._drop(group, waiter, reason, hold=False)
+        for waiter, _ in self._held_victims.values():
+            self._release(waiter, reason)
+        self._held_victims.clear()
 
     # ---- internals --------------------------------------------------------------
 
@@ -442,11 +477,46 @@ class PermitGate:
         more = f" and {len(unplaced) - _MAX_REASONS} more" if len(unplaced) > _MAX_REASONS else ""
         return f"; not placed: {'; '.join(parts)}{more}"
 
-    def _drop(self, group: _Group, waiter: Waiter, message: str) -> None:
+    def _drop(
+        self, group: _Group, waiter: Waiter, message: str, *, hold: bool = True, gone: bool = False
+    ) -> None:
+        """Take a waiter out of its group and answer it.
+
+        A preemption victim (with `hold`) is answered later: a moment after its
+        pod is `gone`, else when the victim hold runs out (see VICTIM_HOLD_SECONDS).
+        """
         group.waiting.pop(waiter.pod_key, None)
-        self._release(waiter, message)
+        if hold and self._is_victim(waiter):
+            delay = self._victim_answer_delay_seconds if gone else self._victim_hold_seconds
+            self._hold_victim(waiter, message, delay)
+        else:
+            self._release(waiter, message)
         if not group.waiting and not group.binding:
             self._groups.pop(group.spec.key, None)
+
+    def _is_victim(self, waiter: Waiter) -> bool:
+        noted = self._victims.get(waiter.uid)
+        return noted is not None and self._now() - noted < _VICTIM_MEMORY_SECONDS
+
+    def _hold_victim(self, waiter: Waiter, message: str, seconds: float) -> None:
+        """Answer a preemption victim later (see VICTIM_HOLD_SECONDS); it is never bound."""
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        log.debug(
+            "preemption victim answered in %gs",
+            seconds,
+            extra={"pod": waiter.pod_key, "node": waiter.node, "verb": "bind"},
+        )
+        self._held_victims[waiter.pod_key] = (waiter, message)
+        waiter.timer = asyncio.get_running_loop().call_later(
+            seconds, self._answer_victim, waiter, message
+        )
+
+    def _answer_victim(self, waiter: Waiter, message: str) -> None:
+        if self._held_victims.get(waiter.pod_key, (None, ""))[0] is waiter:
+            del self._held_victims[waiter.pod_key]
+            self._victims.pop(waiter.uid, None)
+            self._release(waiter, message)
 
     def _release(self, waiter: Waiter, message: str) -> None:
         if waiter.timer is not None:
@@ -463,7 +533,13 @@ class PermitGate:
 
     def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         pod = old or new
-        if pod is None or pod.group is None:
+        if pod is None:
+            return
+        held = self._held_victims.get(pod.key)
+        if held is not None and (new is None or new.deleting or new.uid != held[0].uid):
+            # Gone: answer once kube-scheduler has seen the deletion of its assumed pod.
+            self._hold_victim(held[0], held[1], self._victim_answer_delay_seconds)
+        if pod.group is None:
             return
         group = self._groups.get(pod.group.key)
         if group is None:
@@ -482,7 +558,9 @@ class PermitGate:
                 )
             if reason is not None:
                 log.info(reason, extra={"pod": pod.key, "podgroup": group.spec.key})
-                self._drop(group, waiter, reason)
+                gone = new is None or new.uid != waiter.uid or new.deleting
+                # A victim's deletion is answered a moment later; a pod bound elsewhere now.
+                self._drop(group, waiter, reason, hold=gone, gone=gone)
                 return
         if new is not None and new.node_name and (old is None or not old.node_name):
             # A sibling's binding became visible: the waiting wave may be complete.

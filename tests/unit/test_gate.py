@@ -175,3 +175,84 @@ async def test_release_all_answers_every_waiter() -> None:
     with pytest.raises(GateError, match="shutting down"):
         await a
     assert state.free_resources()["cpu"] == 8000
+
+
+def victim_gate(
+    members: int, min_member: int
+) -> tuple[ClusterState, PermitGate, Metrics, GroupSpec]:
+    state = ClusterState()
+    state.replace_nodes([node("n1"), node("n2")])
+    for i in range(members):
+        state.apply_pod(pod(f"p{i}", group="g"))
+    metrics = Metrics()
+    gate = PermitGate(
+        state,
+        Admission(3),
+        RecordingBinder(),
+        metrics,
+        victim_hold_seconds=0.3,
+        victim_answer_delay_seconds=0.05,
+    )
+    return state, gate, metrics, GroupSpec("default/g", min_member)
+
+
+async def test_released_preemption_victim_is_answered_after_its_deletion() -> None:
+    # kube-scheduler retries the preemptor only when the deleted victim is still assumed.
+    state, gate, metrics, spec = victim_gate(3, 3)
+    victim = state.pods["default/p0"]
+    held = asyncio.create_task(gate.admit(victim, "n1", spec, 30))
+    other = asyncio.create_task(gate.admit(state.pods["default/p1"], "n1", spec, 30))
+    await asyncio.sleep(0.01)
+    gate.note_victims([victim.uid])
+    released = gate.release_group(spec.key, "gang released")
+    assert sorted(m.name for m in released) == ["p0", "p1"]
+    with pytest.raises(GateError, match="gang released"):
+        await other
+    await asyncio.sleep(0.1)
+    assert not held.done()  # still assumed by kube-scheduler, never bound
+    assert gate.waiting(spec.key) == []
+    state.delete_pod("default", "p0")
+    await asyncio.sleep(0.01)
+    assert not held.done()
+    with pytest.raises(GateError, match="gang released"):
+        await asyncio.wait_for(held, 1)
+    assert gauge(metrics, "gang_extender_gate_waiting_pods") == 0
+
+
+async def test_victim_that_is_not_deleted_is_answered_when_the_hold_runs_out() -> None:
+    state, gate, _, spec = victim_gate(2, 2)
+    victim = state.pods["default/p0"]
+    held = asyncio.create_task(gate.admit(victim, "n1", spec, 30))
+    await asyncio.sleep(0.01)
+    gate.note_victims([victim.uid])
+    gate.release_group(spec.key, "gang released")
+    await asyncio.sleep(0.1)
+    assert not held.done()
+    with pytest.raises(GateError, match="gang released"):
+        await asyncio.wait_for(held, 1)
+    assert state.free_resources()["cpu"] == 8000
+
+
+async def test_waiting_victim_deleted_is_answered_a_moment_later_and_never_counts() -> None:
+    state, gate, _, spec = victim_gate(3, 2)
+    victim = state.pods["default/p0"]
+    held = asyncio.create_task(gate.admit(victim, "n1", spec, 30))
+    await asyncio.sleep(0.01)
+    gate.note_victims([victim.uid])
+    state.delete_pod("default", "p0")
+    await asyncio.sleep(0.01)
+    assert not held.done() and gate.waiting(spec.key) == []
+    with pytest.raises(GateError, match="was deleted while waiting"):
+        await asyncio.wait_for(held, 1)
+
+
+async def test_shutdown_answers_held_victims_at_once() -> None:
+    state, gate, _, spec = victim_gate(2, 2)
+    victim = state.pods["default/p0"]
+    held = asyncio.create_task(gate.admit(victim, "n1", spec, 30))
+    await asyncio.sleep(0.01)
+    gate.note_victims([victim.uid])
+    gate.release_group(spec.key, "gang released")
+    gate.release_all("shutting down")
+    with pytest.raises(GateError, match="shutting down"):
+        await asyncio.wait_for(held, 0.05)
