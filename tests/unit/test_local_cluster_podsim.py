@@ -194,14 +194,7 @@ class RecordingApi(Api):
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: float = 10.0,
-    ) -> tuple[int, Any]:
+    def request(self, method: str, path: str, *args: Any, **kwargs: Any) -> tuple[int, Any]:
         if method == "GET" and path.startswith("/api/v1/nodes/"):
             name = path.rsplit("/", 1)[1]
             labels = {"type": "fake-node"} if name == FAKE else {}
