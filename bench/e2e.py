@@ -766,9 +766,12 @@ class Runner:
 
 
 def _local_cluster_module() -> Any:
-    """hack/local_cluster.py, imported after the bench's ports and state dir are set."""
+    """The hack/local_cluster package with the modules the bench uses."""
     sys.path.insert(0, str(REPO / "hack"))
-    import local_cluster
+    import local_cluster.api
+    import local_cluster.layout
+    import local_cluster.nodes
+    import local_cluster.toolchain
 
     return local_cluster
 
@@ -796,15 +799,14 @@ def _local_cluster(*args: str) -> str:
 
 def add_nodes(lc: Any, first: int, last: int) -> None:
     """Fake nodes node-first..node-last, created concurrently (hack/local_cluster's shape)."""
-    layout = lc.Layout(BENCH_DIR.resolve())
-    api = lc.Api(layout)
-    shape = lc.NodeShape(
+    api = lc.api.Api(lc.layout.Config.from_env(_env()))
+    shape = lc.nodes.NodeShape(
         cpu=NODE_SHAPE["cpu"], memory=NODE_SHAPE["memory"], pods=NODE_SHAPE["pods"]
     )
-    version = lc.read_versions()["KUBE_VERSION"]
+    version = lc.toolchain.read_versions()["KUBE_VERSION"]
     with ThreadPoolExecutor(8) as pool:
         futures = [
-            pool.submit(lc.create_fake_node, api, f"node-{i}", shape, version)
+            pool.submit(lc.nodes.create_fake_node, api, f"node-{i}", shape, version)
             for i in range(first, last + 1)
         ]
         for future in futures:
@@ -932,14 +934,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     match = re.search(r"^export KUBECONFIG=(\S+)$", out, re.MULTILINE)
     assert match, out
     kubeconfig = match.group(1)
-    layout = lc.Layout(BENCH_DIR.resolve())
-    bin_dir = lc.build_kube()
+    config = lc.layout.Config.from_env(_env())
+    layout = config.layout
+    bin_dir = lc.toolchain.build_kube()
     extender_port = 18888 + PORT_OFFSET
     cluster = Cluster(
         kubeconfig=kubeconfig,
         scheduler_kubeconfig=str(layout.kubeconfig_for("kube-scheduler")),
         bin_dir=bin_dir,
-        scheduler_port=lc.SCHEDULER_PORT,
+        scheduler_port=config.ports.scheduler,
         work_dir=layout.root,
         extender_url=f"http://127.0.0.1:{extender_port}/scheduler",
     )
@@ -1056,7 +1059,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": "python bench/e2e.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "duration": time.monotonic() - began,
         "machine": f"{platform.machine()} {cpu}, {os.cpu_count()} CPUs, {mem_gb:.0f} GiB",
-        "kube_version": lc.read_versions()["KUBE_VERSION"],
+        "kube_version": lc.toolchain.read_versions()["KUBE_VERSION"],
         "python": platform.python_version(),
         "qps": args.qps,
         "cases": results,
