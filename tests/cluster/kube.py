@@ -2,39 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import time
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from app.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, GroupApi
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.25
-) -> Any:
-    """Poll until condition() is truthy and return it; fail with `what` when the time is up."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
-
-
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after 10 s: how every test stops the processes it started."""
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+from app.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, XK8S_API, GroupApi
 
 
 class Kube:
@@ -64,13 +37,13 @@ class Kube:
         if min_resources:
             spec["minResources"] = min_resources
         self.custom.create_namespaced_custom_object(
-            "scheduling.x-k8s.io",
-            "v1alpha1",
+            XK8S_API.group,
+            XK8S_API.version,
             namespace,
-            "podgroups",
+            XK8S_API.plural,
             {
-                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-                "kind": "PodGroup",
+                "apiVersion": XK8S_API.api_version,
+                "kind": XK8S_API.kind,
                 "metadata": {"name": name},
                 "spec": spec,
             },
@@ -94,7 +67,7 @@ class Kube:
             VOLCANO_API.plural,
             {
                 "apiVersion": VOLCANO_API.api_version,
-                "kind": "PodGroup",
+                "kind": VOLCANO_API.kind,
                 "metadata": {"name": name},
                 "spec": spec,
             },
@@ -108,7 +81,7 @@ class Kube:
             NATIVE_API.plural,
             {
                 "apiVersion": NATIVE_API.api_version,
-                "kind": "PodGroup",
+                "kind": NATIVE_API.kind,
                 "metadata": {"name": name},
                 "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
             },

@@ -25,9 +25,10 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from app.groups import POD_GROUP_LABEL
+from hack.clusterkit import stop_process, wait_for
 from tests.cluster.chart_pod import lease_holder, run_chart_pod, schedule_gang
-from tests.cluster.conftest import Extender
-from tests.cluster.kube import Kube, stop_process, wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import Extender
 from tests.packaging.helm import (
     CHART,
     FULL_SET,

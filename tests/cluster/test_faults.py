@@ -21,7 +21,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -34,16 +33,10 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from hack.clusterkit import local_cluster, start_extender, wait_for
 from tests.cluster.chart_pod import free_port
-from tests.cluster.conftest import (
-    CLUSTER_DIR,
-    EXTENDER_PORT,
-    PORT_OFFSET,
-    UP_ARGS,
-    Extender,
-    local_cluster,
-)
-from tests.cluster.kube import Kube, wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import CLUSTER_DIR, EXTENDER_PORT, PORT_OFFSET, UP_ARGS, Extender
 from tests.fuzz import fuzz_request
 
 ETCD_URL = f"http://127.0.0.1:{22379 + PORT_OFFSET}"
@@ -695,27 +688,10 @@ def _token_kubeconfig(config: dict[str, Any], token: str, into: Path) -> Path:
 
 def _run_briefly(handle: Extender, port: int) -> None:
     """Start an extender on `port`, let it list and watch, and stop it."""
-    with handle.log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "app",
-                "serve",
-                "--kubeconfig",
-                handle.kubeconfig,
-                "--port",
-                str(port),
-                "--log-level",
-                "debug",
-            ],
-            cwd=Path(__file__).resolve().parents[2],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    handle.process = process
+    handle.process = start_extender(
+        handle.kubeconfig, port, handle.log_path, ("--log-level", "debug"), timeout=60
+    )
     try:
-        wait_for(handle._ready, 60, "the token-authenticated extender ready")
         # A binding for a pod that does not exist: one more authenticated API call.
         request = urllib.request.Request(
             f"{handle.url}/scheduler/bind",

@@ -15,8 +15,9 @@ import time
 import urllib.request
 from typing import Any
 
-from tests.cluster.conftest import DENIED_SECONDS, PERMIT_WAIT_SECONDS, Extender
-from tests.cluster.kube import Kube, wait_for
+from hack.clusterkit import wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import DENIED_SECONDS, PERMIT_WAIT_SECONDS, Extender
 
 EXIT_AFTER = "local-cluster.dev/exit-after-seconds"
 EXIT_PHASE = "local-cluster.dev/exit-phase"

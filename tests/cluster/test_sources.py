@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 from app.groups import NATIVE_API, VOLCANO_API, XK8S_API, GroupApi
-from tests.cluster.conftest import PERMIT_WAIT_SECONDS, REPO, Extender
-from tests.cluster.kube import Kube, wait_for
+from hack.clusterkit import REPO, wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import PERMIT_WAIT_SECONDS, Extender
 from tests.packaging.helm import kube_bin
 
 EXAMPLES = REPO / "deploy" / "examples" / "sources"
