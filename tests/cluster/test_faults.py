@@ -33,6 +33,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from app.groups import XK8S_API
 from hack.clusterkit import local_cluster, start_extender, wait_for
 from tests.cluster.chart_pod import free_port
 from tests.cluster.kube import Kube
@@ -160,7 +161,9 @@ def compact_etcd() -> int:
 def fresh_caches(kube: Kube) -> dict[str, Any]:
     """What /debug/caches must equal: a fresh list from the API server."""
     pods = kube.core.list_pod_for_all_namespaces().items
-    groups = kube.custom.list_cluster_custom_object("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+    groups = kube.custom.list_cluster_custom_object(
+        XK8S_API.group, XK8S_API.version, XK8S_API.plural
+    )
     return {
         "pods": {
             f"{p.metadata.namespace}/{p.metadata.name}": {

@@ -15,6 +15,7 @@ import time
 import urllib.request
 from typing import Any
 
+from app.groups import XK8S_API
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import DENIED_SECONDS, PERMIT_WAIT_SECONDS, Extender
@@ -46,9 +47,7 @@ def create_pod(
 
 
 def podgroup_status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    obj = kube.custom.get_namespaced_custom_object(
-        "scheduling.x-k8s.io", "v1alpha1", namespace, "podgroups", name
-    )
+    obj = kube.group_object(XK8S_API, namespace, name)
     status: dict[str, Any] = obj.get("status") or {}
     return status
 
@@ -171,7 +170,7 @@ def test_gang_lifecycle_status_events_and_metrics(
     )[0]
     assert waiting.type == "Normal"
     assert "current pods number: 2, minMember of group: 3" in waiting.message
-    assert waiting.involved_object.api_version == "scheduling.x-k8s.io/v1alpha1"
+    assert waiting.involved_object.api_version == XK8S_API.api_version
     assert not reasons(kube, namespace, "Pod", "train-0") & {"WaitingForSiblings"}
     assert phases.poll()["phase"] == "Pending"
 

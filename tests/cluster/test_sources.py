@@ -163,7 +163,7 @@ def check_status(
                 namespace,
                 "wait",
                 "--for=condition=Scheduled",
-                f"podgroups.scheduling.x-k8s.io/{name}",
+                f"{XK8S_API.plural}.{XK8S_API.group}/{name}",
                 "--timeout=30s",
             ],
             capture_output=True,
@@ -203,7 +203,7 @@ def test_a_source_switched_off_leaves_its_pods_alone(
 ) -> None:
     extender.restart(*extender.extra_args, "--volcano-podgroups", "off")
     try:
-        assert "volcano PodGroups (scheduling.volcano.sh/v1beta1) are off" in extender.log()
+        assert f"volcano PodGroups ({VOLCANO_API.api_version}) are off" in extender.log()
         kube.create_volcano_podgroup(namespace, "tf", 3)
         kube.create_pod(namespace, "alone", annotations={"scheduling.k8s.io/group-name": "tf"})
         # An ordinary pod for gang-extender now: bound without its 2 missing siblings.
