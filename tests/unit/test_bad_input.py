@@ -37,7 +37,7 @@ from app.state import ClusterState, podgroup_record_from
 from app.wire import WireError, parse_binding_args, parse_extender_args, parse_preempt_args
 from tests.fuzz import any_json, fuzz_request
 from tests.unit.builders import node, pod, podgroup
-from tests.unit.test_extender import FakePodApi
+from tests.unit.fakes import FakePodApi
 
 LIMIT = 256 * 1024
 # Every 400 names what is wrong: a field of the verb's wire format, or the body itself.

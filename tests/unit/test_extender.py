@@ -15,16 +15,7 @@ from app.metrics import Metrics
 from app.routes import create_app
 from app.state import ClusterState
 from tests.unit.builders import node, pod, podgroup
-from tests.unit.test_gate import RecordingBinder
-
-
-class FakePodApi(RecordingBinder):
-    def __init__(self, pods: dict[str, dict[str, Any]] | None = None) -> None:
-        super().__init__()
-        self.pods = pods or {}
-
-    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.pods.get(f"{namespace}/{name}")
+from tests.unit.fakes import FakePodApi
 
 
 class World:

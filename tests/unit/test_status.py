@@ -34,6 +34,7 @@ from app.status import (
     write_status,
 )
 from tests.unit.builders import node, pod, podgroup
+from tests.unit.fakes import Clock
 
 # ---- compute_status: the phase as a pure function --------------------------------------
 
@@ -313,14 +314,6 @@ def test_a_terminal_phase_is_kept_until_new_members_arrive() -> None:
 
 
 # ---- PodGroupStatus: batching and the metric ----------------------------------------------
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
