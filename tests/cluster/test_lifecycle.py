@@ -15,15 +15,13 @@ import time
 import urllib.request
 from typing import Any
 
-from app.groups import XK8S_API
+from app.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL, XK8S_API
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import DENIED_SECONDS, PERMIT_WAIT_SECONDS, Extender
 
 EXIT_AFTER = "local-cluster.dev/exit-after-seconds"
 EXIT_PHASE = "local-cluster.dev/exit-phase"
-LIGHT_NAME = "pod-group.scheduling.sigs.k8s.io/name"
-LIGHT_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -307,7 +305,7 @@ def test_insufficient_resources_event_names_the_gap(kube: Kube, namespace: str) 
 def test_label_only_group_events_go_on_the_pods(
     kube: Kube, namespace: str, extender: Extender
 ) -> None:
-    labels = {LIGHT_NAME: "light", LIGHT_MIN: "3"}
+    labels = {LIGHT_NAME_LABEL: "light", LIGHT_MIN_AVAILABLE_LABEL: "3"}
     for i in range(2):
         create_pod(kube, namespace, f"light-{i}", labels=labels)
 

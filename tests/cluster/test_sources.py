@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.groups import NATIVE_API, VOLCANO_API, XK8S_API, GroupApi
+from app.groups import NATIVE_API, VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS, XK8S_API, GroupApi
 from hack.clusterkit import REPO, wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import PERMIT_WAIT_SECONDS, Extender
@@ -205,7 +205,7 @@ def test_a_source_switched_off_leaves_its_pods_alone(
     try:
         assert f"volcano PodGroups ({VOLCANO_API.api_version}) are off" in extender.log()
         kube.create_volcano_podgroup(namespace, "tf", 3)
-        kube.create_pod(namespace, "alone", annotations={"scheduling.k8s.io/group-name": "tf"})
+        kube.create_pod(namespace, "alone", annotations={VOLCANO_GROUP_ANNOTATIONS[0]: "tf"})
         # An ordinary pod for gang-extender now: bound without its 2 missing siblings.
         wait_for(lambda: "alone" in kube.bound(namespace), 30, "the pod bound on its own")
     finally:

@@ -25,6 +25,9 @@ from app.admission import Admission
 from app.extender import GangExtender, WaitPolicy
 from app.gate import PermitGate
 from app.groups import (
+    LIGHT_MIN_AVAILABLE_LABEL,
+    LIGHT_NAME_LABEL,
+    POD_GROUP_LABEL,
     GroupLabelError,
     PodGroupSpecError,
     group_ref_of,
@@ -164,9 +167,9 @@ def test_podgroup_spec_parser_raises_only_spec_errors_naming_the_field(spec: Any
     labels=st.dictionaries(
         st.sampled_from(
             [
-                "scheduling.x-k8s.io/pod-group",
-                "pod-group.scheduling.sigs.k8s.io/name",
-                "pod-group.scheduling.sigs.k8s.io/min-available",
+                POD_GROUP_LABEL,
+                LIGHT_NAME_LABEL,
+                LIGHT_MIN_AVAILABLE_LABEL,
                 "app",
             ]
         ),

@@ -24,6 +24,7 @@ from app.events import (
     TokenBucket,
 )
 from app.extender import BAD_GROUP, WaitPolicy
+from app.groups import XK8S_API
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState
@@ -216,8 +217,8 @@ def test_waiting_for_siblings_goes_on_the_podgroup_only() -> None:
     events.member_rejected(A, "default/g", TOO_FEW_SIBLINGS, "cannot find enough sibling pods")
     [(ref, type_, reason, message)] = recorded.events
     assert (ref.kind, ref.api_version, ref.name, ref.uid) == (
-        "PodGroup",
-        "scheduling.x-k8s.io/v1alpha1",
+        XK8S_API.kind,
+        XK8S_API.api_version,
         "g",
         "pg-g",
     )

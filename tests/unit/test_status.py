@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from app.groups import SOURCE_NATIVE, SOURCE_VOLCANO
+from app.groups import SOURCE_NATIVE, SOURCE_VOLCANO, VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState, PodRecord, pod_record_from
@@ -494,8 +494,8 @@ async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
 ) -> None:
     state = ClusterState()
     volcano = {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "PodGroup",
+        "apiVersion": VOLCANO_API.api_version,
+        "kind": VOLCANO_API.kind,
         "metadata": {"name": "v", "namespace": "default", "uid": "pg-v", "resourceVersion": "3"},
         "spec": {"minMember": 2, "queue": "research"},
     }
@@ -516,7 +516,7 @@ async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
         apis={SOURCE_VOLCANO: volcano_api},
     )
     for name in "ab":
-        annotations = {"scheduling.k8s.io/group-name": "v"}
+        annotations = {VOLCANO_GROUP_ANNOTATIONS[0]: "v"}
         raw = pod(f"v-{name}", node="n1", phase="Running")
         raw["metadata"]["annotations"] = annotations
         state.apply_pod(raw)
