@@ -34,12 +34,14 @@ from app.groups import POD_GROUP_LABEL, XK8S_API
 from hack.clusterkit import (
     REPO,
     api_client,
+    create_group,
     kubeconfig_of,
     local_cluster,
     sample,
     scrape,
     start_extender,
     stop_process,
+    wait_for_default_service_account,
 )
 
 EXIT_AFTER = "local-cluster.dev/exit-after-seconds"
@@ -146,18 +148,7 @@ def run_gangs(
     custom: Any = k8s.CustomObjectsApi(client)
     gangs = {f"g{i:02d}": GangLog(size) for i, size in enumerate(sizes)}
     for name, gang in gangs.items():
-        custom.create_namespaced_custom_object(
-            XK8S_API.group,
-            XK8S_API.version,
-            namespace,
-            XK8S_API.plural,
-            {
-                "apiVersion": XK8S_API.api_version,
-                "kind": XK8S_API.kind,
-                "metadata": {"name": name},
-                "spec": {"minMember": gang.size},
-            },
-        )
+        create_group(custom, XK8S_API, namespace, name, {"minMember": gang.size})
     bodies = [
         {
             "metadata": {
@@ -241,8 +232,7 @@ def _measure(
         core: Any = k8s.CoreV1Api(api)
         namespace = f"contention-{'on' if feasibility else 'off'}-{int(time.time())}"
         core.create_namespace({"metadata": {"name": namespace}})
-        while not core.list_namespaced_service_account(namespace).items:
-            time.sleep(0.2)
+        wait_for_default_service_account(core, namespace)
         result = run_gangs(
             api, namespace, sizes, work_seconds=work, capacity_cpus=NODES * NODE_CPU, timeout=900
         )

@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hack.clusterkit import (
     REPO,
     api_client,
+    create_group,
     http_text,
     kubeconfig_of,
     local_cluster,
@@ -70,6 +71,7 @@ from hack.clusterkit import (
     start_extender,
     stop_process,
     wait_for,
+    wait_for_default_service_account,
 )
 
 BENCH_DIR = REPO / ".local-cluster-bench"
@@ -490,14 +492,7 @@ class Runner:
         except ApiException as err:
             if err.status != 409:
                 raise
-        wait_for(
-            lambda: any(
-                sa.metadata.name == "default"
-                for sa in self.core.list_namespaced_service_account(name).items
-            ),
-            60,
-            f"the default ServiceAccount in {name}",
-        )
+        wait_for_default_service_account(self.core, name)
 
     def create_many(self, bodies: Sequence[Callable[[], None]], threads: int = 12) -> None:
         with ThreadPoolExecutor(threads) as pool:
@@ -527,18 +522,7 @@ class Runner:
         )
 
         def create(name: str) -> Callable[[], None]:
-            return lambda: self.custom.create_namespaced_custom_object(
-                api.group,
-                api.version,
-                namespace,
-                api.plural,
-                {
-                    "apiVersion": api.api_version,
-                    "kind": api.kind,
-                    "metadata": {"name": name},
-                    "spec": spec,
-                },
-            )
+            return lambda: create_group(self.custom, api, namespace, name, spec)
 
         self.create_many([create(n) for n in names])
 

@@ -10,8 +10,8 @@ Imported as `hack.clusterkit` (hack/ is a namespace package, the repository
 root is on sys.path: pytest puts it there, `python -m bench...` runs from
 it, and the scripts run by path insert it). mypy checks it through its
 importers: listing the file in pyproject's `files` would name it
-`clusterkit`, not `hack.clusterkit`. Standard library, the kubernetes client
-and prometheus-client's parser only (all already dependencies of the project).
+`clusterkit`, not `hack.clusterkit`. Standard library, the kubernetes client,
+prometheus-client's parser and app.groups (the API coordinates) only.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from prometheus_client.parser import text_string_to_metric_families
+
+from app.groups import GroupApi
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
@@ -203,3 +205,33 @@ def api_client(kubeconfig: str, pool_size: int | None = None) -> k8s.ApiClient:
     if pool_size is not None:
         configuration.connection_pool_maxsize = pool_size
     return k8s.ApiClient(configuration)
+
+
+def wait_for_default_service_account(core: Any, namespace: str, timeout: float = 60) -> None:
+    """A new namespace admits pods only once the controller manager gave it its ServiceAccount."""
+    wait_for(
+        lambda: any(
+            account.metadata.name == "default"
+            for account in core.list_namespaced_service_account(namespace).items
+        ),
+        timeout,
+        f"the default ServiceAccount in {namespace}",
+    )
+
+
+def create_group(
+    custom: Any, api: GroupApi, namespace: str, name: str, spec: Mapping[str, Any]
+) -> None:
+    """Create a group object of `api` (x-k8s, Volcano or native PodGroup) with this spec."""
+    custom.create_namespaced_custom_object(
+        api.group,
+        api.version,
+        namespace,
+        api.plural,
+        {
+            "apiVersion": api.api_version,
+            "kind": api.kind,
+            "metadata": {"name": name},
+            "spec": dict(spec),
+        },
+    )

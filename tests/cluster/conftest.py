@@ -17,7 +17,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from hack.clusterkit import api_client, kubeconfig_of, local_cluster, wait_for
+from hack.clusterkit import (
+    api_client,
+    kubeconfig_of,
+    local_cluster,
+    wait_for_default_service_account,
+)
 from tests.cluster.kube import Kube
 from tests.cluster.session import CLUSTER_DIR, UP_ARGS, Extender, apply_test_crds
 
@@ -59,14 +64,7 @@ def namespace(kube: Kube, extender: Extender, request: pytest.FixtureRequest) ->
     base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
     name = f"{base}-{uuid.uuid4().hex[:5]}"
     kube.core.create_namespace({"metadata": {"name": name}})
-    wait_for(
-        lambda: any(
-            sa.metadata.name == "default"
-            for sa in kube.core.list_namespaced_service_account(name).items
-        ),
-        30,
-        f"the default ServiceAccount in {name}",
-    )
+    wait_for_default_service_account(kube.core, name, 30)
     yield name
     for deployment in kube.apps.list_namespaced_deployment(name).items:
         kube.apps.delete_namespaced_deployment(deployment.metadata.name, name)

@@ -8,6 +8,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from app.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, XK8S_API, GroupApi
+from hack.clusterkit import create_group
 
 
 class Kube:
@@ -36,18 +37,7 @@ class Kube:
             spec["scheduleTimeoutSeconds"] = timeout
         if min_resources:
             spec["minResources"] = min_resources
-        self.custom.create_namespaced_custom_object(
-            XK8S_API.group,
-            XK8S_API.version,
-            namespace,
-            XK8S_API.plural,
-            {
-                "apiVersion": XK8S_API.api_version,
-                "kind": XK8S_API.kind,
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
+        create_group(self.custom, XK8S_API, namespace, name, spec)
 
     def create_volcano_podgroup(
         self,
@@ -60,31 +50,15 @@ class Kube:
         spec: dict[str, Any] = {"minMember": min_member, "queue": "default"}
         if min_task_member:
             spec["minTaskMember"] = min_task_member
-        self.custom.create_namespaced_custom_object(
-            VOLCANO_API.group,
-            VOLCANO_API.version,
-            namespace,
-            VOLCANO_API.plural,
-            {
-                "apiVersion": VOLCANO_API.api_version,
-                "kind": VOLCANO_API.kind,
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
+        create_group(self.custom, VOLCANO_API, namespace, name, spec)
 
     def create_native_podgroup(self, namespace: str, name: str, min_count: int) -> None:
-        self.custom.create_namespaced_custom_object(
-            NATIVE_API.group,
-            NATIVE_API.version,
+        create_group(
+            self.custom,
+            NATIVE_API,
             namespace,
-            NATIVE_API.plural,
-            {
-                "apiVersion": NATIVE_API.api_version,
-                "kind": NATIVE_API.kind,
-                "metadata": {"name": name},
-                "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
-            },
+            name,
+            {"schedulingPolicy": {"gang": {"minCount": min_count}}},
         )
 
     def group_object(self, api: GroupApi, namespace: str, name: str) -> dict[str, Any]:

@@ -34,7 +34,12 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from app.groups import XK8S_API
-from hack.clusterkit import local_cluster, start_extender, wait_for
+from hack.clusterkit import (
+    local_cluster,
+    start_extender,
+    wait_for,
+    wait_for_default_service_account,
+)
 from tests.cluster.chart_pod import free_port
 from tests.cluster.kube import Kube
 from tests.cluster.session import CLUSTER_DIR, EXTENDER_PORT, PORT_OFFSET, UP_ARGS, Extender
@@ -657,14 +662,7 @@ def _service_account_token(kube: Kube) -> str:
     except ApiException as err:
         if err.status != 409:
             raise
-    wait_for(
-        lambda: any(
-            sa.metadata.name == "default"
-            for sa in kube.core.list_namespaced_service_account("kube-system").items
-        ),
-        30,
-        "the kube-system default ServiceAccount",
-    )
+    wait_for_default_service_account(kube.core, "kube-system", 30)
     request = kube.core.create_namespaced_service_account_token(
         "default", "kube-system", {"spec": {"expirationSeconds": 600}}
     )
