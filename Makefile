@@ -54,8 +54,8 @@ manifests: helm ## render the chart into deploy/manifests/gang-extender.yaml (ku
 	mv $(MANIFESTS).tmp $(MANIFESTS)
 
 lint: $(STAMP) ## ruff lint and format check
-	$(BIN)/ruff check app tests bench hack/local_cluster hack/local-cluster hack/demo.py
-	$(BIN)/ruff format --check app tests bench hack/local_cluster hack/local-cluster hack/demo.py
+	$(BIN)/ruff check app tests bench hack/local_cluster hack/local-cluster hack/demo.py hack/clusterkit.py
+	$(BIN)/ruff format --check app tests bench hack/local_cluster hack/local-cluster hack/demo.py hack/clusterkit.py
 
 typecheck: $(STAMP) ## mypy --strict
 	$(BIN)/mypy

@@ -23,19 +23,28 @@ import argparse
 import json
 import os
 import random
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from app.groups import POD_GROUP_LABEL, XK8S_API
+from hack.clusterkit import (
+    REPO,
+    api_client,
+    create_group,
+    kubeconfig_of,
+    local_cluster,
+    sample,
+    scrape,
+    start_extender,
+    stop_process,
+    wait_for_default_service_account,
+)
+
 EXIT_AFTER = "local-cluster.dev/exit-after-seconds"
-GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
 
 @dataclass
@@ -103,7 +112,7 @@ class _Watcher:
         bound: dict[str, int] = {}
         finished: dict[str, int] = {}
         for pod in pods:
-            group = (pod["metadata"].get("labels") or {}).get(GROUP_LABEL)
+            group = (pod["metadata"].get("labels") or {}).get(POD_GROUP_LABEL)
             if group is None:
                 continue
             if pod["spec"].get("nodeName"):
@@ -139,23 +148,12 @@ def run_gangs(
     custom: Any = k8s.CustomObjectsApi(client)
     gangs = {f"g{i:02d}": GangLog(size) for i, size in enumerate(sizes)}
     for name, gang in gangs.items():
-        custom.create_namespaced_custom_object(
-            "scheduling.x-k8s.io",
-            "v1alpha1",
-            namespace,
-            "podgroups",
-            {
-                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-                "kind": "PodGroup",
-                "metadata": {"name": name},
-                "spec": {"minMember": gang.size},
-            },
-        )
+        create_group(custom, XK8S_API, namespace, name, {"minMember": gang.size})
     bodies = [
         {
             "metadata": {
                 "name": f"{name}-{i}",
-                "labels": {GROUP_LABEL: name},
+                "labels": {POD_GROUP_LABEL: name},
                 "annotations": {EXIT_AFTER: f"{work_seconds:g}"},
             },
             "spec": {
@@ -207,32 +205,6 @@ NODES = 4
 NODE_CPU = 14
 
 
-def _local_cluster(env: dict[str, str], *args: str) -> str:
-    result = subprocess.run(
-        [str(REPO / "hack" / "local-cluster"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise SystemExit(f"hack/local-cluster {' '.join(args)} failed:\n{result.stderr[-3000:]}")
-    return result.stdout
-
-
-def _extender_metric(url: str, name: str, **labels: str) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
-
-
 def _measure(
     kubeconfig: str,
     port: int,
@@ -243,64 +215,37 @@ def _measure(
     log: Path,
 ) -> tuple[Result, float]:
     from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
 
-    url = f"http://127.0.0.1:{port}"
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "app",
-                "serve",
-                "--kubeconfig",
-                kubeconfig,
-                "--port",
-                str(port),
-                "--permit-waiting-time-seconds",
-                f"{wait:g}",
-                "--gang-feasibility",
-                str(feasibility).lower(),
-            ],
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    process = start_extender(
+        kubeconfig,
+        port,
+        log,
+        (
+            "--permit-waiting-time-seconds",
+            f"{wait:g}",
+            "--gang-feasibility",
+            str(feasibility).lower(),
+        ),
+    )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/readyz", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise SystemExit(f"extender did not become ready; see {log}")
-            time.sleep(0.5)
-        configuration = k8s.Configuration()
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, client_configuration=configuration
-        )
-        api = k8s.ApiClient(configuration)
+        api = api_client(kubeconfig)
         core: Any = k8s.CoreV1Api(api)
         namespace = f"contention-{'on' if feasibility else 'off'}-{int(time.time())}"
         core.create_namespace({"metadata": {"name": namespace}})
-        while not core.list_namespaced_service_account(namespace).items:
-            time.sleep(0.2)
+        wait_for_default_service_account(core, namespace)
         result = run_gangs(
             api, namespace, sizes, work_seconds=work, capacity_cpus=NODES * NODE_CPU, timeout=900
         )
-        timeouts = _extender_metric(url, "gang_extender_gang_admissions_total", result="timeout")
+        timeouts = sample(
+            scrape(f"http://127.0.0.1:{port}"),
+            "gang_extender_gang_admissions_total",
+            result="timeout",
+        )
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
         core.delete_namespace(namespace)
         return result, timeouts
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_process(process)
 
 
 def main() -> None:
@@ -324,9 +269,8 @@ def main() -> None:
         "LOCAL_CLUSTER_PORT_OFFSET": str(BENCH_OFFSET),
     }
     port = 18888 + BENCH_OFFSET
-    _local_cluster(env, "down")
-    out = _local_cluster(
-        env,
+    local_cluster("down", env=env)
+    out = local_cluster(
         "up",
         "--nodes",
         str(NODES),
@@ -336,10 +280,9 @@ def main() -> None:
         "64Gi",
         "--extender-url",
         f"http://127.0.0.1:{port}/scheduler",
+        env=env,
     )
-    kubeconfig = next(
-        line.split("=", 1)[1] for line in out.splitlines() if line.startswith("export KUBECONFIG=")
-    )
+    kubeconfig = kubeconfig_of(out)
     sizes = gang_sizes(args.gangs, args.seed)
     figures: dict[str, Any] = {}
     try:
@@ -359,7 +302,7 @@ def main() -> None:
             print(f"  gate timeouts: {timeouts:g}")
             figures[mode] = {**result.__dict__, "ratio": result.ratio, "gate_timeouts": timeouts}
     finally:
-        _local_cluster(env, "down")
+        local_cluster("down", env=env)
     if "on" in figures and "off" in figures:
         print("side by side (feasibility on | off):")
         for key in ("makespan", "lower_bound", "ratio", "first_complete", "longest_partial"):

@@ -34,23 +34,46 @@ import json
 import math
 import os
 import platform
-import re
 import signal
 import ssl
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.groups import (
+    GROUP_APIS,
+    LIGHT_MIN_AVAILABLE_LABEL,
+    LIGHT_NAME_LABEL,
+    POD_GROUP_LABEL,
+    SOURCE_XK8S,
+)
 from app.kube_api import read_and_release
 
-REPO = Path(__file__).resolve().parent.parent
+# Run by path (`python bench/e2e.py`), sys.path[0] is bench/: the repository root makes hack/
+# importable (app/ comes from the editable install).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hack.clusterkit import (
+    REPO,
+    api_client,
+    create_group,
+    http_text,
+    kubeconfig_of,
+    local_cluster,
+    parse_metrics,
+    sample,
+    start_extender,
+    stop_process,
+    wait_for,
+    wait_for_default_service_account,
+)
+
 BENCH_DIR = REPO / ".local-cluster-bench"
 # Test slots use offsets 1000..8000 (tests/cluster/conftest.py); the bench takes 9700
 # (BENCH_PORT_OFFSET moves it if another cluster holds those ports).
@@ -64,11 +87,6 @@ GANG_SIZE = 8
 POD_CPU = "100m"
 POD_MEMORY = "64Mi"
 NODE_SHAPE = {"cpu": "32", "memory": "128Gi", "pods": 110}
-X_PODGROUP = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
-NATIVE_PODGROUP = ("scheduling.k8s.io", "v1beta1", "podgroups")
-POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-LIGHT_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
-LIGHT_MIN_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"
 
 
 # ---- pure helpers (unit-tested in tests/unit/test_bench_e2e.py) -----------------------
@@ -113,17 +131,15 @@ def bucket_delta(after: Buckets, before: Buckets) -> Buckets:
 
 def parse_histograms(text: str, name: str, label: str) -> dict[str, Buckets]:
     """`{label value: buckets}` of histogram `name` from a /metrics text (other labels summed)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     out: dict[str, Buckets] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name != f"{name}_bucket":
-                continue
-            key = sample.labels.get(label, "")
-            bound = float(sample.labels["le"])
-            buckets = out.setdefault(key, {})
-            buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    for (sample_name, pairs), value in parse_metrics(text).items():
+        if sample_name != f"{name}_bucket":
+            continue
+        labels = dict(pairs)
+        key = labels.get(label, "")
+        bound = float(labels["le"])
+        buckets = out.setdefault(key, {})
+        buckets[bound] = buckets.get(bound, 0.0) + value
     return out
 
 
@@ -207,7 +223,7 @@ def pod_body(
         labels[POD_GROUP_LABEL] = x_group
     if label_group:
         labels[LIGHT_NAME_LABEL] = label_group[0]
-        labels[LIGHT_MIN_LABEL] = str(label_group[1])
+        labels[LIGHT_MIN_AVAILABLE_LABEL] = str(label_group[1])
     spec: dict[str, Any] = {
         "schedulerName": scheduler_name,
         "automountServiceAccountToken": False,
@@ -358,25 +374,6 @@ def _insecure() -> ssl.SSLContext:
     return ctx
 
 
-def http_text(url: str, timeout: float = 10.0, context: ssl.SSLContext | None = None) -> str:
-    opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
-    )
-    with opener.open(url, timeout=timeout) as response:
-        return str(response.read().decode())
-
-
-def wait(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
 class BindWatch:
     """Watches a namespace for pods getting a node; remembers when each was first seen bound.
 
@@ -477,14 +474,8 @@ class Cluster:
 class Runner:
     def __init__(self, cluster: Cluster, qps: int, log: Callable[[str], None] = print) -> None:
         from kubernetes import client as k8s
-        from kubernetes import config as k8s_config
 
-        configuration = k8s.Configuration()
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=cluster.kubeconfig, client_configuration=configuration
-        )
-        configuration.connection_pool_maxsize = 32
-        self.client = k8s.ApiClient(configuration)
+        self.client = api_client(cluster.kubeconfig, pool_size=32)
         self.core: Any = k8s.CoreV1Api(self.client)
         self.custom: Any = k8s.CustomObjectsApi(self.client)
         self.cluster = cluster
@@ -501,14 +492,7 @@ class Runner:
         except ApiException as err:
             if err.status != 409:
                 raise
-        wait(
-            lambda: any(
-                sa.metadata.name == "default"
-                for sa in self.core.list_namespaced_service_account(name).items
-            ),
-            60,
-            f"the default ServiceAccount in {name}",
-        )
+        wait_for_default_service_account(self.core, name)
 
     def create_many(self, bodies: Sequence[Callable[[], None]], threads: int = 12) -> None:
         with ThreadPoolExecutor(threads) as pool:
@@ -529,27 +513,16 @@ class Runner:
 
         self.create_many([create(p) for p in pods])
 
-    def create_podgroups(self, namespace: str, kind: str, names: Sequence[str]) -> None:
-        def body(name: str) -> dict[str, Any]:
-            if kind == "x-k8s":
-                group, version, _ = X_PODGROUP
-                spec: dict[str, Any] = {"minMember": GANG_SIZE}
-            else:
-                group, version, _ = NATIVE_PODGROUP
-                spec = {"schedulingPolicy": {"gang": {"minCount": GANG_SIZE}}}
-            return {
-                "apiVersion": f"{group}/{version}",
-                "kind": "PodGroup",
-                "metadata": {"name": name},
-                "spec": spec,
-            }
-
-        coords = X_PODGROUP if kind == "x-k8s" else NATIVE_PODGROUP
+    def create_podgroups(self, namespace: str, source: str, names: Sequence[str]) -> None:
+        api = GROUP_APIS[source]
+        spec: dict[str, Any] = (
+            {"minMember": GANG_SIZE}
+            if source == SOURCE_XK8S
+            else {"schedulingPolicy": {"gang": {"minCount": GANG_SIZE}}}
+        )
 
         def create(name: str) -> Callable[[], None]:
-            return lambda: self.custom.create_namespaced_custom_object(
-                coords[0], coords[1], namespace, coords[2], body(name)
-            )
+            return lambda: create_group(self.custom, api, namespace, name, spec)
 
         self.create_many([create(n) for n in names])
 
@@ -622,9 +595,9 @@ class Runner:
         return http_text(f"{base}/metrics")
 
     def extender_cached_pods(self) -> float:
-        text = self.extender_metrics()
-        match = re.search(r'^gang_extender_cache_objects\{kind="pods"\} (\S+)$', text, re.M)
-        return float(match.group(1)) if match else 0.0
+        return sample(
+            parse_metrics(self.extender_metrics()), "gang_extender_cache_objects", kind="pods"
+        )
 
     # ---- one case ---------------------------------------------------------------------
 
@@ -657,7 +630,7 @@ class Runner:
         if extender_pid is not None:
             # The extender has seen every pod before kube-scheduler starts.
             target = len(bodies)
-            wait(
+            wait_for(
                 lambda: self.extender_cached_pods() >= target,
                 120,
                 "the extender's watch to deliver the pods",
@@ -674,7 +647,7 @@ class Runner:
             sched_cpu_before = cpu_seconds(scheduler.pid)
             deadline_seconds = max(180.0, len(bodies) / 10)
             try:
-                wait(
+                wait_for(
                     lambda: len(watch.bound_at) >= len(bodies) or scheduler.poll() is not None,
                     deadline_seconds,
                     f"{len(bodies)} pods to be bound",
@@ -695,12 +668,7 @@ class Runner:
             api_binding = bucket_delta(self.apiserver_binding_buckets(), api_before)
         finally:
             watch.stop()
-            scheduler.terminate()
-            try:
-                scheduler.wait(15)
-            except subprocess.TimeoutExpired:
-                scheduler.kill()
-                scheduler.wait()
+            stop_process(scheduler, grace=15)
         bound = len(watch.bound_at)
         rate, span = throughput(watch.bound_at.values())
         latencies = [t - t0 for t in watch.bound_at.values()]
@@ -785,16 +753,7 @@ def _env() -> dict[str, str]:
 
 
 def _local_cluster(*args: str) -> str:
-    proc = subprocess.run(
-        [str(REPO / "hack" / "local-cluster"), *args],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"hack/local-cluster {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
-    return proc.stdout
+    return local_cluster(*args, env=_env())
 
 
 def add_nodes(lc: Any, first: int, last: int) -> None:
@@ -819,41 +778,10 @@ class Extender:
     def __init__(
         self, kubeconfig: str, port: int, log_path: Path, extra: Sequence[str], source: Path
     ) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "app",
-                "serve",
-                "--kubeconfig",
-                kubeconfig,
-                "--port",
-                str(port),
-                *extra,
-            ],
-            # `python -m app` imports app/ from the working directory first.
-            cwd=source,
-            stdout=log_path.open("ab"),
-            stderr=subprocess.STDOUT,
-        )
-        wait(self._ready, 60, "the extender to become ready", 0.3)
-
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"the extender exited with {self.process.returncode}")
-        try:
-            return "ok" in http_text(f"{self.url}/readyz", 2)
-        except OSError:
-            return False
+        self.process = start_extender(kubeconfig, port, log_path, list(extra), cwd=source)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, grace=15)
 
 
 def create_cache_pods(runner: Runner, count: int, nodes: int) -> None:
@@ -931,9 +859,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--feature-gates",
         "GenericWorkload=true",
     )
-    match = re.search(r"^export KUBECONFIG=(\S+)$", out, re.MULTILINE)
-    assert match, out
-    kubeconfig = match.group(1)
+    kubeconfig = kubeconfig_of(out)
     config = lc.layout.Config.from_env(_env())
     layout = config.layout
     bin_dir = lc.toolchain.build_kube()
@@ -1010,7 +936,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert extender is not None
         started = time.monotonic()
         create_cache_pods(runner, args.cache_pods, current_nodes)
-        wait(
+        wait_for(
             lambda: runner.extender_cached_pods() >= args.cache_pods,
             600,
             "the extender to cache the pods",

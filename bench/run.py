@@ -25,6 +25,7 @@ import httpx
 from app.admission import Admission
 from app.extender import GangExtender, WaitPolicy
 from app.gate import PermitGate
+from app.groups import POD_GROUP_LABEL
 from app.metrics import Metrics
 from app.routes import create_app
 from app.state import ClusterState
@@ -39,7 +40,7 @@ def node(i: int) -> dict[str, Any]:
 
 
 def pod(name: str, *, group: str | None = None, node_name: str = "") -> dict[str, Any]:
-    labels = {"scheduling.x-k8s.io/pod-group": group} if group else {}
+    labels = {POD_GROUP_LABEL: group} if group else {}
     return {
         "metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}", "labels": labels},
         "spec": {

@@ -15,18 +15,24 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
-REPO = Path(__file__).resolve().parents[1]
+from app.groups import POD_GROUP_LABEL
+
+# Run by path (`python hack/demo.py`), sys.path[0] is hack/: the repository root makes
+# hack.clusterkit importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hack.clusterkit import REPO, answers, api_client, kubeconfig_of, local_cluster, start_extender
+
 STATE = Path(os.environ.get("LOCAL_CLUSTER_DIR", REPO / ".local-cluster"))
 PID_FILE = STATE / "extender.pid"
 LOG_FILE = STATE / "logs" / "extender.log"
 PORT = 8888
+URL = f"http://127.0.0.1:{PORT}"
 NAMESPACE = "gang-demo"
 
 
@@ -41,14 +47,6 @@ def run(*cmd: str) -> str:
     return result.stdout
 
 
-def extender_ready() -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/readyz", timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 def running_pid() -> int | None:
     try:
         pid = int(PID_FILE.read_text())
@@ -58,25 +56,16 @@ def running_pid() -> int | None:
     return pid if b"app\x00serve" in cmdline else None
 
 
-def start_extender(kubeconfig: str) -> None:
-    if running_pid() and extender_ready():
+def start_demo_extender(kubeconfig: str) -> None:
+    if running_pid() and answers(f"{URL}/readyz"):
         say(f"extender already running (pid {running_pid()}), reusing it")
         return
-    LOG_FILE.parent.mkdir(parents=True, exist_ok=True)
-    with LOG_FILE.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app", "serve", "--kubeconfig", kubeconfig, "--port", str(PORT)],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    try:
+        # Its own session: it keeps running after the demo exits.
+        process = start_extender(kubeconfig, PORT, LOG_FILE, timeout=30, detach=True)
+    except (RuntimeError, TimeoutError):
+        sys.exit(f"demo: the extender did not start; see {LOG_FILE}")
     PID_FILE.write_text(str(process.pid))
-    deadline = time.monotonic() + 30
-    while not extender_ready():
-        if process.poll() is not None or time.monotonic() > deadline:
-            sys.exit(f"demo: the extender did not start; see {LOG_FILE}")
-        time.sleep(0.3)
     say(f"extender started (pid {process.pid}), logs in {LOG_FILE}")
 
 
@@ -103,7 +92,7 @@ def report(core: Any, title: str) -> None:
         if name not in events or when >= events[name][0]:
             events[name] = (when, event.message)
     for pod in pods:
-        group = (pod.metadata.labels or {}).get("scheduling.x-k8s.io/pod-group", "-")
+        group = (pod.metadata.labels or {}).get(POD_GROUP_LABEL, "-")
         if pod.spec.node_name:
             line = f"bound to {pod.spec.node_name}"
         else:
@@ -127,25 +116,13 @@ def main() -> int:
         return 0
 
     say("== starting the local control plane (hack/local-cluster up)")
-    out = run(
-        str(REPO / "hack" / "local-cluster"),
-        "up",
-        "--nodes",
-        "3",
-        "--node-cpu",
-        "4",
-        "--node-memory",
-        "8Gi",
+    kubeconfig = kubeconfig_of(
+        local_cluster("up", "--nodes", "3", "--node-cpu", "4", "--node-memory", "8Gi")
     )
-    kubeconfig = out.strip().splitlines()[-1].removeprefix("export KUBECONFIG=")
     kubectl = str(Path(run(str(REPO / "hack" / "build-kube")).strip()) / "kubectl")
-    start_extender(kubeconfig)
+    start_demo_extender(kubeconfig)
 
-    configuration = k8s.Configuration()
-    k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=kubeconfig, client_configuration=configuration
-    )
-    core = k8s.CoreV1Api(k8s.ApiClient(configuration))
+    core = k8s.CoreV1Api(api_client(kubeconfig))
     examples = REPO / "deploy" / "examples"
 
     def kubectl_run(*args: str) -> str:
@@ -179,7 +156,7 @@ def main() -> int:
     report(core, "after 15s: none of the trainer pods is bound (all or nothing)")
 
     say("\n== 4. hack/local-cluster add-node node-4: now there is room for the whole gang")
-    run(str(REPO / "hack" / "local-cluster"), "add-node", "node-4", "--cpu", "4", "--memory", "8Gi")
+    local_cluster("add-node", "node-4", "--cpu", "4", "--memory", "8Gi")
     start = time.monotonic()
     wait(
         core,
@@ -194,7 +171,7 @@ def main() -> int:
         "\nThe cluster and the extender keep running. Try it yourself:\n"
         f"  export KUBECONFIG={kubeconfig}\n"
         f"  {kubectl} -n {NAMESPACE} get pods -o wide\n"
-        f"  {kubectl} -n {NAMESPACE} describe pod -l scheduling.x-k8s.io/pod-group=trainer\n"
+        f"  {kubectl} -n {NAMESPACE} describe pod -l {POD_GROUP_LABEL}=trainer\n"
         "  hack/local-cluster add-node node-5 --label topology.kubernetes.io/zone=b\n"
         f"  tail -f {LOG_FILE}\n"
         "Stop everything with: make demo-down"

@@ -20,7 +20,6 @@ import ssl
 import subprocess
 import sys
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +27,9 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cluster.conftest import REPO
-from tests.cluster.kube import Kube, stop_process, wait_for
+from hack.clusterkit import REPO, sample, scrape, stop_process, wait_for, wait_ready
+from tests.cluster.kube import Kube
 from tests.packaging.helm import container, find, kube_bin
 
 SCHEDULER_NAME = "gang-scheduler"
@@ -83,13 +81,7 @@ class ChartPod:
 
     def metric(self, name: str, **labels: str) -> float:
         """One sample of the extender's /metrics, read on the plain-HTTP operations port."""
-        with urllib.request.urlopen(f"{self.ops_url}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and sample.labels == labels:
-                    return float(sample.value)
-        return 0.0
+        return sample(scrape(self.ops_url), name, **labels)
 
 
 def _mounts(
@@ -116,23 +108,6 @@ def _mounts(
         c["name"]: {m["mountPath"]: volumes[m["name"]] for m in c.get("volumeMounts", [])}
         for c in pod["containers"]
     }
-
-
-def _wait_http(url: str, process: subprocess.Popen[bytes], log: Path, what: str) -> None:
-    context = ssl._create_unverified_context()  # kube-scheduler's self-signed serving cert
-
-    def ok() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(
-                f"{what} exited ({process.returncode}):\n{log.read_text()[-4000:]}"
-            )
-        try:
-            with urllib.request.urlopen(url, timeout=2, context=context) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    wait_for(ok, 60, f"{what} at {url}")
 
 
 @contextlib.contextmanager
@@ -208,17 +183,20 @@ def run_chart_pod(
                     env=ext_env,
                 )
             )
-        _wait_http(f"{pod.ops_url}/readyz", processes[0], logs["extender"], "the extender")
+        wait_ready(f"{pod.ops_url}/readyz", processes[0], logs["extender"], "the extender", 60)
         argv = [str(kube_bin() / "kube-scheduler"), *sched_args]
         if pod_name:
             argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', pod_name, *argv]
         with logs["kube-scheduler"].open("wb") as log:
             processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
-        _wait_http(
+        wait_ready(
             f"https://127.0.0.1:{scheduler_port}/healthz",
             processes[1],
             logs["kube-scheduler"],
             "kube-scheduler",
+            60,
+            # kube-scheduler's serving certificate is self-signed.
+            ssl._create_unverified_context(),
         )
         pod.processes = dict(zip(("extender", "kube-scheduler"), processes, strict=True))
         yield pod

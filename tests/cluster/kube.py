@@ -2,39 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import time
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from app.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, GroupApi
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.25
-) -> Any:
-    """Poll until condition() is truthy and return it; fail with `what` when the time is up."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
-
-
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after 10 s: how every test stops the processes it started."""
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+from app.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, XK8S_API, GroupApi
+from hack.clusterkit import create_group
 
 
 class Kube:
@@ -63,18 +37,7 @@ class Kube:
             spec["scheduleTimeoutSeconds"] = timeout
         if min_resources:
             spec["minResources"] = min_resources
-        self.custom.create_namespaced_custom_object(
-            "scheduling.x-k8s.io",
-            "v1alpha1",
-            namespace,
-            "podgroups",
-            {
-                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-                "kind": "PodGroup",
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
+        create_group(self.custom, XK8S_API, namespace, name, spec)
 
     def create_volcano_podgroup(
         self,
@@ -87,31 +50,15 @@ class Kube:
         spec: dict[str, Any] = {"minMember": min_member, "queue": "default"}
         if min_task_member:
             spec["minTaskMember"] = min_task_member
-        self.custom.create_namespaced_custom_object(
-            VOLCANO_API.group,
-            VOLCANO_API.version,
-            namespace,
-            VOLCANO_API.plural,
-            {
-                "apiVersion": VOLCANO_API.api_version,
-                "kind": "PodGroup",
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
+        create_group(self.custom, VOLCANO_API, namespace, name, spec)
 
     def create_native_podgroup(self, namespace: str, name: str, min_count: int) -> None:
-        self.custom.create_namespaced_custom_object(
-            NATIVE_API.group,
-            NATIVE_API.version,
+        create_group(
+            self.custom,
+            NATIVE_API,
             namespace,
-            NATIVE_API.plural,
-            {
-                "apiVersion": NATIVE_API.api_version,
-                "kind": "PodGroup",
-                "metadata": {"name": name},
-                "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
-            },
+            name,
+            {"schedulingPolicy": {"gang": {"minCount": min_count}}},
         )
 
     def group_object(self, api: GroupApi, namespace: str, name: str) -> dict[str, Any]:

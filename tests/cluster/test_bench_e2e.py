@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench import e2e
 from tests.cluster.chart_pod import free_port
-from tests.cluster.conftest import CLUSTER_DIR, Extender
+from tests.cluster.session import CLUSTER_DIR, Extender
 
 
 def test_bench_cases_schedule_every_pod_and_report_their_figures(

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
-from app.groups import POD_GROUP_LABEL
+from app.groups import POD_GROUP_LABEL, XK8S_API
+from hack.clusterkit import api_client, stop_process, wait_for
 from tests.cluster.chart_pod import lease_holder, run_chart_pod, schedule_gang
-from tests.cluster.conftest import Extender
-from tests.cluster.kube import Kube, stop_process, wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import Extender
 from tests.packaging.helm import (
     CHART,
     FULL_SET,
@@ -99,7 +99,7 @@ def test_notes_show_a_working_podgroup_and_the_scheduler_name(
     podgroup = yaml.safe_load(textwrap.dedent(heredoc.group(1)))
     podgroup["metadata"]["namespace"] = namespace
     out = kubectl(kubeconfig, "apply", "--server-side", "--dry-run=server", objects=[podgroup])
-    assert "podgroup.scheduling.x-k8s.io/trainer serverside-applied" in out, out
+    assert f"podgroup.{XK8S_API.group}/trainer serverside-applied" in out, out
 
 
 def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:
@@ -133,17 +133,11 @@ def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:
 
 
 def client_for(kubeconfig: str) -> Kube:
-    configuration = k8s.Configuration()
-    k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=kubeconfig, client_configuration=configuration
-    )
-    return Kube(k8s.ApiClient(configuration))
+    return Kube(api_client(kubeconfig))
 
 
 def podgroup_phase(kube: Kube, namespace: str, name: str) -> str | None:
-    podgroup = kube.custom.get_namespaced_custom_object(
-        "scheduling.x-k8s.io", "v1alpha1", namespace, "podgroups", name
-    )
+    podgroup = kube.group_object(XK8S_API, namespace, name)
     phase: str | None = (podgroup.get("status") or {}).get("phase")
     return phase
 

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from bench.contention import gang_sizes, run_gangs
-from tests.cluster.conftest import PERMIT_WAIT_SECONDS, Extender, local_cluster
-from tests.cluster.kube import Kube, wait_for
+from hack.clusterkit import local_cluster, wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import PERMIT_WAIT_SECONDS, Extender
 
 EXIT_AFTER = "local-cluster.dev/exit-after-seconds"
 

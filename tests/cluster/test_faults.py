@@ -21,7 +21,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -34,16 +33,16 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster.chart_pod import free_port
-from tests.cluster.conftest import (
-    CLUSTER_DIR,
-    EXTENDER_PORT,
-    PORT_OFFSET,
-    UP_ARGS,
-    Extender,
+from app.groups import XK8S_API
+from hack.clusterkit import (
     local_cluster,
+    start_extender,
+    wait_for,
+    wait_for_default_service_account,
 )
-from tests.cluster.kube import Kube, wait_for
+from tests.cluster.chart_pod import free_port
+from tests.cluster.kube import Kube
+from tests.cluster.session import CLUSTER_DIR, EXTENDER_PORT, PORT_OFFSET, UP_ARGS, Extender
 from tests.fuzz import fuzz_request
 
 ETCD_URL = f"http://127.0.0.1:{22379 + PORT_OFFSET}"
@@ -167,7 +166,9 @@ def compact_etcd() -> int:
 def fresh_caches(kube: Kube) -> dict[str, Any]:
     """What /debug/caches must equal: a fresh list from the API server."""
     pods = kube.core.list_pod_for_all_namespaces().items
-    groups = kube.custom.list_cluster_custom_object("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+    groups = kube.custom.list_cluster_custom_object(
+        XK8S_API.group, XK8S_API.version, XK8S_API.plural
+    )
     return {
         "pods": {
             f"{p.metadata.namespace}/{p.metadata.name}": {
@@ -661,14 +662,7 @@ def _service_account_token(kube: Kube) -> str:
     except ApiException as err:
         if err.status != 409:
             raise
-    wait_for(
-        lambda: any(
-            sa.metadata.name == "default"
-            for sa in kube.core.list_namespaced_service_account("kube-system").items
-        ),
-        30,
-        "the kube-system default ServiceAccount",
-    )
+    wait_for_default_service_account(kube.core, "kube-system", 30)
     request = kube.core.create_namespaced_service_account_token(
         "default", "kube-system", {"spec": {"expirationSeconds": 600}}
     )
@@ -695,27 +689,10 @@ def _token_kubeconfig(config: dict[str, Any], token: str, into: Path) -> Path:
 
 def _run_briefly(handle: Extender, port: int) -> None:
     """Start an extender on `port`, let it list and watch, and stop it."""
-    with handle.log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "app",
-                "serve",
-                "--kubeconfig",
-                handle.kubeconfig,
-                "--port",
-                str(port),
-                "--log-level",
-                "debug",
-            ],
-            cwd=Path(__file__).resolve().parents[2],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    handle.process = process
+    handle.process = start_extender(
+        handle.kubeconfig, port, handle.log_path, ("--log-level", "debug"), timeout=60
+    )
     try:
-        wait_for(handle._ready, 60, "the token-authenticated extender ready")
         # A binding for a pod that does not exist: one more authenticated API call.
         request = urllib.request.Request(
             f"{handle.url}/scheduler/bind",

@@ -10,14 +10,9 @@ import functools
 import time
 from datetime import UTC, datetime
 
-from tests.cluster.conftest import (
-    DENIED_SECONDS,
-    NODE_CPU,
-    NODES,
-    Extender,
-    local_cluster,
-)
-from tests.cluster.kube import Kube, wait_for
+from hack.clusterkit import local_cluster, wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import DENIED_SECONDS, NODE_CPU, NODES, Extender
 
 SIBLINGS = "cannot find enough sibling pods, current pods number: 2, minMember of group: 3"
 

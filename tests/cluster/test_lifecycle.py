@@ -15,13 +15,13 @@ import time
 import urllib.request
 from typing import Any
 
-from tests.cluster.conftest import DENIED_SECONDS, PERMIT_WAIT_SECONDS, Extender
-from tests.cluster.kube import Kube, wait_for
+from app.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL, XK8S_API
+from hack.clusterkit import wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import DENIED_SECONDS, PERMIT_WAIT_SECONDS, Extender
 
 EXIT_AFTER = "local-cluster.dev/exit-after-seconds"
 EXIT_PHASE = "local-cluster.dev/exit-phase"
-LIGHT_NAME = "pod-group.scheduling.sigs.k8s.io/name"
-LIGHT_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -45,9 +45,7 @@ def create_pod(
 
 
 def podgroup_status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    obj = kube.custom.get_namespaced_custom_object(
-        "scheduling.x-k8s.io", "v1alpha1", namespace, "podgroups", name
-    )
+    obj = kube.group_object(XK8S_API, namespace, name)
     status: dict[str, Any] = obj.get("status") or {}
     return status
 
@@ -170,7 +168,7 @@ def test_gang_lifecycle_status_events_and_metrics(
     )[0]
     assert waiting.type == "Normal"
     assert "current pods number: 2, minMember of group: 3" in waiting.message
-    assert waiting.involved_object.api_version == "scheduling.x-k8s.io/v1alpha1"
+    assert waiting.involved_object.api_version == XK8S_API.api_version
     assert not reasons(kube, namespace, "Pod", "train-0") & {"WaitingForSiblings"}
     assert phases.poll()["phase"] == "Pending"
 
@@ -307,7 +305,7 @@ def test_insufficient_resources_event_names_the_gap(kube: Kube, namespace: str) 
 def test_label_only_group_events_go_on_the_pods(
     kube: Kube, namespace: str, extender: Extender
 ) -> None:
-    labels = {LIGHT_NAME: "light", LIGHT_MIN: "3"}
+    labels = {LIGHT_NAME_LABEL: "light", LIGHT_MIN_AVAILABLE_LABEL: "3"}
     for i in range(2):
         create_pod(kube, namespace, f"light-{i}", labels=labels)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import app
+from hack.clusterkit import answers, stop_process, wait_for
 from tests.cluster.chart_pod import free_port
-from tests.cluster.kube import stop_process, wait_for
 from tests.packaging.dockerfile import build_context, build_wheel, parse
 
 
@@ -87,13 +87,6 @@ def served(installed: Path, kubeconfig: str, tmp_path: Path) -> Iterator[str]:
 
 
 def test_installed_wheel_serves_and_becomes_ready(served: str) -> None:
-    def status() -> int:
-        try:
-            with urllib.request.urlopen(f"{served}/readyz", timeout=2) as response:
-                return int(response.status)
-        except OSError:
-            return 0
-
-    wait_for(lambda: status() == 200, 60, "/readyz of the installed gang-extender")
+    wait_for(lambda: answers(f"{served}/readyz"), 60, "/readyz of the installed gang-extender")
     with urllib.request.urlopen(f"{served}/metrics", timeout=5) as response:
         assert b"gang_extender_cache_objects" in response.read()

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.conftest import Extender
-from tests.cluster.kube import Kube, wait_for
+from hack.clusterkit import wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import Extender
 
 LOW, HIGH, TOP = "gang-test-low", "gang-test-high", "gang-test-top"
 ZONE = "topology.kubernetes.io/zone"

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from app.groups import NATIVE_API, VOLCANO_API, XK8S_API, GroupApi
-from tests.cluster.conftest import PERMIT_WAIT_SECONDS, REPO, Extender
-from tests.cluster.kube import Kube, wait_for
+from app.groups import NATIVE_API, VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS, XK8S_API, GroupApi
+from hack.clusterkit import REPO, wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import PERMIT_WAIT_SECONDS, Extender
 from tests.packaging.helm import kube_bin
 
 EXAMPLES = REPO / "deploy" / "examples" / "sources"
@@ -162,7 +163,7 @@ def check_status(
                 namespace,
                 "wait",
                 "--for=condition=Scheduled",
-                f"podgroups.scheduling.x-k8s.io/{name}",
+                f"{XK8S_API.plural}.{XK8S_API.group}/{name}",
                 "--timeout=30s",
             ],
             capture_output=True,
@@ -202,9 +203,9 @@ def test_a_source_switched_off_leaves_its_pods_alone(
 ) -> None:
     extender.restart(*extender.extra_args, "--volcano-podgroups", "off")
     try:
-        assert "volcano PodGroups (scheduling.volcano.sh/v1beta1) are off" in extender.log()
+        assert f"volcano PodGroups ({VOLCANO_API.api_version}) are off" in extender.log()
         kube.create_volcano_podgroup(namespace, "tf", 3)
-        kube.create_pod(namespace, "alone", annotations={"scheduling.k8s.io/group-name": "tf"})
+        kube.create_pod(namespace, "alone", annotations={VOLCANO_GROUP_ANNOTATIONS[0]: "tf"})
         # An ordinary pod for gang-extender now: bound without its 2 missing siblings.
         wait_for(lambda: "alone" in kube.bound(namespace), 30, "the pod bound on its own")
     finally:

@@ -1,10 +1,11 @@
-"""Small builders of API objects (as dicts, the way the watch delivers them)."""
+"""Small builders of API objects (as dicts, the way the watch delivers them) and of a cluster."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL, POD_GROUP_LABEL
+from app.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL, POD_GROUP_LABEL, XK8S_API
+from app.state import ClusterState
 
 
 def pod(
@@ -68,8 +69,17 @@ def podgroup(
     if timeout:
         spec["scheduleTimeoutSeconds"] = timeout
     return {
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "kind": "PodGroup",
+        "apiVersion": XK8S_API.api_version,
+        "kind": XK8S_API.kind,
         "metadata": {"name": name, "namespace": namespace, "uid": f"pg-{name}"},
         "spec": spec,
     }
+
+
+def cluster(members: int = 0) -> ClusterState:
+    """Nodes n1 and n2 (4 CPUs each), and pods p0.. of group g in namespace default, unbound."""
+    state = ClusterState()
+    state.replace_nodes([node("n1"), node("n2")])
+    for i in range(members):
+        state.apply_pod(pod(f"p{i}", group="g"))
+    return state

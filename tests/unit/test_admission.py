@@ -8,14 +8,7 @@ from app.admission import (
 )
 from app.groups import GroupSpec
 from app.resources import Resources
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.fakes import Clock
 
 
 def free(cpu: int) -> Resources:

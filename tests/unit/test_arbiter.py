@@ -14,7 +14,7 @@ from app.observer import NullObserver
 from app.state import ClusterState
 from app.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
-from tests.unit.test_gate import RecordingBinder
+from tests.unit.fakes import Clock, RecordingBinder
 
 
 class Released(NullObserver):
@@ -46,7 +46,7 @@ class World:
         self.binder = RecordingBinder()
         self.gate = PermitGate(self.state, self.admission, self.binder, Metrics())
         self.observer = Released()
-        self.now = 100.0
+        self.clock = Clock(100.0)
         self.arbiter = Arbiter(
             self.state,
             self.admission,
@@ -55,7 +55,7 @@ class World:
             observer=self.observer,
             waker=SiblingWaker(self.state, touches, cooldown_seconds=0) if touches else None,
             aging_seconds=60,
-            clock=lambda: self.now,
+            clock=self.clock,
         )
 
     def gang(self, name: str, members: int, cpu: str, priority: int = 0) -> GroupSpec:
@@ -168,7 +168,7 @@ async def test_room_of_preemption_victims_counts_as_free() -> None:
             {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
         ]
         world.state.apply_pod(victim)
-    world.now += 1
+    world.clock.now += 1
     assert world.filter(urgent, "urgent-0").reason == CLAIMED
 
 
@@ -253,7 +253,7 @@ async def test_a_claim_whose_members_never_reach_the_gate_expires() -> None:
     a = world.gang("a", 3, "2500m")
     b = world.gang("b", 3, "2500m")
     assert world.filter(a, "a-0").reason == CLAIMED
-    world.now += 31  # the group's wait (30 s) passed with nobody in the gate
+    world.clock.now += 31  # the group's wait (30 s) passed with nobody in the gate
     assert world.filter(b, "b-0").reason == CLAIMED
     assert set(world.arbiter.claims) == {"default/b"}
 

@@ -25,6 +25,9 @@ from app.admission import Admission
 from app.extender import GangExtender, WaitPolicy
 from app.gate import PermitGate
 from app.groups import (
+    LIGHT_MIN_AVAILABLE_LABEL,
+    LIGHT_NAME_LABEL,
+    POD_GROUP_LABEL,
     GroupLabelError,
     PodGroupSpecError,
     group_ref_of,
@@ -37,7 +40,7 @@ from app.state import ClusterState, podgroup_record_from
 from app.wire import WireError, parse_binding_args, parse_extender_args, parse_preempt_args
 from tests.fuzz import any_json, fuzz_request
 from tests.unit.builders import node, pod, podgroup
-from tests.unit.test_extender import FakePodApi
+from tests.unit.fakes import FakePodApi
 
 LIMIT = 256 * 1024
 # Every 400 names what is wrong: a field of the verb's wire format, or the body itself.
@@ -164,9 +167,9 @@ def test_podgroup_spec_parser_raises_only_spec_errors_naming_the_field(spec: Any
     labels=st.dictionaries(
         st.sampled_from(
             [
-                "scheduling.x-k8s.io/pod-group",
-                "pod-group.scheduling.sigs.k8s.io/name",
-                "pod-group.scheduling.sigs.k8s.io/min-available",
+                POD_GROUP_LABEL,
+                LIGHT_NAME_LABEL,
+                LIGHT_MIN_AVAILABLE_LABEL,
                 "app",
             ]
         ),

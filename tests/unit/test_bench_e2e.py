@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from app.groups import LIGHT_MIN_AVAILABLE_LABEL, POD_GROUP_LABEL
 from bench import e2e
 
 
@@ -78,14 +79,14 @@ def test_scheduler_config_sets_the_qps_and_only_then_the_extender() -> None:
 
 def test_pod_bodies_name_their_gang_the_way_each_scheduler_reads_it() -> None:
     x = e2e.pod_body("p0", x_group="g0")
-    assert x["metadata"]["labels"][e2e.POD_GROUP_LABEL] == "g0"
+    assert x["metadata"]["labels"][POD_GROUP_LABEL] == "g0"
     assert x["spec"]["schedulerName"] == e2e.SCHEDULER_NAME
     native = e2e.pod_body("p0", native_group="g0")
     assert native["spec"]["schedulingGroup"] == {"podGroupName": "g0"}
-    assert e2e.POD_GROUP_LABEL not in native["metadata"]["labels"]
+    assert POD_GROUP_LABEL not in native["metadata"]["labels"]
     cached = e2e.pod_body("c0", label_group=("g0", 8), node_name="node-1")
     assert cached["spec"]["nodeName"] == "node-1"
-    assert cached["metadata"]["labels"][e2e.LIGHT_MIN_LABEL] == "8"
+    assert cached["metadata"]["labels"][LIGHT_MIN_AVAILABLE_LABEL] == "8"
 
 
 def _result(case: str, rate: float) -> e2e.CaseResult:

@@ -11,15 +11,8 @@ from app.groups import GroupSpec
 from app.metrics import Metrics
 from app.state import ClusterState
 from app.status import PENDING, SCHEDULING, GroupStatus, GroupView
-from tests.unit.builders import node, pod
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.builders import cluster
+from tests.unit.fakes import Clock
 
 
 class NeverBinds:
@@ -28,11 +21,8 @@ class NeverBinds:
 
 
 def world() -> tuple[ClusterState, Admission, PermitGate, Clock]:
-    clock = Clock()
-    state = ClusterState()
-    state.replace_nodes([node("n1"), node("n2")])
-    for i in range(3):
-        state.apply_pod(pod(f"p{i}", group="g"))
+    clock = Clock(100.0)
+    state = cluster(3)
     admission = Admission(3, clock=clock)
     gate = PermitGate(state, admission, NeverBinds(), Metrics(), clock=clock)
     return state, admission, gate, clock

@@ -5,11 +5,14 @@ from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
 from app.arbiter import INSUFFICIENT_CAPACITY, WAITING_BEHIND
 from app.events import (
     GANG_ADMITTED,
+    GANG_BIND_ROLLED_BACK,
+    GANG_PARTLY_BOUND,
     GANG_QUEUED,
     GANG_RELEASED,
     GANG_TIMED_OUT,
     GANG_WAITING,
     INSUFFICIENT_RESOURCES,
+    INVALID_POD_GROUP,
     NORMAL,
     PREEMPTED,
     WAITING_FOR_SIBLINGS,
@@ -20,21 +23,15 @@ from app.events import (
     ObjectRef,
     TokenBucket,
 )
-from app.extender import WaitPolicy
+from app.extender import BAD_GROUP, WaitPolicy
+from app.groups import XK8S_API
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState
 from tests.unit.builders import pod, podgroup
+from tests.unit.fakes import Clock
 
 POD = ObjectRef("Pod", "v1", "ns", "p", "uid-p")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class RecordingWriter:
@@ -66,7 +63,7 @@ def inline(fn: Callable[[], None]) -> None:
 def recorder(
     submit: Callable[[Callable[[], None]], object] = inline,
 ) -> tuple[EventRecorder, RecordingWriter, Clock, Metrics]:
-    writer, clock, metrics = RecordingWriter(), Clock(), Metrics()
+    writer, clock, metrics = RecordingWriter(), Clock(1_700_000_000.0), Metrics()
     return EventRecorder(writer, submit, metrics, clock=clock), writer, clock, metrics
 
 
@@ -220,8 +217,8 @@ def test_waiting_for_siblings_goes_on_the_podgroup_only() -> None:
     events.member_rejected(A, "default/g", TOO_FEW_SIBLINGS, "cannot find enough sibling pods")
     [(ref, type_, reason, message)] = recorded.events
     assert (ref.kind, ref.api_version, ref.name, ref.uid) == (
-        "PodGroup",
-        "scheduling.x-k8s.io/v1alpha1",
+        XK8S_API.kind,
+        XK8S_API.api_version,
         "g",
         "pg-g",
     )
@@ -312,3 +309,29 @@ def test_contention_rejections_and_releases_are_reported() -> None:
         ("Pod", "b", WARNING, GANG_RELEASED),
     ]
     assert "nothing is reserved until all of them fit" in recorded.events[1][3]
+
+
+# ---- a gang bound in part (--on-partial-bind; the decision: test_partial_bind.py) ------
+
+
+def test_partly_bound_events_go_on_the_podgroup_and_each_bound_pod() -> None:
+    events, recorded, _ = gang_events()
+    for rolled_back, reason in ((True, GANG_BIND_ROLLED_BACK), (False, GANG_PARTLY_BOUND)):
+        recorded.events.clear()
+        events.gang_partly_bound("default/g", [A, B], "binding default/c refused; why", rolled_back)
+        assert [(r.kind, r.name, t, why) for r, t, why, _ in recorded.events] == [
+            ("PodGroup", "g", WARNING, reason),
+            ("Pod", "a", WARNING, reason),
+            ("Pod", "b", WARNING, reason),
+        ]
+        assert recorded.events[0][3] == (
+            "gang default/g was admitted but binding default/c refused; why"
+        )
+
+
+def test_an_unusable_podgroup_gets_an_event_saying_what_is_wrong() -> None:
+    events, recorded, _ = gang_events()
+    events.member_rejected(A, "default/g", BAD_GROUP, "PodGroup default/g: spec.minMember bad")
+    [(ref, type_, reason, message)] = recorded.events
+    assert (ref.kind, type_, reason) == ("PodGroup", WARNING, INVALID_POD_GROUP)
+    assert message.startswith("PodGroup default/g: spec.minMember bad; its pods are turned away")

@@ -11,20 +11,12 @@ import pytest
 from app.admission import Admission
 from app.extender import GangExtender, WaitPolicy
 from app.gate import PermitGate
+from app.groups import POD_GROUP_LABEL, VOLCANO_GROUP_ANNOTATIONS, VOLCANO_TASK_ANNOTATION
 from app.metrics import Metrics
 from app.routes import create_app
 from app.state import ClusterState
 from tests.unit.builders import node, pod, podgroup
-from tests.unit.test_gate import RecordingBinder
-
-
-class FakePodApi(RecordingBinder):
-    def __init__(self, pods: dict[str, dict[str, Any]] | None = None) -> None:
-        super().__init__()
-        self.pods = pods or {}
-
-    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.pods.get(f"{namespace}/{name}")
+from tests.unit.fakes import FakePodApi
 
 
 class World:
@@ -227,7 +219,7 @@ MALFORMED_PODS = [
         "spec": {"containers": [{"resources": {"requests": {"cpu": "lots"}}}]},
     },
     {"metadata": {"name": "x"}, "spec": {"containers": "nope"}},
-    {"metadata": {"name": "x", "labels": {"scheduling.x-k8s.io/pod-group": 5}}},
+    {"metadata": {"name": "x", "labels": {POD_GROUP_LABEL: 5}}},
 ]
 
 
@@ -271,8 +263,8 @@ async def test_malformed_requests_are_400_not_500(
 def volcano_pod(name: str, task: str, **kwargs: Any) -> dict[str, Any]:
     raw = pod(name, **kwargs)
     raw["metadata"]["annotations"] = {
-        "scheduling.k8s.io/group-name": "tf",
-        "volcano.sh/task-spec": task,
+        VOLCANO_GROUP_ANNOTATIONS[0]: "tf",
+        VOLCANO_TASK_ANNOTATION: task,
     }
     return raw
 

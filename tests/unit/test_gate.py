@@ -7,42 +7,19 @@ from app.gate import BindError, GateError, PermitGate
 from app.groups import GroupSpec
 from app.metrics import Metrics
 from app.state import ClusterState
-from tests.unit.builders import node, pod
-
-
-class RecordingBinder:
-    """Stands in for the API server's pods/binding; cluster tests cover the real one."""
-
-    def __init__(self) -> None:
-        self.bound: list[tuple[str, str]] = []
-        self.fail: dict[str, BindError] = {}
-        self.hold: asyncio.Event | None = None
-
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        if self.hold is not None:
-            await self.hold.wait()
-        if name in self.fail:
-            raise self.fail[name]
-        self.bound.append((name, node))
+from tests.unit.builders import cluster, node, pod
+from tests.unit.fakes import RecordingBinder, gauge
 
 
 def setup(
     members: int, min_member: int
 ) -> tuple[ClusterState, Admission, RecordingBinder, PermitGate, Metrics, GroupSpec]:
-    state = ClusterState()
-    state.replace_nodes([node("n1"), node("n2")])
-    for i in range(members):
-        state.apply_pod(pod(f"p{i}", group="g"))
+    state = cluster(members)
     admission = Admission(3)
     binder = RecordingBinder()
     metrics = Metrics()
     gate = PermitGate(state, admission, binder, metrics)
     return state, admission, binder, gate, metrics, GroupSpec("default/g", min_member)
-
-
-def gauge(metrics: Metrics, name: str, labels: dict[str, str] | None = None) -> float:
-    value = metrics.registry.get_sample_value(name, labels or {})
-    return value or 0.0
 
 
 async def test_members_wait_until_min_member_then_all_bind() -> None:

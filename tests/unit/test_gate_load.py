@@ -17,7 +17,7 @@ from app.groups import GroupSpec
 from app.metrics import Metrics
 from app.state import ClusterState
 from tests.unit.builders import node, pod
-from tests.unit.test_gate import RecordingBinder
+from tests.unit.fakes import RecordingBinder
 
 WAITERS = 2000
 

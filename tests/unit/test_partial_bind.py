@@ -13,16 +13,13 @@ from collections.abc import Sequence
 import pytest
 
 from app.admission import DENIED, Admission
-from app.events import GANG_BIND_ROLLED_BACK, GANG_PARTLY_BOUND, INVALID_POD_GROUP, WARNING
-from app.extender import BAD_GROUP
 from app.gate import BindError, GateError, PartialBindPolicy, PermitGate
 from app.groups import GroupSpec
 from app.metrics import Metrics
 from app.observer import MemberRef, NullObserver
 from app.state import ClusterState
-from tests.unit.builders import node, pod
-from tests.unit.test_events import A, B, gang_events
-from tests.unit.test_gate import RecordingBinder, gauge
+from tests.unit.builders import cluster
+from tests.unit.fakes import RecordingBinder, gauge
 
 REFUSED = BindError("rejected", "API server answered 403: binding denied by policy")
 
@@ -51,10 +48,7 @@ class PartlyBound(NullObserver):
 def setup(
     members: int, policy: PartialBindPolicy
 ) -> tuple[ClusterState, Admission, RecordingBinder, RecordingDeleter, PartlyBound, PermitGate]:
-    state = ClusterState()
-    state.replace_nodes([node("n1"), node("n2")])
-    for i in range(members):
-        state.apply_pod(pod(f"p{i}", group="g"))
+    state = cluster(members)
     admission = Admission(3)
     binder = RecordingBinder()
     deleter = RecordingDeleter()
@@ -175,29 +169,3 @@ async def test_a_failed_deletion_is_logged_and_the_rest_still_deleted(
     await gate.drain()
     assert deleter.deleted == [("p1", "uid-default-p1")]
     assert "could not delete a member of a partly bound gang" in caplog.text
-
-
-# ---- the events users see ----------------------------------------------------------------
-
-
-def test_partly_bound_events_go_on_the_podgroup_and_each_bound_pod() -> None:
-    events, recorded, _ = gang_events()
-    for rolled_back, reason in ((True, GANG_BIND_ROLLED_BACK), (False, GANG_PARTLY_BOUND)):
-        recorded.events.clear()
-        events.gang_partly_bound("default/g", [A, B], "binding default/c refused; why", rolled_back)
-        assert [(r.kind, r.name, t, why) for r, t, why, _ in recorded.events] == [
-            ("PodGroup", "g", WARNING, reason),
-            ("Pod", "a", WARNING, reason),
-            ("Pod", "b", WARNING, reason),
-        ]
-        assert recorded.events[0][3] == (
-            "gang default/g was admitted but binding default/c refused; why"
-        )
-
-
-def test_an_unusable_podgroup_gets_an_event_saying_what_is_wrong() -> None:
-    events, recorded, _ = gang_events()
-    events.member_rejected(A, "default/g", BAD_GROUP, "PodGroup default/g: spec.minMember bad")
-    [(ref, type_, reason, message)] = recorded.events
-    assert (ref.kind, type_, reason) == ("PodGroup", WARNING, INVALID_POD_GROUP)
-    assert message.startswith("PodGroup default/g: spec.minMember bad; its pods are turned away")

@@ -1,13 +1,6 @@
-from app.state import ClusterState
-from tests.unit.builders import node, pod, podgroup
+from tests.unit.builders import cluster, node, pod, podgroup
 
 GI = 2**30 * 1000
-
-
-def cluster() -> ClusterState:
-    state = ClusterState()
-    state.replace_nodes([node("n1"), node("n2")])
-    return state
 
 
 def test_free_resources_count_bound_and_reserved_pods() -> None:

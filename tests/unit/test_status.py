@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from app.groups import SOURCE_NATIVE, SOURCE_VOLCANO
+from app.groups import SOURCE_NATIVE, SOURCE_VOLCANO, VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState, PodRecord, pod_record_from
@@ -34,6 +34,7 @@ from app.status import (
     write_status,
 )
 from tests.unit.builders import node, pod, podgroup
+from tests.unit.fakes import Clock
 
 # ---- compute_status: the phase as a pure function --------------------------------------
 
@@ -315,14 +316,6 @@ def test_a_terminal_phase_is_kept_until_new_members_arrive() -> None:
 # ---- PodGroupStatus: batching and the metric ----------------------------------------------
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def executor() -> Iterator[ThreadPoolExecutor]:
     pool = ThreadPoolExecutor(max_workers=2)
@@ -501,8 +494,8 @@ async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
 ) -> None:
     state = ClusterState()
     volcano = {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "PodGroup",
+        "apiVersion": VOLCANO_API.api_version,
+        "kind": VOLCANO_API.kind,
         "metadata": {"name": "v", "namespace": "default", "uid": "pg-v", "resourceVersion": "3"},
         "spec": {"minMember": 2, "queue": "research"},
     }
@@ -523,7 +516,7 @@ async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
         apis={SOURCE_VOLCANO: volcano_api},
     )
     for name in "ab":
-        annotations = {"scheduling.k8s.io/group-name": "v"}
+        annotations = {VOLCANO_GROUP_ANNOTATIONS[0]: "v"}
         raw = pod(f"v-{name}", node="n1", phase="Running")
         raw["metadata"]["annotations"] = annotations
         state.apply_pod(raw)

@@ -1,0 +1,59 @@
+"""Stand-ins shared by the unit tests: a clock the test moves, and the API calls the verbs make.
+
+Plain classes, imported by the tests that need them (tests import no other
+test module and no conftest). The cluster tests cover the real API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from app.metrics import Metrics
+
+
+class Clock:
+    """A clock that stands still until the test sets `now`."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class RecordingBinder:
+    """Stands in for the API server's pods/binding; cluster tests cover the real one.
+
+    `fail` maps a pod name to the error its binding raises; `hold`, when
+    set, keeps every binding waiting until the test sets the event.
+    """
+
+    def __init__(self) -> None:
+        self.bound: list[tuple[str, str]] = []
+        self.fail: dict[str, Exception] = {}
+        self.hold: asyncio.Event | None = None
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        if self.hold is not None:
+            await self.hold.wait()
+        if name in self.fail:
+            raise self.fail[name]
+        self.bound.append((name, node))
+
+
+class FakePodApi(RecordingBinder):
+    """Bindings as RecordingBinder, and pod reads answered from `pods` (namespace/name keys)."""
+
+    def __init__(self, pods: dict[str, dict[str, Any]] | None = None) -> None:
+        super().__init__()
+        self.pods = pods or {}
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get(f"{namespace}/{name}")
+
+
+def gauge(metrics: Metrics, name: str, labels: dict[str, str] | None = None) -> float:
+    """A sample of the extender's registry; 0 when it was never set."""
+    value = metrics.registry.get_sample_value(name, labels or {})
+    return value or 0.0
