@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from local_cluster.podsim import EXIT_AFTER_ANNOTATION
 
 from bench.contention import gang_sizes, run_gangs
 from hack.clusterkit import local_cluster, wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import PERMIT_WAIT_SECONDS, Extender
-
-EXIT_AFTER = "local-cluster.dev/exit-after-seconds"
 
 
 def body(
@@ -36,7 +35,7 @@ def body(
     if pool is not None:
         pod["spec"]["nodeSelector"] = {"pool": pool}
     if exit_after is not None:
-        pod["metadata"]["annotations"] = {EXIT_AFTER: f"{exit_after:g}"}
+        pod["metadata"]["annotations"] = {EXIT_AFTER_ANNOTATION: f"{exit_after:g}"}
     return pod
 
 

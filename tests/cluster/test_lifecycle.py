@@ -15,14 +15,12 @@ import time
 import urllib.request
 from typing import Any
 
+from local_cluster.podsim import EXIT_AFTER_ANNOTATION, EXIT_PHASE_ANNOTATION
+
 from app.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL, XK8S_API
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import DENIED_SECONDS, PERMIT_WAIT_SECONDS, Extender
-
-EXIT_AFTER = "local-cluster.dev/exit-after-seconds"
-EXIT_PHASE = "local-cluster.dev/exit-phase"
-
 
 # ---- helpers ---------------------------------------------------------------------------
 
@@ -99,7 +97,12 @@ def test_pod_simulator_runs_finishes_and_deletes_pods_like_a_kubelet(
     kube: Kube, namespace: str
 ) -> None:
     create_pod(kube, namespace, "runs", grace_seconds=30)
-    create_pod(kube, namespace, "fails", annotations={EXIT_AFTER: "1", EXIT_PHASE: "Failed"})
+    create_pod(
+        kube,
+        namespace,
+        "fails",
+        annotations={EXIT_AFTER_ANNOTATION: "1", EXIT_PHASE_ANNOTATION: "Failed"},
+    )
 
     def running(name: str) -> Any:
         pod = kube.core.read_namespaced_pod(name, namespace)
@@ -148,7 +151,7 @@ def test_gang_lifecycle_status_events_and_metrics(
     # scheduler-plugins' status fields: no `scheduled` (upstream removed it).
     assert "scheduled" not in first
     assert (first["running"], first["succeeded"], first["failed"]) == (0, 0, 0)
-    done = {EXIT_AFTER: "4"}
+    done = {EXIT_AFTER_ANNOTATION: "4"}
     for i in range(2):
         create_pod(kube, namespace, f"train-{i}", group="train", annotations=done)
     wait_for(
@@ -214,7 +217,11 @@ def test_a_failed_member_fails_the_gang(kube: Kube, namespace: str) -> None:
     kube.create_podgroup(namespace, "job", 2)
     create_pod(kube, namespace, "job-0", group="job")
     create_pod(
-        kube, namespace, "job-1", group="job", annotations={EXIT_AFTER: "2", EXIT_PHASE: "Failed"}
+        kube,
+        namespace,
+        "job-1",
+        group="job",
+        annotations={EXIT_AFTER_ANNOTATION: "2", EXIT_PHASE_ANNOTATION: "Failed"},
     )
     phases = PhaseRecorder(kube, namespace, "job")
     failed = phases.until("Failed", 40)
