@@ -1,6 +1,6 @@
 """The cluster as the verbs need to see it: slim records of Nodes, Pods and PodGroups.
 
-Fed by the watches in app/reflector.py and by the permit gate (reservations
+Fed by the watches in app/kube/reflector.py and by the permit gate (reservations
 and bindings it made itself), read by the verbs. It is plain in-memory data
 with no I/O and no locking: every mutation and every read happens on the
 asyncio event loop thread, so a verb sees one consistent picture.

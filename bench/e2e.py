@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.kube_api import read_and_release
+from app.kube.client import read_and_release
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_DIR = REPO / ".local-cluster-bench"

@@ -15,8 +15,9 @@ import pytest
 from app.admission import DENIED, Admission
 from app.events import GANG_BIND_ROLLED_BACK, GANG_PARTLY_BOUND, INVALID_POD_GROUP, WARNING
 from app.extender import BAD_GROUP
-from app.gate import BindError, GateError, PartialBindPolicy, PermitGate
+from app.gate import GateError, PartialBindPolicy, PermitGate
 from app.groups import GroupSpec
+from app.kube.errors import NotFound, Rejected, Transient
 from app.metrics import Metrics
 from app.observer import MemberRef, NullObserver
 from app.state import ClusterState
@@ -24,7 +25,7 @@ from tests.unit.builders import node, pod
 from tests.unit.test_events import A, B, gang_events
 from tests.unit.test_gate import RecordingBinder, gauge
 
-REFUSED = BindError("rejected", "API server answered 403: binding denied by policy")
+REFUSED = Rejected("API server answered 403: binding denied by policy")
 
 
 class RecordingDeleter:
@@ -34,7 +35,7 @@ class RecordingDeleter:
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         if name in self.fail:
-            raise BindError("transient", "API server unreachable")
+            raise Transient("API server unreachable")
         self.deleted.append((name, uid))
 
 
@@ -134,7 +135,7 @@ async def test_a_gang_still_at_min_member_is_not_rolled_back() -> None:
 
 async def test_a_pod_deleted_between_gate_and_binding_rolls_the_wave_back() -> None:
     state, _, binder, deleter, _, gate = setup(2, PartialBindPolicy.DELETE_BOUND)
-    binder.fail["p1"] = BindError("not-found", 'API server answered 404: pods "p1" not found')
+    binder.fail["p1"] = NotFound('API server answered 404: pods "p1" not found')
     results = await admit_all(state, gate, ["p0", "p1"], 2)
     await gate.drain()
     assert results[0] is None and isinstance(results[1], GateError)
