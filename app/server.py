@@ -18,7 +18,6 @@ from typing import Any
 
 from fastapi import FastAPI
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from app.admission import Admission
 from app.arbiter import Arbiter
@@ -32,8 +31,6 @@ from app.extender import GangExtender, WaitPolicy
 from app.gate import PartialBindPolicy, PermitGate
 from app.groups import (
     GROUP_APIS,
-    SOURCE_LABELS,
-    SOURCE_NATIVE,
     SOURCE_VOLCANO,
     SOURCE_XK8S,
     VOLCANO_API,
@@ -41,6 +38,7 @@ from app.groups import (
     group_key,
 )
 from app.kube.client import api_client
+from app.kube.discovery import discover_sources
 from app.kube.events import KubeEventWriter
 from app.kube.pods import PodApi
 from app.kube.reflector import Reflector, Sink
@@ -120,64 +118,6 @@ def _podgroup_sink(
 def reflector_kind(api: GroupApi) -> str:
     """The reflector (and metric label) of a source: x-k8s's predates the others, unprefixed."""
     return api.plural if api.source == SOURCE_XK8S else f"{api.source}-{api.plural}"
-
-
-def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozenset[str]:
-    """The group sources to use: switched on by their flag and served by the API server.
-
-    Blocking (runs on a thread at start-up). A source whose API is absent is
-    off, with one info line; a CRD installed later needs a restart.
-    """
-    sources = {SOURCE_LABELS} if settings.label_groups == "on" else set()
-    modes = {
-        SOURCE_XK8S: ("--x-k8s-podgroups", settings.x_k8s_podgroups),
-        SOURCE_VOLCANO: ("--volcano-podgroups", settings.volcano_podgroups),
-        SOURCE_NATIVE: ("--native-podgroups", settings.native_podgroups),
-    }
-    for source, (flag, mode) in modes.items():
-        api = GROUP_APIS[source]
-        if mode == "off":
-            log.info("%s PodGroups (%s) are off: %s off", source, api.api_version, flag)
-            continue
-        try:
-            response: Any = custom.list_cluster_custom_object(
-                api.group,
-                api.version,
-                api.plural,
-                limit=1,
-                _preload_content=False,
-                _request_timeout=10,
-            )
-            response.release_conn()
-        except ApiException as err:
-            if err.status == 404:
-                log.info(
-                    "%s PodGroups are off: the API server does not serve %s %s",
-                    source,
-                    api.api_version,
-                    api.plural,
-                )
-                continue
-            if err.status == 403:
-                log.warning(
-                    "%s PodGroups are off: listing %s %s is forbidden; grant get, list and "
-                    "watch on it to this ServiceAccount, or set %s off",
-                    source,
-                    api.api_version,
-                    api.plural,
-                    flag,
-                )
-                continue
-            raise
-        sources.add(source)
-    if SOURCE_NATIVE in sources:
-        log.info(
-            "native PodGroups are gated by gang-extender: the kube-scheduler profile that "
-            "calls it must disable the in-tree GangScheduling plugin (or set "
-            "--native-podgroups=off to leave them to that plugin)"
-        )
-    log.info("group sources in use: %s", ", ".join(sorted(sources)) or "none")
-    return frozenset(sources)
 
 
 def _unhealthy(reflector: Reflector) -> str:
