@@ -51,8 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     # Imported here so `--help` stays fast and works without the runtime deps.
+    from app.kube.client import KubeConfigError
     from app.logs import configure
-    from app.server import KubeConfigError, build_apps
+    from app.server import build_apps
 
     try:
         settings = load(args, os.environ)

@@ -1,4 +1,4 @@
-"""Kubernetes Events for gangs: why a gang waits, was admitted, timed out or lost a member.
+"""Kubernetes Events for gangs, the rules: what each Event says, and when one repeats.
 
 kube-scheduler already puts FailedScheduling and Scheduled events on pods;
 these add what only the extender knows, on the PodGroup (so `kubectl
@@ -6,42 +6,35 @@ describe podgroup` tells the gang's story) and, where a single pod is
 affected, on that pod. Label-only groups have no object: their events go on
 the pods.
 
-The recorder behaves like client-go's: an identical (object, type, reason,
+Three modules make an Event, one job each: this one (pure) decides what an
+Event says (GangEvents turns the gate's and filter's reports into reasons
+and messages), how repeats aggregate and which are dropped
+(EventAggregator), and the body written; app/event_recorder.py sends them
+from worker threads; app/kube/events.py is the API writer.
+
+Aggregation behaves like client-go's: an identical (object, type, reason,
 message) seen again within `window_seconds` raises `count` and
 `lastTimestamp` of the Event already written instead of creating another;
 and a per-object token bucket (client-go's spam filter: burst 25, one more
 every 5 minutes) drops events of a hot loop before they reach the API
-server. Writes run on a thread pool, never on the event loop, and a write
-that fails is logged and counted, never raised into the verbs. While a
-write for an Event is in flight, further increments are folded into the
-next one, so a burst costs at most two calls per Event.
+server.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol
-from urllib.parse import quote
 
 from cachetools import LRUCache
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
 from app.arbiter import INSUFFICIENT_CAPACITY, WAITING_BEHIND
 from app.extender import BAD_GROUP, WaitPolicy
 from app.groups import GROUP_APIS, GroupSpec
-from app.kube_api import raw_request
-from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState, PodGroupRecord
-
-log = logging.getLogger(__name__)
+from app.timestamps import rfc3339
 
 COMPONENT = "gang-extender"
 
@@ -98,52 +91,6 @@ def podgroup_ref(record: PodGroupRecord) -> ObjectRef:
     return ObjectRef(api.kind, api.api_version, record.namespace, record.name, record.uid)
 
 
-# ---- the API side ------------------------------------------------------------------
-
-
-class EventNotFound(Exception):
-    """The Event to update no longer exists (events expire after an hour)."""
-
-
-class EventWriter(Protocol):
-    """Blocking API calls; the recorder runs them on worker threads."""
-
-    def create(self, namespace: str, body: dict[str, Any]) -> None: ...
-
-    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        """Merge-patch an Event; raise EventNotFound on 404."""
-
-
-class KubeEventWriter:
-    """core/v1 Events, as plain requests on the official client's connection pool."""
-
-    def __init__(self, core: k8s.CoreV1Api, *, timeout_seconds: float = 10) -> None:
-        self._client: k8s.ApiClient = core.api_client
-        self._timeout = timeout_seconds
-
-    def create(self, namespace: str, body: dict[str, Any]) -> None:
-        raw_request(self._client, "POST", _events_path(namespace), body, timeout=self._timeout)
-
-    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        try:
-            raw_request(
-                self._client,
-                "PATCH",
-                f"{_events_path(namespace)}/{quote(name, safe='')}",
-                body,
-                content_type="application/merge-patch+json",
-                timeout=self._timeout,
-            )
-        except ApiException as err:
-            if err.status == 404:
-                raise EventNotFound(name) from None
-            raise
-
-
-def _events_path(namespace: str) -> str:
-    return f"/api/v1/namespaces/{quote(namespace, safe='')}/events"
-
-
 # ---- rate limiting and aggregation (pure, clock injected) -------------------------------
 
 
@@ -167,8 +114,8 @@ class TokenBucket:
 
 
 @dataclass(slots=True)
-class _Entry:
-    """One Event object: what we told the API server and what is still to tell."""
+class EventEntry:
+    """One Event object: what it says, and (kept by the recorder) what was sent of it."""
 
     ref: ObjectRef
     type: str
@@ -183,71 +130,46 @@ class _Entry:
     in_flight: bool = False
 
 
-Submit = Callable[[Callable[[], None]], object]
-"""Runs a blocking call elsewhere (ThreadPoolExecutor.submit in production)."""
+# What became of one occurrence (the label of gang_extender_events_total).
+CREATED, AGGREGATED, RATE_LIMITED = "created", "aggregated", "rate-limited"
 
 
-class EventRecorder:
+class EventAggregator:
+    """Which Event an occurrence becomes: a new one, a count on a recent one, or none."""
+
     def __init__(
-        self,
-        writer: EventWriter,
-        submit: Submit,
-        metrics: Metrics,
-        *,
-        clock: Callable[[], float] = time.time,
-        window_seconds: float = 600.0,
-        burst: int = 25,
-        refill_seconds: float = 300.0,
-        cache_size: int = 4096,
+        self, *, window_seconds: float, burst: int, refill_seconds: float, cache_size: int
     ) -> None:
-        self._writer = writer
-        self._submit = submit
-        self._metrics = metrics
-        self._clock = clock
         self._window = window_seconds
         self._burst = burst
         self._refill = refill_seconds
-        # Touched from the event loop (record) and worker threads (_send).
-        self._lock = threading.Lock()
-        self._entries: LRUCache[tuple[ObjectRef, str, str, str], _Entry] = LRUCache(cache_size)
+        self._entries: LRUCache[tuple[ObjectRef, str, str, str], EventEntry] = LRUCache(cache_size)
         self._buckets: LRUCache[tuple[ObjectRef, str], TokenBucket] = LRUCache(cache_size)
         self._last_ns = 0
 
-    def record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
-        """Queue an Event (or a count increment of an identical one); never blocks or raises."""
+    def add(
+        self, ref: ObjectRef, type_: str, reason: str, message: str, now: float
+    ) -> tuple[str, EventEntry | None]:
+        """The outcome, and the Event to write (None when rate-limited)."""
         message = _truncate(message)
-        now = self._clock()
+        # The spam filter is per object and reason: a hot loop of one reason
+        # (WaitingForSiblings on every scheduling attempt) cannot starve the
+        # rare ones (GangTimedOut) of the same PodGroup.
+        bucket = self._buckets.get((ref, reason))
+        if bucket is None:
+            bucket = TokenBucket(self._burst, self._refill, float(self._burst), now)
+            self._buckets[(ref, reason)] = bucket
+        if not bucket.take(now):
+            return RATE_LIMITED, None
         key = (ref, type_, reason, message)
-        with self._lock:
-            # The spam filter is per object and reason: a hot loop of one reason
-            # (WaitingForSiblings on every scheduling attempt) cannot starve the
-            # rare ones (GangTimedOut) of the same PodGroup.
-            bucket = self._buckets.get((ref, reason))
-            if bucket is None:
-                bucket = TokenBucket(self._burst, self._refill, float(self._burst), now)
-                self._buckets[(ref, reason)] = bucket
-            if not bucket.take(now):
-                self._metrics.events.labels("rate-limited").inc()
-                log.debug("event %s on %s %s dropped (rate limit)", reason, ref.kind, ref.name)
-                return
-            entry = self._entries.get(key)
-            if entry is not None and now - entry.last <= self._window:
-                entry.count += 1
-                entry.last = now
-                self._metrics.events.labels("aggregated").inc()
-            else:
-                entry = _Entry(ref, type_, reason, message, self._new_name(ref, now), now, now)
-                self._entries[key] = entry
-                self._metrics.events.labels("created").inc()
-            if entry.in_flight:
-                return  # the running _send picks the new count up
-            entry.in_flight = True
-        try:
-            self._submit(lambda: self._send(entry))
-        except RuntimeError as err:  # the executor is shut down: we are stopping
-            log.debug("event %s not written: %s", reason, err)
-            with self._lock:
-                entry.in_flight = False
+        entry = self._entries.get(key)
+        if entry is not None and now - entry.last <= self._window:
+            entry.count += 1
+            entry.last = now
+            return AGGREGATED, entry
+        entry = EventEntry(ref, type_, reason, message, self._new_name(ref, now), now, now)
+        self._entries[key] = entry
+        return CREATED, entry
 
     def _new_name(self, ref: ObjectRef, now: float) -> str:
         # client-go's naming: <object>.<hex nanoseconds>, kept unique within this process.
@@ -255,47 +177,9 @@ class EventRecorder:
         self._last_ns = ns
         return f"{ref.name[:200]}.{ns:x}"
 
-    def _send(self, entry: _Entry) -> None:
-        while True:
-            with self._lock:
-                if entry.sent_count == entry.count:
-                    entry.in_flight = False
-                    return
-                count, create = entry.count, not entry.created
-                body = _event_body(entry)
-            try:
-                if create:
-                    self._writer.create(entry.ref.namespace, body)
-                else:
-                    try:
-                        self._writer.patch(
-                            entry.ref.namespace,
-                            entry.name,
-                            {"count": body["count"], "lastTimestamp": body["lastTimestamp"]},
-                        )
-                    except EventNotFound:
-                        self._writer.create(entry.ref.namespace, body)
-            except Exception as err:
-                self._metrics.events.labels("failed").inc()
-                log.warning(
-                    "writing event %s on %s %s/%s failed: %s",
-                    entry.reason,
-                    entry.ref.kind,
-                    entry.ref.namespace,
-                    entry.ref.name,
-                    err,
-                )
-                with self._lock:
-                    entry.in_flight = False
-                    # Give up on this count; the next identical event tries again.
-                    entry.sent_count = entry.count
-                return
-            with self._lock:
-                entry.created = True
-                entry.sent_count = count
 
-
-def _event_body(entry: _Entry) -> dict[str, Any]:
+def event_body(entry: EventEntry) -> dict[str, Any]:
+    """The core/v1 Event as written (created whole, or its count and lastTimestamp patched)."""
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -306,13 +190,9 @@ def _event_body(entry: _Entry) -> dict[str, Any]:
         "message": entry.message,
         "source": {"component": COMPONENT},
         "count": entry.count,
-        "firstTimestamp": _timestamp(entry.first),
-        "lastTimestamp": _timestamp(entry.last),
+        "firstTimestamp": rfc3339(entry.first),
+        "lastTimestamp": rfc3339(entry.last),
     }
-
-
-def _timestamp(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _truncate(message: str) -> str:

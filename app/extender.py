@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from app.admission import ADMITTED, TOO_FEW_SIBLINGS, Admission
 from app.arbiter import Arbiter, Candidate
-from app.gate import BindError, GateError, PermitGate
+from app.gate import GateError, PermitGate
 from app.groups import (
     GroupLabelError,
     GroupRef,
@@ -25,6 +25,7 @@ from app.groups import (
     group_ref_of_pod,
     task_shortfall,
 )
+from app.kube.errors import ApiError
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
 from app.preemption import Preemptor, VictimPolicy, describe_gap, preemption_gap, select_victims
@@ -297,7 +298,7 @@ class GangExtender:
     async def bind(self, args: BindingArgs) -> dict[str, Any]:
         try:
             await self._bind(args)
-        except (GateError, BindError) as err:
+        except (GateError, ApiError) as err:
             return binding_result(str(err))
         return binding_result()
 
@@ -310,7 +311,7 @@ class GangExtender:
         if pod.group is None:
             try:
                 await self._api.bind(pod.namespace, pod.name, pod.uid, args.node)
-            except BindError as err:
+            except ApiError as err:
                 self._metrics.bind_errors.labels(err.reason).inc()
                 self._observer.bind_failed(
                     MemberRef(pod.namespace, pod.name, pod.uid, args.node), None, str(err)

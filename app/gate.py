@@ -21,6 +21,7 @@ from typing import Protocol
 
 from app.admission import Admission
 from app.groups import GroupSpec, task_shortfall
+from app.kube.errors import ApiError
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
 from app.state import ClusterState, PodRecord
@@ -71,22 +72,14 @@ class GateError(Exception):
     """The bind call fails with this message; kube-scheduler requeues the pod."""
 
 
-class BindError(Exception):
-    """A pods/binding call that failed; `reason` is a short metric label."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
 class Binder(Protocol):
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the pods/binding; raise BindError on failure."""
+        """Create the pods/binding; raise ApiError on failure."""
 
 
 class PodDeleter(Protocol):
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
-        """Delete the pod (uid-guarded); raise BindError on failure."""
+        """Delete the pod (uid-guarded); raise ApiError on failure."""
 
 
 @dataclass(eq=False, slots=True)
@@ -314,7 +307,7 @@ class PermitGate:
             if isinstance(result, BaseException):
                 group.episode_failed.append((waiter, result))
                 self._metrics.bind_errors.labels(
-                    result.reason if isinstance(result, BindError) else "internal"
+                    result.reason if isinstance(result, ApiError) else "internal"
                 ).inc()
                 self._state.unreserve(waiter.pod_key)
                 log.warning(

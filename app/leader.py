@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
 from typing import Any, Protocol
 
 from app.events import ObjectRef, Recorder
+from app.timestamps import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -30,20 +30,11 @@ def holds_lease(spec: Mapping[str, Any] | None, identity: str, now: float) -> bo
         return False
     if holder != identity and holder.split("_", 1)[0] != identity:
         return False
-    renewed = _parse_time(spec.get("renewTime"))
+    renewed = parse_rfc3339(spec.get("renewTime"))
     duration = spec.get("leaseDurationSeconds")
     if renewed is None or not isinstance(duration, int):
         return True  # no expiry information: trust the holder
     return now <= renewed + duration
-
-
-def _parse_time(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 class LeaderElection:

@@ -96,7 +96,7 @@ class Metrics:
         )
         for result in ("admitted", "timeout", "rejected", "rolled-back"):
             self.admissions.labels(result)
-        # ---- lifecycle (app/status.py, app/events.py) ----
+        # ---- lifecycle (app/status_reconciler.py, app/event_recorder.py) ----
         self.podgroups = Gauge(
             "gang_extender_podgroups",
             "Gangs by lifecycle phase (Pending, Scheduling, Scheduled, Running, Finished, "

@@ -1,8 +1,9 @@
 """What the verbs report as gangs move: the seam for Events, PodGroup status and logs.
 
 The gate and the filter call these methods at each step of a gang's life;
-app/events.py and app/status.py implement them. Calls happen on the event
-loop and must not block: implementations queue their API writes.
+GangEvents (app/events.py) and PodGroupStatus (app/status_reconciler.py)
+implement them. Calls happen on the event loop and must not block:
+implementations queue their API writes.
 """
 
 from __future__ import annotations

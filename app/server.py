@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -19,28 +18,31 @@ from typing import Any
 
 from fastapi import FastAPI
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 
 from app.admission import Admission
 from app.arbiter import Arbiter
 from app.cachedump import add_cache_route
 from app.config import Settings
 from app.debug import GangDebug
-from app.events import EventRecorder, GangEvents, KubeEventWriter
+from app.event_recorder import EventRecorder
+from app.events import GangEvents
 from app.evictor import PreemptionFollower
 from app.extender import GangExtender, WaitPolicy
 from app.gate import PartialBindPolicy, PermitGate
 from app.groups import (
     GROUP_APIS,
-    SOURCE_LABELS,
-    SOURCE_NATIVE,
     SOURCE_VOLCANO,
     SOURCE_XK8S,
     VOLCANO_API,
+    GroupApi,
     group_key,
 )
-from app.kube_api import KubeApi
+from app.kube.client import api_client
+from app.kube.discovery import discover_sources
+from app.kube.events import KubeEventWriter
+from app.kube.pods import PodApi
+from app.kube.reflector import Reflector, Sink
+from app.kube.status import KubeStatusApi
 from app.leader import (
     AlwaysLeader,
     LeaderCheck,
@@ -51,11 +53,10 @@ from app.leader import (
 from app.metrics import Metrics
 from app.observer import Observers
 from app.preemption import VictimPolicy
-from app.reflector import Reflector, Sink
 from app.routes import VerbGuard, create_app
 from app.scoring import ScoringPolicy
 from app.state import ClusterState
-from app.status import KubeStatusApi, PodGroupStatus
+from app.status_reconciler import PodGroupStatus
 from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
@@ -67,35 +68,6 @@ log = logging.getLogger(__name__)
 # second fewer threads make bindings queue (bench/e2e.py measured seconds of
 # bind latency with 16). The threads mostly wait on sockets.
 _API_THREADS = 64
-
-
-class KubeConfigError(RuntimeError):
-    """No way to reach the API server; the message says what to set."""
-
-
-def api_client(settings: Settings) -> k8s.ApiClient:
-    try:
-        if settings.kubeconfig:
-            configuration = k8s.Configuration()
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=settings.kubeconfig, client_configuration=configuration
-            )
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            configuration = k8s.Configuration()
-            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-        else:
-            raise KubeConfigError(
-                "no kubeconfig given and not running in a cluster: pass --kubeconfig PATH "
-                "(or set GANG_EXTENDER_KUBECONFIG / KUBECONFIG)"
-            )
-    except k8s_config.ConfigException as err:
-        raise KubeConfigError(f"cannot load Kubernetes client configuration: {err}") from None
-    # Enough connections for the watches, the observers' writes and one per
-    # API thread (a request finding the pool empty opens a new TLS connection).
-    configuration.connection_pool_maxsize = _API_THREADS + 16
-    return k8s.ApiClient(configuration)
 
 
 def _pod_sink(state: ClusterState) -> Sink:
@@ -143,70 +115,9 @@ def _podgroup_sink(
     )
 
 
-# Reflector (and metric label) of each object source; "podgroups" predates the others.
-_REFLECTOR_KIND = {
-    SOURCE_XK8S: "podgroups",
-    SOURCE_VOLCANO: "volcano-podgroups",
-    SOURCE_NATIVE: "native-podgroups",
-}
-
-
-def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozenset[str]:
-    """The group sources to use: switched on by their flag and served by the API server.
-
-    Blocking (runs on a thread at start-up). A source whose API is absent is
-    off, with one info line; a CRD installed later needs a restart.
-    """
-    sources = {SOURCE_LABELS} if settings.label_groups == "on" else set()
-    modes = {
-        SOURCE_XK8S: ("--x-k8s-podgroups", settings.x_k8s_podgroups),
-        SOURCE_VOLCANO: ("--volcano-podgroups", settings.volcano_podgroups),
-        SOURCE_NATIVE: ("--native-podgroups", settings.native_podgroups),
-    }
-    for source, (flag, mode) in modes.items():
-        api = GROUP_APIS[source]
-        if mode == "off":
-            log.info("%s PodGroups (%s) are off: %s off", source, api.api_version, flag)
-            continue
-        try:
-            response: Any = custom.list_cluster_custom_object(
-                api.group,
-                api.version,
-                api.plural,
-                limit=1,
-                _preload_content=False,
-                _request_timeout=10,
-            )
-            response.release_conn()
-        except ApiException as err:
-            if err.status == 404:
-                log.info(
-                    "%s PodGroups are off: the API server does not serve %s %s",
-                    source,
-                    api.api_version,
-                    api.plural,
-                )
-                continue
-            if err.status == 403:
-                log.warning(
-                    "%s PodGroups are off: listing %s %s is forbidden; grant get, list and "
-                    "watch on it to this ServiceAccount, or set %s off",
-                    source,
-                    api.api_version,
-                    api.plural,
-                    flag,
-                )
-                continue
-            raise
-        sources.add(source)
-    if SOURCE_NATIVE in sources:
-        log.info(
-            "native PodGroups are gated by gang-extender: the kube-scheduler profile that "
-            "calls it must disable the in-tree GangScheduling plugin (or set "
-            "--native-podgroups=off to leave them to that plugin)"
-        )
-    log.info("group sources in use: %s", ", ".join(sorted(sources)) or "none")
-    return frozenset(sources)
+def reflector_kind(api: GroupApi) -> str:
+    """The reflector (and metric label) of a source: x-k8s's predates the others, unprefixed."""
+    return api.plural if api.source == SOURCE_XK8S else f"{api.source}-{api.plural}"
 
 
 def _unhealthy(reflector: Reflector) -> str:
@@ -225,14 +136,16 @@ class Apps:
 
 def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     """The whole extender, ready for uvicorn."""
-    client = client or api_client(settings)
+    # Enough connections for the watches, the observers' writes and one per
+    # API thread (a request finding the pool empty opens a new TLS connection).
+    client = client or api_client(settings.kubeconfig, pool_size=_API_THREADS + 16)
     core = k8s.CoreV1Api(client)
     custom = k8s.CustomObjectsApi(client)
     metrics = Metrics()
     state = ClusterState()
     admission = Admission(settings.denied_pg_expiration_seconds)
     executor = ThreadPoolExecutor(max_workers=_API_THREADS, thread_name_prefix="kube-api")
-    api = KubeApi(core, executor)
+    api = PodApi(core, executor)
     election: LeaderElection | None = None
     leader: LeaderCheck = AlwaysLeader()
     if settings.leader_election_lease:
@@ -351,10 +264,9 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
                 ),
             ]
         )
-        for source, kind in _REFLECTOR_KIND.items():
+        for source, group_api in GROUP_APIS.items():
             if source not in state.sources:
                 continue
-            group_api = GROUP_APIS[source]
             list_call = functools.partial(
                 custom.list_cluster_custom_object,
                 group_api.group,
@@ -362,7 +274,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
                 group_api.plural,
             )
             sink = _podgroup_sink(state, admission, source, waker)
-            reflectors.append(Reflector(kind, list_call, sink, loop, metrics))
+            reflectors.append(Reflector(reflector_kind(group_api), list_call, sink, loop, metrics))
         if election is not None and settings.leader_election_lease:
             lease_ns, _sep, lease_name = settings.leader_election_lease.partition("/")
             list_lease = functools.partial(

@@ -1,6 +1,6 @@
 """The cluster as the verbs need to see it: slim records of Nodes, Pods and PodGroups.
 
-Fed by the watches in app/reflector.py and by the permit gate (reservations
+Fed by the watches in app/kube/reflector.py and by the permit gate (reservations
 and bindings it made itself), read by the verbs. It is plain in-memory data
 with no I/O and no locking: every mutation and every read happens on the
 asyncio event loop thread, so a verb sees one consistent picture.
@@ -29,6 +29,7 @@ from app.groups import (
 )
 from app.packing import Placement, Taint, placement_of, taints_of
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
+from app.timestamps import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -407,12 +408,7 @@ def parse_timestamp(value: Any) -> float:
     """An API timestamp (RFC 3339 string, or the client's datetime) as epoch seconds."""
     if isinstance(value, datetime):
         return value.timestamp()
-    if not isinstance(value, str) or not value:
-        return 0.0
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
+    return parse_rfc3339(value) or 0.0
 
 
 def node_record_from(raw: Mapping[str, Any]) -> NodeRecord:

@@ -36,6 +36,7 @@ from cachetools import TTLCache
 
 from app.groups import PodGroupSpecError
 from app.state import ClusterState, GroupNotFound, PodRecord
+from app.timestamps import wakeup_stamp
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ class SiblingWaker:
 
     async def _touch(self, why: str, pods: list[PodRecord]) -> None:
         """Patch the wake-up annotation on `pods`; `why` (a group key or a reason) is logged."""
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + f"#{time.monotonic_ns()}"
+        stamp = wakeup_stamp()
         results = await asyncio.gather(
             *(self._api.touch_pod(p.namespace, p.name, p.uid, stamp) for p in pods),
             return_exceptions=True,

@@ -53,7 +53,7 @@ from app.groups import (
     POD_GROUP_LABEL,
     SOURCE_XK8S,
 )
-from app.kube_api import read_and_release
+from app.kube.client import read_and_release
 
 # Run by path (`python bench/e2e.py`), sys.path[0] is bench/: the repository root makes hack/
 # importable (app/ comes from the editable install).

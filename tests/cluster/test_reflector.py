@@ -9,8 +9,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from app.kube.reflector import Reflector, Sink
 from app.metrics import Metrics
-from app.reflector import Reflector, Sink
 from tests.cluster.kube import Kube
 
 

@@ -95,8 +95,8 @@ def test_wheel_from_the_build_context_holds_the_app_and_its_console_script(tmp_p
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         assert "gang-extender = app.cli:main" in archive.read(entry_points).decode()
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
-    modules = {Path(n).name for n in names if n.startswith("app/")}
-    assert modules == {p.name for p in (REPO / "app").glob("*.py")}
+    modules = {n for n in names if n.startswith("app/")}
+    assert modules == {p.relative_to(REPO).as_posix() for p in (REPO / "app").rglob("*.py")}
     assert not [n for n in names if n.startswith("tests/")]
     requires = [
         line.split(":", 1)[1].strip()

@@ -3,7 +3,10 @@ from typing import Any
 
 from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
 from app.arbiter import INSUFFICIENT_CAPACITY, WAITING_BEHIND
+from app.event_recorder import EventRecorder
 from app.events import (
+    AGGREGATED,
+    CREATED,
     GANG_ADMITTED,
     GANG_BIND_ROLLED_BACK,
     GANG_PARTLY_BOUND,
@@ -15,16 +18,17 @@ from app.events import (
     INVALID_POD_GROUP,
     NORMAL,
     PREEMPTED,
+    RATE_LIMITED,
     WAITING_FOR_SIBLINGS,
     WARNING,
-    EventNotFound,
-    EventRecorder,
+    EventAggregator,
     GangEvents,
     ObjectRef,
     TokenBucket,
 )
 from app.extender import BAD_GROUP, WaitPolicy
 from app.groups import XK8S_API
+from app.kube.errors import NotFound
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState
@@ -52,7 +56,7 @@ class RecordingWriter:
         if self.fail:
             raise RuntimeError("API server unreachable")
         if name in self.missing:
-            raise EventNotFound(name)
+            raise NotFound(name)
         self.calls.append(("patch", name, body))
 
 
@@ -84,6 +88,21 @@ def test_token_bucket_allows_a_burst_then_one_per_refill_period() -> None:
 
 
 # ---- recorder: creation, aggregation, rate limit -------------------------------------------
+
+
+def test_the_aggregator_creates_then_counts_then_drops_without_a_recorder() -> None:
+    aggregator = EventAggregator(window_seconds=600, burst=2, refill_seconds=300, cache_size=16)
+    outcome, first = aggregator.add(POD, NORMAL, GANG_WAITING, "m", 0)
+    assert outcome == CREATED and first is not None and first.count == 1
+    outcome, again = aggregator.add(POD, NORMAL, GANG_WAITING, "m", 1)
+    assert outcome == AGGREGATED and again is first and first.count == 2 and first.last == 1
+    assert aggregator.add(POD, NORMAL, GANG_WAITING, "m", 2) == (RATE_LIMITED, None)
+
+
+def test_event_names_stay_unique_within_one_nanosecond() -> None:
+    aggregator = EventAggregator(window_seconds=600, burst=25, refill_seconds=300, cache_size=16)
+    entries = [aggregator.add(POD, NORMAL, GANG_WAITING, str(i), 5.0)[1] for i in range(3)]
+    assert len({e.name for e in entries if e is not None}) == 3
 
 
 def test_first_event_is_created_with_the_client_go_fields() -> None:

@@ -3,8 +3,9 @@ import asyncio
 import pytest
 
 from app.admission import DENIED, Admission
-from app.gate import BindError, GateError, PermitGate
+from app.gate import GateError, PermitGate
 from app.groups import GroupSpec
+from app.kube.errors import Conflict
 from app.metrics import Metrics
 from app.state import ClusterState
 from tests.unit.builders import cluster, node, pod
@@ -106,7 +107,7 @@ async def test_a_sibling_binding_seen_later_opens_the_gate() -> None:
 
 async def test_binding_failure_after_admission_is_reported_per_pod() -> None:
     state, _, binder, gate, metrics, spec = setup(2, 2)
-    binder.fail["p1"] = BindError("conflict", "API server answered 409: already assigned")
+    binder.fail["p1"] = Conflict("API server answered 409: already assigned")
     a = asyncio.create_task(gate.admit(state.pods["default/p0"], "n1", spec, 30))
     with pytest.raises(GateError, match="binding pod default/p1 to n2 failed"):
         await gate.admit(state.pods["default/p1"], "n2", spec, 30)

@@ -13,15 +13,16 @@ from collections.abc import Sequence
 import pytest
 
 from app.admission import DENIED, Admission
-from app.gate import BindError, GateError, PartialBindPolicy, PermitGate
+from app.gate import GateError, PartialBindPolicy, PermitGate
 from app.groups import GroupSpec
+from app.kube.errors import NotFound, Rejected, Transient
 from app.metrics import Metrics
 from app.observer import MemberRef, NullObserver
 from app.state import ClusterState
 from tests.unit.builders import cluster
 from tests.unit.fakes import RecordingBinder, gauge
 
-REFUSED = BindError("rejected", "API server answered 403: binding denied by policy")
+REFUSED = Rejected("API server answered 403: binding denied by policy")
 
 
 class RecordingDeleter:
@@ -31,7 +32,7 @@ class RecordingDeleter:
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         if name in self.fail:
-            raise BindError("transient", "API server unreachable")
+            raise Transient("API server unreachable")
         self.deleted.append((name, uid))
 
 
@@ -128,7 +129,7 @@ async def test_a_gang_still_at_min_member_is_not_rolled_back() -> None:
 
 async def test_a_pod_deleted_between_gate_and_binding_rolls_the_wave_back() -> None:
     state, _, binder, deleter, _, gate = setup(2, PartialBindPolicy.DELETE_BOUND)
-    binder.fail["p1"] = BindError("not-found", 'API server answered 404: pods "p1" not found')
+    binder.fail["p1"] = NotFound('API server answered 404: pods "p1" not found')
     results = await admit_all(state, gate, ["p0", "p1"], 2)
     await gate.drain()
     assert results[0] is None and isinstance(results[1], GateError)

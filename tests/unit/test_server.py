@@ -4,7 +4,8 @@ import httpx
 from kubernetes import client as k8s
 
 from app.config import Settings
-from app.server import build_apps
+from app.groups import GROUP_APIS, SOURCE_NATIVE, SOURCE_VOLCANO, SOURCE_XK8S
+from app.server import build_apps, reflector_kind
 
 
 def paths(app: object) -> set[str]:
@@ -30,3 +31,12 @@ async def test_ops_port_gets_operations_and_no_verbs() -> None:
         response = await client.get("/debug/gangs")
     assert response.status_code == 200
     assert response.json()["groups"] == []
+
+
+def test_reflector_kinds_keep_their_metric_labels() -> None:
+    kinds = {source: reflector_kind(api) for source, api in GROUP_APIS.items()}
+    assert kinds == {
+        SOURCE_XK8S: "podgroups",
+        SOURCE_VOLCANO: "volcano-podgroups",
+        SOURCE_NATIVE: "native-podgroups",
+    }

@@ -6,31 +6,33 @@ from typing import Any
 import pytest
 
 from app.groups import SOURCE_NATIVE, SOURCE_VOLCANO, VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS
+from app.kube.errors import Conflict
 from app.metrics import Metrics
 from app.observer import MemberRef
 from app.state import ClusterState, PodRecord, pod_record_from
 from app.status import (
-    CONFLICT,
     FAILED,
     FINISHED,
-    GONE,
-    KEPT,
     PENDING,
     PHASES,
     PRE_SCHEDULING,
     RUNNING,
     SCHEDULING,
-    UNCHANGED,
     UNKNOWN,
-    WRITTEN,
     GroupStatus,
-    PodGroupStatus,
-    StatusConflict,
     StatusShape,
     VolcanoShape,
     XK8sShape,
     compute_status,
     status_patch,
+)
+from app.status_reconciler import (
+    CONFLICT,
+    GONE,
+    KEPT,
+    UNCHANGED,
+    WRITTEN,
+    PodGroupStatus,
     write_status,
 )
 from tests.unit.builders import node, pod, podgroup
@@ -250,7 +252,7 @@ class MemoryStatusApi:
         assert self.obj is not None
         if self.conflicts:
             self.conflicts -= 1
-            raise StatusConflict(name)
+            raise Conflict(name)
         assert body["metadata"]["resourceVersion"] == self.obj["metadata"]["resourceVersion"]
         self.patches.append(body)
         self.obj["status"] = {**(self.obj.get("status") or {}), **body["status"]}

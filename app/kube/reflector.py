@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 from kubernetes.client.exceptions import ApiException
 
-from app.kube_api import read_and_release
+from app.kube.client import read_and_release
 from app.metrics import Metrics
 
 log = logging.getLogger(__name__)

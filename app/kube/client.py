@@ -1,0 +1,107 @@
+"""The API server connection: building the client, and one plain HTTP request on it.
+
+Every writer in app/kube/ sends its requests through `raw_request`, which
+turns a failed answer into an ApiError (app/kube/errors.py); the watches use
+the generated list methods (app/kube/reflector.py) and read their raw
+responses with `read_and_release`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orjson
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from urllib3.exceptions import HTTPError
+
+from app.kube.errors import Transient, error_for
+
+
+class KubeConfigError(RuntimeError):
+    """No way to reach the API server; the message says what to set."""
+
+
+def api_client(kubeconfig: str | None, *, pool_size: int) -> k8s.ApiClient:
+    """The client for `kubeconfig`, or the in-cluster ServiceAccount when there is none.
+
+    pool_size: connections kept open; a request finding the pool empty opens
+    a new TLS connection, so it should cover every thread making requests.
+    """
+    try:
+        if kubeconfig:
+            configuration = k8s.Configuration()
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=configuration
+            )
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = k8s.Configuration()
+            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        else:
+            raise KubeConfigError(
+                "no kubeconfig given and not running in a cluster: pass --kubeconfig PATH "
+                "(or set GANG_EXTENDER_KUBECONFIG / KUBECONFIG)"
+            )
+    except k8s_config.ConfigException as err:
+        raise KubeConfigError(f"cannot load Kubernetes client configuration: {err}") from None
+    configuration.connection_pool_maxsize = pool_size
+    return k8s.ApiClient(configuration)
+
+
+def raw_request(
+    client: k8s.ApiClient,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    content_type: str = "application/json",
+    timeout: float = 10,
+) -> bytes:
+    """One HTTP request on the client's connection pool, credentials and TLS settings.
+
+    The generated client methods validate every argument (pydantic) and
+    build model objects, which cost more CPU than the request itself; a
+    binding per pod, and Events and PodGroup status per gang, are the calls
+    we make most (bench/e2e.py), and the threads making them compete with
+    the event loop for the GIL. A non-2xx answer raises the ApiError of its
+    status; no answer (connection refused, timeout) raises Transient.
+    """
+    headers = {**client.default_headers, "Accept": "application/json"}
+    payload = None
+    if body is not None:
+        headers["Content-Type"] = content_type
+        payload = orjson.dumps(body)
+    client.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)
+    try:
+        response = client.rest_client.pool_manager.request(
+            method,
+            client.configuration.host + path,
+            body=payload,
+            headers=headers,
+            timeout=urllib3.Timeout(total=timeout),
+            preload_content=False,
+        )
+        data = read_and_release(response)
+    except (HTTPError, OSError) as err:
+        raise Transient(f"API server unreachable: {err}") from None
+    status: int = response.status
+    if not 200 <= status < 300:
+        raise error_for(status, response.reason, data)
+    return data
+
+
+def read_and_release(response: Any) -> bytes:
+    """Read a raw (_preload_content=False) response whole, then give its connection back.
+
+    Releasing a connection with the body unread would hand the next request
+    on it the leftover bytes (urllib3 then fails with BadStatusLine).
+    """
+    try:
+        data: bytes = response.data
+        return data
+    finally:
+        response.release_conn()

@@ -1,0 +1,76 @@
+"""Which PodGroup sources the API server serves: asked once, at start-up.
+
+A source is used when its flag is on (auto) and the API server answers a
+list of its objects; the coordinates come from app/groups.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from app.config import Settings
+from app.groups import GROUP_APIS, SOURCE_LABELS, SOURCE_NATIVE, SOURCE_VOLCANO, SOURCE_XK8S
+
+log = logging.getLogger(__name__)
+
+
+def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozenset[str]:
+    """The group sources to use: switched on by their flag and served by the API server.
+
+    Blocking (runs on a thread at start-up). A source whose API is absent is
+    off, with one info line; a CRD installed later needs a restart.
+    """
+    sources = {SOURCE_LABELS} if settings.label_groups == "on" else set()
+    modes = {
+        SOURCE_XK8S: ("--x-k8s-podgroups", settings.x_k8s_podgroups),
+        SOURCE_VOLCANO: ("--volcano-podgroups", settings.volcano_podgroups),
+        SOURCE_NATIVE: ("--native-podgroups", settings.native_podgroups),
+    }
+    for source, (flag, mode) in modes.items():
+        api = GROUP_APIS[source]
+        if mode == "off":
+            log.info("%s PodGroups (%s) are off: %s off", source, api.api_version, flag)
+            continue
+        try:
+            response: Any = custom.list_cluster_custom_object(
+                api.group,
+                api.version,
+                api.plural,
+                limit=1,
+                _preload_content=False,
+                _request_timeout=10,
+            )
+            response.release_conn()
+        except ApiException as err:
+            if err.status == 404:
+                log.info(
+                    "%s PodGroups are off: the API server does not serve %s %s",
+                    source,
+                    api.api_version,
+                    api.plural,
+                )
+                continue
+            if err.status == 403:
+                log.warning(
+                    "%s PodGroups are off: listing %s %s is forbidden; grant get, list and "
+                    "watch on it to this ServiceAccount, or set %s off",
+                    source,
+                    api.api_version,
+                    api.plural,
+                    flag,
+                )
+                continue
+            raise
+        sources.add(source)
+    if SOURCE_NATIVE in sources:
+        log.info(
+            "native PodGroups are gated by gang-extender: the kube-scheduler profile that "
+            "calls it must disable the in-tree GangScheduling plugin (or set "
+            "--native-podgroups=off to leave them to that plugin)"
+        )
+    log.info("group sources in use: %s", ", ".join(sorted(sources)) or "none")
+    return frozenset(sources)

@@ -1,0 +1,122 @@
+"""The verbs' pod calls: bind pods, read a pod, wake or evict pods.
+
+Requests are blocking (app/kube/client.py), so each runs on a small thread
+pool and the event loop stays free for filter calls while a binding is in
+flight. Failures raise ApiError (app/kube/errors.py); answers that mean
+"nothing to do" (the pod is gone, or a new pod reuses the name) do not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from kubernetes import client as k8s
+
+from app.kube.client import raw_request
+from app.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
+
+log = logging.getLogger(__name__)
+
+WAKEUP_ANNOTATION = "gang-extender.dev/wakeup"
+"""Written on pending siblings to make kube-scheduler retry them (see app/wakeup.py)."""
+
+_RETRIES = 3
+_RETRY_DELAY_SECONDS = 0.2
+
+
+class PodApi:
+    """The API calls of the verbs: bindings, pod reads, wake-up patches, evictions."""
+
+    def __init__(
+        self, core: k8s.CoreV1Api, executor: ThreadPoolExecutor, *, timeout_seconds: float = 10
+    ) -> None:
+        self._client: k8s.ApiClient = core.api_client
+        self._executor = executor
+        self._timeout = timeout_seconds
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create pods/binding, as kube-scheduler's DefaultBinder does; retry transient errors."""
+        # metadata.uid makes the API server refuse to bind a different pod that
+        # reuses the name (a StatefulSet member recreated while it waited).
+        meta = {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        for attempt in range(1, _RETRIES + 1):
+            try:
+                await self._run("POST", _pod_path(namespace, name, "/binding"), body)
+                log.info(
+                    "pod bound", extra={"pod": f"{namespace}/{name}", "node": node, "verb": "bind"}
+                )
+                return
+            except Transient:
+                if attempt == _RETRIES:
+                    raise
+                await asyncio.sleep(_RETRY_DELAY_SECONDS * attempt)
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET one pod as a dict (None if it does not exist): the watch cache may lag."""
+        data = await self._run("GET", _pod_path(namespace, name), absent=(NotFound,))
+        return orjson.loads(data) if data is not None else None
+
+    async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None:
+        """Set the wake-up annotation: an update of a pending pod requeues it in kube-scheduler."""
+        # The uid in the patch keeps us from touching a recreated pod of the same name.
+        patch = {"metadata": {"uid": uid, "annotations": {WAKEUP_ANNOTATION: value}}}
+        await self._run(
+            "PATCH",
+            _pod_path(namespace, name),
+            patch,
+            absent=(NotFound, Conflict, Invalid),
+            content_type="application/merge-patch+json",
+        )
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete a pod (graceful, uid-guarded): the rest of a gang evicted whole."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        await self._run("DELETE", _pod_path(namespace, name), body, absent=(NotFound, Conflict))
+
+    async def _run(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        absent: tuple[type[ApiError], ...] = (),
+        content_type: str = "application/json",
+    ) -> bytes | None:
+        """Run one request on the pool; None when it failed with one of the `absent` errors."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor,
+            lambda: self._request(method, path, body, absent, content_type),
+        )
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        absent: tuple[type[ApiError], ...],
+        content_type: str,
+    ) -> bytes | None:
+        try:
+            return raw_request(
+                self._client, method, path, body, content_type=content_type, timeout=self._timeout
+            )
+        except absent:
+            return None  # gone, or a new pod reuses the name: nothing to do
+
+
+def _pod_path(namespace: str, name: str, subresource: str = "") -> str:
+    return (
+        f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}{subresource}"
+    )

@@ -1,0 +1,66 @@
+"""The PodGroup status writer: read a group object, merge-patch its status.
+
+app/status_reconciler.py decides what to write and when; this is only the
+API side, for one source's objects (coordinates from app/groups.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client as k8s
+
+from app.groups import XK8S_API, GroupApi
+from app.kube.client import raw_request
+from app.kube.errors import NotFound
+
+
+class KubeStatusApi:
+    """Status of one source's objects: the status subresource, or the object itself (Volcano).
+
+    Blocking; plain requests on the official client's connection pool: the
+    generated client's per-call validation cost more CPU than the request itself.
+    """
+
+    def __init__(
+        self,
+        custom: k8s.CustomObjectsApi,
+        api: GroupApi = XK8S_API,
+        *,
+        timeout_seconds: float = 10,
+    ) -> None:
+        self._client: k8s.ApiClient = custom.api_client
+        self._api = api
+        self._timeout = timeout_seconds
+
+    def _path(self, namespace: str, name: str) -> str:
+        api = self._api
+        path = (
+            f"/apis/{api.group}/{api.version}/namespaces/{quote(namespace, safe='')}"
+            f"/{api.plural}/{quote(name, safe='')}"
+        )
+        return path + "/status" if api.status_subresource else path
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object as JSON, None if it does not exist."""
+        try:
+            data = raw_request(
+                self._client, "GET", self._path(namespace, name), timeout=self._timeout
+            )
+        except NotFound:
+            return None
+        obj: dict[str, Any] = json.loads(data)
+        return obj
+
+    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        """JSON merge patch; Conflict (app/kube/errors.py) on 409."""
+        raw_request(
+            self._client,
+            "PATCH",
+            self._path(namespace, name),
+            body,
+            content_type="application/merge-patch+json",
+            timeout=self._timeout,
+        )
