@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.admission import ADMITTED, TOO_FEW_SIBLINGS, Admission
+from app.admission import Admission, FilterReason, PermitVerdict, WaitPolicy, wholeness
 from app.arbiter import Arbiter, Candidate
 from app.gate import BindError, GateError, PermitGate
 from app.groups import (
@@ -23,7 +23,6 @@ from app.groups import (
     PodGroupSpecError,
     describe_task_shortfall,
     group_ref_of_pod,
-    task_shortfall,
 )
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
@@ -44,24 +43,11 @@ from app.wire import (
 
 log = logging.getLogger(__name__)
 
-BAD_GROUP = "bad-group"
-
 
 class PodApi(Protocol):
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
 
     async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-
-
-@dataclass(frozen=True)
-class WaitPolicy:
-    default_seconds: float
-    max_seconds: float
-
-    def for_group(self, spec: GroupSpec) -> float:
-        """Seed precedence: the group's scheduleTimeoutSeconds, else the default; capped."""
-        wanted = spec.schedule_timeout_seconds or self.default_seconds
-        return min(float(wanted), self.max_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +61,7 @@ class PodView:
     ref: GroupRef | None
     spec: GroupSpec | None
     # Set when the pod names a group that cannot be used: (reason, message).
-    problem: tuple[str, str] | None
+    problem: tuple[FilterReason, str] | None
 
     @property
     def key(self) -> str:
@@ -124,18 +110,18 @@ class GangExtender:
         namespace = meta.get("namespace") or "default"
         ref: GroupRef | None = None
         spec: GroupSpec | None = None
-        problem: tuple[str, str] | None = None
+        problem: tuple[FilterReason, str] | None = None
         try:
             ref = group_ref_of_pod(namespace, meta, pod.get("spec") or {}, self.state.sources)
         except GroupLabelError as err:
-            problem = (BAD_GROUP, str(err))
+            problem = (FilterReason.BAD_GROUP, str(err))
         if ref is not None:
             try:
                 spec = self.state.group_spec(ref)
             except GroupNotFound as err:
-                problem = ("no-group", str(err))
+                problem = (FilterReason.NO_GROUP, str(err))
             except PodGroupSpecError as err:
-                problem = (BAD_GROUP, str(err))
+                problem = (FilterReason.BAD_GROUP, str(err))
         return PodView(
             namespace,
             meta.get("name") or "",
@@ -159,14 +145,14 @@ class GangExtender:
         if pod.ref is None or pod.spec is None:
             return filter_result(args, names, {}, {})
         spec = pod.spec
-        gap = self._task_gap(spec, pod.ref, pod.uid)
-        if gap:
-            self._metrics.filter_decisions.labels(TOO_FEW_SIBLINGS).inc()
-            message = describe_task_shortfall(spec, gap)
-            return self._reject(args, names, pod, TOO_FEW_SIBLINGS, message)
+        siblings = self._siblings(spec, pod.ref, pod.uid)
+        if siblings.task_gap:
+            self._metrics.filter_decisions.labels(FilterReason.TOO_FEW_SIBLINGS).inc()
+            message = describe_task_shortfall(spec, list(siblings.task_gap))
+            return self._reject(args, names, pod, FilterReason.TOO_FEW_SIBLINGS, message)
         verdict = self.admission.check(
             spec,
-            self._count_siblings(pod.ref, pod.uid),
+            siblings.present,
             lambda: self.state.free_resources(exclude_group=spec.key),
         )
         if verdict.admitted and self.arbiter is not None:
@@ -178,7 +164,7 @@ class GangExtender:
         self._metrics.filter_decisions.labels(verdict.reason).inc()
         if not verdict.admitted:
             return self._reject(args, names, pod, verdict.reason, verdict.message)
-        if verdict.reason == ADMITTED and self._waker is not None:
+        if verdict.reason is FilterReason.ADMITTED and self._waker is not None:
             # The group just became admissible: siblings rejected before sit in
             # kube-scheduler's unschedulable queue until something touches them.
             self._waker.wake(spec.key, exclude_uid=pod.uid)
@@ -189,25 +175,27 @@ class GangExtender:
         )
         return filter_result(args, names, {}, {})
 
-    def _count_siblings(self, ref: GroupRef, uid: str) -> int:
-        members = self.state.members(ref.key)
-        # The pod being scheduled counts even if our watch has not delivered it yet.
-        if uid and not any(p.uid == uid for p in members):
-            return len(members) + 1
-        return len(members)
+    def _siblings(self, spec: GroupSpec, ref: GroupRef, uid: str) -> PermitVerdict:
+        """The group's existing pods against its minimums (minMember, minTaskMember).
 
-    def _task_gap(self, spec: GroupSpec, ref: GroupRef, uid: str) -> list[tuple[str, int, int]]:
-        """Volcano minTaskMember: tasks with fewer pods than their own minimum."""
-        if not spec.min_task_member:
-            return []
+        The pod being scheduled counts even if our watch has not delivered it yet.
+        """
         members = self.state.members(ref.key)
-        tasks = [p.group.task for p in members if p.group is not None]
-        if uid and not any(p.uid == uid for p in members):
-            tasks.append(ref.task)
-        return task_shortfall(spec, tasks)
+        unseen = bool(uid) and not any(p.uid == uid for p in members)
+
+        def tasks() -> list[str]:
+            found = [p.group.task for p in members if p.group is not None]
+            return [*found, ref.task] if unseen else found
+
+        return wholeness(spec, len(members) + unseen, tasks)
 
     def _reject(
-        self, args: ExtenderArgs, names: list[str], pod: PodView, reason: str, message: str
+        self,
+        args: ExtenderArgs,
+        names: list[str],
+        pod: PodView,
+        reason: FilterReason,
+        message: str,
     ) -> dict[str, Any]:
         group_key = pod.ref.key if pod.ref is not None else None
         if group_key is not None:
@@ -278,7 +266,7 @@ class GangExtender:
         self, spec: GroupSpec, ref: GroupRef, preemptor: Preemptor, raw_pod: dict[str, Any]
     ) -> str | None:
         members = self.state.members(spec.key)
-        siblings = self._count_siblings(ref, preemptor.uid)
+        siblings = self._siblings(spec, ref, preemptor.uid).present
         blocker = self.admission.preemption_blocker(spec, siblings, self.state.total_allocatable())
         if blocker is not None:
             return blocker

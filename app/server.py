@@ -22,14 +22,14 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from app.admission import Admission
+from app.admission import Admission, WaitPolicy
 from app.arbiter import Arbiter
 from app.cachedump import add_cache_route
 from app.config import Settings
 from app.debug import GangDebug
 from app.events import EventRecorder, GangEvents, KubeEventWriter
 from app.evictor import PreemptionFollower
-from app.extender import GangExtender, WaitPolicy
+from app.extender import GangExtender
 from app.gate import PartialBindPolicy, PermitGate
 from app.groups import (
     GROUP_APIS,
@@ -314,6 +314,19 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         VictimPolicy(settings.gang_victim_policy),
         extender.preemptors_by_node,
     )
+    # Who hears of cluster changes, wired here and nowhere else. Listeners run in
+    # this order, synchronously, on every change: the gate must see a pod change
+    # before the arbiter (a deleted waiter is released with the gate's own message,
+    # not swept into a release of the arbiter's); the rest keeps the order these
+    # components have always had.
+    state.add_pod_listener(waker.on_pod_change)
+    state.add_pod_listener(status.on_pod_change)
+    state.add_pod_listener(gate.on_pod_change)
+    if arbiter is not None:
+        gate.add_settle_listener(arbiter.on_settled)
+        state.add_pod_listener(arbiter.on_pod_change)
+        state.add_node_listener(arbiter.on_nodes_changed)
+    state.add_pod_listener(follower.on_pod_change)
     reflectors: list[Reflector] = []
     guard = VerbGuard(max_request_bytes=settings.max_request_bytes)
     running: list[asyncio.AbstractEventLoop] = []

@@ -487,7 +487,6 @@ class PodGroupStatus:
         self._next_resync = -math.inf
         self._task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Future[tuple[str, GroupStatus | None]]] = set()
-        state.add_pod_listener(self._on_pod_change)
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -544,7 +543,7 @@ class PodGroupStatus:
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         self._dirty.add(group_key)
 
-    def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+    def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if old is not None and old.group is not None:
             members = self._pods.get(old.group.key)
             if members is not None and members.get(old.key) is old:

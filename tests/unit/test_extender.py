@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.admission import Admission
-from app.extender import GangExtender, WaitPolicy
+from app.admission import Admission, WaitPolicy
+from app.extender import GangExtender
 from app.gate import PermitGate
 from app.metrics import Metrics
 from app.routes import create_app
@@ -35,6 +35,7 @@ class World:
         self.metrics = Metrics()
         self.admission = Admission(3)
         self.gate = PermitGate(self.state, self.admission, self.api, self.metrics)
+        self.state.add_pod_listener(self.gate.on_pod_change)
         self.extender = GangExtender(
             self.state, self.admission, self.gate, self.api, self.metrics, WaitPolicy(60, 80)
         )

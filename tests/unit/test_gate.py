@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from app.admission import DENIED, Admission
+from app.admission import Admission, FilterReason
 from app.gate import BindError, GateError, PermitGate
 from app.groups import GroupSpec
 from app.metrics import Metrics
@@ -37,6 +37,7 @@ def setup(
     binder = RecordingBinder()
     metrics = Metrics()
     gate = PermitGate(state, admission, binder, metrics)
+    state.add_pod_listener(gate.on_pod_change)
     return state, admission, binder, gate, metrics, GroupSpec("default/g", min_member)
 
 
@@ -76,7 +77,7 @@ async def test_timeout_releases_every_waiter_and_denies_the_group() -> None:
     assert "2 of minMember 3" in str(results[1])
     assert binder.bound == []
     assert state.free_resources()["cpu"] == 8000  # reservations dropped
-    assert admission.check(spec, 3, dict).reason == DENIED
+    assert admission.check(spec, 3, dict).reason == FilterReason.DENIED
     assert gauge(metrics, "gang_extender_gang_admissions_total", {"result": "timeout"}) == 1
     assert gate.waiting("default/g") == []
 
@@ -157,6 +158,7 @@ async def test_many_concurrent_groups_do_not_interfere() -> None:
     state.replace_nodes([node("n1", cpu="1000", pods="1000")])
     binder = RecordingBinder()
     gate = PermitGate(state, Admission(3), binder, Metrics())
+    state.add_pod_listener(gate.on_pod_change)
     calls = []
     for g in range(20):
         for m in range(4):

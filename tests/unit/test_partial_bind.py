@@ -12,9 +12,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from app.admission import DENIED, Admission
+from app.admission import Admission, FilterReason
 from app.events import GANG_BIND_ROLLED_BACK, GANG_PARTLY_BOUND, INVALID_POD_GROUP, WARNING
-from app.extender import BAD_GROUP
 from app.gate import BindError, GateError, PartialBindPolicy, PermitGate
 from app.groups import GroupSpec
 from app.metrics import Metrics
@@ -68,6 +67,7 @@ def setup(
         partial_bind=policy,
         deleter=deleter,
     )
+    state.add_pod_listener(gate.on_pod_change)
     return state, admission, binder, deleter, observer, gate
 
 
@@ -96,7 +96,7 @@ async def test_delete_bound_deletes_what_the_admission_bound_and_denies_the_gang
     assert sorted(deleter.deleted) == [("p0", "uid-default-p0"), ("p1", "uid-default-p1")]
     assert observer.reports == [("default/g", ["p0", "p1"], observer.reports[0][2], True)]
     # Retried whole after the denial, not member by member.
-    assert admission.check(GroupSpec("default/g", 3), 3, dict).reason == DENIED
+    assert admission.check(GroupSpec("default/g", 3), 3, dict).reason == FilterReason.DENIED
     assert (
         gauge(gate._metrics, "gang_extender_gang_admissions_total", {"result": "rolled-back"}) == 1
     )
@@ -197,7 +197,9 @@ def test_partly_bound_events_go_on_the_podgroup_and_each_bound_pod() -> None:
 
 def test_an_unusable_podgroup_gets_an_event_saying_what_is_wrong() -> None:
     events, recorded, _ = gang_events()
-    events.member_rejected(A, "default/g", BAD_GROUP, "PodGroup default/g: spec.minMember bad")
+    events.member_rejected(
+        A, "default/g", FilterReason.BAD_GROUP, "PodGroup default/g: spec.minMember bad"
+    )
     [(ref, type_, reason, message)] = recorded.events
     assert (ref.kind, type_, reason) == ("PodGroup", WARNING, INVALID_POD_GROUP)
     assert message.startswith("PodGroup default/g: spec.minMember bad; its pods are turned away")

@@ -1,8 +1,7 @@
 from app.admission import Admission
 from app.groups import GroupSpec
-from app.preemption import Preemptor, VictimPolicy, preemption_gap, select_victims
+from app.preemption import Candidate, Preemptor, VictimPolicy, preemption_gap, select_victims
 from app.state import ClusterState
-from app.wire import Candidate
 from tests.unit.builders import node, pod, podgroup
 
 
