@@ -75,6 +75,14 @@ class _Claim:
     baseline: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class _Leaving:
+    """A placed pod on its way out, as it was when it started leaving."""
+
+    node: str
+    requests: Resources
+
+
 @dataclass(slots=True)
 class _Waiting:
     ref: GroupRef
@@ -124,9 +132,9 @@ class Arbiter:
         self._version = 0
         self._memo: dict[str, tuple[int, int, Verdict]] = {}
         # Placed pods on their way out (preemption victims, pods being deleted):
-        # pod key -> (node, requests). Their room is as good as free for a gang,
+        # pod key -> where it is and what it holds. Their room is as good as free for a gang,
         # as it is for kube-scheduler's nominated preemptors.
-        self._leaving: dict[str, tuple[str, Resources]] = {}
+        self._leaving: dict[str, _Leaving] = {}
 
     # ---- the filter verb's question ------------------------------------------------------
 
@@ -248,9 +256,9 @@ class Arbiter:
             left = dict(node.allocatable)
             for name, amount in self._state.requested_on(node.name).items():
                 left[name] = left.get(name, 0) - amount
-            for where, requests in self._leaving.values():
-                if where == node.name:
-                    add(left, requests)
+            for leaving in self._leaving.values():
+                if leaving.node == node.name:
+                    add(left, leaving.requests)
             free.append(Bin(node.name, left, node.labels, node.taints))
             allocatable.append(Bin(node.name, dict(node.allocatable), node.labels, node.taints))
         return free, allocatable
@@ -364,7 +372,7 @@ class Arbiter:
             and not new.terminal
             and (new.deleting or new.preempted)
         ):
-            self._leaving[new.key] = (new.placed_node, new.requests)
+            self._leaving[new.key] = _Leaving(new.placed_node, new.requests)
         if (
             old is None
             or new is None

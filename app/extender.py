@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,6 +52,14 @@ class PodApi(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class GroupProblem:
+    """The pod names a group that cannot be used: it is turned away with this."""
+
+    reason: FilterReason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
     """What the verbs need of the pod kube-scheduler sent, and its group, read once."""
 
@@ -58,10 +67,11 @@ class PodView:
     name: str
     uid: str
     priority: int
+    # The Pod's spec as sent (requests and placement are read from it when needed).
+    pod_spec: Mapping[str, Any]
     ref: GroupRef | None
     spec: GroupSpec | None
-    # Set when the pod names a group that cannot be used: (reason, message).
-    problem: tuple[FilterReason, str] | None
+    problem: GroupProblem | None
 
     @property
     def key(self) -> str:
@@ -107,26 +117,28 @@ class GangExtender:
 
     def view(self, pod: dict[str, Any]) -> PodView:
         meta = pod.get("metadata") or {}
+        pod_spec = pod.get("spec") or {}
         namespace = meta.get("namespace") or "default"
         ref: GroupRef | None = None
         spec: GroupSpec | None = None
-        problem: tuple[FilterReason, str] | None = None
+        problem: GroupProblem | None = None
         try:
-            ref = group_ref_of_pod(namespace, meta, pod.get("spec") or {}, self.state.sources)
+            ref = group_ref_of_pod(namespace, meta, pod_spec, self.state.sources)
         except GroupLabelError as err:
-            problem = (FilterReason.BAD_GROUP, str(err))
+            problem = GroupProblem(FilterReason.BAD_GROUP, str(err))
         if ref is not None:
             try:
                 spec = self.state.group_spec(ref)
             except GroupNotFound as err:
-                problem = (FilterReason.NO_GROUP, str(err))
+                problem = GroupProblem(FilterReason.NO_GROUP, str(err))
             except PodGroupSpecError as err:
-                problem = (FilterReason.BAD_GROUP, str(err))
+                problem = GroupProblem(FilterReason.BAD_GROUP, str(err))
         return PodView(
             namespace,
             meta.get("name") or "",
             meta.get("uid") or "",
-            int((pod.get("spec") or {}).get("priority") or 0),
+            int(pod_spec.get("priority") or 0),
+            pod_spec,
             ref,
             spec,
             problem,
@@ -139,9 +151,9 @@ class GangExtender:
         ).inc()
         pod = self.view(args.pod)
         if pod.problem is not None:
-            reason, message = pod.problem
-            self._metrics.filter_decisions.labels(reason).inc()
-            return self._reject(args, names, pod, reason, message)
+            problem = pod.problem
+            self._metrics.filter_decisions.labels(problem.reason).inc()
+            return self._reject(args, names, pod, problem.reason, problem.message)
         if pod.ref is None or pod.spec is None:
             return filter_result(args, names, {}, {})
         spec = pod.spec
@@ -159,7 +171,7 @@ class GangExtender:
             verdict = self.arbiter.admit(
                 spec,
                 pod.ref,
-                Candidate(pod.key, pod.uid, pod.priority, args.pod.get("spec") or {}),
+                Candidate(pod.key, pod.uid, pod.priority, pod.pod_spec),
             )
         self._metrics.filter_decisions.labels(verdict.reason).inc()
         if not verdict.admitted:
@@ -218,7 +230,7 @@ class GangExtender:
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         pod = self.view(args.pod)
         try:
-            requests = pod_requests(args.pod.get("spec") or {})
+            requests = pod_requests(pod.pod_spec)
         except QuantityError:
             requests = {}
         in_request = (
@@ -237,7 +249,7 @@ class GangExtender:
         spec = pod.spec
         preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key if spec else None)
         if spec is not None and pod.ref is not None:
-            blocker = self._preemption_blocker(spec, pod.ref, preemptor, args.pod)
+            blocker = self._preemption_blocker(spec, pod.ref, preemptor, pod.pod_spec)
             if blocker is not None:
                 log.info(
                     "preempting nothing: %s",
@@ -263,7 +275,11 @@ class GangExtender:
         return preempt_result(selection.candidates)
 
     def _preemption_blocker(
-        self, spec: GroupSpec, ref: GroupRef, preemptor: Preemptor, raw_pod: dict[str, Any]
+        self,
+        spec: GroupSpec,
+        ref: GroupRef,
+        preemptor: Preemptor,
+        pod_spec: Mapping[str, Any],
     ) -> str | None:
         members = self.state.members(spec.key)
         siblings = self._siblings(spec, ref, preemptor.uid).present
@@ -274,7 +290,7 @@ class GangExtender:
         if not any(p.uid == preemptor.uid for p in members):
             # Our watch has not delivered the preemptor yet: it needs room too.
             with contextlib.suppress(QuantityError):
-                pending.append(pod_requests(raw_pod.get("spec") or {}))
+                pending.append(pod_requests(pod_spec))
         gap = preemption_gap(spec, preemptor, pending, self.state)
         return describe_gap(spec.key, gap) if gap else None
 
