@@ -160,13 +160,15 @@ class Admission:
         self.denied: TTLCache[str, Denial] = TTLCache(maxsize, denied_ttl_seconds, timer=clock)
         self.permitted: TTLCache[str, float] = TTLCache(maxsize, denied_ttl_seconds, timer=clock)
 
-    def check(self, spec: GroupSpec, siblings: int, free: Callable[[], Resources]) -> Verdict:
+    def check(
+        self, spec: GroupSpec, siblings: PermitVerdict, free: Callable[[], Resources]
+    ) -> Verdict:
         """The admission rules of gang-semantics.md, in their order.
 
-        `siblings` is how many of the group's pods exist (the filter checks
-        their tasks before). `free` is called only when minResources must be
-        checked: it is the cluster's free resources not counting this group's
-        own placed pods.
+        `siblings`: the group's existing pods measured by wholeness() (only
+        their number counts here: the filter checks their tasks before).
+        `free` is called only when minResources must be checked: it is the
+        cluster's free resources not counting this group's own placed pods.
         """
         denial = self.denied.get(spec.key)
         if denial is not None:
@@ -178,11 +180,11 @@ class Admission:
                 f"(failed {ago:.0f}s ago: {denial.message}; retried after the "
                 f"{self.denied_ttl_seconds:g}s denial expires)",
             )
-        if wholeness(spec, siblings).missing:
+        if siblings.missing:
             return Verdict(
                 False,
                 FilterReason.TOO_FEW_SIBLINGS,
-                f"cannot find enough sibling pods, current pods number: {siblings}, "
+                f"cannot find enough sibling pods, current pods number: {siblings.present}, "
                 f"minMember of group: {spec.min_member} (group {spec.key} waits until "
                 f"{spec.min_member} of its pods exist)",
             )
@@ -213,7 +215,7 @@ class Admission:
         self.permitted.pop(key, None)
 
     def preemption_blocker(
-        self, spec: GroupSpec, siblings: int, total_allocatable: Resources
+        self, spec: GroupSpec, siblings: PermitVerdict, total_allocatable: Resources
     ) -> str | None:
         """Why evicting pods cannot help this group now (None if it might).
 
@@ -223,9 +225,9 @@ class Admission:
         denial = self.denied.get(spec.key)
         if denial is not None:
             return f"group {spec.key} is denied for now ({denial.message})"
-        if wholeness(spec, siblings).missing:
+        if siblings.missing:
             return (
-                f"group {spec.key} has {siblings} of minMember {spec.min_member} pods; "
+                f"group {spec.key} has {siblings.present} of minMember {spec.min_member} pods; "
                 "it cannot start whatever is evicted"
             )
         gap = shortfall(spec.min_resources, total_allocatable)

@@ -164,7 +164,7 @@ class GangExtender:
             return self._reject(args, names, pod, FilterReason.TOO_FEW_SIBLINGS, message)
         verdict = self.admission.check(
             spec,
-            siblings.present,
+            siblings,
             lambda: self.state.free_resources(exclude_group=spec.key),
         )
         if verdict.admitted and self.arbiter is not None:
@@ -282,7 +282,7 @@ class GangExtender:
         pod_spec: Mapping[str, Any],
     ) -> str | None:
         members = self.state.members(spec.key)
-        siblings = self._siblings(spec, ref, preemptor.uid).present
+        siblings = self._siblings(spec, ref, preemptor.uid)
         blocker = self.admission.preemption_blocker(spec, siblings, self.state.total_allocatable())
         if blocker is not None:
             return blocker

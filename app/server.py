@@ -314,11 +314,12 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         VictimPolicy(settings.gang_victim_policy),
         extender.preemptors_by_node,
     )
-    # Who hears of cluster changes, wired here and nowhere else. Listeners run in
-    # this order, synchronously, on every change: the gate must see a pod change
-    # before the arbiter (a deleted waiter is released with the gate's own message,
-    # not swept into a release of the arbiter's); the rest keeps the order these
-    # components have always had.
+    # Who hears of cluster changes, wired here and nowhere else. Pod listeners run
+    # in this order, synchronously, and may change the record the next one sees:
+    # the gate releases the reservation of a waiter whose pod is being deleted or
+    # was bound elsewhere, so the arbiter after it sees that room as free now (and
+    # wakes the line) rather than as held by a pod on its way out. The order is
+    # the one the components had when each registered itself in its constructor.
     state.add_pod_listener(waker.on_pod_change)
     state.add_pod_listener(status.on_pod_change)
     state.add_pod_listener(gate.on_pod_change)

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from app.admission import Admission, FilterReason
+from app.admission import Admission, FilterReason, wholeness
 from app.arbiter import Arbiter, Candidate
 from app.gate import GateError, PermitGate
 from app.groups import GroupRef, GroupSpec
@@ -142,7 +142,7 @@ async def test_a_member_that_finds_no_node_releases_the_whole_gang_at_once() -> 
             await task
     assert world.gate.waiting("default/a") == []
     assert world.state.free_resources()["cpu"] == 12000
-    assert world.admission.check(a, 3, dict).reason == FilterReason.DENIED
+    assert world.admission.check(a, wholeness(a, 3), dict).reason == FilterReason.DENIED
     group, released, message = world.observer.released[0]
     assert group == "default/a" and released == ["a-0", "a-1"]
     assert "member a-2 found no node (0/3 nodes are available: 3 Insufficient cpu.)" in message

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from app.admission import Admission, FilterReason
+from app.admission import Admission, FilterReason, wholeness
 from app.gate import BindError, GateError, PermitGate
 from app.groups import GroupSpec
 from app.metrics import Metrics
@@ -77,7 +77,7 @@ async def test_timeout_releases_every_waiter_and_denies_the_group() -> None:
     assert "2 of minMember 3" in str(results[1])
     assert binder.bound == []
     assert state.free_resources()["cpu"] == 8000  # reservations dropped
-    assert admission.check(spec, 3, dict).reason == FilterReason.DENIED
+    assert admission.check(spec, wholeness(spec, 3), dict).reason == FilterReason.DENIED
     assert gauge(metrics, "gang_extender_gang_admissions_total", {"result": "timeout"}) == 1
     assert gate.waiting("default/g") == []
 
