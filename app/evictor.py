@@ -42,10 +42,10 @@ class PreemptionFollower:
         self._observer = observer
         self._policy = policy
         self._preemptors = preemptors_by_node
-        self._tasks = TaskSet()
+        self._evictions = TaskSet()
 
     async def drain(self) -> None:
-        await self._tasks.drain()
+        await self._evictions.drain()
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """A pod kube-scheduler marked as a preemption victim: report it, maybe evict its gang."""
@@ -70,7 +70,7 @@ class PreemptionFollower:
             new.key,
             extra={"podgroup": group_key, "verb": "preempt"},
         )
-        self._tasks.spawn(self._evict(group_key, rest, by))
+        self._evictions.spawn(self._evict(group_key, rest, by))
 
     async def _evict(self, group_key: str, pods: list[PodRecord], by: str) -> None:
         results = await asyncio.gather(

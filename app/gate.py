@@ -138,7 +138,7 @@ class PermitGate:
         self._metrics = metrics
         self._clock = clock
         self._groups: dict[str, _Group] = {}
-        self._tasks = TaskSet()
+        self._waves = TaskSet()
         self._settle_listeners: list[SettleListener] = []
 
     def add_settle_listener(self, listener: SettleListener) -> None:
@@ -207,7 +207,7 @@ class PermitGate:
 
     async def drain(self) -> None:
         """Wait for bindings in flight (used at shutdown and by tests)."""
-        await self._tasks.drain()
+        await self._waves.drain()
 
     def release_group(self, group_key: str, message: str) -> list[MemberRef]:
         """Answer every waiting member of the group with an error now (not at the timeout).
@@ -268,7 +268,7 @@ class PermitGate:
             len(wave),
             extra={"podgroup": group_key, "verb": "bind"},
         )
-        self._tasks.spawn(self._bind_wave(group_key, group, wave))
+        self._waves.spawn(self._bind_wave(group_key, group, wave))
         return True
 
     async def _bind_wave(self, group_key: str, group: _Group, wave: list[Waiter]) -> None:

@@ -58,7 +58,7 @@ class SiblingWaker:
         self._scheduled: dict[str, asyncio.TimerHandle] = {}
         # group -> uids of pending members our filter rejected since they were last touched.
         self._turned_away: dict[str, set[str]] = {}
-        self._tasks = TaskSet()
+        self._touches = TaskSet()
         self.touched = 0
 
     def wake(self, group_key: str, *, exclude_uid: str = "") -> None:
@@ -78,7 +78,7 @@ class SiblingWaker:
     def wake_pods(self, reason: str, pods: list[PodRecord]) -> None:
         """Touch these pending pods now (not coalesced: callers pick them rarely)."""
         if pods:
-            self._tasks.spawn(self._touch(reason, pods))
+            self._touches.spawn(self._touch(reason, pods))
 
     def wake_after(self, group_key: str, seconds: float) -> None:
         """Wake the group once a denial of `seconds` has expired."""
@@ -91,7 +91,7 @@ class SiblingWaker:
         self._scheduled.clear()
 
     async def drain(self) -> None:
-        await self._tasks.drain()
+        await self._touches.drain()
 
     def podgroups_appeared(self, keys: Iterable[str]) -> None:
         """PodGroups our watch did not know: wake members turned away as "not found".
@@ -138,7 +138,7 @@ class SiblingWaker:
             and (p.unschedulable or p.uid in turned_away)
         ]
         if pending:
-            self._tasks.spawn(self._touch(group_key, pending))
+            self._touches.spawn(self._touch(group_key, pending))
 
     async def _touch(self, why: str, pods: list[PodRecord]) -> None:
         """Patch the wake-up annotation on `pods`; `why` (a group key or a reason) is logged."""
