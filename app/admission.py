@@ -1,45 +1,150 @@
-"""Group admission: the Coscheduling PreFilter rules, as a plain testable core.
+"""Group admission: the gang rules, as a plain testable core.
 
-Given a group's spec, how many siblings exist and (lazily) the cluster's free
-resources, decide whether a member may be placed now. The two TTL caches are
-the seed's lastDeniedPG (keeps a hopeless group from overheating the
-scheduler) and permittedPG (skips repeating the resource check for every
-member of a group that just passed it). No I/O; time comes from `clock`.
+Two questions, both without I/O:
+- is a gang whole? `wholeness()` and `permit()` count its members against
+  minMember (and Volcano's per-task minTaskMember). Every caller asks this
+  one rule: the filter (enough siblings exist?), the permit gate (enough
+  bound, binding or waiting to bind the wave?), wake-up, preemption and the
+  contention arbiter (how many more are needed?);
+- may a member be placed now? `Admission.check()`, the Coscheduling
+  PreFilter rules. Given the siblings and (lazily) the cluster's free
+  resources it decides. Its two TTL caches are the seed's lastDeniedPG
+  (keeps a hopeless group from overheating the scheduler) and permittedPG
+  (skips repeating the resource check for every member of a group that just
+  passed it). Time comes from `clock`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from cachetools import TTLCache
 
-from app.groups import GroupSpec
+from app.groups import GroupSpec, task_shortfall
 from app.resources import Resources, format_resources, shortfall
+
+
+class FilterReason(StrEnum):
+    """Why the filter verb passed or turned a gang member away.
+
+    The values are the `reason` label of the filter-decisions metric and the
+    `reason` field of the logs: a fixed vocabulary, never renamed.
+    """
+
+    # Admission.check
+    ADMITTED = "admitted"
+    PERMITTED = "permitted"
+    DENIED = "denied"
+    TOO_FEW_SIBLINGS = "too-few-siblings"
+    MIN_RESOURCES = "min-resources"
+    # The pod names a group that cannot be used.
+    BAD_GROUP = "bad-group"
+    NO_GROUP = "no-group"
+    # The contention arbiter (app/arbiter.py)
+    CLAIMED = "claimed"
+    HOLDING = "holding"
+    COMPLETE = "complete"
+    WAITING_BEHIND = "waiting-behind"
+    INSUFFICIENT_CAPACITY = "insufficient-capacity"
+
+
+class DenyReason(StrEnum):
+    """Why a group is denied for the TTL (shown in /debug/gangs and the logs)."""
+
+    MIN_RESOURCES = "min-resources"
+    # The gate's wait ran out before the gang was whole.
+    TIMEOUT = "timeout"
+    # Bindings of an admitted wave failed and its bound members were deleted.
+    BIND_FAILED = "bind-failed"
+    # A member of a gang holding capacity found no node (app/arbiter.py).
+    CAPACITY = "capacity"
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     admitted: bool
-    # Short, fixed vocabulary: used as a metric label and in logs.
-    reason: str
+    reason: FilterReason
     # Shown to the user in the pod's FailedScheduling event.
     message: str = ""
 
 
-ADMITTED = "admitted"
-PERMITTED = "permitted"
-DENIED = "denied"
-TOO_FEW_SIBLINGS = "too-few-siblings"
-MIN_RESOURCES = "min-resources"
+@dataclass(frozen=True, slots=True)
+class Denial:
+    reason: DenyReason
+    message: str
+    at: float
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    """How long a gang member may wait in the permit gate (--permit-waiting-time-seconds)."""
+
+    default_seconds: float
+    max_seconds: float
+
+    def for_group(self, spec: GroupSpec) -> float:
+        """Seed precedence: the group's scheduleTimeoutSeconds, else the default; capped."""
+        wanted = spec.schedule_timeout_seconds or self.default_seconds
+        return min(float(wanted), self.max_seconds)
+
+
+# ---- is the gang whole? -------------------------------------------------------------
+
+
+TaskGap = tuple[tuple[str, int, int], ...]
+"""Volcano tasks below their own minimum: (task, have, need)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Denial:
-    reason: str
-    message: str
-    at: float
+class PermitVerdict:
+    """How a set of members measures up to the gang's minimums."""
+
+    present: int
+    min_member: int
+    # Volcano minTaskMember: the tasks still short (empty for other sources).
+    task_gap: TaskGap = ()
+
+    @property
+    def missing(self) -> int:
+        """Members short of minMember (0 once there are enough, whatever their tasks)."""
+        return max(0, self.min_member - self.present)
+
+    @property
+    def whole(self) -> bool:
+        """minMember members and every task's own minimum: the gang may start."""
+        return self.present >= self.min_member and not self.task_gap
+
+
+def wholeness(
+    spec: GroupSpec, present: int, tasks: Callable[[], Iterable[str]] = tuple
+) -> PermitVerdict:
+    """The gang rule for `present` counted members.
+
+    `tasks` yields one task name per counted member ("" for none); it is
+    called only when the spec has per-task minimums, so the common case
+    costs no walk over the members.
+    """
+    gap = tuple(task_shortfall(spec, tasks())) if spec.min_task_member else ()
+    return PermitVerdict(present, spec.min_member, gap)
+
+
+def permit(
+    spec: GroupSpec,
+    bound: Mapping[str, str],
+    in_flight: Mapping[str, str],
+    waiting: Mapping[str, str],
+) -> PermitVerdict:
+    """May the permit gate bind its waiting wave? (Each mapping: pod key -> task.)
+
+    Members bound by the API, members whose binding is in flight and members
+    waiting in the gate all count, each once: a binding the watch has already
+    echoed is not counted twice.
+    """
+    counted = {**bound, **in_flight, **waiting}
+    return wholeness(spec, len(counted), counted.values)
 
 
 class Admission:
@@ -55,9 +160,13 @@ class Admission:
         self.denied: TTLCache[str, Denial] = TTLCache(maxsize, denied_ttl_seconds, timer=clock)
         self.permitted: TTLCache[str, float] = TTLCache(maxsize, denied_ttl_seconds, timer=clock)
 
-    def check(self, spec: GroupSpec, siblings: int, free: Callable[[], Resources]) -> Verdict:
+    def check(
+        self, spec: GroupSpec, siblings: PermitVerdict, free: Callable[[], Resources]
+    ) -> Verdict:
         """The admission rules of gang-semantics.md, in their order.
 
+        `siblings`: the group's existing pods measured by wholeness() (only
+        their number counts here: the filter checks their tasks before).
         `free` is called only when minResources must be checked: it is the
         cluster's free resources not counting this group's own placed pods.
         """
@@ -66,21 +175,21 @@ class Admission:
             ago = max(0.0, self._clock() - denial.at)
             return Verdict(
                 False,
-                DENIED,
+                FilterReason.DENIED,
                 f"pod with pgName: {spec.key} last failed in {self.denied_ttl_seconds:g}s, deny "
                 f"(failed {ago:.0f}s ago: {denial.message}; retried after the "
                 f"{self.denied_ttl_seconds:g}s denial expires)",
             )
-        if siblings < spec.min_member:
+        if siblings.missing:
             return Verdict(
                 False,
-                TOO_FEW_SIBLINGS,
-                f"cannot find enough sibling pods, current pods number: {siblings}, "
+                FilterReason.TOO_FEW_SIBLINGS,
+                f"cannot find enough sibling pods, current pods number: {siblings.present}, "
                 f"minMember of group: {spec.min_member} (group {spec.key} waits until "
                 f"{spec.min_member} of its pods exist)",
             )
         if spec.key in self.permitted:
-            return Verdict(True, PERMITTED)
+            return Verdict(True, FilterReason.PERMITTED)
         if spec.min_resources:
             available = free()
             gap = shortfall(spec.min_resources, available)
@@ -91,12 +200,12 @@ class Admission:
                     f"{format_resources({n: available.get(n, 0) for n in spec.min_resources})} "
                     f"free: short by {format_resources(gap)}"
                 )
-                self.deny(spec.key, MIN_RESOURCES, message)
-                return Verdict(False, MIN_RESOURCES, message)
+                self.deny(spec.key, DenyReason.MIN_RESOURCES, message)
+                return Verdict(False, FilterReason.MIN_RESOURCES, message)
         self.permitted[spec.key] = self._clock()
-        return Verdict(True, ADMITTED)
+        return Verdict(True, FilterReason.ADMITTED)
 
-    def deny(self, key: str, reason: str, message: str) -> None:
+    def deny(self, key: str, reason: DenyReason, message: str) -> None:
         """Remember a group as failed, so its members are turned away for the TTL."""
         self.permitted.pop(key, None)
         self.denied[key] = Denial(reason, message, self._clock())
@@ -106,7 +215,7 @@ class Admission:
         self.permitted.pop(key, None)
 
     def preemption_blocker(
-        self, spec: GroupSpec, siblings: int, total_allocatable: Resources
+        self, spec: GroupSpec, siblings: PermitVerdict, total_allocatable: Resources
     ) -> str | None:
         """Why evicting pods cannot help this group now (None if it might).
 
@@ -116,9 +225,9 @@ class Admission:
         denial = self.denied.get(spec.key)
         if denial is not None:
             return f"group {spec.key} is denied for now ({denial.message})"
-        if siblings < spec.min_member:
+        if siblings.missing:
             return (
-                f"group {spec.key} has {siblings} of minMember {spec.min_member} pods; "
+                f"group {spec.key} has {siblings.present} of minMember {spec.min_member} pods; "
                 "it cannot start whatever is evicted"
             )
         gap = shortfall(spec.min_resources, total_allocatable)

@@ -35,9 +35,9 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from app.admission import Admission, Verdict
-from app.contention import ADMIT, SHORT, WAIT, Gang, Holder, decide, order_line, wake_order
-from app.gate import SETTLED_RELEASED, PermitGate
+from app.admission import Admission, DenyReason, FilterReason, Verdict, wholeness
+from app.contention import Gang, Holder, Ruling, decide, order_line, wake_order
+from app.gate import PermitGate, SettleOutcome
 from app.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.observer import GangObserver, NullObserver
 from app.packing import Bin, Demand, placement_of
@@ -51,15 +51,10 @@ log = logging.getLogger(__name__)
 # a second time (see Arbiter._wake_nominated).
 PREEMPTOR_RETRY_SECONDS = 2.0
 
-# Filter decision reasons (metric labels).
-CLAIMED = "claimed"
-HOLDING = "holding"
-COMPLETE = "complete"
-WAITING_BEHIND = "waiting-behind"
-INSUFFICIENT_CAPACITY = "insufficient-capacity"
-CAPACITY = "capacity"
-
-_REASONS = {WAIT: WAITING_BEHIND, SHORT: INSUFFICIENT_CAPACITY}
+_REASONS = {
+    Ruling.WAIT: FilterReason.WAITING_BEHIND,
+    Ruling.SHORT: FilterReason.INSUFFICIENT_CAPACITY,
+}
 
 # In kube-scheduler's FitError when its preemption found victims for the pod.
 _PREEMPTING = "preemption: found a potential placement"
@@ -78,6 +73,14 @@ class _Claim:
     since: float | None
     # Members' PodScheduled messages when the claim was made: only a change counts.
     baseline: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Leaving:
+    """A placed pod on its way out, as it was when it started leaving."""
+
+    node: str
+    requests: Resources
 
 
 @dataclass(slots=True)
@@ -129,13 +132,9 @@ class Arbiter:
         self._version = 0
         self._memo: dict[str, tuple[int, int, Verdict]] = {}
         # Placed pods on their way out (preemption victims, pods being deleted):
-        # pod key -> (node, requests). Their room is as good as free for a gang,
+        # pod key -> where it is and what it holds. Their room is as good as free for a gang,
         # as it is for kube-scheduler's nominated preemptors.
-        self._leaving: dict[str, tuple[str, Resources]] = {}
-        gate.add_settle_listener(self._on_settled)
-        state.add_pod_listener(self._on_pod_change)
-        # A node added (or grown, or uncordoned) may let gangs in line fit.
-        state.add_node_listener(self._on_nodes_changed)
+        self._leaving: dict[str, _Leaving] = {}
 
     # ---- the filter verb's question ------------------------------------------------------
 
@@ -144,19 +143,19 @@ class Arbiter:
         now = self._clock()
         self._prune(now)
         if spec.key in self.claims:
-            return Verdict(True, HOLDING)
+            return Verdict(True, FilterReason.HOLDING)
         memo = self._memo.get(spec.key)
         if memo is not None and memo[:2] == (self._version, int(now)):
             return memo[2]
         gang = self._gang(spec, pod)
         if gang.need <= 0:
             # Already whole (extra members beyond minMember): nothing to hold.
-            return Verdict(True, COMPLETE)
+            return Verdict(True, FilterReason.COMPLETE)
         free, allocatable = self._bins()
         holders = [self._holder(k, c) for k, c in self.claims.items()]
         line = self._line(exclude=spec.key)
         decision = decide(gang, free, holders, line, now, self.aging_seconds, allocatable)
-        if decision.verdict != ADMIT:
+        if decision.verdict is not Ruling.ADMIT:
             if spec.key not in self.waiting:
                 self.waiting[spec.key] = _Waiting(ref, now)
                 self._version += 1
@@ -190,7 +189,7 @@ class Arbiter:
         )
         if self.waker is not None:
             self.waker.wake(spec.key, exclude_uid=pod.uid)
-        return Verdict(True, CLAIMED)
+        return Verdict(True, FilterReason.CLAIMED)
 
     def note_rejection(self, uid: str, message: str) -> None:
         """Our filter turned this pod away with `message` (not a capacity failure)."""
@@ -202,7 +201,7 @@ class Arbiter:
     def _gang(self, spec: GroupSpec, pod: Candidate | None) -> Gang:
         members = self._state.members(spec.key)
         demands = [Demand(p.key, p.requests, p.placement) for p in members if not p.placed_node]
-        placed = sum(1 for p in members if p.placed_node)
+        placed = wholeness(spec, len(members) - len(demands))
         priority = max((p.priority for p in members), default=0)
         if pod is not None:
             priority = max(priority, pod.priority)
@@ -222,7 +221,7 @@ class Arbiter:
             priority=priority,
             created=created,
             demands=tuple(demands),
-            need=min(len(demands), spec.min_member - placed),
+            need=min(len(demands), placed.missing),
             waiting_since=waiting.since if waiting is not None else None,
         )
 
@@ -240,7 +239,10 @@ class Arbiter:
             if gang.need <= 0:
                 del self.waiting[key]
                 continue
-            if len(self._state.members(key)) < spec.min_member or key in self._admission.denied:
+            if (
+                wholeness(spec, len(self._state.members(key))).missing
+                or key in self._admission.denied
+            ):
                 continue
             line.append(gang)
         return line
@@ -254,9 +256,9 @@ class Arbiter:
             left = dict(node.allocatable)
             for name, amount in self._state.requested_on(node.name).items():
                 left[name] = left.get(name, 0) - amount
-            for where, requests in self._leaving.values():
-                if where == node.name:
-                    add(left, requests)
+            for leaving in self._leaving.values():
+                if leaving.node == node.name:
+                    add(left, leaving.requests)
             free.append(Bin(node.name, left, node.labels, node.taints))
             allocatable.append(Bin(node.name, dict(node.allocatable), node.labels, node.taints))
         return free, allocatable
@@ -283,7 +285,7 @@ class Arbiter:
             except (GroupNotFound, PodGroupSpecError):
                 self._drop(key)
                 continue
-            if len(self._state.members(key)) < spec.min_member:
+            if wholeness(spec, len(self._state.members(key))).missing:
                 self._drop(key)
             elif not self._gate.waiting(key) and now - claim.made_at > self._wait_seconds(spec):
                 log.info(
@@ -298,10 +300,11 @@ class Arbiter:
         if claim is not None:
             self._schedule_reconsider()
 
-    def _on_settled(self, key: str, outcome: str) -> None:
+    def on_settled(self, key: str, outcome: SettleOutcome) -> None:
+        """The gate bound or released the gang's wave: its claim ends."""
         self._version += 1
         claim = self.claims.pop(key, None)
-        if outcome == SETTLED_RELEASED and claim is not None:
+        if outcome is SettleOutcome.RELEASED and claim is not None:
             # Back in line, keeping its place for aging.
             self.waiting[key] = _Waiting(claim.ref, claim.since or claim.made_at)
         self._schedule_reconsider()
@@ -323,7 +326,8 @@ class Arbiter:
             self.note_rejection(member.uid, message)
         self._observer.gang_released(key, released, message)
 
-    def _on_nodes_changed(self) -> None:
+    def on_nodes_changed(self) -> None:
+        """A node added (or grown, or uncordoned) may let gangs in line fit."""
         self._version += 1
         self._schedule_reconsider()
 
@@ -356,7 +360,8 @@ class Arbiter:
         ]
         self.waker.wake_pods("preemptor-wakeup", still)
 
-    def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+    def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        """Track pods leaving, wake the line when capacity frees, fail a claim fast."""
         if new is None and old is not None and old.preempted and not old.node_name:
             self._wake_nominated()
         if old is not None:
@@ -367,7 +372,7 @@ class Arbiter:
             and not new.terminal
             and (new.deleting or new.preempted)
         ):
-            self._leaving[new.key] = (new.placed_node, new.requests)
+            self._leaving[new.key] = _Leaving(new.placed_node, new.requests)
         if (
             old is None
             or new is None
@@ -409,12 +414,12 @@ class Arbiter:
             f"gang {key} released its reservations at once: member {pod.name} found no node "
             f"({why}); the whole gang is retried in {ttl:g}s"
         )
-        log.info(message, extra={"podgroup": key, "pod": pod.key, "reason": CAPACITY})
+        log.info(message, extra={"podgroup": key, "pod": pod.key, "reason": DenyReason.CAPACITY})
         self.waiting[key] = _Waiting(claim.ref, claim.since or claim.made_at)
         released = self._gate.release_group(key, message)
         for member in released:
             self.note_rejection(member.uid, message)
-        self._admission.deny(key, CAPACITY, message)
+        self._admission.deny(key, DenyReason.CAPACITY, message)
         self._observer.gang_released(key, released, message)
         if self.waker is not None:
             self.waker.wake_after(key, ttl + 0.1)

@@ -30,12 +30,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from app.packing import Bin, Demand, Packing, give, pack, take
 
-ADMIT = "admit"
-WAIT = "wait"
-SHORT = "short"
+
+class Ruling(StrEnum):
+    """What decide() says about a gang that passed the Coscheduling rules."""
+
+    ADMIT = "admit"
+    WAIT = "wait"
+    SHORT = "short"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +76,7 @@ class Holder:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    verdict: str
+    verdict: Ruling
     # ADMIT: member key -> node, the capacity now claimed for the gang.
     plan: Mapping[str, str] = field(default_factory=dict)
     # ADMIT: lower-priority holders whose reservations must be released first.
@@ -140,7 +145,7 @@ def decide(
             return _wait(candidate, (other.key, other.priority), "has waited longest")
     packing = pack(candidate.demands, bins, candidate.need)
     if packing.fits:
-        return Decision(ADMIT, packing.plan)
+        return Decision(Ruling.ADMIT, packing.plan)
     # Precedence: release lower-priority gangs still collecting, lowest first.
     released: list[str] = []
     for holder in sorted(
@@ -152,21 +157,21 @@ def decide(
         released.append(holder.key)
         packing = pack(candidate.demands, bins, candidate.need)
         if packing.fits:
-            return Decision(ADMIT, packing.plan, tuple(released))
+            return Decision(Ruling.ADMIT, packing.plan, tuple(released))
     if not alone.fits:
-        return Decision(SHORT, message=alone.describe(candidate.key, candidate.demands))
+        return Decision(Ruling.SHORT, message=alone.describe(candidate.key, candidate.demands))
     if blocker is None and holders:
         top = min(holders, key=lambda h: (-h.priority, h.created, h.key))
         blocker = (top.key, top.priority)
     if blocker is None:  # fits alone, so a holder or a gang ahead took the room
-        return Decision(SHORT, message=packing.describe(candidate.key, candidate.demands))
+        return Decision(Ruling.SHORT, message=packing.describe(candidate.key, candidate.demands))
     return _wait(candidate, blocker, "holds the capacity it needs")
 
 
 def _wait(candidate: Gang, behind: tuple[str, int], why: str) -> Decision:
     key, priority = behind
     return Decision(
-        WAIT,
+        Ruling.WAIT,
         behind=behind,
         message=(
             f"gang {candidate.key} (priority {candidate.priority}) is waiting behind {key} "

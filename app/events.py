@@ -28,9 +28,7 @@ from typing import Any, Protocol
 
 from cachetools import LRUCache
 
-from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
-from app.arbiter import INSUFFICIENT_CAPACITY, WAITING_BEHIND
-from app.extender import BAD_GROUP, WaitPolicy
+from app.admission import FilterReason, WaitPolicy
 from app.groups import GROUP_APIS, GroupSpec
 from app.observer import MemberRef
 from app.state import ClusterState, PodGroupRecord
@@ -222,7 +220,7 @@ class GangEvents:
         self._retry = retry_after_seconds
 
     def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
-        if reason == TOO_FEW_SIBLINGS:
+        if reason == FilterReason.TOO_FEW_SIBLINGS:
             self._on_group(
                 group_key,
                 [member],
@@ -230,7 +228,7 @@ class GangEvents:
                 WAITING_FOR_SIBLINGS,
                 f"{message}; create the missing pods, or lower minMember",
             )
-        elif reason == BAD_GROUP:
+        elif reason == FilterReason.BAD_GROUP:
             self._on_group(
                 group_key,
                 [member],
@@ -238,7 +236,7 @@ class GangEvents:
                 INVALID_POD_GROUP,
                 f"{message}; its pods are turned away until the PodGroup is fixed",
             )
-        elif reason == MIN_RESOURCES:
+        elif reason == FilterReason.MIN_RESOURCES:
             self._on_group(
                 group_key,
                 [member],
@@ -247,9 +245,9 @@ class GangEvents:
                 f"{message}; checked again in {self._retry:g}s: free that much capacity "
                 "(or lower spec.minResources) for the gang to start",
             )
-        elif reason == WAITING_BEHIND:
+        elif reason == FilterReason.WAITING_BEHIND:
             self._on_group(group_key, [member], NORMAL, GANG_QUEUED, message)
-        elif reason == INSUFFICIENT_CAPACITY:
+        elif reason == FilterReason.INSUFFICIENT_CAPACITY:
             self._on_group(
                 group_key,
                 [member],

@@ -19,6 +19,7 @@ from typing import Protocol
 from app.observer import GangObserver, MemberRef
 from app.preemption import VictimPolicy
 from app.state import ClusterState, PodRecord
+from app.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +42,13 @@ class PreemptionFollower:
         self._observer = observer
         self._policy = policy
         self._preemptors = preemptors_by_node
-        self._tasks: set[asyncio.Task[None]] = set()
-        state.add_pod_listener(self._on_pod_change)
+        self._evictions = TaskSet()
 
     async def drain(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._evictions.drain()
 
-    def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+    def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        """A pod kube-scheduler marked as a preemption victim: report it, maybe evict its gang."""
         if new is None or not new.preempted or (old is not None and old.preempted):
             return
         by = self._preemptors.get(new.node_name, "a higher-priority pod")
@@ -70,9 +70,7 @@ class PreemptionFollower:
             new.key,
             extra={"podgroup": group_key, "verb": "preempt"},
         )
-        task = asyncio.get_running_loop().create_task(self._evict(group_key, rest, by))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._evictions.spawn(self._evict(group_key, rest, by))
 
     async def _evict(self, group_key: str, pods: list[PodRecord], by: str) -> None:
         results = await asyncio.gather(

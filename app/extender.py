@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.admission import ADMITTED, TOO_FEW_SIBLINGS, Admission
+from app.admission import Admission, FilterReason, PermitVerdict, WaitPolicy, wholeness
 from app.arbiter import Arbiter, Candidate
 from app.gate import GateError, PermitGate
 from app.groups import (
@@ -23,7 +24,6 @@ from app.groups import (
     PodGroupSpecError,
     describe_task_shortfall,
     group_ref_of_pod,
-    task_shortfall,
 )
 from app.kube.errors import ApiError
 from app.metrics import Metrics
@@ -45,8 +45,6 @@ from app.wire import (
 
 log = logging.getLogger(__name__)
 
-BAD_GROUP = "bad-group"
-
 
 class PodApi(Protocol):
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
@@ -54,15 +52,12 @@ class PodApi(Protocol):
     async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
-@dataclass(frozen=True)
-class WaitPolicy:
-    default_seconds: float
-    max_seconds: float
+@dataclass(frozen=True, slots=True)
+class GroupProblem:
+    """The pod names a group that cannot be used: it is turned away with this."""
 
-    def for_group(self, spec: GroupSpec) -> float:
-        """Seed precedence: the group's scheduleTimeoutSeconds, else the default; capped."""
-        wanted = spec.schedule_timeout_seconds or self.default_seconds
-        return min(float(wanted), self.max_seconds)
+    reason: FilterReason
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +68,11 @@ class PodView:
     name: str
     uid: str
     priority: int
+    # The Pod's spec as sent (requests and placement are read from it when needed).
+    pod_spec: Mapping[str, Any]
     ref: GroupRef | None
     spec: GroupSpec | None
-    # Set when the pod names a group that cannot be used: (reason, message).
-    problem: tuple[str, str] | None
+    problem: GroupProblem | None
 
     @property
     def key(self) -> str:
@@ -122,26 +118,28 @@ class GangExtender:
 
     def view(self, pod: dict[str, Any]) -> PodView:
         meta = pod.get("metadata") or {}
+        pod_spec = pod.get("spec") or {}
         namespace = meta.get("namespace") or "default"
         ref: GroupRef | None = None
         spec: GroupSpec | None = None
-        problem: tuple[str, str] | None = None
+        problem: GroupProblem | None = None
         try:
-            ref = group_ref_of_pod(namespace, meta, pod.get("spec") or {}, self.state.sources)
+            ref = group_ref_of_pod(namespace, meta, pod_spec, self.state.sources)
         except GroupLabelError as err:
-            problem = (BAD_GROUP, str(err))
+            problem = GroupProblem(FilterReason.BAD_GROUP, str(err))
         if ref is not None:
             try:
                 spec = self.state.group_spec(ref)
             except GroupNotFound as err:
-                problem = ("no-group", str(err))
+                problem = GroupProblem(FilterReason.NO_GROUP, str(err))
             except PodGroupSpecError as err:
-                problem = (BAD_GROUP, str(err))
+                problem = GroupProblem(FilterReason.BAD_GROUP, str(err))
         return PodView(
             namespace,
             meta.get("name") or "",
             meta.get("uid") or "",
-            int((pod.get("spec") or {}).get("priority") or 0),
+            int(pod_spec.get("priority") or 0),
+            pod_spec,
             ref,
             spec,
             problem,
@@ -154,32 +152,32 @@ class GangExtender:
         ).inc()
         pod = self.view(args.pod)
         if pod.problem is not None:
-            reason, message = pod.problem
-            self._metrics.filter_decisions.labels(reason).inc()
-            return self._reject(args, names, pod, reason, message)
+            problem = pod.problem
+            self._metrics.filter_decisions.labels(problem.reason).inc()
+            return self._reject(args, names, pod, problem.reason, problem.message)
         if pod.ref is None or pod.spec is None:
             return filter_result(args, names, {}, {})
         spec = pod.spec
-        gap = self._task_gap(spec, pod.ref, pod.uid)
-        if gap:
-            self._metrics.filter_decisions.labels(TOO_FEW_SIBLINGS).inc()
-            message = describe_task_shortfall(spec, gap)
-            return self._reject(args, names, pod, TOO_FEW_SIBLINGS, message)
+        siblings = self._siblings(spec, pod.ref, pod.uid)
+        if siblings.task_gap:
+            self._metrics.filter_decisions.labels(FilterReason.TOO_FEW_SIBLINGS).inc()
+            message = describe_task_shortfall(spec, list(siblings.task_gap))
+            return self._reject(args, names, pod, FilterReason.TOO_FEW_SIBLINGS, message)
         verdict = self.admission.check(
             spec,
-            self._count_siblings(pod.ref, pod.uid),
+            siblings,
             lambda: self.state.free_resources(exclude_group=spec.key),
         )
         if verdict.admitted and self.arbiter is not None:
             verdict = self.arbiter.admit(
                 spec,
                 pod.ref,
-                Candidate(pod.key, pod.uid, pod.priority, args.pod.get("spec") or {}),
+                Candidate(pod.key, pod.uid, pod.priority, pod.pod_spec),
             )
         self._metrics.filter_decisions.labels(verdict.reason).inc()
         if not verdict.admitted:
             return self._reject(args, names, pod, verdict.reason, verdict.message)
-        if verdict.reason == ADMITTED and self._waker is not None:
+        if verdict.reason is FilterReason.ADMITTED and self._waker is not None:
             # The group just became admissible: siblings rejected before sit in
             # kube-scheduler's unschedulable queue until something touches them.
             self._waker.wake(spec.key, exclude_uid=pod.uid)
@@ -190,25 +188,27 @@ class GangExtender:
         )
         return filter_result(args, names, {}, {})
 
-    def _count_siblings(self, ref: GroupRef, uid: str) -> int:
-        members = self.state.members(ref.key)
-        # The pod being scheduled counts even if our watch has not delivered it yet.
-        if uid and not any(p.uid == uid for p in members):
-            return len(members) + 1
-        return len(members)
+    def _siblings(self, spec: GroupSpec, ref: GroupRef, uid: str) -> PermitVerdict:
+        """The group's existing pods against its minimums (minMember, minTaskMember).
 
-    def _task_gap(self, spec: GroupSpec, ref: GroupRef, uid: str) -> list[tuple[str, int, int]]:
-        """Volcano minTaskMember: tasks with fewer pods than their own minimum."""
-        if not spec.min_task_member:
-            return []
+        The pod being scheduled counts even if our watch has not delivered it yet.
+        """
         members = self.state.members(ref.key)
-        tasks = [p.group.task for p in members if p.group is not None]
-        if uid and not any(p.uid == uid for p in members):
-            tasks.append(ref.task)
-        return task_shortfall(spec, tasks)
+        unseen = bool(uid) and not any(p.uid == uid for p in members)
+
+        def tasks() -> list[str]:
+            found = [p.group.task for p in members if p.group is not None]
+            return [*found, ref.task] if unseen else found
+
+        return wholeness(spec, len(members) + unseen, tasks)
 
     def _reject(
-        self, args: ExtenderArgs, names: list[str], pod: PodView, reason: str, message: str
+        self,
+        args: ExtenderArgs,
+        names: list[str],
+        pod: PodView,
+        reason: FilterReason,
+        message: str,
     ) -> dict[str, Any]:
         group_key = pod.ref.key if pod.ref is not None else None
         if group_key is not None:
@@ -231,7 +231,7 @@ class GangExtender:
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         pod = self.view(args.pod)
         try:
-            requests = pod_requests(args.pod.get("spec") or {})
+            requests = pod_requests(pod.pod_spec)
         except QuantityError:
             requests = {}
         in_request = (
@@ -250,7 +250,7 @@ class GangExtender:
         spec = pod.spec
         preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key if spec else None)
         if spec is not None and pod.ref is not None:
-            blocker = self._preemption_blocker(spec, pod.ref, preemptor, args.pod)
+            blocker = self._preemption_blocker(spec, pod.ref, preemptor, pod.pod_spec)
             if blocker is not None:
                 log.info(
                     "preempting nothing: %s",
@@ -278,10 +278,14 @@ class GangExtender:
         return preempt_result(selection.candidates)
 
     def _preemption_blocker(
-        self, spec: GroupSpec, ref: GroupRef, preemptor: Preemptor, raw_pod: dict[str, Any]
+        self,
+        spec: GroupSpec,
+        ref: GroupRef,
+        preemptor: Preemptor,
+        pod_spec: Mapping[str, Any],
     ) -> str | None:
         members = self.state.members(spec.key)
-        siblings = self._count_siblings(ref, preemptor.uid)
+        siblings = self._siblings(spec, ref, preemptor.uid)
         blocker = self.admission.preemption_blocker(spec, siblings, self.state.total_allocatable())
         if blocker is not None:
             return blocker
@@ -289,7 +293,7 @@ class GangExtender:
         if not any(p.uid == preemptor.uid for p in members):
             # Our watch has not delivered the preemptor yet: it needs room too.
             with contextlib.suppress(QuantityError):
-                pending.append(pod_requests(raw_pod.get("spec") or {}))
+                pending.append(pod_requests(pod_spec))
         gap = preemption_gap(spec, preemptor, pending, self.state)
         return describe_gap(spec.key, gap) if gap else None
 

@@ -19,18 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from app.admission import Admission
-from app.groups import GroupSpec, task_shortfall
+from app.admission import Admission, DenyReason, PermitVerdict, permit
+from app.groups import GroupSpec
 from app.kube.errors import ApiError
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
 from app.state import ClusterState, PodRecord
+from app.tasks import TaskSet
 from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
-
-TIMEOUT = "timeout"
-BIND_FAILED = "bind-failed"
 
 
 class PartialBindPolicy(enum.StrEnum):
@@ -46,12 +44,24 @@ class PartialBindPolicy(enum.StrEnum):
     LEAVE = "leave"
 
 
-# What became of a gang's wave, as told to settle listeners.
-SETTLED_BOUND = "bound"
-SETTLED_RELEASED = "released"
+class SettleOutcome(enum.StrEnum):
+    """What became of a gang's wave, as told to settle listeners."""
 
-SettleListener = Callable[[str, str], None]
-"""Called with (group key, SETTLED_*) once a group's waiters are bound or released."""
+    BOUND = "bound"
+    RELEASED = "released"
+
+
+class AdmissionResult(enum.StrEnum):
+    """How one admission of a gang ended: the label of the admissions metric."""
+
+    ADMITTED = "admitted"
+    REJECTED = "rejected"
+    ROLLED_BACK = "rolled-back"
+    TIMEOUT = "timeout"
+
+
+SettleListener = Callable[[str, SettleOutcome], None]
+"""Called with (group key, outcome) once a group's waiters are bound or released."""
 
 _MAX_REASONS = 5
 
@@ -88,6 +98,8 @@ class Waiter:
     namespace: str
     name: str
     uid: str
+    # Volcano task of the pod ("" for none), for minTaskMember.
+    task: str
     node: str
     arrived: float
     future: asyncio.Future[None]
@@ -98,8 +110,8 @@ class Waiter:
 class _Group:
     spec: GroupSpec
     waiting: dict[str, Waiter] = field(default_factory=dict)
-    # Members released by the gate whose pods/binding is in flight.
-    binding: set[str] = field(default_factory=set)
+    # Members released by the gate whose pods/binding is in flight: pod key -> task.
+    binding: dict[str, str] = field(default_factory=dict)
     # While bindings are in flight (one or more waves, each counting the
     # others as present), what they bound and what failed: the outcome of
     # the admission is known only when the last of them returns.
@@ -135,18 +147,17 @@ class PermitGate:
         self._metrics = metrics
         self._clock = clock
         self._groups: dict[str, _Group] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._waves = TaskSet()
         self._settle_listeners: list[SettleListener] = []
         # pod uid -> when the preempt verb accepted it as a victim.
         self._victims: dict[str, float] = {}
         # pod key -> a released victim's waiter and its message, not answered yet.
         self._held_victims: dict[str, tuple[Waiter, str]] = {}
-        state.add_pod_listener(self._on_pod_change)
 
     def add_settle_listener(self, listener: SettleListener) -> None:
         self._settle_listeners.append(listener)
 
-    def _settled(self, group_key: str, outcome: str) -> None:
+    def _settled(self, group_key: str, outcome: SettleOutcome) -> None:
         for listener in self._settle_listeners:
             listener(group_key, outcome)
 
@@ -177,6 +188,7 @@ class PermitGate:
             namespace=pod.namespace,
             name=pod.name,
             uid=pod.uid,
+            task=pod.group.task if pod.group is not None else "",
             node=node,
             arrived=self._now(),
             future=loop.create_future(),
@@ -191,7 +203,7 @@ class PermitGate:
         )
         opened = self._maybe_open(spec.key)
         if not opened:
-            present = self._bound_members(spec.key) + len(group.binding) + len(group.waiting)
+            present = self._permit(group).present
             self._observer.member_waiting(_ref(waiter), spec.key, present, spec.min_member)
         if not opened and self._waker is not None:
             # Siblings rejected earlier (e.g. while the group was denied) sit in
@@ -220,8 +232,7 @@ class PermitGate:
 
     async def drain(self) -> None:
         """Wait for bindings in flight (used at shutdown and by tests)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._waves.drain()
 
     def release_group(self, group_key: str, message: str) -> list[MemberRef]:
         """Answer every waiting member of the group with an error now (not at the timeout).
@@ -238,8 +249,8 @@ class PermitGate:
             self._drop(group, waiter, message)
         released = [_ref(w, now) for w in wave]
         if wave:
-            self._metrics.admissions.labels("rejected").inc()
-            self._settled(group_key, SETTLED_RELEASED)
+            self._metrics.admissions.labels(AdmissionResult.REJECTED).inc()
+            self._settled(group_key, SettleOutcome.RELEASED)
         return released
 
     def release_all(self, reason: str) -> None:
@@ -256,44 +267,37 @@ class PermitGate:
     def _now(self) -> float:
         return self._clock() if self._clock else asyncio.get_running_loop().time()
 
-    def _bound_members(self, group_key: str) -> int:
-        return sum(1 for p in self._state.members(group_key) if p.node_name)
+    def _bound_members(self, group_key: str) -> dict[str, str]:
+        """Members the API has bound: pod key -> task."""
+        return {
+            p.key: p.group.task if p.group is not None else ""
+            for p in self._state.members(group_key)
+            if p.node_name
+        }
+
+    def _permit(self, group: _Group) -> PermitVerdict:
+        """The gang rule over the members bound, binding and waiting here."""
+        waiting = {key: w.task for key, w in group.waiting.items()}
+        return permit(group.spec, self._bound_members(group.spec.key), group.binding, waiting)
 
     def _maybe_open(self, group_key: str) -> bool:
         """Bind the waiting wave if the gang is whole; True if it was."""
         group = self._groups.get(group_key)
-        if group is None or not group.waiting:
-            return False
-        present = self._bound_members(group_key) + len(group.binding) + len(group.waiting)
-        if present < group.spec.min_member or not self._tasks_complete(group):
+        if group is None or not group.waiting or not self._permit(group).whole:
             return False
         wave = list(group.waiting.values())
         group.waiting.clear()
         for waiter in wave:
             if waiter.timer is not None:
                 waiter.timer.cancel()
-            group.binding.add(waiter.pod_key)
+            group.binding[waiter.pod_key] = waiter.task
         log.info(
             "gang admitted: binding %d waiting members",
             len(wave),
             extra={"podgroup": group_key, "verb": "bind"},
         )
-        task = asyncio.get_running_loop().create_task(self._bind_wave(group_key, group, wave))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._waves.spawn(self._bind_wave(group_key, group, wave))
         return True
-
-    def _tasks_complete(self, group: _Group) -> bool:
-        """Volcano minTaskMember: every task has its own minimum bound or waiting."""
-        if not group.spec.min_task_member:
-            return True
-        placed = {w.pod_key for w in group.waiting.values()} | group.binding
-        tasks = [
-            p.group.task
-            for p in self._state.members(group.spec.key)
-            if p.group is not None and (p.node_name or p.key in placed)
-        ]
-        return not task_shortfall(group.spec, tasks)
 
     async def _bind_wave(self, group_key: str, group: _Group, wave: list[Waiter]) -> None:
         results = await asyncio.gather(
@@ -302,7 +306,7 @@ class PermitGate:
         )
         bound: list[MemberRef] = []
         for waiter, result in zip(wave, results, strict=True):
-            group.binding.discard(waiter.pod_key)
+            group.binding.pop(waiter.pod_key, None)
             self._finish_wait(waiter)
             if isinstance(result, BaseException):
                 group.episode_failed.append((waiter, result))
@@ -325,7 +329,7 @@ class PermitGate:
         group.episode_bound.extend(bound)
         if bound:
             self._observer.gang_admitted(group_key, bound)
-            self._settled(group_key, SETTLED_BOUND)
+            self._settled(group_key, SettleOutcome.BOUND)
         if not group.binding:
             await self._settle(group_key, group)
         if not group.waiting and not group.binding:
@@ -339,16 +343,18 @@ class PermitGate:
         failures, bound = group.episode_failed, group.episode_bound
         group.episode_failed, group.episode_bound = [], []
         if not failures:
-            self._metrics.admissions.labels("admitted").inc()
+            self._metrics.admissions.labels(AdmissionResult.ADMITTED).inc()
             return
         # A gang left below minMember bound: the case --on-partial-bind decides.
-        partial = bool(bound) and self._bound_members(group_key) < group.spec.min_member
+        # The bound members alone: what stays if the gate lets go.
+        kept = permit(group.spec, self._bound_members(group_key), {}, {})
+        partial = bool(bound) and kept.missing > 0
         rollback = (
             partial
             and self._partial_bind is PartialBindPolicy.DELETE_BOUND
             and self._deleter is not None
         )
-        outcome = self._partial_outcome(group_key, group.spec, bound, rollback)
+        outcome = self._partial_outcome(group.spec, kept, bound, rollback)
         for waiter, error in failures:
             message = (
                 f"gang {group_key} was admitted but binding pod {waiter.pod_key} to "
@@ -356,7 +362,9 @@ class PermitGate:
             )
             self._observer.bind_failed(_ref(waiter), group_key, message)
             _set_exception(waiter.future, GateError(message))
-        self._metrics.admissions.labels("rolled-back" if rollback else "rejected").inc()
+        self._metrics.admissions.labels(
+            AdmissionResult.ROLLED_BACK if rollback else AdmissionResult.REJECTED
+        ).inc()
         if partial:
             refused = "; ".join(f"{w.pod_key} to {w.node}: {e}" for w, e in failures[:3])
             self._observer.gang_partly_bound(
@@ -367,14 +375,14 @@ class PermitGate:
 
     def _partial_outcome(
         self,
-        group_key: str,
         spec: GroupSpec,
+        kept: PermitVerdict,
         bound: list[MemberRef],
         rollback: bool,
     ) -> str:
-        """What happens to the gang after failed bindings, as told to the user."""
-        present = self._bound_members(group_key)
-        if present >= spec.min_member:
+        """What happens to the gang after failed bindings (`kept`: the bound members), as told."""
+        present = kept.present
+        if not kept.missing:
             return (
                 f"the gang keeps {present} bound members (minMember {spec.min_member}); "
                 "the pod is requeued and joins them on the next attempt"
@@ -407,7 +415,7 @@ class PermitGate:
         siblings about to be deleted, they would open a wave of their own.
         """
         assert self._deleter is not None
-        self._admission.deny(group_key, BIND_FAILED, why)
+        self._admission.deny(group_key, DenyReason.BIND_FAILED, why)
         if self._waker is not None:
             # Members turned away while denied (and the recreated pods) sit in
             # kube-scheduler's unschedulable queue: retry them when it expires.
@@ -436,7 +444,7 @@ class PermitGate:
         if group is None or group.waiting.get(waiter.pod_key) is not waiter:
             return
         wave = list(group.waiting.values())
-        present = self._bound_members(group_key) + len(group.binding) + len(wave)
+        present = self._permit(group).present
         names = ", ".join(sorted(w.name for w in wave))
         message = (
             f"gang {group_key} timed out after waiting {waited:g}s in the permit gate: "
@@ -449,9 +457,9 @@ class PermitGate:
         for member in wave:
             self._drop(group, member, message)
         self._observer.gang_timed_out(group_key, [_ref(w, now) for w in wave], message)
-        self._admission.deny(group_key, TIMEOUT, message)
-        self._metrics.admissions.labels("timeout").inc()
-        self._settled(group_key, SETTLED_RELEASED)
+        self._admission.deny(group_key, DenyReason.TIMEOUT, message)
+        self._metrics.admissions.labels(AdmissionResult.TIMEOUT).inc()
+        self._settled(group_key, SettleOutcome.RELEASED)
         if self._waker is not None:
             # The released members are parked as "denied"; retry them when that expires.
             self._waker.wake_after(group_key, self._admission.denied_ttl_seconds + 0.1)
@@ -524,7 +532,8 @@ class PermitGate:
         self._metrics.gate_waiting.dec()
         self._metrics.gate_wait.observe(max(0.0, self._now() - waiter.arrived))
 
-    def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+    def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        """A waiter whose pod was deleted or bound elsewhere leaves; a bound sibling may open."""
         pod = old or new
         if pod is None:
             return

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from app.admission import wholeness
 from app.groups import GroupSpec, PodGroupSpecError
 from app.resources import Resources, add, format_resources, shortfall, subtract
 from app.state import ClusterState, GroupNotFound, PodRecord
-from app.wire import Candidate
 
 
 class VictimPolicy(StrEnum):
@@ -26,6 +26,15 @@ class VictimPolicy(StrEnum):
     PROTECT = "protect"
     # A gang member may be a victim only together with its whole gang.
     WHOLE_GANG = "whole-gang"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One node kube-scheduler would preempt on, and the victims it chose (read by app/wire.py)."""
+
+    node: str
+    victim_uids: list[str]
+    num_pdb_violations: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +107,7 @@ def _judge(
         placed = state.placed_members(gang)
         if policy is VictimPolicy.PROTECT:
             left = len(placed) - len(victims)
-            if left < spec.min_member:
+            if wholeness(spec, left).missing:
                 return (
                     f"evicting {len(victims)} member(s) of gang {gang} would leave {left} "
                     f"placed, below its minMember {spec.min_member}"
@@ -129,7 +138,7 @@ def preemption_gap(
     fragmentation): it only refuses what is certainly hopeless.
     """
     placed = state.placed_members(spec.key)
-    missing = max(0, spec.min_member - len(placed))
+    missing = wholeness(spec, len(placed)).missing
     need: Resources = {}
     for requests in sorted(pending_requests, key=lambda r: r.get("cpu", 0))[:missing]:
         add(need, requests)

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import FastAPI
 from kubernetes import client as k8s
 
-from app.admission import Admission
+from app.admission import Admission, WaitPolicy
 from app.arbiter import Arbiter
 from app.cachedump import add_cache_route
 from app.config import Settings
@@ -27,7 +27,7 @@ from app.debug import GangDebug
 from app.event_recorder import EventRecorder
 from app.events import GangEvents
 from app.evictor import PreemptionFollower
-from app.extender import GangExtender, WaitPolicy
+from app.extender import GangExtender
 from app.gate import PartialBindPolicy, PermitGate
 from app.groups import (
     GROUP_APIS,
@@ -227,6 +227,20 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         VictimPolicy(settings.gang_victim_policy),
         extender.preemptors_by_node,
     )
+    # Who hears of cluster changes, wired here and nowhere else. Pod listeners run
+    # in this order, synchronously, and may change the record the next one sees:
+    # the gate releases the reservation of a waiter whose pod is being deleted or
+    # was bound elsewhere, so the arbiter after it sees that room as free now (and
+    # wakes the line) rather than as held by a pod on its way out. The order is
+    # the one the components had when each registered itself in its constructor.
+    state.add_pod_listener(waker.on_pod_change)
+    state.add_pod_listener(status.on_pod_change)
+    state.add_pod_listener(gate.on_pod_change)
+    if arbiter is not None:
+        gate.add_settle_listener(arbiter.on_settled)
+        state.add_pod_listener(arbiter.on_pod_change)
+        state.add_node_listener(arbiter.on_nodes_changed)
+    state.add_pod_listener(follower.on_pod_change)
     reflectors: list[Reflector] = []
     guard = VerbGuard(max_request_bytes=settings.max_request_bytes)
     running: list[asyncio.AbstractEventLoop] = []

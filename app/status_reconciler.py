@@ -158,7 +158,6 @@ class PodGroupStatus:
         self._next_resync = -math.inf
         self._task: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Future[tuple[str, GroupStatus | None]]] = set()
-        state.add_pod_listener(self._on_pod_change)
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -216,7 +215,7 @@ class PodGroupStatus:
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         self._dirty.add(group_key)
 
-    def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+    def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if old is not None and old.group is not None:
             tracked = self._tracked.get(old.group.key)
             if tracked is not None and tracked.pods.get(old.key) is old:

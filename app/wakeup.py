@@ -34,8 +34,10 @@ from typing import Protocol
 
 from cachetools import TTLCache
 
+from app.admission import wholeness
 from app.groups import PodGroupSpecError
 from app.state import ClusterState, GroupNotFound, PodRecord
+from app.tasks import TaskSet
 from app.timestamps import wakeup_stamp
 
 log = logging.getLogger(__name__)
@@ -57,9 +59,8 @@ class SiblingWaker:
         self._scheduled: dict[str, asyncio.TimerHandle] = {}
         # group -> uids of pending members our filter rejected since they were last touched.
         self._turned_away: dict[str, set[str]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._touches = TaskSet()
         self.touched = 0
-        state.add_pod_listener(self._on_pod_change)
 
     def wake(self, group_key: str, *, exclude_uid: str = "") -> None:
         """Touch the group's pending members soon (coalesced, rate-limited)."""
@@ -77,11 +78,8 @@ class SiblingWaker:
 
     def wake_pods(self, reason: str, pods: list[PodRecord]) -> None:
         """Touch these pending pods now (not coalesced: callers pick them rarely)."""
-        if not pods:
-            return
-        task = asyncio.get_running_loop().create_task(self._touch(reason, pods))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if pods:
+            self._touches.spawn(self._touch(reason, pods))
 
     def wake_after(self, group_key: str, seconds: float) -> None:
         """Wake the group once a denial of `seconds` has expired."""
@@ -94,8 +92,7 @@ class SiblingWaker:
         self._scheduled.clear()
 
     async def drain(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._touches.drain()
 
     def podgroups_appeared(self, keys: Iterable[str]) -> None:
         """PodGroups our watch did not know: wake members turned away as "not found".
@@ -108,7 +105,7 @@ class SiblingWaker:
             if any(not p.placed_node for p in self._state.members(key)):
                 self.wake(key)
 
-    def _on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+    def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """A new member may complete a group whose earlier members were turned away.
 
         kube-scheduler can filter a member before our watch delivered its
@@ -127,12 +124,11 @@ class SiblingWaker:
             spec = self._state.group_spec(new.group)
         except (GroupNotFound, PodGroupSpecError):
             return
-        if len(self._state.members(spec.key)) >= spec.min_member:
+        if not wholeness(spec, len(self._state.members(spec.key))).missing:
             self.wake(spec.key, exclude_uid=new.uid)
 
     def _fire(self, group_key: str, exclude_uid: str) -> None:
         self._scheduled.pop(group_key, None)
-        loop = asyncio.get_running_loop()
         self._last[group_key] = time.monotonic()
         turned_away = self._turned_away.get(group_key, set())
         pending = [
@@ -142,11 +138,8 @@ class SiblingWaker:
             and p.uid != exclude_uid
             and (p.unschedulable or p.uid in turned_away)
         ]
-        if not pending:
-            return
-        task = loop.create_task(self._touch(group_key, pending))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if pending:
+            self._touches.spawn(self._touch(group_key, pending))
 
     async def _touch(self, why: str, pods: list[PodRecord]) -> None:
         """Patch the wake-up annotation on `pods`; `why` (a group key or a reason) is logged."""

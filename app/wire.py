@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from app.preemption import Candidate
+
 
 class WireError(ValueError):
     """The request body is not what kube-scheduler sends; answered with HTTP 400."""
@@ -205,15 +207,6 @@ def host_priorities(scores: Mapping[str, int]) -> list[dict[str, Any]]:
 
 
 # ---- preempt ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One node kube-scheduler would preempt on, with the victims it chose."""
-
-    node: str
-    victim_uids: list[str]
-    num_pdb_violations: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from typing import Any
 
 import httpx
 
-from app.admission import Admission
-from app.extender import GangExtender, WaitPolicy
+from app.admission import Admission, WaitPolicy
+from app.extender import GangExtender
 from app.gate import PermitGate
 from app.groups import POD_GROUP_LABEL
 from app.metrics import Metrics
@@ -104,6 +104,7 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
     metrics = Metrics()
     admission = Admission(3)
     gate = PermitGate(state, admission, NullApi(), metrics)
+    state.add_pod_listener(gate.on_pod_change)
     extender = GangExtender(state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80))
     app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
     names = [f"node-{i}" for i in range(nodes)]

@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from app.admission import DENIED, Admission
-from app.arbiter import CLAIMED, HOLDING, INSUFFICIENT_CAPACITY, WAITING_BEHIND, Arbiter, Candidate
+from app.admission import Admission, FilterReason, wholeness
+from app.arbiter import Arbiter, Candidate
 from app.gate import GateError, PermitGate
 from app.groups import GroupRef, GroupSpec
 from app.metrics import Metrics
@@ -47,16 +47,23 @@ class World:
         self.gate = PermitGate(self.state, self.admission, self.binder, Metrics())
         self.observer = Released()
         self.clock = Clock(100.0)
+        waker = SiblingWaker(self.state, touches, cooldown_seconds=0) if touches else None
         self.arbiter = Arbiter(
             self.state,
             self.admission,
             self.gate,
             lambda spec: 30.0,
             observer=self.observer,
-            waker=SiblingWaker(self.state, touches, cooldown_seconds=0) if touches else None,
+            waker=waker,
             aging_seconds=60,
             clock=self.clock,
         )
+        self.state.add_pod_listener(self.gate.on_pod_change)
+        if waker is not None:
+            self.state.add_pod_listener(waker.on_pod_change)
+        self.gate.add_settle_listener(self.arbiter.on_settled)
+        self.state.add_pod_listener(self.arbiter.on_pod_change)
+        self.state.add_node_listener(self.arbiter.on_nodes_changed)
 
     def gang(self, name: str, members: int, cpu: str, priority: int = 0) -> GroupSpec:
         self.state.apply_podgroup(podgroup(name, members))
@@ -86,10 +93,10 @@ async def test_second_gang_waits_behind_the_one_holding_the_capacity() -> None:
     world = World()
     a = world.gang("a", 3, "2500m")
     b = world.gang("b", 3, "2500m")
-    assert world.filter(a, "a-0").reason == CLAIMED
-    assert world.filter(a, "a-1").reason == HOLDING
+    assert world.filter(a, "a-0").reason == FilterReason.CLAIMED
+    assert world.filter(a, "a-1").reason == FilterReason.HOLDING
     verdict = world.filter(b, "b-0")
-    assert not verdict.admitted and verdict.reason == WAITING_BEHIND
+    assert not verdict.admitted and verdict.reason == FilterReason.WAITING_BEHIND
     assert "waiting behind default/a (priority 0)" in verdict.message
     # Nothing of b was reserved or claimed.
     assert "default/b" not in world.arbiter.claims
@@ -99,19 +106,19 @@ async def test_second_gang_waits_behind_the_one_holding_the_capacity() -> None:
     tasks = [world.reserve(a, f"a-{i}", f"n{i}") for i in range(3)]
     await asyncio.gather(*tasks)
     assert "default/a" not in world.arbiter.claims
-    assert world.filter(b, "b-0").reason == INSUFFICIENT_CAPACITY
+    assert world.filter(b, "b-0").reason == FilterReason.INSUFFICIENT_CAPACITY
 
     # a finishes: b is admitted as a whole.
     for i in range(3):
         world.state.delete_pod("default", f"a-{i}")
-    assert world.filter(b, "b-1").reason == CLAIMED
+    assert world.filter(b, "b-1").reason == FilterReason.CLAIMED
 
 
 async def test_a_gang_larger_than_the_free_capacity_is_short_and_reserves_nothing() -> None:
     world = World()
     big = world.gang("big", 4, "3")
     verdict = world.filter(big, "big-0")
-    assert verdict.reason == INSUFFICIENT_CAPACITY
+    assert verdict.reason == FilterReason.INSUFFICIENT_CAPACITY
     assert "needs 4 more member(s)" in verdict.message and "only 3 fit" in verdict.message
     assert world.arbiter.claims == {}
 
@@ -135,7 +142,7 @@ async def test_a_member_that_finds_no_node_releases_the_whole_gang_at_once() -> 
             await task
     assert world.gate.waiting("default/a") == []
     assert world.state.free_resources()["cpu"] == 12000
-    assert world.admission.check(a, 3, dict).reason == DENIED
+    assert world.admission.check(a, wholeness(a, 3), dict).reason == FilterReason.DENIED
     group, released, message = world.observer.released[0]
     assert group == "default/a" and released == ["a-0", "a-1"]
     assert "member a-2 found no node (0/3 nodes are available: 3 Insufficient cpu.)" in message
@@ -160,7 +167,7 @@ async def test_room_of_preemption_victims_counts_as_free() -> None:
     for i in range(2):
         world.state.apply_pod(pod(f"low-{i}", cpu="3", node=f"n{i}", phase="Running"))
     urgent = world.gang("urgent", 2, "2")
-    assert world.filter(urgent, "urgent-0").reason == INSUFFICIENT_CAPACITY
+    assert world.filter(urgent, "urgent-0").reason == FilterReason.INSUFFICIENT_CAPACITY
     # kube-scheduler marked both as victims and is deleting them.
     for i in range(2):
         victim = pod(f"low-{i}", cpu="3", node=f"n{i}", phase="Running")
@@ -169,7 +176,7 @@ async def test_room_of_preemption_victims_counts_as_free() -> None:
         ]
         world.state.apply_pod(victim)
     world.clock.now += 1
-    assert world.filter(urgent, "urgent-0").reason == CLAIMED
+    assert world.filter(urgent, "urgent-0").reason == FilterReason.CLAIMED
 
 
 async def test_our_own_rejection_in_the_condition_is_not_a_capacity_failure() -> None:
@@ -190,17 +197,17 @@ async def test_higher_priority_gang_takes_over_from_a_lower_one_collecting() -> 
     world = World()
     low = world.gang("low", 3, "2500m", priority=1)
     high = world.gang("high", 3, "2500m", priority=100)
-    assert world.filter(low, "low-0").reason == CLAIMED
+    assert world.filter(low, "low-0").reason == FilterReason.CLAIMED
     waiting = world.reserve(low, "low-0", "n0")
     await asyncio.sleep(0)
     verdict = world.filter(high, "high-0")
-    assert verdict.reason == CLAIMED
+    assert verdict.reason == FilterReason.CLAIMED
     with pytest.raises(GateError, match="gave way to gang default/high"):
         await waiting
     assert set(world.arbiter.claims) == {"default/high"}
     # low is back in line, behind high.
     behind = world.filter(low, "low-1")
-    assert behind.reason == WAITING_BEHIND
+    assert behind.reason == FilterReason.WAITING_BEHIND
     assert "waiting behind default/high (priority 100)" in behind.message
 
 
@@ -252,9 +259,9 @@ async def test_a_claim_whose_members_never_reach_the_gate_expires() -> None:
     world = World()
     a = world.gang("a", 3, "2500m")
     b = world.gang("b", 3, "2500m")
-    assert world.filter(a, "a-0").reason == CLAIMED
+    assert world.filter(a, "a-0").reason == FilterReason.CLAIMED
     world.clock.now += 31  # the group's wait (30 s) passed with nobody in the gate
-    assert world.filter(b, "b-0").reason == CLAIMED
+    assert world.filter(b, "b-0").reason == FilterReason.CLAIMED
     assert set(world.arbiter.claims) == {"default/b"}
 
 
@@ -276,7 +283,7 @@ async def test_freed_capacity_wakes_the_gangs_in_line_that_now_fit() -> None:
     world.filter(a, "a-0")
     await asyncio.gather(*(world.reserve(a, f"a-{i}", f"n{i}") for i in range(3)))
     for member in ("b-0", "b-1", "b-2"):  # kube-scheduler tried each; each was turned away
-        assert world.filter(b, member).reason == INSUFFICIENT_CAPACITY
+        assert world.filter(b, member).reason == FilterReason.INSUFFICIENT_CAPACITY
     await waker.drain()
     touches.pods.clear()
     # a finishes: its pods go away, and b's members are touched so that
@@ -293,18 +300,18 @@ async def test_a_new_node_wakes_a_gang_that_did_not_fit() -> None:
     world = World(touches=touches)
     big = world.gang("big", 4, "3")
     for i in range(4):  # kube-scheduler tried each member; each was turned away
-        assert world.filter(big, f"big-{i}").reason == INSUFFICIENT_CAPACITY
+        assert world.filter(big, f"big-{i}").reason == FilterReason.INSUFFICIENT_CAPACITY
     assert world.arbiter.waker is not None
     await asyncio.sleep(0.1)
     await world.arbiter.waker.drain()
     touches.pods.clear()  # the wake-ups of the members' creation
     for i in range(4):  # kube-scheduler retried the woken members: turned away again
-        assert world.filter(big, f"big-{i}").reason == INSUFFICIENT_CAPACITY
+        assert world.filter(big, f"big-{i}").reason == FilterReason.INSUFFICIENT_CAPACITY
     world.state.apply_node(node("n-extra"))
     await asyncio.sleep(0.1)
     await world.arbiter.waker.drain()
     assert sorted(touches.pods) == ["big-0", "big-1", "big-2", "big-3"]
-    assert world.filter(big, "big-0").reason == CLAIMED
+    assert world.filter(big, "big-0").reason == FilterReason.CLAIMED
 
 
 async def test_deleting_an_unbound_preemption_victim_wakes_the_nominated_preemptor() -> None:

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.admission import Admission
-from app.extender import GangExtender, WaitPolicy
+from app.admission import Admission, WaitPolicy
+from app.extender import GangExtender
 from app.gate import PermitGate
 from app.groups import (
     LIGHT_MIN_AVAILABLE_LABEL,
@@ -73,6 +73,7 @@ def world() -> tuple[ClusterState, httpx.AsyncClient]:
     admission = Admission(3)
     # Short gate waits: a fuzzed bind that reaches the gate must not hold the test.
     gate = PermitGate(state, admission, api, metrics)
+    state.add_pod_listener(gate.on_pod_change)
     extender = GangExtender(state, admission, gate, api, metrics, WaitPolicy(0.05, 0.05))
     app = create_app(
         extender,
@@ -207,9 +208,9 @@ def test_a_podgroup_with_absurd_values_turns_its_pods_away_with_the_reason() -> 
     api = FakePodApi()
     metrics = Metrics()
     admission = Admission(3)
-    extender = GangExtender(
-        state, admission, PermitGate(state, admission, api, metrics), api, metrics, WaitPolicy(1, 1)
-    )
+    gate = PermitGate(state, admission, api, metrics)
+    state.add_pod_listener(gate.on_pod_change)
+    extender = GangExtender(state, admission, gate, api, metrics, WaitPolicy(1, 1))
     for name, expected in (
         ("huge-quantity", "spec.minResources: invalid quantity '1e999999999': larger than 1e30"),
         ("huge-min", "spec.minMember must be an integer between 1 and 2147483647"),
@@ -257,9 +258,9 @@ async def test_a_stopping_extender_refuses_every_verb_with_503() -> None:
     metrics = Metrics()
     admission = Admission(3)
     guard = VerbGuard()
-    extender = GangExtender(
-        state, admission, PermitGate(state, admission, api, metrics), api, metrics, WaitPolicy(1, 1)
-    )
+    gate = PermitGate(state, admission, api, metrics)
+    state.add_pod_listener(gate.on_pod_change)
+    extender = GangExtender(state, admission, gate, api, metrics, WaitPolicy(1, 1))
     app = create_app(
         extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"), guard=guard
     )

@@ -4,7 +4,7 @@ import json
 import httpx
 from fastapi import FastAPI
 
-from app.admission import Admission
+from app.admission import Admission, DenyReason
 from app.debug import GangDebug, add_debug_routes
 from app.gate import PermitGate
 from app.groups import GroupSpec
@@ -25,6 +25,7 @@ def world() -> tuple[ClusterState, Admission, PermitGate, Clock]:
     state = cluster(3)
     admission = Admission(3, clock=clock)
     gate = PermitGate(state, admission, NeverBinds(), Metrics(), clock=clock)
+    state.add_pod_listener(gate.on_pod_change)
     return state, admission, gate, clock
 
 
@@ -42,7 +43,7 @@ async def test_snapshot_shows_groups_gate_waiters_and_cache_entries_with_ttl() -
         asyncio.create_task(gate.admit(state.pods["default/p1"], "n2", spec, 30)),
     ]
     await asyncio.sleep(0)
-    admission.deny("default/old", "timeout", "gang default/old timed out")
+    admission.deny("default/old", DenyReason.TIMEOUT, "gang default/old timed out")
     admission.permitted["default/g"] = clock.now
     clock.now += 1.5
 

@@ -1,8 +1,7 @@
 from collections.abc import Callable
 from typing import Any
 
-from app.admission import MIN_RESOURCES, TOO_FEW_SIBLINGS
-from app.arbiter import INSUFFICIENT_CAPACITY, WAITING_BEHIND
+from app.admission import FilterReason, WaitPolicy
 from app.event_recorder import EventRecorder
 from app.events import (
     AGGREGATED,
@@ -26,7 +25,6 @@ from app.events import (
     ObjectRef,
     TokenBucket,
 )
-from app.extender import BAD_GROUP, WaitPolicy
 from app.groups import XK8S_API
 from app.kube.errors import NotFound
 from app.metrics import Metrics
@@ -233,7 +231,9 @@ B = MemberRef("default", "b", "uid-default-b", "n2", 1.0)
 
 def test_waiting_for_siblings_goes_on_the_podgroup_only() -> None:
     events, recorded, _ = gang_events()
-    events.member_rejected(A, "default/g", TOO_FEW_SIBLINGS, "cannot find enough sibling pods")
+    events.member_rejected(
+        A, "default/g", FilterReason.TOO_FEW_SIBLINGS, "cannot find enough sibling pods"
+    )
     [(ref, type_, reason, message)] = recorded.events
     assert (ref.kind, ref.api_version, ref.name, ref.uid) == (
         XK8S_API.kind,
@@ -247,7 +247,9 @@ def test_waiting_for_siblings_goes_on_the_podgroup_only() -> None:
 
 def test_label_only_groups_get_their_events_on_the_pods() -> None:
     events, recorded, _ = gang_events()
-    events.member_rejected(A, "default/light", TOO_FEW_SIBLINGS, "cannot find enough sibling pods")
+    events.member_rejected(
+        A, "default/light", FilterReason.TOO_FEW_SIBLINGS, "cannot find enough sibling pods"
+    )
     events.gang_admitted("default/light", [A, B])
     assert [(r.kind, r.name, reason) for r, _, reason, _ in recorded.events] == [
         ("Pod", "a", WAITING_FOR_SIBLINGS),
@@ -258,7 +260,7 @@ def test_label_only_groups_get_their_events_on_the_pods() -> None:
 
 def test_insufficient_resources_is_a_warning_naming_the_gap() -> None:
     events, recorded, _ = gang_events()
-    events.member_rejected(A, "default/g", MIN_RESOURCES, "short by cpu 88")
+    events.member_rejected(A, "default/g", FilterReason.MIN_RESOURCES, "short by cpu 88")
     [(ref, type_, reason, message)] = recorded.events
     assert (ref.kind, type_, reason) == ("PodGroup", WARNING, INSUFFICIENT_RESOURCES)
     assert "short by cpu 88" in message and "checked again in 3s" in message
@@ -317,8 +319,12 @@ def test_preempted_names_the_gang_it_made_room_for() -> None:
 
 def test_contention_rejections_and_releases_are_reported() -> None:
     events, recorded, _ = gang_events()
-    events.member_rejected(A, "default/g", WAITING_BEHIND, "waiting behind default/h (priority 5)")
-    events.member_rejected(A, "default/g", INSUFFICIENT_CAPACITY, "only 3 fit; short by cpu 3")
+    events.member_rejected(
+        A, "default/g", FilterReason.WAITING_BEHIND, "waiting behind default/h (priority 5)"
+    )
+    events.member_rejected(
+        A, "default/g", FilterReason.INSUFFICIENT_CAPACITY, "only 3 fit; short by cpu 3"
+    )
     events.gang_released("default/g", [A, B], "released its reservations at once")
     assert [(r.kind, r.name, t, reason) for r, t, reason, _ in recorded.events] == [
         ("PodGroup", "g", NORMAL, GANG_QUEUED),
@@ -350,7 +356,9 @@ def test_partly_bound_events_go_on_the_podgroup_and_each_bound_pod() -> None:
 
 def test_an_unusable_podgroup_gets_an_event_saying_what_is_wrong() -> None:
     events, recorded, _ = gang_events()
-    events.member_rejected(A, "default/g", BAD_GROUP, "PodGroup default/g: spec.minMember bad")
+    events.member_rejected(
+        A, "default/g", FilterReason.BAD_GROUP, "PodGroup default/g: spec.minMember bad"
+    )
     [(ref, type_, reason, message)] = recorded.events
     assert (ref.kind, type_, reason) == ("PodGroup", WARNING, INVALID_POD_GROUP)
     assert message.startswith("PodGroup default/g: spec.minMember bad; its pods are turned away")

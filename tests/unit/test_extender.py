@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.admission import Admission
-from app.extender import GangExtender, WaitPolicy
+from app.admission import Admission, WaitPolicy
+from app.extender import GangExtender
 from app.gate import PermitGate
 from app.groups import POD_GROUP_LABEL, VOLCANO_GROUP_ANNOTATIONS, VOLCANO_TASK_ANNOTATION
 from app.metrics import Metrics
@@ -27,6 +27,7 @@ class World:
         self.metrics = Metrics()
         self.admission = Admission(3)
         self.gate = PermitGate(self.state, self.admission, self.api, self.metrics)
+        self.state.add_pod_listener(self.gate.on_pod_change)
         self.extender = GangExtender(
             self.state, self.admission, self.gate, self.api, self.metrics, WaitPolicy(60, 80)
         )

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from app.admission import DENIED, Admission
+from app.admission import Admission, FilterReason, wholeness
 from app.gate import GateError, PermitGate
 from app.groups import GroupSpec
 from app.kube.errors import Conflict
@@ -20,6 +20,7 @@ def setup(
     binder = RecordingBinder()
     metrics = Metrics()
     gate = PermitGate(state, admission, binder, metrics)
+    state.add_pod_listener(gate.on_pod_change)
     return state, admission, binder, gate, metrics, GroupSpec("default/g", min_member)
 
 
@@ -54,7 +55,7 @@ async def test_timeout_releases_every_waiter_and_denies_the_group() -> None:
     assert "2 of minMember 3" in str(results[1])
     assert binder.bound == []
     assert state.free_resources()["cpu"] == 8000  # reservations dropped
-    assert admission.check(spec, 3, dict).reason == DENIED
+    assert admission.check(spec, wholeness(spec, 3), dict).reason == FilterReason.DENIED
     assert gauge(metrics, "gang_extender_gang_admissions_total", {"result": "timeout"}) == 1
     assert gate.waiting("default/g") == []
 
@@ -135,6 +136,7 @@ async def test_many_concurrent_groups_do_not_interfere() -> None:
     state.replace_nodes([node("n1", cpu="1000", pods="1000")])
     binder = RecordingBinder()
     gate = PermitGate(state, Admission(3), binder, Metrics())
+    state.add_pod_listener(gate.on_pod_change)
     calls = []
     for g in range(20):
         for m in range(4):
@@ -156,7 +158,7 @@ async def test_release_all_answers_every_waiter() -> None:
 
 
 def victim_gate(
-    members: int, min_member: int
+    members: int, min_member: int, hold_seconds: float = 30
 ) -> tuple[ClusterState, PermitGate, Metrics, GroupSpec]:
     state = ClusterState()
     state.replace_nodes([node("n1"), node("n2")])
@@ -168,9 +170,10 @@ def victim_gate(
         Admission(3),
         RecordingBinder(),
         metrics,
-        victim_hold_seconds=0.3,
+        victim_hold_seconds=hold_seconds,
         victim_answer_delay_seconds=0.05,
     )
+    state.add_pod_listener(gate.on_pod_change)
     return state, gate, metrics, GroupSpec("default/g", min_member)
 
 
@@ -198,7 +201,7 @@ async def test_released_preemption_victim_is_answered_after_its_deletion() -> No
 
 
 async def test_victim_that_is_not_deleted_is_answered_when_the_hold_runs_out() -> None:
-    state, gate, _, spec = victim_gate(2, 2)
+    state, gate, _, spec = victim_gate(2, 2, hold_seconds=0.3)
     victim = state.pods["default/p0"]
     held = asyncio.create_task(gate.admit(victim, "n1", spec, 30))
     await asyncio.sleep(0.01)

@@ -28,6 +28,7 @@ async def test_two_thousand_waiters_hold_no_thread_and_are_all_answered() -> Non
     for i in range(WAITERS):
         state.apply_pod(pod(f"w{i}", group="big"))
     gate = PermitGate(state, Admission(3), RecordingBinder(), Metrics())
+    state.add_pod_listener(gate.on_pod_change)
     spec = GroupSpec("default/big", WAITERS + 1)
     threads = threading.active_count()
     tracemalloc.start()
@@ -59,6 +60,7 @@ async def test_filling_the_gate_opens_it_once_for_everyone() -> None:
     binder = RecordingBinder()
     metrics = Metrics()
     gate = PermitGate(state, Admission(3), binder, metrics)
+    state.add_pod_listener(gate.on_pod_change)
     spec = GroupSpec("default/big", WAITERS)
     waits = []
     for i in range(WAITERS):

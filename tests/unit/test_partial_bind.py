@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from app.admission import DENIED, Admission
+from app.admission import Admission, FilterReason, wholeness
 from app.gate import GateError, PartialBindPolicy, PermitGate
 from app.groups import GroupSpec
 from app.kube.errors import NotFound, Rejected, Transient
@@ -63,6 +63,7 @@ def setup(
         partial_bind=policy,
         deleter=deleter,
     )
+    state.add_pod_listener(gate.on_pod_change)
     return state, admission, binder, deleter, observer, gate
 
 
@@ -91,7 +92,12 @@ async def test_delete_bound_deletes_what_the_admission_bound_and_denies_the_gang
     assert sorted(deleter.deleted) == [("p0", "uid-default-p0"), ("p1", "uid-default-p1")]
     assert observer.reports == [("default/g", ["p0", "p1"], observer.reports[0][2], True)]
     # Retried whole after the denial, not member by member.
-    assert admission.check(GroupSpec("default/g", 3), 3, dict).reason == DENIED
+    assert (
+        admission.check(
+            GroupSpec("default/g", 3), wholeness(GroupSpec("default/g", 3), 3), dict
+        ).reason
+        == FilterReason.DENIED
+    )
     assert (
         gauge(gate._metrics, "gang_extender_gang_admissions_total", {"result": "rolled-back"}) == 1
     )
@@ -112,7 +118,7 @@ async def test_leave_keeps_the_bound_members_and_says_so() -> None:
     # The failed member joins its bound siblings at once on the retry.
     del binder.fail["p2"]
     spec = GroupSpec("default/g", 3)
-    assert admission.check(spec, 3, dict).admitted
+    assert admission.check(spec, wholeness(spec, 3), dict).admitted
     await asyncio.wait_for(gate.admit(state.pods["default/p2"], "n2", spec, 30), 1)
     assert sorted(n for n, _ in binder.bound) == ["p0", "p1", "p2"]
 

@@ -1,8 +1,7 @@
-from app.admission import Admission
+from app.admission import Admission, wholeness
 from app.groups import GroupSpec
-from app.preemption import Preemptor, VictimPolicy, preemption_gap, select_victims
+from app.preemption import Candidate, Preemptor, VictimPolicy, preemption_gap, select_victims
 from app.state import ClusterState
-from app.wire import Candidate
 from tests.unit.builders import node, pod, podgroup
 
 
@@ -91,8 +90,11 @@ def test_preemption_blocker_is_read_only() -> None:
     admission = Admission(3)
     spec = GroupSpec("ns/g", 3, {"cpu": 100_000})
     assert "beyond the whole cluster" in (
-        admission.preemption_blocker(spec, 3, {"cpu": 12_000}) or ""
+        admission.preemption_blocker(spec, wholeness(spec, 3), {"cpu": 12_000}) or ""
     )
-    assert "2 of minMember 3" in (admission.preemption_blocker(spec, 2, {}) or "")
-    assert admission.preemption_blocker(GroupSpec("ns/g", 3), 3, {}) is None
+    assert "2 of minMember 3" in (admission.preemption_blocker(spec, wholeness(spec, 2), {}) or "")
+    assert (
+        admission.preemption_blocker(GroupSpec("ns/g", 3), wholeness(GroupSpec("ns/g", 3), 3), {})
+        is None
+    )
     assert "ns/g" not in admission.denied and "ns/g" not in admission.permitted

@@ -1,11 +1,16 @@
 """How build_apps splits routes between the verbs' port and the operations port."""
 
+from collections.abc import Callable
+
 import httpx
 from kubernetes import client as k8s
+from pytest import MonkeyPatch
 
 from app.config import Settings
+from app.gate import PermitGate
 from app.groups import GROUP_APIS, SOURCE_NATIVE, SOURCE_VOLCANO, SOURCE_XK8S
 from app.server import build_apps, reflector_kind
+from app.state import ClusterState
 
 
 def paths(app: object) -> set[str]:
@@ -40,3 +45,25 @@ def test_reflector_kinds_keep_their_metric_labels() -> None:
         SOURCE_VOLCANO: "volcano-podgroups",
         SOURCE_NATIVE: "native-podgroups",
     }
+
+
+def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPatch) -> None:
+    # The gate must hear of a pod change before the arbiter (see build_apps).
+    heard: list[str] = []
+
+    def record(kind: str) -> Callable[..., None]:
+        return lambda _self, listener: heard.append(f"{kind}:{type(listener.__self__).__name__}")
+
+    monkeypatch.setattr(ClusterState, "add_pod_listener", record("pod"))
+    monkeypatch.setattr(ClusterState, "add_node_listener", record("node"))
+    monkeypatch.setattr(PermitGate, "add_settle_listener", record("settle"))
+    build_apps(Settings(gang_feasibility=True), k8s.ApiClient(k8s.Configuration()))
+    assert heard == [
+        "pod:SiblingWaker",
+        "pod:PodGroupStatus",
+        "pod:PermitGate",
+        "settle:Arbiter",
+        "pod:Arbiter",
+        "node:Arbiter",
+        "pod:PreemptionFollower",
+    ]

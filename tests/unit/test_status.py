@@ -335,6 +335,7 @@ def setup(
     clock = Clock()
     metrics = Metrics()
     writer = PodGroupStatus(state, api, executor, metrics, clock=clock, min_interval_seconds=1.0)
+    state.add_pod_listener(writer.on_pod_change)
     return state, api, writer, clock, metrics
 
 
@@ -479,6 +480,7 @@ async def test_a_standby_writes_nothing_until_it_leads(executor: ThreadPoolExecu
     leading = False
     clock = Clock()
     writer = PodGroupStatus(state, api, executor, Metrics(), clock=clock, is_leader=lambda: leading)
+    state.add_pod_listener(writer.on_pod_change)
     for name in "ab":
         state.apply_pod(pod(name, group="g", node="n1", phase="Running"))
     await settle(writer)
@@ -517,6 +519,7 @@ async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
         clock=Clock(),
         apis={SOURCE_VOLCANO: volcano_api},
     )
+    state.add_pod_listener(writer.on_pod_change)
     for name in "ab":
         annotations = {VOLCANO_GROUP_ANNOTATIONS[0]: "v"}
         raw = pod(f"v-{name}", node="n1", phase="Running")

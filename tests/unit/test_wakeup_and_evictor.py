@@ -46,6 +46,7 @@ async def test_waker_touches_only_pending_members_once_per_cooldown() -> None:
     state.apply_pod(pod("self", group="g"))
     api = FakeApi()
     waker = SiblingWaker(state, api, cooldown_seconds=0.2)
+    state.add_pod_listener(waker.on_pod_change)
     for name in ("bound", "reserved", "pending", "self"):
         waker.turned_away("default/g", f"uid-default-{name}")
     waker.wake("default/g", exclude_uid="uid-default-self")
@@ -75,6 +76,7 @@ async def test_waker_leaves_members_that_were_never_turned_away_alone() -> None:
     state.apply_pod(pod("rejected", group="g"))
     api = FakeApi()
     waker = SiblingWaker(state, api, cooldown_seconds=0.05)
+    state.add_pod_listener(waker.on_pod_change)
     waker.turned_away("default/g", "uid-default-rejected")
     waker.wake("default/g")
     await asyncio.sleep(0.01)
@@ -97,6 +99,7 @@ async def test_whole_gang_policy_evicts_the_rest_of_a_preempted_gang() -> None:
     state.apply_pod(pod("waiting", group="g"))
     api, recorder = FakeApi(), Recorder()
     follower = PreemptionFollower(state, api, recorder, VictimPolicy.WHOLE_GANG, {"n1": "ns/hi"})
+    state.add_pod_listener(follower.on_pod_change)
     state.apply_pod(preempted("m0", "n1"))
     state.apply_pod(preempted("m0", "n1"))  # the same mark seen twice acts once
     await asyncio.sleep(0)
@@ -111,7 +114,8 @@ async def test_protect_policy_only_reports_the_victim() -> None:
     for i in range(4):
         state.apply_pod(pod(f"m{i}", group="g", node="n1"))
     api, recorder = FakeApi(), Recorder()
-    PreemptionFollower(state, api, recorder, VictimPolicy.PROTECT, {})
+    follower = PreemptionFollower(state, api, recorder, VictimPolicy.PROTECT, {})
+    state.add_pod_listener(follower.on_pod_change)
     state.apply_pod(preempted("m3", "n1"))
     await asyncio.sleep(0)
     assert api.evicted == []
@@ -122,6 +126,7 @@ async def test_a_new_member_that_completes_the_group_wakes_its_siblings() -> Non
     state = gang_state()  # PodGroup g: minMember 3
     api = FakeApi()
     waker = SiblingWaker(state, api, cooldown_seconds=0.05)
+    state.add_pod_listener(waker.on_pod_change)
     state.apply_pod(pod("a", group="g"))
     state.apply_pod(pod("b", group="g"))
     for name in ("a", "b"):  # our filter said "too few siblings"
@@ -140,6 +145,7 @@ async def test_members_turned_away_before_their_podgroup_was_seen_are_woken() ->
     state = ClusterState()
     api = FakeApi()
     waker = SiblingWaker(state, api, cooldown_seconds=0)
+    state.add_pod_listener(waker.on_pod_change)
     state.apply_pod(pod("a", group="late"))
     state.apply_pod(pod("b", group="late", node="n1"))
     waker.turned_away("default/late", "uid-default-a")  # our filter: "PodGroup not found"
