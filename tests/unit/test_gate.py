@@ -157,9 +157,10 @@ async def test_release_all_answers_every_waiter() -> None:
     assert state.free_resources()["cpu"] == 8000
 
 
-def victim_gate(
+async def victim_in_gate(
     members: int, min_member: int, hold_seconds: float = 30
-) -> tuple[ClusterState, PermitGate, Metrics, GroupSpec]:
+) -> tuple[ClusterState, PermitGate, Metrics, GroupSpec, asyncio.Task[None]]:
+    """p0 waits in the gate and the preempt verb has just named it a victim."""
     state = ClusterState()
     state.replace_nodes([node("n1"), node("n2")])
     for i in range(members):
@@ -174,17 +175,18 @@ def victim_gate(
         victim_answer_delay_seconds=0.05,
     )
     state.add_pod_listener(gate.on_pod_change)
-    return state, gate, metrics, GroupSpec("default/g", min_member)
+    spec = GroupSpec("default/g", min_member)
+    held = asyncio.create_task(gate.admit(state.pods["default/p0"], "n1", spec, 30))
+    await asyncio.sleep(0.01)
+    gate.note_victims([state.pods["default/p0"].uid])
+    return state, gate, metrics, spec, held
 
 
 async def test_released_preemption_victim_is_answered_after_its_deletion() -> None:
     # kube-scheduler retries the preemptor only when the deleted victim is still assumed.
-    state, gate, metrics, spec = victim_gate(3, 3)
-    victim = state.pods["default/p0"]
-    held = asyncio.create_task(gate.admit(victim, "n1", spec, 30))
+    state, gate, metrics, spec, held = await victim_in_gate(3, 3)
     other = asyncio.create_task(gate.admit(state.pods["default/p1"], "n1", spec, 30))
     await asyncio.sleep(0.01)
-    gate.note_victims([victim.uid])
     released = gate.release_group(spec.key, "gang released")
     assert sorted(m.name for m in released) == ["p0", "p1"]
     with pytest.raises(GateError, match="gang released"):
@@ -201,11 +203,7 @@ async def test_released_preemption_victim_is_answered_after_its_deletion() -> No
 
 
 async def test_victim_that_is_not_deleted_is_answered_when_the_hold_runs_out() -> None:
-    state, gate, _, spec = victim_gate(2, 2, hold_seconds=0.3)
-    victim = state.pods["default/p0"]
-    held = asyncio.create_task(gate.admit(victim, "n1", spec, 30))
-    await asyncio.sleep(0.01)
-    gate.note_victims([victim.uid])
+    state, gate, _, spec, held = await victim_in_gate(2, 2, hold_seconds=0.3)
     gate.release_group(spec.key, "gang released")
     await asyncio.sleep(0.1)
     assert not held.done()
@@ -215,11 +213,7 @@ async def test_victim_that_is_not_deleted_is_answered_when_the_hold_runs_out() -
 
 
 async def test_waiting_victim_deleted_is_answered_a_moment_later_and_never_counts() -> None:
-    state, gate, _, spec = victim_gate(3, 2)
-    victim = state.pods["default/p0"]
-    held = asyncio.create_task(gate.admit(victim, "n1", spec, 30))
-    await asyncio.sleep(0.01)
-    gate.note_victims([victim.uid])
+    state, gate, _, spec, held = await victim_in_gate(3, 2)
     state.delete_pod("default", "p0")
     await asyncio.sleep(0.01)
     assert not held.done() and gate.waiting(spec.key) == []
@@ -228,11 +222,7 @@ async def test_waiting_victim_deleted_is_answered_a_moment_later_and_never_count
 
 
 async def test_shutdown_answers_held_victims_at_once() -> None:
-    state, gate, _, spec = victim_gate(2, 2)
-    victim = state.pods["default/p0"]
-    held = asyncio.create_task(gate.admit(victim, "n1", spec, 30))
-    await asyncio.sleep(0.01)
-    gate.note_victims([victim.uid])
+    _, gate, _, spec, held = await victim_in_gate(2, 2)
     gate.release_group(spec.key, "gang released")
     gate.release_all("shutting down")
     with pytest.raises(GateError, match="shutting down"):
