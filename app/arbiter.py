@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -50,6 +51,12 @@ log = logging.getLogger(__name__)
 # How long after a gate-held preemption victim is gone its preemptor is woken
 # a second time (see Arbiter._wake_nominated).
 PREEMPTOR_RETRY_SECONDS = 2.0
+
+# How often the filter verb looks over every claim for one to drop (its
+# PodGroup gone, or no member reached the gate in time). A claiming gang
+# losing a member is looked at on the next filter call, whatever the time:
+# that is the case where a stale claim would hold capacity for nothing.
+PRUNE_INTERVAL_SECONDS = 0.25
 
 _REASONS = {
     Ruling.WAIT: FilterReason.WAITING_BEHIND,
@@ -130,6 +137,9 @@ class Arbiter:
         # rejection is reused while it stays current (a storm of retried
         # members of one gang costs one packing, not one per member).
         self._version = 0
+        self._pruned_at = -math.inf
+        # Claiming gangs that lost a member since the last prune.
+        self._recheck: set[str] = set()
         self._memo: dict[str, tuple[int, int, Verdict]] = {}
         # Placed pods on their way out (preemption victims, pods being deleted):
         # pod key -> where it is and what it holds. Their room is as good as free for a gang,
@@ -279,7 +289,19 @@ class Arbiter:
     # ---- keeping claims honest -------------------------------------------------------------
 
     def _prune(self, now: float) -> None:
-        for key, claim in list(self.claims.items()):
+        """Drop claims that no longer stand; every claim only once per PRUNE_INTERVAL_SECONDS.
+
+        It runs on every filter call, so looking at hundreds of claims each
+        time cost more than the rest of a gang member's filter.
+        """
+        if now - self._pruned_at >= PRUNE_INTERVAL_SECONDS:
+            self._pruned_at = now
+            keys = list(self.claims)
+        else:
+            keys = [k for k in self._recheck if k in self.claims]
+        self._recheck.clear()
+        for key in keys:
+            claim = self.claims[key]
             try:
                 spec = self._state.group_spec(claim.ref)
             except (GroupNotFound, PodGroupSpecError):
@@ -366,6 +388,12 @@ class Arbiter:
             self._wake_nominated()
         if old is not None:
             self._leaving.pop(old.key, None)
+            if (
+                old.group is not None
+                and old.group.key in self.claims
+                and (new is None or not new.counts_as_member)
+            ):
+                self._recheck.add(old.group.key)
         if (
             new is not None
             and new.placed_node

@@ -119,12 +119,6 @@ def decide(
     """
     holders = [h for h in holders if h.key != candidate.key]
     bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
-    # Without any other gang holding anything: if it does not fit even so, the
-    # cluster itself is short (not a matter of waiting in line).
-    unheld = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
-    for holder in holders:
-        give(unheld, holder.reserved)
-    alone = pack(candidate.demands, unheld, candidate.need)
     for holder in holders:
         give_back = {n: {k: -v for k, v in r.items()} for n, r in holder.remaining.items()}
         give(bins, give_back)
@@ -158,6 +152,13 @@ def decide(
         packing = pack(candidate.demands, bins, candidate.need)
         if packing.fits:
             return Decision(Ruling.ADMIT, packing.plan, tuple(released))
+    # Without any other gang holding anything: if it does not fit even so, the
+    # cluster itself is short (not a matter of waiting in line). Packed only
+    # here: most gangs are admitted above, and this is a second whole packing.
+    unheld = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
+    for holder in holders:
+        give(unheld, holder.reserved)
+    alone = pack(candidate.demands, unheld, candidate.need)
     if not alone.fits:
         return Decision(Ruling.SHORT, message=alone.describe(candidate.key, candidate.demands))
     if blocker is None and holders:

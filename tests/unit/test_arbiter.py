@@ -265,6 +265,18 @@ async def test_a_claim_whose_members_never_reach_the_gate_expires() -> None:
     assert set(world.arbiter.claims) == {"default/b"}
 
 
+async def test_a_claiming_gang_that_loses_a_member_gives_up_its_claim_at_once() -> None:
+    world = World()
+    a = world.gang("a", 3, "2500m")
+    b = world.gang("b", 3, "2500m")
+    assert world.filter(a, "a-0").reason == FilterReason.CLAIMED
+    assert world.filter(b, "b-0").reason == FilterReason.WAITING_BEHIND
+    # No time passes: the periodic look over all claims is not due, the deletion is.
+    world.state.delete_pod("default", "a-2")
+    assert world.filter(b, "b-0").reason == FilterReason.CLAIMED
+    assert set(world.arbiter.claims) == {"default/b"}
+
+
 class Touches:
     def __init__(self) -> None:
         self.pods: list[str] = []
