@@ -204,6 +204,10 @@ class Recorder(Protocol):
     def record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None: ...
 
 
+# Bound on the groups GangEvents remembers as told GangWaiting.
+_MAX_TOLD = 10_000
+
+
 class GangEvents:
     """GangObserver: turns the gate's and filter's reports into Events users can act on."""
 
@@ -218,6 +222,12 @@ class GangEvents:
         self._recorder = recorder
         self._wait = wait
         self._retry = retry_after_seconds
+        # Groups told GangWaiting in their current admission (until admitted,
+        # timed out or released): one event per admission, not one per member.
+        # Per member, it was an Event write per gang pod, as costly as the
+        # binding itself (bench/e2e.py's profile); the PodGroup's status counts
+        # the members as they come.
+        self._waiting_told: set[str] = set()
 
     def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
         if reason == FilterReason.TOO_FEW_SIBLINGS:
@@ -258,6 +268,11 @@ class GangEvents:
             )
 
     def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
+        if group_key in self._waiting_told:
+            return
+        if len(self._waiting_told) >= _MAX_TOLD:
+            self._waiting_told.clear()  # groups deleted mid-admission never end theirs
+        self._waiting_told.add(group_key)
         wait = self._wait_seconds(group_key, needed)
         self._on_group(
             group_key,
@@ -269,6 +284,7 @@ class GangEvents:
         )
 
     def gang_admitted(self, group_key: str, bound: Sequence[MemberRef]) -> None:
+        self._waiting_told.discard(group_key)
         longest = max((m.waited_seconds for m in bound), default=0.0)
         self._on_group(
             group_key,
@@ -284,6 +300,7 @@ class GangEvents:
         return None
 
     def gang_timed_out(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        self._waiting_told.discard(group_key)
         text = (
             f"{message}; the group is retried in {self._retry:g}s. If it never completes, "
             "check that minMember pods exist and that the cluster can hold all of them at once "
@@ -298,6 +315,7 @@ class GangEvents:
     def gang_partly_bound(
         self, group_key: str, bound: Sequence[MemberRef], message: str, rolled_back: bool
     ) -> None:
+        self._waiting_told.discard(group_key)
         reason = GANG_BIND_ROLLED_BACK if rolled_back else GANG_PARTLY_BOUND
         text = f"gang {group_key} was admitted but {message}"
         record = self._state.podgroups.get(group_key)
@@ -307,6 +325,7 @@ class GangEvents:
             self._recorder.record(pod_ref(member), WARNING, reason, text)
 
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        self._waiting_told.discard(group_key)
         record = self._state.podgroups.get(group_key)
         if record is not None:
             self._recorder.record(podgroup_ref(record), WARNING, GANG_RELEASED, message)

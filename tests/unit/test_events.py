@@ -362,3 +362,20 @@ def test_an_unusable_podgroup_gets_an_event_saying_what_is_wrong() -> None:
     [(ref, type_, reason, message)] = recorded.events
     assert (ref.kind, type_, reason) == ("PodGroup", WARNING, INVALID_POD_GROUP)
     assert message.startswith("PodGroup default/g: spec.minMember bad; its pods are turned away")
+
+
+def test_gang_waiting_is_told_once_per_admission() -> None:
+    events, recorded, _ = gang_events()
+    events.member_waiting(A, "default/g", 1, 3)
+    events.member_waiting(B, "default/g", 2, 3)
+    assert [m for _, _, r, m in recorded.events if r == GANG_WAITING] == [
+        "1 of minMember 3 members placed; waiting up to 20s in the permit gate for the rest "
+        "(all are bound together once 3 are placed)"
+    ]
+    events.gang_admitted("default/g", [A, B])
+    # The next admission (the gang was deleted and recreated, or grew) is told again.
+    events.member_waiting(A, "default/g", 1, 3)
+    assert [r for _, _, r, _ in recorded.events].count(GANG_WAITING) == 2
+    events.gang_timed_out("default/g", [A], "timed out")
+    events.member_waiting(A, "default/g", 1, 3)
+    assert [r for _, _, r, _ in recorded.events].count(GANG_WAITING) == 3
