@@ -71,6 +71,13 @@ class World:
             self.state.apply_pod(with_priority(pod(f"{name}-{i}", group=name, cpu=cpu), priority))
         return GroupSpec(f"default/{name}", members)
 
+    def two_gangs_a_claiming(self) -> tuple[GroupSpec, GroupSpec]:
+        """Gangs a and b, each needing most of the 3 nodes; a has claimed them."""
+        a = self.gang("a", 3, "2500m")
+        b = self.gang("b", 3, "2500m")
+        assert self.filter(a, "a-0").reason == FilterReason.CLAIMED
+        return a, b
+
     def filter(self, spec: GroupSpec, member: str) -> Any:
         record = self.state.pods[f"default/{member}"]
         name = spec.key.split("/")[1]
@@ -91,9 +98,7 @@ class World:
 
 async def test_second_gang_waits_behind_the_one_holding_the_capacity() -> None:
     world = World()
-    a = world.gang("a", 3, "2500m")
-    b = world.gang("b", 3, "2500m")
-    assert world.filter(a, "a-0").reason == FilterReason.CLAIMED
+    a, b = world.two_gangs_a_claiming()
     assert world.filter(a, "a-1").reason == FilterReason.HOLDING
     verdict = world.filter(b, "b-0")
     assert not verdict.admitted and verdict.reason == FilterReason.WAITING_BEHIND
@@ -257,9 +262,7 @@ def test_snapshot_lists_claims_and_line() -> None:
 
 async def test_a_claim_whose_members_never_reach_the_gate_expires() -> None:
     world = World()
-    a = world.gang("a", 3, "2500m")
-    b = world.gang("b", 3, "2500m")
-    assert world.filter(a, "a-0").reason == FilterReason.CLAIMED
+    _, b = world.two_gangs_a_claiming()
     world.clock.now += 31  # the group's wait (30 s) passed with nobody in the gate
     assert world.filter(b, "b-0").reason == FilterReason.CLAIMED
     assert set(world.arbiter.claims) == {"default/b"}
@@ -267,9 +270,7 @@ async def test_a_claim_whose_members_never_reach_the_gate_expires() -> None:
 
 async def test_a_claiming_gang_that_loses_a_member_gives_up_its_claim_at_once() -> None:
     world = World()
-    a = world.gang("a", 3, "2500m")
-    b = world.gang("b", 3, "2500m")
-    assert world.filter(a, "a-0").reason == FilterReason.CLAIMED
+    _, b = world.two_gangs_a_claiming()
     assert world.filter(b, "b-0").reason == FilterReason.WAITING_BEHIND
     # No time passes: the periodic look over all claims is not due, the deletion is.
     world.state.delete_pod("default", "a-2")
