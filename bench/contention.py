@@ -37,6 +37,7 @@ from hack.clusterkit import (
     create_group,
     kubeconfig_of,
     local_cluster,
+    pause_pod,
     sample,
     scrape,
     start_extender,
@@ -150,24 +151,14 @@ def run_gangs(
     for name, gang in gangs.items():
         create_group(custom, XK8S_API, namespace, name, {"minMember": gang.size})
     bodies = [
-        {
-            "metadata": {
-                "name": f"{name}-{i}",
-                "labels": {POD_GROUP_LABEL: name},
-                "annotations": {EXIT_AFTER: f"{work_seconds:g}"},
-            },
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "nodeSelector": node_selector or {},
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": "1", "memory": "64Mi"}},
-                    }
-                ],
-            },
-        }
+        pause_pod(
+            f"{name}-{i}",
+            cpu="1",
+            memory="64Mi",
+            labels={POD_GROUP_LABEL: name},
+            annotations={EXIT_AFTER: f"{work_seconds:g}"},
+            spec={"nodeSelector": node_selector or {}},
+        )
         for name, gang in gangs.items()
         for i in range(gang.size)
     ]

@@ -67,6 +67,7 @@ from hack.clusterkit import (
     kubeconfig_of,
     local_cluster,
     parse_metrics,
+    pause_pod,
     sample,
     start_extender,
     stop_process,
@@ -224,28 +225,12 @@ def pod_body(
     if label_group:
         labels[LIGHT_NAME_LABEL] = label_group[0]
         labels[LIGHT_MIN_AVAILABLE_LABEL] = str(label_group[1])
-    spec: dict[str, Any] = {
-        "schedulerName": scheduler_name,
-        "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 0,
-        "containers": [
-            {
-                "name": "c",
-                "image": "registry.k8s.io/pause:3.10",
-                "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEMORY}},
-            }
-        ],
-    }
+    spec: dict[str, Any] = {"schedulerName": scheduler_name, "automountServiceAccountToken": False}
     if native_group:
         spec["schedulingGroup"] = {"podGroupName": native_group}
     if node_name:
         spec["nodeName"] = node_name
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": spec,
-    }
+    return pause_pod(name, cpu=POD_CPU, memory=POD_MEMORY, labels=labels, spec=spec)
 
 
 @dataclass

@@ -235,3 +235,37 @@ def create_group(
             "spec": dict(spec),
         },
     )
+
+
+def pause_pod(
+    name: str,
+    *,
+    cpu: str,
+    memory: str,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    spec: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The pod tests, the demo's checks and the benches create: it requests `cpu`
+    and `memory` and needs no kubelet (fake nodes; the pod simulator "runs" it).
+
+    `spec` adds pod spec fields (schedulerName, nodeSelector, priorityClassName, ...).
+    """
+    metadata: dict[str, Any] = {"name": name, "labels": dict(labels or {})}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    # No apiVersion/kind: the body doubles as a Deployment's pod template.
+    return {
+        "metadata": metadata,
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                }
+            ],
+            **(spec or {}),
+        },
+    }

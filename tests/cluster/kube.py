@@ -8,7 +8,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from app.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, XK8S_API, GroupApi
-from hack.clusterkit import create_group
+from hack.clusterkit import create_group, pause_pod
 
 
 class Kube:
@@ -83,25 +83,14 @@ class Kube:
         all_labels = dict(labels or {})
         if group:
             all_labels[POD_GROUP_LABEL] = group
-        spec: dict[str, Any] = {
-            "schedulerName": scheduler,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
-                }
-            ],
-        }
+        spec: dict[str, Any] = {"schedulerName": scheduler}
         if priority_class:
             spec["priorityClassName"] = priority_class
         if scheduling_group:
             spec["schedulingGroup"] = {"podGroupName": scheduling_group}
-        meta: dict[str, Any] = {"name": name, "labels": all_labels}
-        if annotations:
-            meta["annotations"] = annotations
-        return {"metadata": meta, "spec": spec}
+        return pause_pod(
+            name, cpu=cpu, memory=memory, labels=all_labels, annotations=annotations, spec=spec
+        )
 
     def create_pod(self, namespace: str, name: str, **kwargs: Any) -> None:
         self.core.create_namespaced_pod(namespace, self.pod_body(name, **kwargs))

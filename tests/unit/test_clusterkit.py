@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from app.groups import VOLCANO_API
-from hack.clusterkit import create_group, kubeconfig_of, parse_metrics, sample, wait_for
+from hack.clusterkit import create_group, kubeconfig_of, parse_metrics, pause_pod, sample, wait_for
 
 PAGE = """\
 # HELP gang_extender_gang_admissions_total Gate outcomes per gang wave.
@@ -65,3 +65,21 @@ def test_a_group_object_is_created_with_its_api_coordinates() -> None:
             },
         )
     ]
+
+
+def test_pause_pod_requests_what_it_is_given_and_takes_extra_spec_fields() -> None:
+    pod = pause_pod(
+        "p",
+        cpu="250m",
+        memory="64Mi",
+        labels={"app": "x"},
+        annotations={"a": "1"},
+        spec={"schedulerName": "s", "nodeSelector": {"pool": "p"}},
+    )
+    assert pod["metadata"] == {"name": "p", "labels": {"app": "x"}, "annotations": {"a": "1"}}
+    [container] = pod["spec"]["containers"]
+    assert container["resources"] == {"requests": {"cpu": "250m", "memory": "64Mi"}}
+    assert pod["spec"]["schedulerName"] == "s"
+    assert pod["spec"]["nodeSelector"] == {"pool": "p"}
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 0
+    assert "annotations" not in pause_pod("q", cpu="1", memory="1Gi")["metadata"]
