@@ -30,7 +30,7 @@ from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
 from app.preemption import Preemptor, VictimPolicy, describe_gap, preemption_gap, select_victims
 from app.resources import QuantityError, pod_requests
-from app.scoring import ScoringPolicy, score_nodes
+from app.scoring import NodeScorer, ScoringPolicy
 from app.state import ClusterState, GroupNotFound, PodRecord, node_record_from, pod_record_from
 from app.wakeup import SiblingWaker
 from app.wire import (
@@ -100,7 +100,7 @@ class GangExtender:
     ) -> None:
         # None: --gang-feasibility=false, members are admitted one by one.
         self.arbiter = arbiter
-        self._scoring = scoring or ScoringPolicy()
+        self._scorer = NodeScorer(scoring or ScoringPolicy(), state)
         self._victim_policy = victim_policy
         # node -> the last preemptor kube-scheduler proposed it for; names the
         # culprit in the victims' events.
@@ -240,7 +240,7 @@ class GangExtender:
             else None
         )
         group_key = pod.spec.key if pod.spec is not None else None
-        scores = score_nodes(self._scoring, self.state, requests, group_key, args.names, in_request)
+        scores = self._scorer.score(requests, group_key, args.names, in_request)
         return host_priorities(scores)
 
     # ---- preempt ----------------------------------------------------------------------

@@ -138,6 +138,11 @@ class ClusterState:
     sources: frozenset[str] = ALL_SOURCES
 
     _node_listeners: list[Callable[[], None]] = field(default_factory=list)
+    # node name -> a stamp that changes whenever the node's record or the
+    # requests placed on it change: lets prioritize reuse per-node scores
+    # (app/scoring.py) instead of recomputing every node for every pod.
+    _node_stamps: dict[str, int] = field(default_factory=dict)
+    _stamp: int = 0
 
     def add_pod_listener(self, listener: PodListener) -> None:
         self._pod_listeners.append(listener)
@@ -145,6 +150,14 @@ class ClusterState:
     def add_node_listener(self, listener: Callable[[], None]) -> None:
         """Called after any node was added, changed or removed."""
         self._node_listeners.append(listener)
+
+    @property
+    def node_stamps(self) -> Mapping[str, int]:
+        return self._node_stamps
+
+    def _restamp(self, node: str) -> None:
+        self._stamp += 1
+        self._node_stamps[node] = self._stamp
 
     def _nodes_changed(self) -> None:
         for listener in self._node_listeners:
@@ -232,6 +245,7 @@ class ClusterState:
         node = pod.placed_node
         if not node or pod.terminal:
             return
+        self._restamp(node)
         requested = self._requested.setdefault(node, {})
         if sign > 0:
             add(requested, pod.requests)
@@ -245,14 +259,18 @@ class ClusterState:
     def apply_node(self, raw: Mapping[str, Any]) -> None:
         record = node_record_from(raw)
         self.nodes[record.name] = record
+        self._restamp(record.name)
         self._nodes_changed()
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self._restamp(name)
         self._nodes_changed()
 
     def replace_nodes(self, objects: Iterable[Mapping[str, Any]]) -> None:
         fresh = {r.name: r for r in map(node_record_from, objects)}
+        for name in {*self.nodes, *fresh}:
+            self._restamp(name)
         self.nodes = fresh
         self._nodes_changed()
 

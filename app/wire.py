@@ -202,8 +202,13 @@ def filter_result(
 
 
 def host_priorities(scores: Mapping[str, int]) -> list[dict[str, Any]]:
-    """HostPriorityList: [{"Host": name, "Score": 0..10}]."""
-    return [{"Host": host, "Score": score} for host, score in scores.items()]
+    """HostPriorityList: [{"Host": name, "Score": 1..10}].
+
+    Zero scores are left out: kube-scheduler adds nothing for a node the list
+    does not name, and on a large, mostly empty cluster most binpack scores
+    are 0, so the answer (which it decodes for every pod) stays small.
+    """
+    return [{"Host": host, "Score": score} for host, score in scores.items() if score]
 
 
 # ---- preempt ----------------------------------------------------------------------

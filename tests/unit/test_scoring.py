@@ -1,5 +1,9 @@
-from app.scoring import ScoringPolicy, binpack, binpack_all, binpack_request, score_nodes
-from app.state import ClusterState
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.scoring import NodeScorer, ScoringPolicy, binpack, binpack_all, binpack_request
+from app.state import ClusterState, node_record_from
+from app.wire import host_priorities
 from tests.unit.builders import node, pod
 
 CPU1 = {"cpu": 1000, "memory": 1024**3 * 1000, "pods": 1000}
@@ -39,8 +43,9 @@ def test_scores_are_integers_0_to_10_for_every_node_and_deterministic() -> None:
     state.apply_pod(pod("busy", node="n2", cpu="3"))
     policy = ScoringPolicy()
     names = ["n1", "n2", "n3", "unknown"]
-    first = score_nodes(policy, state, CPU1, None, names)
-    assert first == score_nodes(policy, state, CPU1, None, names)
+    scorer = NodeScorer(policy, state)
+    first = scorer.score(CPU1, None, names)
+    assert first == scorer.score(CPU1, None, names)
     assert set(first) == set(names)
     assert all(isinstance(v, int) and 0 <= v <= 10 for v in first.values())
     assert first["n2"] > first["n1"] == first["n3"]
@@ -53,7 +58,7 @@ def test_gang_locality_pulls_members_together() -> None:
     state.apply_pod(pod("m1", group="g"))
     state.reserve("default/m1", "n3")
     state.apply_pod(pod("other", node="n1", cpu="3"))  # binpack alone would pick n1
-    scores = score_nodes(ScoringPolicy(), state, CPU1, "default/g", ["n1", "n2", "n3"])
+    scores = NodeScorer(ScoringPolicy(), state).score(CPU1, "default/g", ["n1", "n2", "n3"])
     assert scores["n3"] > scores["n1"] > scores["n2"]
 
 
@@ -66,7 +71,7 @@ def test_topology_domain_counts_members_on_other_nodes_of_the_zone() -> None:
     state.replace_nodes([zone_a1, zone_a2, zone_b])
     state.apply_pod(pod("m0", group="g", node="a1"))
     policy = ScoringPolicy(topology_key="zone", binpack_weight=0)
-    scores = score_nodes(policy, state, CPU1, "default/g", ["a1", "a2", "b1"])
+    scores = NodeScorer(policy, state).score(CPU1, "default/g", ["a1", "a2", "b1"])
     assert scores["a1"] == 10
     assert scores["a2"] > scores["b1"] == 0
 
@@ -75,7 +80,7 @@ def test_non_gang_pods_can_get_a_neutral_score() -> None:
     state = cluster()
     state.apply_pod(pod("busy", node="n1", cpu="3"))
     policy = ScoringPolicy(binpack_non_gang=False)
-    assert set(score_nodes(policy, state, CPU1, None, ["n1", "n2"]).values()) == {0}
+    assert set(NodeScorer(policy, state).score(CPU1, None, ["n1", "n2"]).values()) == {0}
 
 
 def test_before_any_member_is_placed_all_members_aim_at_the_tightest_fitting_zone() -> None:
@@ -88,10 +93,88 @@ def test_before_any_member_is_placed_all_members_aim_at_the_tightest_fitting_zon
     for i in range(3):
         state.apply_pod(pod(f"m{i}", group="g"))
     policy = ScoringPolicy(topology_key="zone", binpack_weight=0)
-    scores = score_nodes(policy, state, CPU1, "default/g", ["a1", "b1", "b2"])
+    scores = NodeScorer(policy, state).score(CPU1, "default/g", ["a1", "b1", "b2"])
     # Zone a (4 CPUs) holds the 3 x 1 CPU gang with the least to spare.
     assert scores["a1"] > scores["b1"] == scores["b2"]
     for i in range(3, 6):  # 6 members no longer fit zone a: zone b it is
         state.apply_pod(pod(f"m{i}", group="g"))
-    scores = score_nodes(policy, state, CPU1, "default/g", ["a1", "b1", "b2"])
+    scores = NodeScorer(policy, state).score(CPU1, "default/g", ["a1", "b1", "b2"])
     assert scores["b1"] == scores["b2"] > scores["a1"]
+
+
+# ---- the per-node memo --------------------------------------------------------------
+
+NAMES = ["n0", "n1", "n2", "n3", "gone"]
+SHAPES = [{"cpu": 500, "memory": 1024**3}, {"cpu": 2000}, {"memory": 3 * 1024**3}]
+
+step = st.one_of(
+    st.tuples(st.just("bind"), st.integers(0, 9), st.integers(0, 3), st.sampled_from(["1", "2"])),
+    st.tuples(st.just("delete"), st.integers(0, 9)),
+    st.tuples(st.just("reserve"), st.integers(0, 9), st.integers(0, 3)),
+    st.tuples(st.just("unreserve"), st.integers(0, 9)),
+    st.tuples(st.just("resize"), st.integers(0, 3), st.sampled_from(["2", "4", "8"])),
+    st.tuples(st.just("drop_node"), st.integers(0, 3)),
+    st.tuples(st.just("replace_nodes"), st.integers(1, 4)),
+)
+
+
+def apply(state: ClusterState, change: tuple[object, ...]) -> None:
+    match change:
+        case ("bind", i, n, cpu):
+            state.apply_pod(pod(f"p{i}", node=f"n{n}", cpu=str(cpu)))
+        case ("delete", i):
+            state.delete_pod("default", f"p{i}")
+        case ("reserve", i, n):
+            if f"default/p{i}" not in state.pods:
+                state.apply_pod(pod(f"p{i}"))
+            state.reserve(f"default/p{i}", f"n{n}")
+        case ("unreserve", i):
+            state.unreserve(f"default/p{i}")
+        case ("resize", n, cpu):
+            state.apply_node(node(f"n{n}", cpu=str(cpu)))
+        case ("drop_node", n):
+            state.delete_node(f"n{n}")
+        case ("replace_nodes", count):
+            state.replace_nodes([node(f"n{n}") for n in range(count)])
+
+
+@given(steps=st.lists(step, max_size=30), shape=st.integers(0, len(SHAPES) - 1))
+def test_remembered_scores_always_equal_a_fresh_computation(
+    steps: list[tuple[object, ...]], shape: int
+) -> None:
+    """Whatever changed on which node, the memo answers what binpack() computes now."""
+    state = ClusterState()
+    state.replace_nodes([node(f"n{n}") for n in range(4)])
+    policy = ScoringPolicy()
+    scorer = NodeScorer(policy, state)
+    requests = SHAPES[shape]
+    for change in steps:
+        apply(state, change)
+        remembered = scorer.score(requests, None, NAMES)
+        asked = binpack_request(policy.binpack_resources, requests)
+        expected = {
+            name: max(0, min(10, round(binpack(asked, state, state.nodes.get(name)) * 10)))
+            for name in NAMES
+        }
+        assert remembered == expected
+        assert remembered == NodeScorer(policy, state).score(requests, None, NAMES)
+        # A gang member's binpack part comes from the same memo.
+        gang = scorer.score(requests, "default/g", NAMES)
+        assert gang == NodeScorer(policy, state).score(requests, "default/g", NAMES)
+
+
+def test_a_node_in_the_request_wins_over_the_memo() -> None:
+    """Without nodeCacheCapable kube-scheduler sends the Node objects: score those."""
+    state = cluster()
+    scorer = NodeScorer(ScoringPolicy(), state)
+    requests = {"cpu": 2000}
+    cached = scorer.score(requests, None, ["n1"])
+    small = node_record_from(node("n1", cpu="2"))
+    assert scorer.score(requests, None, ["n1"], {"n1": small}) == {"n1": 10}
+    assert cached == {"n1": 5}
+    assert scorer.score(requests, None, ["n1"]) == cached
+
+
+def test_zero_scores_are_left_out_of_the_answer() -> None:
+    """kube-scheduler adds nothing for an unnamed node, exactly as for a 0."""
+    assert host_priorities({"a": 0, "b": 3, "c": 0}) == [{"Host": "b", "Score": 3}]
