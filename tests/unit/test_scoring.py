@@ -134,7 +134,7 @@ def apply(state: ClusterState, change: tuple[object, ...]) -> None:
             state.apply_node(node(f"n{n}", cpu=str(cpu)))
         case ("drop_node", n):
             state.delete_node(f"n{n}")
-        case ("replace_nodes", count):
+        case ("replace_nodes", int(count)):
             state.replace_nodes([node(f"n{n}") for n in range(count)])
 
 
