@@ -38,8 +38,8 @@ class NodeScorer:
     kube-scheduler asks for every pod and, with nodeCacheCapable, sends the
     same hundreds of node names each time, while one binding changes the
     usage of one node. So the binpack part is remembered per node and per
-    request shape (pods of one Deployment or gang ask alike), and recomputed
-    only for nodes whose stamp in ClusterState moved since. The results are
+    request shape (pods of one Deployment or gang ask alike), and forgotten
+    for the nodes ClusterState reports changed since the last call. The results are
     exactly binpack()'s; bench/e2e.py showed the scheduler's throughput with
     the extender limited by this verb's time when every node was recomputed.
     """
@@ -50,10 +50,12 @@ class NodeScorer:
     def __init__(self, policy: ScoringPolicy, state: ClusterState) -> None:
         self.policy = policy
         self._state = state
-        # request shape -> node name -> (node stamp, binpack 0..1, binpack as 0..10).
+        # request shape -> node name -> (binpack 0..1, binpack as 0..10).
         self._memo: LRUCache[tuple[tuple[str, int, int], ...], dict[str, _Memo]] = LRUCache(
             self._SHAPES
         )
+        # The ClusterState stamp the memo is up to date with.
+        self._seen = 0
 
     def score(
         self,
@@ -76,7 +78,7 @@ class NodeScorer:
         if with_binpack and not with_locality and nodes_in_request is None:
             # A pod in no gang, the common case: the remembered 0..10 scores as they are.
             memo = self._binpack_memo(asked, node_names)
-            return {name: entry[2] if (entry := memo.get(name)) else 0 for name in node_names}
+            return {name: entry[1] if (entry := memo.get(name)) else 0 for name in node_names}
 
         def node(name: str) -> NodeRecord | None:
             if nodes_in_request is not None and name in nodes_in_request:
@@ -92,7 +94,7 @@ class NodeScorer:
         if with_binpack:
             if nodes_in_request is None:
                 memo = self._binpack_memo(asked, node_names)
-                part = {name: entry[1] for name in node_names if (entry := memo.get(name))}
+                part = {name: entry[0] for name in node_names if (entry := memo.get(name))}
             else:
                 part = binpack_all(asked, state, node_names, nodes_in_request)
             weights.append((policy.binpack_weight, part))
@@ -108,30 +110,34 @@ class NodeScorer:
     def _binpack_memo(
         self, asked: list[tuple[str, int, int]], node_names: Sequence[str]
     ) -> dict[str, _Memo]:
-        """The memo of this request shape, brought up to date for `node_names`."""
+        """The memo of this request shape, holding every known node in `node_names`."""
         state = self._state
+        self._forget_changed_nodes()
         shape = tuple(asked)
         memo = self._memo.get(shape)
-        if memo is None or len(memo) > 2 * len(state.nodes) + 64:
-            # New shape, or one that remembers many nodes deleted since.
+        if memo is None:
             memo = self._memo[shape] = {}
-        stamps = state.node_stamps
         nodes = state.nodes
         for name in node_names:
-            stamp = stamps.get(name)
-            entry = memo.get(name)
-            if entry is not None and entry[0] == stamp:
+            if name in memo:
                 continue
             record = nodes.get(name)
-            if record is None or stamp is None:
-                memo.pop(name, None)
-                continue
-            fraction = binpack(asked, state, record)
-            memo[name] = (stamp, fraction, _clamp(fraction))
+            if record is not None:
+                fraction = binpack(asked, state, record)
+                memo[name] = (fraction, _clamp(fraction))
         return memo
 
+    def _forget_changed_nodes(self) -> None:
+        self._seen, changed = self._state.nodes_changed_since(self._seen)
+        if changed is None:
+            self._memo.clear()
+            return
+        for memo in self._memo.values():
+            for name in changed:
+                memo.pop(name, None)
 
-_Memo = tuple[int, float, int]
+
+_Memo = tuple[float, int]
 
 
 def _clamp(fraction: float) -> int:

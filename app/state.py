@@ -9,6 +9,7 @@ asyncio event loop thread, so a verb sees one consistent picture.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -138,10 +139,11 @@ class ClusterState:
     sources: frozenset[str] = ALL_SOURCES
 
     _node_listeners: list[Callable[[], None]] = field(default_factory=list)
-    # node name -> a stamp that changes whenever the node's record or the
-    # requests placed on it change: lets prioritize reuse per-node scores
-    # (app/scoring.py) instead of recomputing every node for every pod.
-    _node_stamps: dict[str, int] = field(default_factory=dict)
+    # The latest changes to a node's record or to the requests placed on it,
+    # as (stamp, node name), oldest first: prioritize keeps per-node scores
+    # and forgets only the nodes named here (app/scoring.py). Bounded: a
+    # reader that fell further behind is told to forget everything.
+    _node_changes: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=4096))
     _stamp: int = 0
 
     def add_pod_listener(self, listener: PodListener) -> None:
@@ -151,13 +153,23 @@ class ClusterState:
         """Called after any node was added, changed or removed."""
         self._node_listeners.append(listener)
 
-    @property
-    def node_stamps(self) -> Mapping[str, int]:
-        return self._node_stamps
+    def nodes_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
+        """(the stamp now, the nodes changed after `stamp`); None: too many to tell, assume all."""
+        changes = self._node_changes
+        if stamp == self._stamp:
+            return stamp, []
+        if not changes or changes[0][0] > stamp + 1:
+            return self._stamp, None
+        changed: list[str] = []
+        for when, node in reversed(changes):
+            if when <= stamp:
+                break
+            changed.append(node)
+        return self._stamp, changed
 
     def _restamp(self, node: str) -> None:
         self._stamp += 1
-        self._node_stamps[node] = self._stamp
+        self._node_changes.append((self._stamp, node))
 
     def _nodes_changed(self) -> None:
         for listener in self._node_listeners:

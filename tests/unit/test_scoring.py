@@ -178,3 +178,18 @@ def test_a_node_in_the_request_wins_over_the_memo() -> None:
 def test_zero_scores_are_left_out_of_the_answer() -> None:
     """kube-scheduler adds nothing for an unnamed node, exactly as for a 0."""
     assert host_priorities({"a": 0, "b": 3, "c": 0}) == [{"Host": "b", "Score": 3}]
+
+
+def test_more_changes_than_the_state_remembers_forget_every_score() -> None:
+    """A scorer that fell behind ClusterState's bounded change list starts over."""
+    state = cluster()
+    scorer = NodeScorer(ScoringPolicy(), state)
+    before = scorer.score(CPU1, None, ["n1", "n2"])
+    state.apply_pod(pod("big", node="n1", cpu="2"))
+    for i in range(5000):  # each binding changes n1 once
+        state.apply_pod(pod(f"p{i}", node="n1", cpu="0", memory="1Ki"))
+    _, changed = state.nodes_changed_since(0)
+    assert changed is None
+    after = scorer.score(CPU1, None, ["n1", "n2"])
+    assert after == NodeScorer(ScoringPolicy(), state).score(CPU1, None, ["n1", "n2"])
+    assert after["n1"] > before["n1"] and after["n2"] == before["n2"]
