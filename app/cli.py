@@ -98,6 +98,8 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 async def _run(settings: Settings, apps: Apps) -> None:
     import uvicorn
 
+    from app.verb_protocol import verb_protocol
+
     common: dict[str, Any] = {
         "log_config": None,
         "access_log": False,
@@ -121,7 +123,17 @@ async def _run(settings: Settings, apps: Apps) -> None:
         if settings.tls_client_ca_file:
             tls |= {"ssl_ca_certs": settings.tls_client_ca_file, "ssl_cert_reqs": ssl.CERT_REQUIRED}
     servers = [
-        Server(uvicorn.Config(apps.main, host=settings.host, port=settings.port, **common, **tls))
+        Server(
+            uvicorn.Config(
+                apps.main,
+                host=settings.host,
+                port=settings.port,
+                # The verbs are answered by the HTTP protocol itself (app/verb_protocol.py).
+                http=verb_protocol(apps.main.verb_paths),
+                **common,
+                **tls,
+            )
+        )
     ]
     if apps.ops is not None:
         servers.append(

@@ -83,7 +83,73 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
-VerbHandler = Callable[[Scope, Receive], Awaitable[tuple[int, bytes] | None]]
+class VerbEndpoint:
+    """One verb: decode the body, answer, count; for the ASGI route and the fast path alike.
+
+    app/verb_protocol.py answers kube-scheduler's POSTs straight from the
+    HTTP parser, and ExtenderApp answers the same paths for every other
+    ASGI server (tests use httpx's ASGI transport); both go through here, so
+    the answer, the error handling and the metrics are the same.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        handle: Callable[[bytes], Awaitable[Any]],
+        metrics: Metrics,
+        guard: VerbGuard,
+    ) -> None:
+        self.name = name
+        self.guard = guard
+        self._handle = handle
+        self._requests = {
+            code: metrics.requests.labels(name, str(code))
+            for code in (200, 400, 413, 499, 500, 503)
+        }
+        self._duration = metrics.request_duration.labels(name)
+
+    async def answer(self, body: bytes, started: float) -> tuple[int, bytes]:
+        """(HTTP status, JSON answer) for a request body read whole since `started`."""
+        name = self.name
+        try:
+            if self.guard.stopping is not None:
+                status, payload = 503, {"Error": f"{name} refused: {self.guard.stopping}"}
+            else:
+                status, payload = 200, await self._handle(body)
+        except WireError as err:
+            log.warning("bad %s request: %s", name, err, extra={"verb": name})
+            status, payload = 400, {"Error": f"bad {name} request: {err}"}
+        except Exception:
+            log.exception("%s failed", name, extra={"verb": name})
+            status, payload = 500, {"Error": f"internal error in {name}; see extender logs"}
+        return self._count(status, payload, started)
+
+    def too_large(self, err: BodyTooLarge, started: float) -> tuple[int, bytes]:
+        log.warning("bad %s request: %s", self.name, err, extra={"verb": self.name})
+        return self._count(413, {"Error": f"bad {self.name} request: {err}"}, started)
+
+    def caller_gone(self) -> None:
+        # Nobody reads this answer; 499 (nginx's "client closed request")
+        # keeps it apart from real errors in the metrics.
+        self._requests[499].inc()
+
+    async def answer_asgi(self, scope: Scope, receive: Receive) -> tuple[int, bytes] | None:
+        """answer() for an ASGI request; None if the caller went away before its body arrived."""
+        started = time.perf_counter()
+        try:
+            body = await read_body(scope, receive, self.guard.max_request_bytes)
+        except BodyTooLarge as err:
+            return self.too_large(err, started)
+        if body is None:
+            self.caller_gone()
+            return None
+        return await self.answer(body, started)
+
+    def _count(self, status: int, payload: Any, started: float) -> tuple[int, bytes]:
+        encoded = orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS)
+        self._requests[status].inc()
+        self._duration.observe(time.perf_counter() - started)
+        return status, encoded
 
 
 class ExtenderApp(FastAPI):
@@ -95,15 +161,16 @@ class ExtenderApp(FastAPI):
     error, telemetry and exception middlewares and the route
     table add nothing to these raw-bytes endpoints, whose handler already
     answers every failure itself. Everything else goes through FastAPI.
+    (`gang-extender serve` goes further: app/verb_protocol.py.)
     """
 
-    verb_paths: dict[str, VerbHandler]
+    verb_paths: dict[str, VerbEndpoint]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            handler = self.verb_paths.get(scope["path"])
-            if handler is not None:
-                answered = await handler(scope, receive)
+            verb = self.verb_paths.get(scope["path"])
+            if verb is not None:
+                answered = await verb.answer_asgi(scope, receive)
                 if answered is None:
                     return  # the caller went away
                 status, payload = answered
@@ -158,50 +225,19 @@ def _add_verbs(
     app: ExtenderApp, extender: GangExtender, metrics: Metrics, url_prefix: str, guard: VerbGuard
 ) -> None:
     def verb(name: str, handle: Callable[[bytes], Awaitable[Any]]) -> None:
-        requests = {
-            code: metrics.requests.labels(name, str(code))
-            for code in (200, 400, 413, 499, 500, 503)
-        }
-        duration = metrics.request_duration.labels(name)
+        endpoint = VerbEndpoint(name, handle, metrics, guard)
 
-        async def answer(scope: Scope, receive: Receive) -> tuple[int, bytes] | None:
-            start = time.perf_counter()
-            try:
-                if guard.stopping is not None:
-                    status, payload = 503, {"Error": f"{name} refused: {guard.stopping}"}
-                else:
-                    body = await read_body(scope, receive, guard.max_request_bytes)
-                    if body is None:
-                        # Nobody reads this answer; 499 (nginx's "client closed
-                        # request") keeps it apart from real errors in the metrics.
-                        requests[499].inc()
-                        return None
-                    status, payload = 200, await handle(body)
-            except BodyTooLarge as err:
-                log.warning("bad %s request: %s", name, err, extra={"verb": name})
-                status, payload = 413, {"Error": f"bad {name} request: {err}"}
-            except WireError as err:
-                log.warning("bad %s request: %s", name, err, extra={"verb": name})
-                status, payload = 400, {"Error": f"bad {name} request: {err}"}
-            except Exception:
-                log.exception("%s failed", name, extra={"verb": name})
-                status, payload = 500, {"Error": f"internal error in {name}; see extender logs"}
-            encoded = orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS)
-            requests[status].inc()
-            duration.observe(time.perf_counter() - start)
-            return status, encoded
-
-        async def endpoint(request: Request) -> Response:
+        async def route(request: Request) -> Response:
             # Reached only through FastAPI's own routing (ExtenderApp answers first).
-            answered = await answer(request.scope, request.receive)
+            answered = await endpoint.answer_asgi(request.scope, request.receive)
             if answered is None:
                 return Response(status_code=499)
             status, payload = answered
             return Response(payload, status_code=status, media_type="application/json")
 
         path = f"{url_prefix}/{name}"
-        app.verb_paths[path] = answer
-        app.add_route(path, endpoint, methods=["POST"], name=name)
+        app.verb_paths[path] = endpoint
+        app.add_route(path, route, methods=["POST"], name=name)
 
     async def do_filter(body: bytes) -> Any:
         return extender.filter(parse_extender_args(body))

@@ -53,7 +53,7 @@ from app.leader import (
 from app.metrics import Metrics
 from app.observer import Observers
 from app.preemption import VictimPolicy
-from app.routes import VerbGuard, create_app
+from app.routes import ExtenderApp, VerbGuard, create_app
 from app.scoring import ScoringPolicy
 from app.state import ClusterState
 from app.status_reconciler import PodGroupStatus
@@ -128,8 +128,8 @@ def _unhealthy(reflector: Reflector) -> str:
 class Apps:
     """What uvicorn serves: the verbs, and the operations routes when on their own port."""
 
-    main: FastAPI
-    ops: FastAPI | None
+    main: ExtenderApp
+    ops: ExtenderApp | None
     # Called from the SIGTERM/SIGINT handler, before uvicorn stops listening.
     begin_shutdown: Callable[[], None] = lambda: None
 
