@@ -64,7 +64,10 @@ class NodeScorer:
         node_names: Sequence[str],
         nodes_in_request: Mapping[str, NodeRecord] | None = None,
     ) -> dict[str, int]:
-        """A 0..10 score for every node in `node_names` (unknown nodes score 0).
+        """A 1..10 score for the nodes of `node_names` that get one; the others score 0.
+
+        kube-scheduler adds nothing for a node the answer leaves out, and most
+        nodes of a large, mostly empty cluster score 0.
 
         nodes_in_request: the Node objects of a call without nodeCacheCapable;
         they win over our cache and are not remembered.
@@ -78,7 +81,11 @@ class NodeScorer:
         if with_binpack and not with_locality and nodes_in_request is None:
             # A pod in no gang, the common case: the remembered 0..10 scores as they are.
             memo = self._binpack_memo(asked, node_names)
-            return {name: entry[1] if (entry := memo.get(name)) else 0 for name in node_names}
+            return {
+                name: score
+                for name in node_names
+                if (entry := memo.get(name)) is not None and (score := entry[1])
+            }
 
         def node(name: str) -> NodeRecord | None:
             if nodes_in_request is not None and name in nodes_in_request:
@@ -100,11 +107,12 @@ class NodeScorer:
             weights.append((policy.binpack_weight, part))
         total = sum(w for w, _ in weights)
         if not total:
-            return dict.fromkeys(node_names, 0)
+            return {}
         scores: dict[str, int] = {}
         for name in node_names:
             combined = sum(w * part.get(name, 0.0) for w, part in weights) / total
-            scores[name] = _clamp(combined)
+            if score := _clamp(combined):
+                scores[name] = score
         return scores
 
     def _binpack_memo(

@@ -1,12 +1,22 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.resources import Resources
 from app.scoring import NodeScorer, ScoringPolicy, binpack, binpack_all, binpack_request
 from app.state import ClusterState, node_record_from
 from app.wire import host_priorities
 from tests.unit.builders import node, pod
 
 CPU1 = {"cpu": 1000, "memory": 1024**3 * 1000, "pods": 1000}
+
+
+def every(
+    scorer: NodeScorer, requests: Resources, group: str | None, names: list[str]
+) -> dict[str, int]:
+    """The scores of all `names`: the scorer leaves out the nodes that score 0."""
+    scores = scorer.score(requests, group, names)
+    assert all(0 < score <= 10 for score in scores.values())
+    return {name: scores.get(name, 0) for name in names}
 
 
 def cluster() -> ClusterState:
@@ -44,9 +54,8 @@ def test_scores_are_integers_0_to_10_for_every_node_and_deterministic() -> None:
     policy = ScoringPolicy()
     names = ["n1", "n2", "n3", "unknown"]
     scorer = NodeScorer(policy, state)
-    first = scorer.score(CPU1, None, names)
-    assert first == scorer.score(CPU1, None, names)
-    assert set(first) == set(names)
+    first = every(scorer, CPU1, None, names)
+    assert first == every(scorer, CPU1, None, names)
     assert all(isinstance(v, int) and 0 <= v <= 10 for v in first.values())
     assert first["n2"] > first["n1"] == first["n3"]
     assert first["unknown"] == 0
@@ -58,7 +67,7 @@ def test_gang_locality_pulls_members_together() -> None:
     state.apply_pod(pod("m1", group="g"))
     state.reserve("default/m1", "n3")
     state.apply_pod(pod("other", node="n1", cpu="3"))  # binpack alone would pick n1
-    scores = NodeScorer(ScoringPolicy(), state).score(CPU1, "default/g", ["n1", "n2", "n3"])
+    scores = every(NodeScorer(ScoringPolicy(), state), CPU1, "default/g", ["n1", "n2", "n3"])
     assert scores["n3"] > scores["n1"] > scores["n2"]
 
 
@@ -71,7 +80,7 @@ def test_topology_domain_counts_members_on_other_nodes_of_the_zone() -> None:
     state.replace_nodes([zone_a1, zone_a2, zone_b])
     state.apply_pod(pod("m0", group="g", node="a1"))
     policy = ScoringPolicy(topology_key="zone", binpack_weight=0)
-    scores = NodeScorer(policy, state).score(CPU1, "default/g", ["a1", "a2", "b1"])
+    scores = every(NodeScorer(policy, state), CPU1, "default/g", ["a1", "a2", "b1"])
     assert scores["a1"] == 10
     assert scores["a2"] > scores["b1"] == 0
 
@@ -80,7 +89,7 @@ def test_non_gang_pods_can_get_a_neutral_score() -> None:
     state = cluster()
     state.apply_pod(pod("busy", node="n1", cpu="3"))
     policy = ScoringPolicy(binpack_non_gang=False)
-    assert set(NodeScorer(policy, state).score(CPU1, None, ["n1", "n2"]).values()) == {0}
+    assert set(every(NodeScorer(policy, state), CPU1, None, ["n1", "n2"]).values()) == {0}
 
 
 def test_before_any_member_is_placed_all_members_aim_at_the_tightest_fitting_zone() -> None:
@@ -93,12 +102,12 @@ def test_before_any_member_is_placed_all_members_aim_at_the_tightest_fitting_zon
     for i in range(3):
         state.apply_pod(pod(f"m{i}", group="g"))
     policy = ScoringPolicy(topology_key="zone", binpack_weight=0)
-    scores = NodeScorer(policy, state).score(CPU1, "default/g", ["a1", "b1", "b2"])
+    scores = every(NodeScorer(policy, state), CPU1, "default/g", ["a1", "b1", "b2"])
     # Zone a (4 CPUs) holds the 3 x 1 CPU gang with the least to spare.
     assert scores["a1"] > scores["b1"] == scores["b2"]
     for i in range(3, 6):  # 6 members no longer fit zone a: zone b it is
         state.apply_pod(pod(f"m{i}", group="g"))
-    scores = NodeScorer(policy, state).score(CPU1, "default/g", ["a1", "b1", "b2"])
+    scores = every(NodeScorer(policy, state), CPU1, "default/g", ["a1", "b1", "b2"])
     assert scores["b1"] == scores["b2"] > scores["a1"]
 
 
@@ -150,14 +159,14 @@ def test_remembered_scores_always_equal_a_fresh_computation(
     requests = SHAPES[shape]
     for change in steps:
         apply(state, change)
-        remembered = scorer.score(requests, None, NAMES)
+        remembered = every(scorer, requests, None, NAMES)
         asked = binpack_request(policy.binpack_resources, requests)
         expected = {
             name: max(0, min(10, round(binpack(asked, state, state.nodes.get(name)) * 10)))
             for name in NAMES
         }
         assert remembered == expected
-        assert remembered == NodeScorer(policy, state).score(requests, None, NAMES)
+        assert remembered == every(NodeScorer(policy, state), requests, None, NAMES)
         # A gang member's binpack part comes from the same memo.
         gang = scorer.score(requests, "default/g", NAMES)
         assert gang == NodeScorer(policy, state).score(requests, "default/g", NAMES)
@@ -184,12 +193,12 @@ def test_more_changes_than_the_state_remembers_forget_every_score() -> None:
     """A scorer that fell behind ClusterState's bounded change list starts over."""
     state = cluster()
     scorer = NodeScorer(ScoringPolicy(), state)
-    before = scorer.score(CPU1, None, ["n1", "n2"])
+    before = every(scorer, CPU1, None, ["n1", "n2"])
     state.apply_pod(pod("big", node="n1", cpu="2"))
     for i in range(5000):  # each binding changes n1 once
         state.apply_pod(pod(f"p{i}", node="n1", cpu="0", memory="1Ki"))
     _, changed = state.nodes_changed_since(0)
     assert changed is None
-    after = scorer.score(CPU1, None, ["n1", "n2"])
-    assert after == NodeScorer(ScoringPolicy(), state).score(CPU1, None, ["n1", "n2"])
+    after = every(scorer, CPU1, None, ["n1", "n2"])
+    assert after == every(NodeScorer(ScoringPolicy(), state), CPU1, None, ["n1", "n2"])
     assert after["n1"] > before["n1"] and after["n2"] == before["n2"]
