@@ -37,6 +37,14 @@ from app.routes import BodyTooLarge, VerbEndpoint
 log = logging.getLogger(__name__)
 
 
+# The status line and content type of every answer a VerbEndpoint gives.
+_HEADS = {
+    status: b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+    % (status, HTTPStatus(status).phrase.encode())
+    for status in (200, 400, 413, 500, 503)
+}
+
+
 def verb_protocol(verbs: Mapping[str, VerbEndpoint]) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol, answering POSTs to `verbs` (path -> endpoint) itself."""
     by_path = {path.encode(): endpoint for path, endpoint in verbs.items()}
@@ -167,14 +175,10 @@ class _VerbHttpProtocol(HttpToolsProtocol):
         self._write(status, payload, close=not keep or self._close_after)
 
     def _write(self, status: int, payload: bytes, *, close: bool) -> None:
-        head = (
-            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n"
-            % (
-                status,
-                HTTPStatus(status).phrase.encode(),
-                len(payload),
-                b"connection: close\r\n" if close else b"",
-            )
+        head = b"%scontent-length: %d\r\n%s\r\n" % (
+            _HEADS[status],
+            len(payload),
+            b"connection: close\r\n" if close else b"",
         )
         self.transport.write(head + payload)
         if close:
