@@ -147,14 +147,14 @@ async def _run(settings: Settings, apps: Apps) -> None:
                 )
             )
         )
-    keeper = asyncio.create_task(_freeze_heap_periodically(_HEAP_FREEZE_SECONDS))
+    keeper = asyncio.create_task(freeze_heap_periodically(_HEAP_FREEZE_SECONDS))
     try:
         await asyncio.gather(*(server.serve() for server in servers))
     finally:
         keeper.cancel()
 
 
-async def _freeze_heap_periodically(interval: float) -> None:
+async def freeze_heap_periodically(interval: float) -> None:
     """Keep the cluster caches out of the garbage collector's full passes.
 
     The watch caches hold tens of thousands of long-lived objects (a pod
@@ -167,7 +167,7 @@ async def _freeze_heap_periodically(interval: float) -> None:
     """
     # Soon after start-up, when the first lists have just filled the caches,
     # then less and less often.
-    delay = 1.0
+    delay = min(1.0, interval)
     while True:
         await asyncio.sleep(delay)
         gc.collect()
