@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -95,12 +95,16 @@ class VerbEndpoint:
     def __init__(
         self,
         name: str,
-        handle: Callable[[bytes], Awaitable[Any]],
+        handle: Callable[[bytes], Any],
         metrics: Metrics,
         guard: VerbGuard,
+        *,
+        waits: bool = False,
     ) -> None:
+        """handle: body -> answer; with `waits`, body -> awaitable answer (bind: the gate)."""
         self.name = name
         self.guard = guard
+        self.waits = waits
         self._handle = handle
         self._requests = {
             code: metrics.requests.labels(name, str(code))
@@ -110,19 +114,41 @@ class VerbEndpoint:
 
     async def answer(self, body: bytes, started: float) -> tuple[int, bytes]:
         """(HTTP status, JSON answer) for a request body read whole since `started`."""
-        name = self.name
+        if not self.waits:
+            return self.answer_now(body, started)
+        if self.guard.stopping is not None:
+            return self._count(*self._refusal(), started)
         try:
-            if self.guard.stopping is not None:
-                status, payload = 503, {"Error": f"{name} refused: {self.guard.stopping}"}
-            else:
-                status, payload = 200, await self._handle(body)
-        except WireError as err:
+            payload = await self._handle(body)
+        except Exception as err:
+            return self._count(*self._failure(err), started)
+        return self._count(200, payload, started)
+
+    def answer_now(self, body: bytes, started: float) -> tuple[int, bytes]:
+        """answer() of a verb that never waits (filter, prioritize, preempt), without a task.
+
+        These are answered while kube-scheduler's scheduling cycle waits;
+        a task per request is a measurable share of their cost.
+        """
+        assert not self.waits, f"{self.name} waits: use answer()"
+        if self.guard.stopping is not None:
+            return self._count(*self._refusal(), started)
+        try:
+            payload = self._handle(body)
+        except Exception as err:
+            return self._count(*self._failure(err), started)
+        return self._count(200, payload, started)
+
+    def _refusal(self) -> tuple[int, Any]:
+        return 503, {"Error": f"{self.name} refused: {self.guard.stopping}"}
+
+    def _failure(self, err: Exception) -> tuple[int, Any]:
+        name = self.name
+        if isinstance(err, WireError):
             log.warning("bad %s request: %s", name, err, extra={"verb": name})
-            status, payload = 400, {"Error": f"bad {name} request: {err}"}
-        except Exception:
-            log.exception("%s failed", name, extra={"verb": name})
-            status, payload = 500, {"Error": f"internal error in {name}; see extender logs"}
-        return self._count(status, payload, started)
+            return 400, {"Error": f"bad {name} request: {err}"}
+        log.error("%s failed", name, exc_info=err, extra={"verb": name})
+        return 500, {"Error": f"internal error in {name}; see extender logs"}
 
     def too_large(self, err: BodyTooLarge, started: float) -> tuple[int, bytes]:
         log.warning("bad %s request: %s", self.name, err, extra={"verb": self.name})
@@ -224,8 +250,8 @@ def create_app(
 def _add_verbs(
     app: ExtenderApp, extender: GangExtender, metrics: Metrics, url_prefix: str, guard: VerbGuard
 ) -> None:
-    def verb(name: str, handle: Callable[[bytes], Awaitable[Any]]) -> None:
-        endpoint = VerbEndpoint(name, handle, metrics, guard)
+    def verb(name: str, handle: Callable[[bytes], Any], *, waits: bool = False) -> None:
+        endpoint = VerbEndpoint(name, handle, metrics, guard, waits=waits)
 
         async def route(request: Request) -> Response:
             # Reached only through FastAPI's own routing (ExtenderApp answers first).
@@ -239,22 +265,10 @@ def _add_verbs(
         app.verb_paths[path] = endpoint
         app.add_route(path, route, methods=["POST"], name=name)
 
-    async def do_filter(body: bytes) -> Any:
-        return extender.filter(parse_extender_args(body))
-
-    async def do_prioritize(body: bytes) -> Any:
-        return extender.prioritize(parse_extender_args(body))
-
-    async def do_preempt(body: bytes) -> Any:
-        return extender.preempt(parse_preempt_args(body))
-
-    async def do_bind(body: bytes) -> Any:
-        return await extender.bind(parse_binding_args(body))
-
-    verb("filter", do_filter)
-    verb("prioritize", do_prioritize)
-    verb("preempt", do_preempt)
-    verb("bind", do_bind)
+    verb("filter", lambda body: extender.filter(parse_extender_args(body)))
+    verb("prioritize", lambda body: extender.prioritize(parse_extender_args(body)))
+    verb("preempt", lambda body: extender.preempt(parse_preempt_args(body)))
+    verb("bind", lambda body: extender.bind(parse_binding_args(body)), waits=True)
 
 
 def _add_operations(app: FastAPI, metrics: Metrics, ready: Callable[[], tuple[bool, str]]) -> None:

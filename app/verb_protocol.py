@@ -12,12 +12,14 @@ protocol answers the request itself in one write.
 So `gang-extender serve` runs uvicorn with this subclass of its httptools
 protocol: a POST to a verb path is collected from the parser and answered
 by the verb's VerbEndpoint (app/routes.py, the same code as the ASGI route),
-head and body in one write. Everything else (other paths, `Expect:
-100-continue`, upgrades) is uvicorn's as before.
+head and body in one write. Filter, prioritize and preempt never wait, so
+they are answered right in the parser's callback, without a task; bind
+(which may wait in the permit gate) gets a task. Everything else (other
+paths, `Expect: 100-continue`, upgrades) is uvicorn's as before.
 
 HTTP/1.1 pipelining is not something kube-scheduler (Go's net/http) does;
-a request that arrives on the connection before the verb's answer is sent
-is dropped and the connection closed after that answer, which RFC 9112
+a request that arrives on the connection while a bind is still waiting is
+dropped and the connection closed after the bind's answer, which RFC 9112
 (9.3.2) tells pipelining clients to expect and retry.
 """
 
@@ -134,6 +136,10 @@ class _VerbHttpProtocol(HttpToolsProtocol):
         self._verb = None
         body = b"".join(self._chunks)
         self._chunks = []
+        if not verb.waits:
+            status, payload = verb.answer_now(body, self._started)
+            self._write(status, payload, close=not self._keep_alive)
+            return
         self._answering = True
         task = self.loop.create_task(self._answer(verb, body, self._started, self._keep_alive))
         # uvicorn waits for these on shutdown, as for its own request tasks.

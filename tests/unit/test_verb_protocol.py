@@ -1,7 +1,7 @@
 """The verbs' HTTP fast path (app/verb_protocol.py) on a real uvicorn server and socket."""
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,22 +31,21 @@ async def served() -> AsyncIterator[Served]:
     guard = VerbGuard(max_request_bytes=LIMIT)
     release = asyncio.Event()
 
-    async def echo(body: bytes) -> Any:
+    def echo(body: bytes) -> Any:
         return {"got": len(body), "first": body[:8].decode()}
 
     async def slow(body: bytes) -> Any:
         await release.wait()
         return {"slow": True}
 
-    async def bad(body: bytes) -> Any:
+    def bad(body: bytes) -> Any:
         raise WireError("not valid JSON")
 
-    handlers: dict[str, Callable[[bytes], Awaitable[Any]]] = {
-        "echo": echo,
-        "slow": slow,
-        "bad": bad,
+    verbs = {
+        "/v/echo": VerbEndpoint("echo", echo, metrics, guard),
+        "/v/slow": VerbEndpoint("slow", slow, metrics, guard, waits=True),
+        "/v/bad": VerbEndpoint("bad", bad, metrics, guard),
     }
-    verbs = {f"/v/{n}": VerbEndpoint(n, h, metrics, guard) for n, h in handlers.items()}
     app = create_app(None, metrics, url_prefix="/v", ready=lambda: (True, "ok"))
     config = uvicorn.Config(
         app, host="127.0.0.1", port=0, http=verb_protocol(verbs), log_config=None, lifespan="off"
@@ -150,7 +149,19 @@ async def test_http_1_0_gets_its_answer_then_the_connection_closes(served: Serve
     assert await closed(reader)
 
 
-async def test_a_pipelined_request_is_dropped_and_the_connection_closed_after_the_answer(
+async def test_pipelined_requests_that_need_no_wait_are_answered_in_order(
+    served: Served,
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+    writer.write(request("/v/echo", b"[1]") + request("/v/echo", b"[22]"))
+    for body in (b"[1]", b"[22]"):
+        status, headers, answer = await response(reader)
+        assert (status, orjson.loads(answer)["got"]) == (200, len(body))
+        assert "connection" not in headers
+    writer.close()
+
+
+async def test_a_request_pipelined_behind_a_wait_is_dropped_and_the_connection_closed(
     served: Served,
 ) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
