@@ -18,6 +18,9 @@ started, so pod creation is not what is measured. Throughput is pods /
 gets the same raised client QPS, so the API rate limit is not what is
 measured either. The extender runs only in the cases that use it; its CPU
 time (from /proc) is counted from the scheduler's start to the last bind.
+The cases run --rounds times in turn (a b c d, a b c d): on a shared
+machine one case can be slowed by something else, and the median of the
+rounds' ratios is less at the mercy of that than one ratio.
 
 Then, optionally (--scale-nodes), the cluster grows and (a)/(b) run again to
 report filter/prioritize latency with kube-scheduler's default
@@ -36,6 +39,7 @@ import os
 import platform
 import signal
 import ssl
+import statistics
 import subprocess
 import sys
 import threading
@@ -262,6 +266,30 @@ def ratio(a: float, b: float) -> float:
     return a / b if b else 0.0
 
 
+def round_suffix(round_number: int) -> str:
+    """The case label suffix of a round: none for the first, "-r2" and on for the others."""
+    return "" if round_number == 1 else f"-r{round_number}"
+
+
+def round_ratios(by: Mapping[str, CaseResult], num: str, den: str) -> list[float]:
+    """num/den throughput of every round that ran both cases, in round order."""
+    values = []
+    for round_number in range(1, 100):
+        n, d = num + round_suffix(round_number), den + round_suffix(round_number)
+        if n not in by or d not in by:
+            break
+        values.append(ratio(by[n].pods_per_second, by[d].pods_per_second))
+    return values
+
+
+def describe_ratios(values: list[float]) -> str:
+    """One round: its ratio; more: their median, then each round's."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    rounds = ", ".join(f"{v:.2f}" for v in values)
+    return f"{statistics.median(values):.2f} (median; rounds {rounds})"
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     """The BENCHMARKS.md section for one run."""
     cases: list[CaseResult] = report["cases"]
@@ -306,10 +334,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         ("(c)/(d) gangs, extender / in-tree GangScheduling", "c", "d", 1.0),
         ("(b)/(a) at scale", "b-scale", "a-scale", None),
     ):
-        if num in by and den in by:
-            value = ratio(by[num].pods_per_second, by[den].pods_per_second)
+        values = round_ratios(by, num, den)
+        if values:
             goal = f">= {target}" if target is not None else "-"
-            lines.append(f"| {name} | {value:.2f} | {goal} |")
+            lines.append(f"| {name} | {describe_ratios(values)} | {goal} |")
     verb_rows = [c for c in cases if c.verbs]
     if verb_rows:
         lines += [
@@ -797,6 +825,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=500, help="fake nodes (default 500)")
     parser.add_argument("--pods", type=int, default=2000, help="pods per case (default 2000)")
     parser.add_argument("--cases", default="abcd", help="which of a, b, c, d to run (default abcd)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="run the cases this many times in turn; ratios are reported per round and "
+        "as their median, so one disturbed case does not decide them (default 2)",
+    )
     parser.add_argument("--qps", type=int, default=2000, help="kube-scheduler client QPS and burst")
     parser.add_argument(
         "--scale-nodes",
@@ -933,10 +968,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     try:
-        for key in args.cases:
-            case = CASES[key]
-            with_extender(case.extender)
-            results.append(runner.run_case(case, args.pods, current_nodes))
+        for round_number in range(1, args.rounds + 1):
+            for key in args.cases:
+                case = CASES[key]
+                with_extender(case.extender)
+                results.append(
+                    runner.run_case(case, args.pods, current_nodes, round_suffix(round_number))
+                )
         # The optional phases report a failure instead of losing the figures above.
         for wanted, phase, what in (
             (args.scale_nodes > current_nodes, scale, f"scale to {args.scale_nodes} nodes"),

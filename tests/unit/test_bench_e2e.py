@@ -123,6 +123,12 @@ def test_markdown_states_the_ratios_against_their_targets_and_replaces_the_old_s
     assert "| (b)/(a) plain pods, extender / no extender | 0.90 | >= 0.8 |" in section
     assert "| (c)/(d) gangs, extender / in-tree GangScheduling | 1.10 | >= 1.0 |" in section
     assert "| (b) | 1.00 / 2.00 ms |" in section
+    report["cases"] = [*report["cases"], _result("a-r2", 200), _result("b-r2", 140)]
+    rounds = e2e.render_markdown(report)
+    assert "| (b)/(a) plain pods, extender / no extender | 0.80 (median; rounds 0.90, 0.70) |" in (
+        rounds
+    )
+    assert "| (c)/(d) gangs, extender / in-tree GangScheduling | 1.10 | >= 1.0 |" in rounds
     assert "| end | 100 MB | 120 MB |" in section
     first = e2e.update_benchmarks_md("# Benchmarks\n\nintro\n", section)
     assert first.count(e2e.MD_BEGIN) == 1
