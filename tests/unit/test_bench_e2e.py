@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -106,7 +107,8 @@ def _result(case: str, rate: float) -> e2e.CaseResult:
 
 
 def test_markdown_states_the_ratios_against_their_targets_and_replaces_the_old_section() -> None:
-    report = {
+    cases = [_result("a", 200), _result("b", 180), _result("c", 110), _result("d", 100)]
+    report: dict[str, Any] = {
         "date": "2026-11-23 12:00 UTC",
         "label": "test",
         "command": "python bench/e2e.py",
@@ -115,7 +117,7 @@ def test_markdown_states_the_ratios_against_their_targets_and_replaces_the_old_s
         "kube_version": "v1.37.2",
         "python": "3.11",
         "qps": 2000,
-        "cases": [_result("a", 200), _result("b", 180), _result("c", 110), _result("d", 100)],
+        "cases": cases,
         "memory": {"end": (100.0, 120.0)},
         "notes": ["a note"],
     }
@@ -123,7 +125,7 @@ def test_markdown_states_the_ratios_against_their_targets_and_replaces_the_old_s
     assert "| (b)/(a) plain pods, extender / no extender | 0.90 | >= 0.8 |" in section
     assert "| (c)/(d) gangs, extender / in-tree GangScheduling | 1.10 | >= 1.0 |" in section
     assert "| (b) | 1.00 / 2.00 ms |" in section
-    report["cases"] = [*report["cases"], _result("a-r2", 200), _result("b-r2", 140)]
+    report["cases"] = [*cases, _result("a-r2", 200), _result("b-r2", 140)]
     rounds = e2e.render_markdown(report)
     assert "| (b)/(a) plain pods, extender / no extender | 0.80 (median; rounds 0.90, 0.70) |" in (
         rounds
