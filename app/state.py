@@ -144,6 +144,10 @@ class ClusterState:
     # and forgets only the nodes named here (app/scoring.py). Bounded: a
     # reader that fell further behind is told to forget everything.
     _node_changes: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=4096))
+    # group key -> stamp of the last change to one of its members (any field,
+    # placement included): the arbiter reuses what it derived from a gang's
+    # members while this stays put (app/arbiter.py).
+    _group_stamps: dict[str, int] = field(default_factory=dict)
     _stamp: int = 0
 
     def add_pod_listener(self, listener: PodListener) -> None:
@@ -167,9 +171,18 @@ class ClusterState:
             changed.append(node)
         return self._stamp, changed
 
+    def group_stamp(self, group_key: str) -> int:
+        """Changes whenever a member of the group changes (0: it has none)."""
+        return self._group_stamps.get(group_key, 0)
+
     def _restamp(self, node: str) -> None:
         self._stamp += 1
         self._node_changes.append((self._stamp, node))
+
+    def _restamp_group(self, pod: PodRecord) -> None:
+        if pod.group is not None:
+            self._stamp += 1
+            self._group_stamps[pod.group.key] = self._stamp
 
     def _nodes_changed(self) -> None:
         for listener in self._node_listeners:
@@ -213,6 +226,7 @@ class ClusterState:
         self._account(pod, -1)
         pod.reserved_node = node
         self._account(pod, +1)
+        self._restamp_group(pod)
 
     def unreserve(self, pod_key: str) -> None:
         pod = self.pods.get(pod_key)
@@ -221,6 +235,7 @@ class ClusterState:
         self._account(pod, -1)
         pod.reserved_node = ""
         self._account(pod, +1)
+        self._restamp_group(pod)
 
     def assume_bound(self, pod_key: str, node: str) -> None:
         """We created the binding; record it before the watch echoes it back."""
@@ -231,10 +246,12 @@ class ClusterState:
         pod.node_name = node
         pod.reserved_node = ""
         self._account(pod, +1)
+        self._restamp_group(pod)
 
     def _store(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if old is not None:
             self._account(old, -1)
+            self._restamp_group(old)
             if old.group is not None:
                 members = self._members.get(old.group.key)
                 if members is not None:
@@ -248,6 +265,7 @@ class ClusterState:
             self.pods[new.key] = new
             self._by_uid[new.uid] = new.key
             self._account(new, +1)
+            self._restamp_group(new)
             if new.group is not None:
                 self._members.setdefault(new.group.key, set()).add(new.key)
         for listener in self._pod_listeners:

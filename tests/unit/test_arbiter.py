@@ -1,6 +1,7 @@
 """The arbiter's plumbing on the in-memory cluster state and the real permit gate."""
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -343,3 +344,34 @@ async def test_deleting_an_unbound_preemption_victim_wakes_the_nominated_preempt
     assert world.arbiter.waker is not None
     await world.arbiter.waker.drain()
     assert touches.pods == ["urgent"]
+
+
+def test_what_a_claim_holds_follows_every_change_of_its_members() -> None:
+    """The arbiter reuses a claim's holdings until one of its members changes."""
+    w = World()
+    a = w.gang("a", 3, "1")
+    assert w.filter(a, "a-0").reason == FilterReason.CLAIMED
+    claim = w.arbiter.claims[a.key]
+
+    def holds() -> Any:
+        return w.arbiter._holder(a.key, claim)
+
+    def fresh() -> Any:
+        return w.arbiter._compute_holder(a.key, claim)
+
+    assert holds() == fresh()
+    assert holds() is holds()  # reused while nothing changed
+    node_of = dict(claim.plan)
+    steps: list[Callable[[], None]] = [
+        lambda: w.state.reserve("default/a-0", node_of["default/a-0"]),
+        lambda: w.state.assume_bound("default/a-0", node_of["default/a-0"]),
+        lambda: w.state.reserve("default/a-1", node_of["default/a-1"]),
+        lambda: w.state.unreserve("default/a-1"),
+        lambda: w.state.apply_pod(pod("a-2", group="a", cpu="1", phase="Failed")),
+        lambda: w.state.delete_pod("default", "a-1"),
+    ]
+    for step in steps:
+        before = holds()
+        step()
+        assert holds() == fresh()
+        assert holds() is not before  # recomputed
