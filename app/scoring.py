@@ -50,10 +50,8 @@ class NodeScorer:
     def __init__(self, policy: ScoringPolicy, state: ClusterState) -> None:
         self.policy = policy
         self._state = state
-        # request shape -> node name -> (binpack 0..1, binpack as 0..10).
-        self._memo: LRUCache[tuple[tuple[str, int, int], ...], dict[str, _Memo]] = LRUCache(
-            self._SHAPES
-        )
+        # request shape -> its memo (below).
+        self._memo: LRUCache[tuple[tuple[str, int, int], ...], _Memo] = LRUCache(self._SHAPES)
         # The ClusterState stamp the memo is up to date with.
         self._seen = 0
 
@@ -80,59 +78,61 @@ class NodeScorer:
         asked = binpack_request(policy.binpack_resources, requests) if with_binpack else []
         if with_binpack and not with_locality and nodes_in_request is None:
             # A pod in no gang, the common case: the remembered 0..10 scores as they are.
-            memo = self._binpack_memo(asked, node_names)
-            return {
-                name: score
-                for name in node_names
-                if (entry := memo.get(name)) is not None and (score := entry[1])
-            }
+            _, remembered = self._binpack_memo(asked, node_names)
+            return {name: score for name in node_names if (score := remembered.get(name))}
 
         def node(name: str) -> NodeRecord | None:
             if nodes_in_request is not None and name in nodes_in_request:
                 return nodes_in_request[name]
             return state.nodes.get(name)
 
-        weights: list[tuple[int, Mapping[str, float]]] = []
-        if with_locality:
-            assert group_key is not None
-            weights.append(
-                (policy.locality_weight, locality(policy, state, group_key, node_names, node))
-            )
-        if with_binpack:
-            if nodes_in_request is None:
-                memo = self._binpack_memo(asked, node_names)
-                part = {name: entry[0] for name in node_names if (entry := memo.get(name))}
-            else:
-                part = binpack_all(asked, state, node_names, nodes_in_request)
-            weights.append((policy.binpack_weight, part))
-        total = sum(w for w, _ in weights)
+        near_weight = policy.locality_weight if with_locality else 0
+        pack_weight = policy.binpack_weight if with_binpack else 0
+        total = near_weight + pack_weight
         if not total:
             return {}
+        near: Mapping[str, float] = {}
+        if with_locality:
+            assert group_key is not None
+            near = locality(policy, state, group_key, node_names, node)
+        packed: Mapping[str, float] = {}
+        if with_binpack:
+            if nodes_in_request is None:
+                packed, _ = self._binpack_memo(asked, node_names)
+            else:
+                packed = binpack_all(asked, state, node_names, nodes_in_request)
+        # Spelled out for the two parts: this loop runs over every node for every gang member.
         scores: dict[str, int] = {}
-        for name in node_names:
-            combined = sum(w * part.get(name, 0.0) for w, part in weights) / total
-            if score := _clamp(combined):
-                scores[name] = score
+        if near:
+            for name in node_names:
+                combined = near_weight * near.get(name, 0.0) + pack_weight * packed.get(name, 0.0)
+                if score := _clamp(combined / total):
+                    scores[name] = score
+        elif pack_weight:
+            share = pack_weight / total
+            for name in node_names:
+                if score := _clamp(share * packed.get(name, 0.0)):
+                    scores[name] = score
         return scores
 
-    def _binpack_memo(
-        self, asked: list[tuple[str, int, int]], node_names: Sequence[str]
-    ) -> dict[str, _Memo]:
-        """The memo of this request shape, holding every known node in `node_names`."""
+    def _binpack_memo(self, asked: list[tuple[str, int, int]], node_names: Sequence[str]) -> _Memo:
+        """This request shape's memo, holding every known node in `node_names`."""
         state = self._state
         self._forget_changed_nodes()
         shape = tuple(asked)
         memo = self._memo.get(shape)
         if memo is None:
-            memo = self._memo[shape] = {}
+            memo = self._memo[shape] = ({}, {})
+        fractions, scores = memo
         nodes = state.nodes
         for name in node_names:
-            if name in memo:
+            if name in fractions:
                 continue
             record = nodes.get(name)
             if record is not None:
                 fraction = binpack(asked, state, record)
-                memo[name] = (fraction, _clamp(fraction))
+                fractions[name] = fraction
+                scores[name] = _clamp(fraction)
         return memo
 
     def _forget_changed_nodes(self) -> None:
@@ -140,12 +140,14 @@ class NodeScorer:
         if changed is None:
             self._memo.clear()
             return
-        for memo in self._memo.values():
+        for fractions, scores in self._memo.values():
             for name in changed:
-                memo.pop(name, None)
+                fractions.pop(name, None)
+                scores.pop(name, None)
 
 
-_Memo = tuple[float, int]
+_Memo = tuple[dict[str, float], dict[str, int]]
+"""Per node: binpack in 0..1, and as the 0..10 score of a pod in no gang."""
 
 
 def _clamp(fraction: float) -> int:
