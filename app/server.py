@@ -37,7 +37,8 @@ from app.groups import (
     GroupApi,
     group_key,
 )
-from app.kube.client import api_client
+from app.kube.aio import AsyncApiClient, uses_proxy
+from app.kube.client import ThreadedRequests, api_client
 from app.kube.discovery import discover_sources
 from app.kube.events import KubeEventWriter
 from app.kube.pods import PodApi
@@ -62,12 +63,25 @@ from app.wakeup import SiblingWaker
 log = logging.getLogger(__name__)
 
 
-# Threads for the verbs' API calls (bindings above all). kube-scheduler binds
+# Threads for the verbs' API calls (bindings above all) when the API server is
+# behind a proxy and app/kube/aio.py cannot be used (otherwise those calls run
+# on the event loop and nothing else uses these threads). kube-scheduler binds
 # every pod in its own goroutine and the API server answers a binding in tens
 # of milliseconds when the control plane is busy, so at a hundred pods per
 # second fewer threads make bindings queue (bench/e2e.py measured seconds of
 # bind latency with 16). The threads mostly wait on sockets.
 _API_THREADS = 64
+
+
+def verb_requests(client: k8s.ApiClient) -> AsyncApiClient | ThreadedRequests:
+    """The verbs' requests: on the event loop, or on threads through a proxy (see aio.py)."""
+    if uses_proxy(client.configuration):
+        log.info(
+            "API server behind a proxy: the verbs' requests run on threads", extra={"verb": None}
+        )
+        executor = ThreadPoolExecutor(max_workers=_API_THREADS, thread_name_prefix="kube-api")
+        return ThreadedRequests(client, executor)
+    return AsyncApiClient(client)
 
 
 def _pod_sink(state: ClusterState) -> Sink:
@@ -137,15 +151,16 @@ class Apps:
 def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     """The whole extender, ready for uvicorn."""
     # Enough connections for the watches, the observers' writes and one per
-    # API thread (a request finding the pool empty opens a new TLS connection).
+    # API thread if the verbs need them (a request finding the pool empty opens
+    # a new TLS connection; the pool keeps no more connections than were used).
     client = client or api_client(settings.kubeconfig, pool_size=_API_THREADS + 16)
     core = k8s.CoreV1Api(client)
     custom = k8s.CustomObjectsApi(client)
     metrics = Metrics()
     state = ClusterState()
     admission = Admission(settings.denied_pg_expiration_seconds)
-    executor = ThreadPoolExecutor(max_workers=_API_THREADS, thread_name_prefix="kube-api")
-    api = PodApi(core, executor)
+    requests = verb_requests(client)
+    api = PodApi(requests)
     election: LeaderElection | None = None
     leader: LeaderCheck = AlwaysLeader()
     if settings.leader_election_lease:
@@ -315,7 +330,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
                 reflector.stop()
             for reflector in reflectors:
                 await asyncio.to_thread(reflector.join, 5)
-            executor.shutdown(wait=False, cancel_futures=True)
+            await requests.close()
 
     debug = GangDebug(
         status.groups,

@@ -1,14 +1,19 @@
 """The API server connection: building the client, and one plain HTTP request on it.
 
-Every writer in app/kube/ sends its requests through `raw_request`, which
-turns a failed answer into an ApiError (app/kube/errors.py); the watches use
-the generated list methods (app/kube/reflector.py) and read their raw
-responses with `read_and_release`.
+Every writer in app/kube/ on a thread sends its requests through
+`raw_request`, which turns a failed answer into an ApiError
+(app/kube/errors.py); the watches use the generated list methods
+(app/kube/reflector.py) and read their raw responses with `read_and_release`.
+The verbs' pod calls use app/kube/aio.py on the event loop instead, or
+`ThreadedRequests` when the API server is behind a proxy.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -70,12 +75,7 @@ def raw_request(
     the event loop for the GIL. A non-2xx answer raises the ApiError of its
     status; no answer (connection refused, timeout) raises Transient.
     """
-    headers = {**client.default_headers, "Accept": "application/json"}
-    payload = None
-    if body is not None:
-        headers["Content-Type"] = content_type
-        payload = orjson.dumps(body)
-    client.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)
+    headers, payload = request_parts(client, method, path, body, content_type)
     try:
         response = client.rest_client.pool_manager.request(
             method,
@@ -94,6 +94,28 @@ def raw_request(
     return data
 
 
+def request_parts(
+    client: k8s.ApiClient,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    content_type: str,
+) -> tuple[dict[str, str], bytes | None]:
+    """The headers (credentials computed now) and JSON body of one request.
+
+    Credentials come from `update_params_for_auth` on every request, so a
+    rotated ServiceAccount token or an exec/refresh hook's new token is used
+    (app/kube/aio.py builds its requests with this too).
+    """
+    headers: dict[str, str] = {**client.default_headers, "Accept": "application/json"}
+    payload = None
+    if body is not None:
+        headers["Content-Type"] = content_type
+        payload = orjson.dumps(body)
+    client.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)
+    return headers, payload
+
+
 def read_and_release(response: Any) -> bytes:
     """Read a raw (_preload_content=False) response whole, then give its connection back.
 
@@ -105,3 +127,39 @@ def read_and_release(response: Any) -> bytes:
         return data
     finally:
         response.release_conn()
+
+
+class ThreadedRequests:
+    """`raw_request` on a thread pool, awaitable: the verbs' path when a proxy is configured.
+
+    app/kube/aio.py (AsyncApiClient) serves the verbs on the event loop
+    without threads, but it cannot go through a proxy; urllib3 can. Same
+    `request` and `close` as AsyncApiClient, so app/kube/pods.py takes either.
+    """
+
+    def __init__(self, client: k8s.ApiClient, executor: ThreadPoolExecutor) -> None:
+        self._client = client
+        self._executor = executor
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        content_type: str = "application/json",
+        timeout_seconds: float = 10,
+    ) -> bytes:
+        call = functools.partial(
+            raw_request,
+            self._client,
+            method,
+            path,
+            body,
+            content_type=content_type,
+            timeout=timeout_seconds,
+        )
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,23 +1,22 @@
 """The verbs' pod calls: bind pods, read a pod, wake or evict pods.
 
-Requests are blocking (app/kube/client.py), so each runs on a small thread
-pool and the event loop stays free for filter calls while a binding is in
-flight. Failures raise ApiError (app/kube/errors.py); answers that mean
-"nothing to do" (the pod is gone, or a new pod reuses the name) do not.
+Requests run on the event loop (app/kube/aio.py: no thread competes with
+the loop for the GIL while a binding is in flight), or on threads when the
+API server is behind a proxy (ThreadedRequests, app/kube/client.py);
+app/server.py picks one. Failures raise ApiError (app/kube/errors.py);
+answers that mean "nothing to do" (the pod is gone, or a new pod reuses the
+name) do not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import orjson
-from kubernetes import client as k8s
 
-from app.kube.client import raw_request
 from app.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
 
 log = logging.getLogger(__name__)
@@ -29,14 +28,25 @@ _RETRIES = 3
 _RETRY_DELAY_SECONDS = 0.2
 
 
+class Requests(Protocol):
+    """One API request, awaited: AsyncApiClient (app/kube/aio.py) or ThreadedRequests."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        content_type: str = "application/json",
+        timeout_seconds: float = 10,
+    ) -> bytes: ...
+
+
 class PodApi:
     """The API calls of the verbs: bindings, pod reads, wake-up patches, evictions."""
 
-    def __init__(
-        self, core: k8s.CoreV1Api, executor: ThreadPoolExecutor, *, timeout_seconds: float = 10
-    ) -> None:
-        self._client: k8s.ApiClient = core.api_client
-        self._executor = executor
+    def __init__(self, requests: Requests, *, timeout_seconds: float = 10) -> None:
+        self._requests = requests
         self._timeout = timeout_seconds
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
@@ -93,24 +103,10 @@ class PodApi:
         absent: tuple[type[ApiError], ...] = (),
         content_type: str = "application/json",
     ) -> bytes | None:
-        """Run one request on the pool; None when it failed with one of the `absent` errors."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor,
-            lambda: self._request(method, path, body, absent, content_type),
-        )
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None,
-        absent: tuple[type[ApiError], ...],
-        content_type: str,
-    ) -> bytes | None:
+        """One request; None when it failed with one of the `absent` errors."""
         try:
-            return raw_request(
-                self._client, method, path, body, content_type=content_type, timeout=self._timeout
+            return await self._requests.request(
+                method, path, body, content_type=content_type, timeout_seconds=self._timeout
             )
         except absent:
             return None  # gone, or a new pod reuses the name: nothing to do

@@ -1,4 +1,4 @@
-"""How build_apps splits routes between the verbs' port and the operations port."""
+"""How build_apps splits routes between the verbs' port and the operations port, and wires."""
 
 from collections.abc import Callable
 
@@ -9,7 +9,9 @@ from pytest import MonkeyPatch
 from app.config import Settings
 from app.gate import PermitGate
 from app.groups import GROUP_APIS, SOURCE_NATIVE, SOURCE_VOLCANO, SOURCE_XK8S
-from app.server import build_apps, reflector_kind
+from app.kube.aio import AsyncApiClient
+from app.kube.client import ThreadedRequests
+from app.server import build_apps, reflector_kind, verb_requests
 from app.state import ClusterState
 
 
@@ -67,3 +69,14 @@ def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPa
         "node:Arbiter",
         "pod:PreemptionFollower",
     ]
+
+
+async def test_the_verbs_requests_use_threads_only_behind_a_proxy() -> None:
+    direct = k8s.Configuration(host="https://10.0.0.1:6443")
+    direct.proxy = None
+    assert isinstance(verb_requests(k8s.ApiClient(direct)), AsyncApiClient)
+    proxied = k8s.Configuration(host="https://10.0.0.1:6443")
+    proxied.proxy, proxied.no_proxy = "http://proxy.example:3128", ""
+    requests = verb_requests(k8s.ApiClient(proxied))
+    assert isinstance(requests, ThreadedRequests)
+    await requests.close()
