@@ -247,6 +247,18 @@ class GangExtender:
 
     def preempt(self, args: PreemptArgs) -> dict[str, Any]:
         pod = self.view(args.pod)
+        if pod.problem is not None:
+            # A gang member whose PodGroup we cannot use (not delivered by our
+            # watch yet, or invalid) is no plain pod: it may evict nothing, as
+            # our filter would have turned it away. kube-scheduler can ask this
+            # before it ever called our filter (when no node passed its own
+            # filters), and retries the pod once the PodGroup arrives.
+            log.info(
+                "preempting nothing: %s",
+                pod.problem.message,
+                extra={"pod": pod.key, "verb": "preempt", "reason": pod.problem.reason},
+            )
+            return preempt_result([])
         spec = pod.spec
         preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key if spec else None)
         if spec is not None and pod.ref is not None:

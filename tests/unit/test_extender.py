@@ -210,6 +210,28 @@ async def test_preemptor_not_yet_in_the_cache_still_counts_toward_the_gangs_need
     assert list(r.json()["NodeNameToMetaVictims"]) == ["n2"]
 
 
+async def test_a_member_whose_podgroup_is_unknown_yet_evicts_nothing(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    """kube-scheduler may ask to preempt before our watch delivered the PodGroup."""
+    w, client = world
+    w.state.apply_pod(pod("low", node="n2", cpu="2"))
+    preemptor = pod("early-0", group="early", cpu="3")
+    preemptor["spec"]["priority"] = 1000
+    request = {
+        "Pod": preemptor,
+        "NodeNameToMetaVictims": {
+            "n2": {"Pods": [{"UID": "uid-default-low"}], "NumPDBViolations": 0}
+        },
+    }
+    r = await post(client, "preempt", request)
+    assert r.json() == {"NodeNameToMetaVictims": {}}
+    plain = pod("plain", cpu="3")  # the same request from a pod in no gang is granted
+    plain["spec"]["priority"] = 1000
+    r = await post(client, "preempt", {**request, "Pod": plain})
+    assert list(r.json()["NodeNameToMetaVictims"]) == ["n2"]
+
+
 MALFORMED_PODS = [
     {"metadata": {"name": "x", "labels": ["not", "a", "map"]}},
     {"metadata": {"name": "x", "namespace": 7}},
