@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import logging
 import os
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("app")
 
 _SWITCH_INTERVAL_SECONDS = 0.0005
-_HEAP_FREEZE_SECONDS = 30.0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -147,29 +145,4 @@ async def _run(settings: Settings, apps: Apps) -> None:
                 )
             )
         )
-    keeper = asyncio.create_task(freeze_heap_periodically(_HEAP_FREEZE_SECONDS))
-    try:
-        await asyncio.gather(*(server.serve() for server in servers))
-    finally:
-        keeper.cancel()
-
-
-async def freeze_heap_periodically(interval: float) -> None:
-    """Keep the cluster caches out of the garbage collector's full passes.
-
-    The watch caches hold tens of thousands of long-lived objects (a pod
-    record, its requests and labels, per pod), and every full collection
-    walks all of them: 40 ms with 50,000 pods cached, spent inside whichever
-    verb call was running, in the middle of a scheduling cycle. After a
-    collection, gc.freeze() moves what survived out of the collector's view;
-    records replaced later are freed by reference counting as before, and
-    each pass sees only what was allocated since the last one.
-    """
-    # Soon after start-up, when the first lists have just filled the caches,
-    # then less and less often.
-    delay = min(1.0, interval)
-    while True:
-        await asyncio.sleep(delay)
-        gc.collect()
-        gc.freeze()
-        delay = min(delay * 2, interval)
+    await asyncio.gather(*(server.serve() for server in servers))

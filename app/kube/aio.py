@@ -23,8 +23,10 @@ runs. What it cannot do is talk through a proxy: when the Configuration
 has one (`uses_proxy`), app/server.py keeps the threaded urllib3 path
 (`ThreadedRequests` in app/kube/client.py) instead, chosen once at start.
 
-Connections are kept alive in a bounded pool (`max_idle`; more concurrent
-requests open more connections, and the surplus is closed when they end).
+At most `max_in_flight` requests are under way at once (the others wait
+for a slot); connections are kept alive in a bounded pool (`max_idle`; more
+concurrent requests open more connections, and the surplus is closed when
+they end).
 A connection whose answer was not read whole (timeout, cancellation, bad
 framing) is closed, never reused; an idle one older than `idle_seconds` is
 closed rather than reused. A reused connection the server closed before any
@@ -235,6 +237,7 @@ class AsyncApiClient:
         *,
         max_idle: int = 32,
         idle_seconds: float = 30.0,
+        max_in_flight: int = 64,
     ) -> None:
         if uses_proxy(client.configuration):
             raise ValueError("AsyncApiClient cannot use a proxy: use ThreadedRequests")
@@ -244,6 +247,11 @@ class AsyncApiClient:
         # (tests and tools build the extender with an empty one).
         self._target: _Target | None = None
         self._max_idle = max_idle
+        # Requests beyond this wait here, as they waited for one of the 64 API
+        # threads before: a gang's bind wave times hundreds of gangs must not
+        # reach the API server at once (its priority-and-fairness queues then
+        # hold them instead, with every connection open meanwhile).
+        self._slots = asyncio.Semaphore(max_in_flight)
         self._idle_seconds = idle_seconds
         self._idle: deque[_Connection] = deque()
         self._closed = False
@@ -265,7 +273,7 @@ class AsyncApiClient:
         try:
             target = self._target or self._resolve()
             request = target.encode(method, path, headers, payload or b"")
-            async with asyncio.timeout(timeout_seconds):
+            async with self._slots, asyncio.timeout(timeout_seconds):
                 status, reason, data = await self._exchange(target, request)
         except TimeoutError:
             raise Transient(

@@ -164,6 +164,28 @@ async def test_concurrent_requests_open_connections_and_keep_at_most_max_idle(st
     await api.close()
 
 
+async def test_requests_beyond_max_in_flight_wait_for_a_slot(start: Start) -> None:
+    """A bind wave of many gangs reaches the API server a bounded number at a time."""
+    in_flight = 0
+    most = 0
+
+    async def slow(request: Request) -> bytes:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.02)
+        in_flight -= 1
+        return answer(200)
+
+    server = await start(slow)
+    api = AsyncApiClient(client_for(f"http://127.0.0.1:{server.port}"), max_in_flight=2)
+    await asyncio.gather(*(api.request("GET", "/") for _ in range(7)))
+    assert most == 2
+    assert len(server.requests) == 7
+    assert server.connections == 2
+    await api.close()
+
+
 async def test_chunked_and_content_length_answers_on_one_connection(start: Start) -> None:
     answers = [chunked(b'{"a":', b"1}"), answer(200, b'{"b":2}'), chunked(), answer(204, b"")]
 
