@@ -24,9 +24,10 @@ has one (`uses_proxy`), app/server.py keeps the threaded urllib3 path
 (`ThreadedRequests` in app/kube/client.py) instead, chosen once at start.
 
 At most `max_in_flight` requests are under way at once (the others wait
-for a slot); connections are kept alive in a bounded pool (`max_idle`; more
-concurrent requests open more connections, and the surplus is closed when
-they end).
+for a slot); connections are kept alive in a bounded pool (`max_idle`, as
+many by default: a connection closed after a busy moment is a TLS handshake
+for both sides at the next one; with fewer, the bench's bind waves opened
+and closed connections all the time).
 A connection whose answer was not read whole (timeout, cancellation, bad
 framing) is closed, never reused; an idle one older than `idle_seconds` is
 closed rather than reused. A reused connection the server closed before any
@@ -235,7 +236,7 @@ class AsyncApiClient:
         self,
         client: k8s.ApiClient,
         *,
-        max_idle: int = 32,
+        max_idle: int = 64,
         idle_seconds: float = 30.0,
         max_in_flight: int = 64,
     ) -> None:
