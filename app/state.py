@@ -258,6 +258,9 @@ class ClusterState:
                     members.discard(old.key)
                     if not members:
                         del self._members[old.group.key]
+                        # Groups come and go (one per Job run): keep no stamp for
+                        # an empty one; a new member gets a fresh, higher stamp.
+                        del self._group_stamps[old.group.key]
             del self.pods[old.key]
             if self._by_uid.get(old.uid) == old.key:
                 del self._by_uid[old.uid]

@@ -90,3 +90,16 @@ def test_unschedulable_nodes_offer_nothing() -> None:
     cordoned["spec"]["unschedulable"] = True
     state.apply_node(cordoned)
     assert state.free_resources()["memory"] == 8 * GI
+
+
+def test_a_group_without_members_keeps_no_stamp() -> None:
+    """Groups come and go with their Jobs: the state remembers nothing of an empty one."""
+    state = cluster()
+    state.apply_pod(pod("j-0", group="j"))
+    first = state.group_stamp("default/j")
+    assert first > 0
+    state.delete_pod("default", "j-0")
+    assert state.group_stamp("default/j") == 0
+    assert "default/j" not in state._group_stamps
+    state.apply_pod(pod("j-0", group="j"))
+    assert state.group_stamp("default/j") > first
