@@ -35,6 +35,11 @@ DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 class BodyTooLarge(Exception):
     """The request body exceeds --max-request-bytes; answered with HTTP 413."""
 
+    def __init__(self, limit: int, declared: int | None = None) -> None:
+        """declared: the Content-Length; None when the body was found too long as it arrived."""
+        size = f"of {declared} bytes" if declared is not None else f"of more than {limit} bytes"
+        super().__init__(f"request body {size} exceeds --max-request-bytes={limit}")
+
 
 @dataclass
 class VerbGuard:
@@ -62,9 +67,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
             except ValueError:
                 size = -1
             if size > limit:
-                raise BodyTooLarge(
-                    f"request body of {size} bytes exceeds --max-request-bytes={limit}"
-                )
+                raise BodyTooLarge(limit, size)
             break
     chunks: list[bytes] = []
     received = 0
@@ -75,9 +78,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
         chunk = message.get("body", b"")
         received += len(chunk)
         if received > limit:
-            raise BodyTooLarge(
-                f"request body of more than {limit} bytes exceeds --max-request-bytes={limit}"
-            )
+            raise BodyTooLarge(limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)

@@ -162,8 +162,7 @@ class _VerbHttpProtocol(HttpToolsProtocol):
         limit = verb.guard.max_request_bytes
         if size <= limit:
             return
-        what = f"of {size} bytes" if declared else f"of more than {limit} bytes"
-        err = BodyTooLarge(f"request body {what} exceeds --max-request-bytes={limit}")
+        err = BodyTooLarge(limit, size if declared else None)
         status, payload = verb.too_large(err, self._started)
         self._verb = None
         self._chunks = []
