@@ -33,14 +33,14 @@ class ScoringPolicy:
 
 
 class NodeScorer:
-    """The prioritize scores: a 0..10 score for every node kube-scheduler sent.
+    """The prioritize scores: 1..10 for the nodes kube-scheduler sent that score at all.
 
     kube-scheduler asks for every pod and, with nodeCacheCapable, sends the
     same hundreds of node names each time, while one binding changes the
     usage of one node. So the binpack part is remembered per node and per
     request shape (pods of one Deployment or gang ask alike), and forgotten
-    for the nodes ClusterState reports changed since the last call. The results are
-    exactly binpack()'s; bench/e2e.py showed the scheduler's throughput with
+    for the nodes ClusterState reports changed since the last call. The
+    results are exactly binpack()'s; bench/e2e.py showed the scheduler's throughput with
     the extender limited by this verb's time when every node was recomputed.
     """
 
