@@ -4,13 +4,17 @@
 What users feel is kube-scheduler's throughput once it must call the
 extender for every pod, so this runs the pinned control plane (its own state
 directory and ports, so test sessions are undisturbed), registers fake
-nodes, and times four cases on the same cluster in the same run:
+nodes, and times five cases on the same cluster in the same run:
 
   (a) plain pods, kube-scheduler without the extender
   (b) plain pods, kube-scheduler calling the extender (filter, prioritize, bind)
   (c) gangs of 8 (x-k8s PodGroups) through the extender
   (d) the same gangs with Kubernetes' in-tree GangScheduling plugin
       (feature gate GenericWorkload, scheduling.k8s.io/v1beta1 PodGroups)
+  (n) plain pods through a no-op extender written in Go (hack/kube/cmd/
+      noop-extender: every node passes, no scores, bind at once), the
+      yardstick: (n)/(a) is what the extender protocol itself costs
+      kube-scheduler on this machine, (b)/(n) what gang-extender adds to it
 
 For each case the pods are created first and only then is a kube-scheduler
 started, so pod creation is not what is measured. Throughput is pods /
@@ -18,7 +22,7 @@ started, so pod creation is not what is measured. Throughput is pods /
 gets the same raised client QPS, so the API rate limit is not what is
 measured either. The extender runs only in the cases that use it; its CPU
 time (from /proc) is counted from the scheduler's start to the last bind.
-The cases run --rounds times in turn (a b c d, a b c d): on a shared
+The cases run --rounds times in turn (a b c d n, a b c d n): on a shared
 machine one case can be slowed by something else, and the median of the
 rounds' ratios is less at the mercy of that than one ratio.
 
@@ -77,6 +81,7 @@ from hack.clusterkit import (
     stop_process,
     wait_for,
     wait_for_default_service_account,
+    wait_ready,
 )
 
 BENCH_DIR = REPO / ".local-cluster-bench"
@@ -173,6 +178,19 @@ def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = sum(int(v) for v in fields[11:15])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy(interval: float = 1.0) -> float:
+    """The fraction of all CPUs busy over the next `interval` seconds (/proc/stat)."""
+
+    def totals() -> tuple[int, int]:
+        ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return ticks[3] + ticks[4], sum(ticks)  # idle + iowait, all
+
+    idle_before, all_before = totals()
+    time.sleep(interval)
+    idle_after, all_after = totals()
+    return 1 - (idle_after - idle_before) / max(1, all_after - all_before)
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -332,6 +350,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     for name, num, den, target in (
         ("(b)/(a) plain pods, extender / no extender", "b", "a", 0.8),
         ("(c)/(d) gangs, extender / in-tree GangScheduling", "c", "d", 1.0),
+        ("(n)/(a) plain pods, no-op Go extender / no extender", "n", "a", None),
+        ("(b)/(n) plain pods, extender / no-op Go extender", "b", "n", None),
         ("(b)/(a) at scale", "b-scale", "a-scale", None),
     ):
         values = round_ratios(by, num, den)
@@ -454,12 +474,17 @@ class BindWatch:
                 self._response.shutdown()
 
 
+QUIET_BUSY = 0.25
+"""The next case starts once the CPUs were at most this busy for a second (see Runner)."""
+
+
 @dataclass
 class Case:
     key: str
     description: str
-    extender: bool
+    extender: bool  # kube-scheduler calls gang-extender
     gangs: str | None  # None (plain pods), "x-k8s" or "native"
+    noop: bool = False  # kube-scheduler calls the no-op Go extender instead
 
 
 CASES = {
@@ -467,6 +492,7 @@ CASES = {
     "b": Case("b", "plain pods through the extender", True, None),
     "c": Case("c", f"gangs of {GANG_SIZE} through the extender", True, "x-k8s"),
     "d": Case("d", f"gangs of {GANG_SIZE}, in-tree GangScheduling", False, "native"),
+    "n": Case("n", "plain pods through a no-op Go extender", False, None, noop=True),
 }
 
 
@@ -481,11 +507,22 @@ class Cluster:
     work_dir: Path
     extender_url: str | None = None
     extender_pid: int | None = None
+    # The no-op Go extender of case (n), while it runs.
+    noop_url: str | None = None
+    noop_pid: int | None = None
     feature_gates: str = "GenericWorkload=true"
 
 
 class Runner:
-    def __init__(self, cluster: Cluster, qps: int, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        qps: int,
+        log: Callable[[str], None] = print,
+        *,
+        settle_seconds: float = 30,
+    ) -> None:
+        """settle_seconds: how long a finished case may wait for the machine to calm down."""
         from kubernetes import client as k8s
 
         self.client = api_client(cluster.kubeconfig, pool_size=32)
@@ -494,6 +531,7 @@ class Runner:
         self.cluster = cluster
         self.qps = qps
         self.log = log
+        self.settle_seconds = settle_seconds
 
     # ---- objects ----------------------------------------------------------------------
 
@@ -540,15 +578,42 @@ class Runner:
         self.create_many([create(n) for n in names])
 
     def delete_namespace(self, namespace: str) -> None:
-        """Pods go at once (grace 0: no kubelet would finish them), then the namespace."""
+        """Pods go at once (grace 0: no kubelet would finish them), then the namespace.
+
+        Then wait for the namespace to be gone and the machine to calm down:
+        the cleanup of 2,000 pods, their Events and PodGroups keeps the API
+        server, etcd and kube-controller-manager busy for seconds, and a case
+        started meanwhile would pay for the one before it (the case after (a)
+        ran 40% slower in the same run than when another case came between).
+        """
+        from kubernetes.client.exceptions import ApiException
+
         with contextlib.suppress(Exception):
             self.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
         with contextlib.suppress(Exception):
             self.core.delete_namespace(namespace)
 
+        def gone() -> bool:
+            try:
+                self.core.read_namespace(namespace, _request_timeout=10)
+            except ApiException as err:
+                return bool(err.status == 404)
+            return False
+
+        try:
+            wait_for(gone, 180, f"namespace {namespace} to be deleted", 0.5)
+        except TimeoutError:
+            self.log(f"  namespace {namespace} still there after 180 s; going on")
+        # A shared machine may never be idle: give up after settle_seconds.
+        deadline = time.monotonic() + self.settle_seconds
+        while time.monotonic() < deadline and machine_busy() > QUIET_BUSY:
+            pass
+
     # ---- processes ----------------------------------------------------------------------
 
-    def start_scheduler(self, name: str, extender: bool, gates: bool) -> subprocess.Popen[bytes]:
+    def start_scheduler(
+        self, name: str, extender_url: str | None, gates: bool
+    ) -> subprocess.Popen[bytes]:
         work = self.cluster.work_dir
         work.mkdir(parents=True, exist_ok=True)
         config = work / f"bench-scheduler-{name}.yaml"
@@ -556,7 +621,7 @@ class Runner:
             render_scheduler_config(
                 self.cluster.scheduler_kubeconfig,
                 self.qps,
-                self.cluster.extender_url if extender else None,
+                extender_url,
             )
         )
         argv = [
@@ -639,8 +704,15 @@ class Runner:
         started = time.monotonic()
         self.create_pods(namespace, bodies)
         self.log(f"  created {len(bodies)} pods in {time.monotonic() - started:.1f}s")
-        extender_pid = self.cluster.extender_pid if case.extender else None
-        if extender_pid is not None:
+        # Whose CPU the case counts: gang-extender's, or the no-op extender's in (n).
+        extender_pid = (
+            self.cluster.extender_pid
+            if case.extender
+            else self.cluster.noop_pid
+            if case.noop
+            else None
+        )
+        if case.extender:
             # The extender has seen every pod before kube-scheduler starts.
             target = len(bodies)
             wait_for(
@@ -651,10 +723,19 @@ class Runner:
             )
         rv = self.core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
         watch = BindWatch(self.core, namespace, rv)
-        ext_before = self.extender_metrics() if extender_pid is not None else ""
+        ext_before = self.extender_metrics() if case.extender else ""
         api_before = self.apiserver_binding_buckets()
         cpu_before = cpu_seconds(extender_pid) if extender_pid is not None else 0.0
-        scheduler = self.start_scheduler(case.key + suffix, case.extender, case.gangs == "native")
+        extender_url = (
+            self.cluster.extender_url
+            if case.extender
+            else self.cluster.noop_url
+            if case.noop
+            else None
+        )
+        if case.noop and extender_url is None:
+            raise RuntimeError("case (n) needs the no-op extender running (Cluster.noop_url)")
+        scheduler = self.start_scheduler(case.key + suffix, extender_url, case.gangs == "native")
         t0 = time.monotonic()
         try:
             sched_cpu_before = cpu_seconds(scheduler.pid)
@@ -677,7 +758,7 @@ class Runner:
             cpu_after = cpu_seconds(extender_pid) if extender_pid is not None else 0.0
             sched_cpu = cpu_seconds(scheduler.pid) - sched_cpu_before
             sched_text = self.scheduler_metrics()
-            ext_after = self.extender_metrics() if extender_pid is not None else ""
+            ext_after = self.extender_metrics() if case.extender else ""
             api_binding = bucket_delta(self.apiserver_binding_buckets(), api_before)
         finally:
             watch.stop()
@@ -785,6 +866,36 @@ def add_nodes(lc: Any, first: int, last: int) -> None:
             future.result()
 
 
+class NoopExtender:
+    """Case (n)'s yardstick: hack/kube/cmd/noop-extender, serving on 127.0.0.1:`port`."""
+
+    def __init__(self, bin_dir: Path, kubeconfig: str, port: int, qps: int, log_path: Path) -> None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    str(bin_dir / "noop-extender"),
+                    f"--kubeconfig={kubeconfig}",
+                    f"--address=127.0.0.1:{port}",
+                    f"--qps={qps}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self.url = f"http://127.0.0.1:{port}/scheduler"
+        try:
+            wait_ready(
+                f"http://127.0.0.1:{port}/healthz", self.process, log_path, "noop-extender", 30
+            )
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        stop_process(self.process, grace=15)
+
+
 class Extender:
     """The extender under test: `python -m app serve` against the bench cluster."""
 
@@ -824,7 +935,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--nodes", type=int, default=500, help="fake nodes (default 500)")
     parser.add_argument("--pods", type=int, default=2000, help="pods per case (default 2000)")
-    parser.add_argument("--cases", default="abcd", help="which of a, b, c, d to run (default abcd)")
+    parser.add_argument(
+        "--cases", default="abcdn", help="which of a, b, c, d, n to run (default abcdn)"
+    )
     parser.add_argument(
         "--rounds",
         type=int,
@@ -938,6 +1051,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     current_nodes = args.nodes
     notes: list[str] = []
+    noop_port = 18890 + PORT_OFFSET
+
+    def run(case: Case, suffix: str) -> None:
+        """One case, with gang-extender or the no-op extender running only if it needs it."""
+        with_extender(case.extender)
+        if not case.noop:
+            results.append(runner.run_case(case, args.pods, current_nodes, suffix))
+            return
+        noop = NoopExtender(
+            bin_dir, kubeconfig, noop_port, args.qps, layout.logs / "bench-noop-extender.log"
+        )
+        cluster.noop_url, cluster.noop_pid = noop.url, noop.process.pid
+        try:
+            results.append(runner.run_case(case, args.pods, current_nodes, suffix))
+        finally:
+            noop.stop()
+            cluster.noop_url = cluster.noop_pid = None
 
     def scale() -> None:
         nonlocal current_nodes
@@ -947,9 +1077,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"grew to {args.scale_nodes} nodes in {time.monotonic() - started:.0f}s", flush=True)
         current_nodes = args.scale_nodes
         for key in "ab":
-            case = CASES[key]
-            with_extender(case.extender)
-            results.append(runner.run_case(case, args.pods, current_nodes, "-scale"))
+            run(CASES[key], "-scale")
 
     def cache() -> None:
         with_extender(True)
@@ -970,11 +1098,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for round_number in range(1, args.rounds + 1):
             for key in args.cases:
-                case = CASES[key]
-                with_extender(case.extender)
-                results.append(
-                    runner.run_case(case, args.pods, current_nodes, round_suffix(round_number))
-                )
+                run(CASES[key], round_suffix(round_number))
         # The optional phases report a failure instead of losing the figures above.
         for wanted, phase, what in (
             (args.scale_nodes > current_nodes, scale, f"scale to {args.scale_nodes} nodes"),

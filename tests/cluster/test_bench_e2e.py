@@ -30,12 +30,21 @@ def test_bench_cases_schedule_every_pod_and_report_their_figures(
         extender_url=f"{extender.url}/scheduler",
         extender_pid=extender.process.pid,
     )
-    runner = e2e.Runner(cluster, qps=200, log=lambda _: None)
+    runner = e2e.Runner(cluster, qps=200, log=lambda _: None, settle_seconds=0)
     plain = runner.run_case(e2e.CASES["a"], 6, 3, "-smoke")
     through = runner.run_case(e2e.CASES["b"], 6, 3, "-smoke")
     gangs = runner.run_case(e2e.CASES["c"], e2e.GANG_SIZE, 3, "-smoke")
+    # The yardstick: kube-scheduler calling the no-op Go extender (hack/kube/cmd/noop-extender).
+    noop = e2e.NoopExtender(
+        Path(state["bin_dir"]), kubeconfig, free_port(), 200, cluster.work_dir / "noop.log"
+    )
+    cluster.noop_url, cluster.noop_pid = noop.url, noop.process.pid
+    try:
+        yardstick = runner.run_case(e2e.CASES["n"], 6, 3, "-smoke")
+    finally:
+        noop.stop()
 
-    for result in (plain, through, gangs):
+    for result in (plain, through, gangs, yardstick):
         assert result.bound == result.pods, result
         assert result.pods_per_second > 0
         assert result.algorithm_p50 > 0  # kube-scheduler's metrics were read
@@ -43,6 +52,8 @@ def test_bench_cases_schedule_every_pod_and_report_their_figures(
     assert through.extender_cpu_per_1000 is not None
     assert {"filter", "prioritize", "bind"} <= set(through.verbs)
     assert gangs.gang_latency_p50 is not None
+    assert yardstick.extender_cpu_per_1000 is not None  # the no-op extender's own CPU
+    assert not yardstick.verbs  # it has no gang-extender metrics
     section = e2e.render_markdown(
         {
             "date": "today",
@@ -53,7 +64,8 @@ def test_bench_cases_schedule_every_pod_and_report_their_figures(
             "kube_version": state["kube_version"],
             "python": "3",
             "qps": 200,
-            "cases": [plain, through, gangs],
+            "cases": [plain, through, gangs, yardstick],
         }
     )
     assert "| (b-smoke) plain pods through the extender | 3 | 6/6 |" in section
+    assert "| (n-smoke) plain pods through a no-op Go extender | 3 | 6/6 |" in section
