@@ -26,10 +26,14 @@ The cases run --rounds times in turn (a b c d n, a b c d n): on a shared
 machine one case can be slowed by something else, and the median of the
 rounds' ratios is less at the mercy of that than one ratio.
 
-Then, optionally (--scale-nodes), the cluster grows and (a)/(b) run again to
-report filter/prioritize latency with kube-scheduler's default
+Then, optionally (--scale-nodes), the cluster grows and (a), (b) and (n) run
+again to report filter/prioritize latency with kube-scheduler's default
 percentageOfNodesToScore, and the extender's RSS is read with --cache-pods
 pods in its watch cache.
+
+Verb latency is reported twice: as kube-scheduler's connections saw it, from
+a packet capture of the extender's port (bench/roundtrips.py, needs tcpdump
+and the right to capture on lo), and from the extender's own histogram.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from app.groups import (
     GROUP_APIS,
@@ -67,6 +72,7 @@ from app.kube.client import read_and_release
 # importable (app/ comes from the editable install).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.roundtrips import Capture, RoundTrips
 from hack.clusterkit import (
     REPO,
     api_client,
@@ -180,17 +186,25 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+CpuTicks = tuple[int, int]
+"""(idle + iowait, all) ticks of every CPU since boot, from /proc/stat."""
+
+
+def cpu_ticks() -> CpuTicks:
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return ticks[3] + ticks[4], sum(ticks)
+
+
+def busy_between(before: CpuTicks, after: CpuTicks) -> float:
+    """The fraction of all CPUs that were busy between two cpu_ticks() readings."""
+    return 1 - (after[0] - before[0]) / max(1, after[1] - before[1])
+
+
 def machine_busy(interval: float = 1.0) -> float:
-    """The fraction of all CPUs busy over the next `interval` seconds (/proc/stat)."""
-
-    def totals() -> tuple[int, int]:
-        ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        return ticks[3] + ticks[4], sum(ticks)  # idle + iowait, all
-
-    idle_before, all_before = totals()
+    """The fraction of all CPUs busy over the next `interval` seconds."""
+    before = cpu_ticks()
     time.sleep(interval)
-    idle_after, all_after = totals()
-    return 1 - (idle_after - idle_before) / max(1, all_after - all_before)
+    return busy_between(before, cpu_ticks())
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -271,6 +285,12 @@ class CaseResult:
     scheduler_cpu_per_1000: float | None = None
     # verb -> (p50, p99) seconds, from the extender's own histogram (server side).
     verbs: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # verb -> (p50, p99) seconds on kube-scheduler's connections (bench/roundtrips.py).
+    wire: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Why `wire` is empty in a case that called an extender (no tcpdump, ...).
+    wire_missing: str | None = None
+    # The fraction of the machine's CPUs busy from the scheduler's start to the last bind.
+    machine_busy: float = 0.0
     # kube-scheduler's scheduling_algorithm_duration (filter + score, extender calls included).
     algorithm_p50: float = 0.0
     algorithm_p99: float = 0.0
@@ -278,6 +298,18 @@ class CaseResult:
     # pods/binding as the API server timed it (whoever binds).
     api_binding_p50: float = 0.0
     api_binding_p99: float = 0.0
+
+
+def wire_latencies(
+    trips: RoundTrips | None, why_not: str | None
+) -> tuple[dict[str, tuple[float, float]], str | None]:
+    """(verb -> (p50, p99) on the wire, why there are none) of one capture."""
+    if trips is None:
+        return {}, why_not or "no capture"
+    return {
+        verb: (percentile(values, 0.5), percentile(values, 0.99))
+        for verb, values in sorted(trips.by_verb.items())
+    }, None
 
 
 def ratio(a: float, b: float) -> float:
@@ -308,6 +340,54 @@ def describe_ratios(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} (median; rounds {rounds})"
 
 
+# The speed and memory targets of the issue this benchmark answers (see BENCHMARKS.md).
+RATIO_TARGETS = (
+    ("(b)/(a) plain pods, extender / no extender", "b", "a", 0.8),
+    ("(c)/(d) gangs, extender / in-tree GangScheduling", "c", "d", 1.0),
+    ("(n)/(a) plain pods, no-op Go extender / no extender", "n", "a", None),
+    ("(b)/(n) plain pods, extender / no-op Go extender", "b", "n", None),
+    ("(b)/(a) at scale", "b-scale", "a-scale", None),
+    ("(n)/(a) at scale", "n-scale", "a-scale", None),
+)
+SCALE_LATENCY_TARGETS = (("filter", 0.002), ("prioritize", 0.005))
+RSS_TARGET_MB = 400
+CACHED_LABEL = "pods cached"
+"""What the memory entry measured with the cache filled is called (it ends with this)."""
+
+
+def _ms(pair: tuple[float, float] | None) -> str:
+    if pair is None:
+        return "-"
+    return f"{pair[0] * 1000:.2f} / {pair[1] * 1000:.2f} ms"
+
+
+def _target_rows(report: Mapping[str, Any], by: Mapping[str, CaseResult]) -> list[str]:
+    """| figure | value | target | rows: the ratios, the latencies at scale, the RSS."""
+    rows = []
+    for name, num, den, target in RATIO_TARGETS:
+        values = round_ratios(by, num, den)
+        if values:
+            goal = f">= {target}" if target is not None else "-"
+            rows.append(f"| {name} | {describe_ratios(values)} | {goal} |")
+    scale = by.get("b-scale")
+    if scale is not None:
+        for verb, limit in SCALE_LATENCY_TARGETS:
+            if verb in scale.wire:
+                where, p99 = "on kube-scheduler's connections", scale.wire[verb][1]
+            elif verb in scale.verbs:
+                where, p99 = "extender's own histogram", scale.verbs[verb][1]
+            else:
+                continue
+            rows.append(
+                f"| {verb} p99 at {scale.nodes:,} nodes ({where}) | {p99 * 1000:.2f} ms "
+                f"| <= {limit * 1000:g} ms |"
+            )
+    for label, (rss, _peak) in (report.get("memory") or {}).items():
+        if label.endswith(CACHED_LABEL):
+            rows.append(f"| extender RSS, {label} | {rss:.0f} MB | <= {RSS_TARGET_MB} MB |")
+    return rows
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     """The BENCHMARKS.md section for one run."""
     cases: list[CaseResult] = report["cases"]
@@ -322,12 +402,14 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"{report['qps']}; pods request cpu {POD_CPU}, memory {POD_MEMORY}; gangs of "
         f"{GANG_SIZE}. Pods are created first, then the scheduler is started; throughput "
         "is pods / (last bind - first bind) from a watch; latency is bind time minus "
-        "scheduler start (queue position dominates it).",
+        "scheduler start (queue position dominates it); CPU busy is the share of all "
+        "the machine's CPUs in use from the first bind to the last.",
         "",
-        "| case | nodes | pods | pods/s | pod latency p50 / p99 | gang latency p50 / p99 "
-        "| extender CPU s / 1,000 pods | kube-scheduler CPU s / 1,000 pods "
-        "| scheduling algorithm p50 / p99 | API server pods/binding p50 / p99 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| case | nodes | pods | pods/s | CPU busy | pod latency p50 / p99 "
+        "| gang latency p50 / p99 | extender CPU s / 1,000 pods "
+        "| kube-scheduler CPU s / 1,000 pods | scheduling algorithm p50 / p99 "
+        "| API server pods/binding p50 / p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cases:
         gang = (
@@ -341,40 +423,44 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         )
         lines.append(
             f"| ({c.case}) {c.description} | {c.nodes:,} | {c.bound:,}/{c.pods:,} "
-            f"| {c.pods_per_second:.1f} "
+            f"| {c.pods_per_second:.1f} | {c.machine_busy:.0%} "
             f"| {c.pod_latency_p50:.2f} / {c.pod_latency_p99:.2f} s | {gang} | {cpu} "
-            f"| {sched_cpu} | {c.algorithm_p50 * 1000:.2f} / {c.algorithm_p99 * 1000:.2f} ms "
+            f"| {sched_cpu} | {_ms((c.algorithm_p50, c.algorithm_p99))} "
             f"| {c.api_binding_p50 * 1000:.0f} / {c.api_binding_p99 * 1000:.0f} ms |"
         )
-    lines += ["", "| ratio | value | target |", "|---|---|---|"]
-    for name, num, den, target in (
-        ("(b)/(a) plain pods, extender / no extender", "b", "a", 0.8),
-        ("(c)/(d) gangs, extender / in-tree GangScheduling", "c", "d", 1.0),
-        ("(n)/(a) plain pods, no-op Go extender / no extender", "n", "a", None),
-        ("(b)/(n) plain pods, extender / no-op Go extender", "b", "n", None),
-        ("(b)/(a) at scale", "b-scale", "a-scale", None),
-    ):
-        values = round_ratios(by, num, den)
-        if values:
-            goal = f">= {target}" if target is not None else "-"
-            lines.append(f"| {name} | {describe_ratios(values)} | {goal} |")
+    lines += ["", "| figure | value | target |", "|---|---|---|", *_target_rows(report, by)]
+    wire_rows = [c for c in cases if c.wire or c.wire_missing]
+    if wire_rows:
+        lines += [
+            "",
+            "Verb round trips on kube-scheduler's connections to the extender, p50 / p99: "
+            "from the first byte of the request to the last byte of the answer, timed by a "
+            "packet capture (`bench/roundtrips.py`; kube-scheduler has no per-extender "
+            "histogram). A gang member's bind includes its wait in the permit gate:",
+            "",
+            "| case | filter | prioritize | bind |",
+            "|---|---|---|---|",
+        ]
+        for c in wire_rows:
+            if c.wire_missing:
+                lines.append(f"| ({c.case}) | not measured: {c.wire_missing} | | |")
+                continue
+            cells = [_ms(c.wire.get(verb)) for verb in ("filter", "prioritize", "bind")]
+            lines.append(f"| ({c.case}) | {' | '.join(cells)} |")
     verb_rows = [c for c in cases if c.verbs]
     if verb_rows:
         lines += [
             "",
-            "Extender verb latency, p50 / p99, from its own "
-            "`gang_extender_request_duration_seconds` (kube-scheduler has no per-extender "
-            "histogram; its scheduling algorithm time above includes filter and prioritize "
-            "round trips; bind of a gang member includes its wait in the permit gate):",
+            "The same verbs, p50 / p99, from the extender's own "
+            "`gang_extender_request_duration_seconds` (from the request read whole to the "
+            "answer written; the difference to the table above is the wire, kube-scheduler's "
+            "sending, and time the request waited for the extender's event loop):",
             "",
             "| case | filter | prioritize | bind |",
             "|---|---|---|---|",
         ]
         for c in verb_rows:
-            cells = []
-            for verb in ("filter", "prioritize", "bind"):
-                p50, p99 = c.verbs.get(verb, (0.0, 0.0))
-                cells.append(f"{p50 * 1000:.2f} / {p99 * 1000:.2f} ms")
+            cells = [_ms(c.verbs.get(verb)) for verb in ("filter", "prioritize", "bind")]
             lines.append(f"| ({c.case}) | {' | '.join(cells)} |")
     memory = report.get("memory") or {}
     if memory:
@@ -411,11 +497,16 @@ class BindWatch:
     """Watches a namespace for pods getting a node; remembers when each was first seen bound.
 
     The field selector spec.nodeName!= makes a pod appear (ADDED) the moment
-    it is bound, so the stream carries one small event per bind.
+    it is bound, so the stream carries one small event per bind. The
+    machine's CPU ticks are read at the first bind and at the `expected`th:
+    how busy the machine was while pods were being placed.
     """
 
-    def __init__(self, core: Any, namespace: str, resource_version: str) -> None:
+    def __init__(self, core: Any, namespace: str, resource_version: str, expected: int) -> None:
         self.bound_at: dict[str, float] = {}
+        self.expected = expected
+        self.ticks_at_first: CpuTicks | None = None
+        self.ticks_at_last: CpuTicks | None = None
         self._core = core
         self._namespace = namespace
         self._rv = resource_version
@@ -461,11 +552,27 @@ class BindWatch:
                     if meta.get("resourceVersion"):
                         self._rv = meta["resourceVersion"]
                     if event.get("type") in ("ADDED", "MODIFIED"):
-                        self.bound_at.setdefault(meta.get("name", ""), now)
+                        self._bound(meta.get("name", ""), now)
                 if self._stop.is_set():
                     return
         finally:
             response.release_conn()
+
+    def _bound(self, name: str, now: float) -> None:
+        if name in self.bound_at:
+            return
+        self.bound_at[name] = now
+        if len(self.bound_at) == 1:
+            self.ticks_at_first = cpu_ticks()
+        if len(self.bound_at) == self.expected:
+            self.ticks_at_last = cpu_ticks()
+
+    @property
+    def machine_busy(self) -> float:
+        """How busy the CPUs were from the first bind to the last (0 before both)."""
+        if self.ticks_at_first is None or self.ticks_at_last is None:
+            return 0.0
+        return busy_between(self.ticks_at_first, self.ticks_at_last)
 
     def stop(self) -> None:
         self._stop.set()
@@ -722,7 +829,7 @@ class Runner:
                 0.5,
             )
         rv = self.core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
-        watch = BindWatch(self.core, namespace, rv)
+        watch = BindWatch(self.core, namespace, rv, len(bodies))
         ext_before = self.extender_metrics() if case.extender else ""
         api_before = self.apiserver_binding_buckets()
         cpu_before = cpu_seconds(extender_pid) if extender_pid is not None else 0.0
@@ -735,6 +842,15 @@ class Runner:
         )
         if case.noop and extender_url is None:
             raise RuntimeError("case (n) needs the no-op extender running (Cluster.noop_url)")
+        # kube-scheduler's connections to the extender, timed on the wire.
+        capture = (
+            Capture(
+                urlsplit(extender_url).port or 80,
+                self.cluster.work_dir / f"capture-{case.key}{suffix}.pcap",
+            )
+            if extender_url is not None
+            else None
+        )
         scheduler = self.start_scheduler(case.key + suffix, extender_url, case.gangs == "native")
         t0 = time.monotonic()
         try:
@@ -762,6 +878,7 @@ class Runner:
             api_binding = bucket_delta(self.apiserver_binding_buckets(), api_before)
         finally:
             watch.stop()
+            trips = capture.stop() if capture is not None else None
             stop_process(scheduler, grace=15)
         bound = len(watch.bound_at)
         rate, span = throughput(watch.bound_at.values())
@@ -788,7 +905,11 @@ class Runner:
             nodes=nodes,
             api_binding_p50=histogram_quantile(0.5, api_binding),
             api_binding_p99=histogram_quantile(0.99, api_binding),
+            machine_busy=watch.machine_busy,
         )
+        if capture is not None:
+            result.wire, result.wire_missing = wire_latencies(trips, capture.why_not)
+            capture.path.unlink(missing_ok=True)  # tens of MB, read now
         if gang_of:
             gangs_latency = gang_latencies(
                 watch.bound_at, gang_of, dict.fromkeys(gang_of.values(), t0)
@@ -950,7 +1071,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--scale-nodes",
         type=int,
         default=5000,
-        help="then grow to this many nodes and run (a) and (b) again; 0 skips (default 5000)",
+        help="then grow to this many nodes and run (a), (b) and (n) again; 0 skips (default 5000)",
     )
     parser.add_argument(
         "--cache-pods",
@@ -1076,8 +1197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         add_nodes(lc, current_nodes + 1, args.scale_nodes)
         print(f"grew to {args.scale_nodes} nodes in {time.monotonic() - started:.0f}s", flush=True)
         current_nodes = args.scale_nodes
-        for key in "ab":
-            run(CASES[key], "-scale")
+        for key in "abn":
+            if key in args.cases:
+                run(CASES[key], "-scale")
 
     def cache() -> None:
         with_extender(True)
@@ -1091,7 +1213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             1,
         )
         print(f"{args.cache_pods} pods cached in {time.monotonic() - started:.0f}s", flush=True)
-        memory[f"{current_nodes:,} nodes, {args.cache_pods:,} pods cached"] = rss_mb(
+        memory[f"{current_nodes:,} nodes, {args.cache_pods:,} {CACHED_LABEL}"] = rss_mb(
             extender.process.pid
         )
 

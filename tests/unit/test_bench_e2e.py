@@ -138,3 +138,52 @@ def test_markdown_states_the_ratios_against_their_targets_and_replaces_the_old_s
     assert again.count(e2e.MD_BEGIN) == 1
     assert "new" in again and "a note" not in again
     assert again.endswith("## later\n")
+
+
+def test_targets_at_scale_read_the_wire_first_and_say_where_a_figure_comes_from() -> None:
+    scale = _result("b-scale", 150)
+    scale.nodes = 5000
+    scale.verbs = {"filter": (0.0001, 0.0009), "prioritize": (0.0002, 0.003)}
+    scale.wire = {"filter": (0.0003, 0.0025)}  # prioritize: not captured
+    missing = _result("b", 180)
+    missing.wire_missing = "tcpdump is not installed (apt-get install tcpdump)"
+    report: dict[str, Any] = {
+        "date": "today",
+        "label": "test",
+        "command": "python bench/e2e.py",
+        "duration": 1.0,
+        "machine": "x86_64",
+        "kube_version": "v1.37.2",
+        "python": "3.11",
+        "qps": 2000,
+        "cases": [_result("a-scale", 300), scale, missing],
+        "memory": {
+            "when stopped, 500 nodes": (100.0, 100.0),
+            f"5,000 nodes, 50,000 {e2e.CACHED_LABEL}": (230.0, 240.0),
+        },
+    }
+    section = e2e.render_markdown(report)
+    assert (
+        "| filter p99 at 5,000 nodes (on kube-scheduler's connections) | 2.50 ms | <= 2 ms |"
+        in section
+    )
+    assert (
+        "| prioritize p99 at 5,000 nodes (extender's own histogram) | 3.00 ms | <= 5 ms |"
+        in section
+    )
+    assert "| extender RSS, 5,000 nodes, 50,000 pods cached | 230 MB | <= 400 MB |" in section
+    assert "| (b)/(a) at scale | 0.50 | - |" in section
+    assert "| (b-scale) | 0.30 / 2.50 ms | - | - |" in section
+    assert "| (b) | not measured: tcpdump is not installed (apt-get install tcpdump) | | |" in (
+        section
+    )
+
+
+def test_wire_latencies_are_percentiles_of_the_captured_round_trips() -> None:
+    trips = e2e.RoundTrips(by_verb={"filter": [0.001 * i for i in range(1, 101)]})
+    wire, missing = e2e.wire_latencies(trips, None)
+    assert missing is None
+    assert wire == {"filter": (pytest.approx(0.05), pytest.approx(0.099))}
+    why = "tcpdump did not start capturing: permission denied"
+    assert e2e.wire_latencies(None, why) == ({}, why)
+    assert e2e.wire_latencies(None, None) == ({}, "no capture")
