@@ -7,7 +7,6 @@ pieces with their own clock, binder or state where that is the point.
 from __future__ import annotations
 
 import asyncio
-import functools
 import gc
 import logging
 import socket
@@ -16,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import FastAPI
 from kubernetes import client as k8s
@@ -312,32 +312,28 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         status.start()
         reflectors.extend(
             [
-                Reflector("nodes", core.list_node, _node_sink(state), loop, metrics),
-                Reflector(
-                    "pods", core.list_pod_for_all_namespaces, _pod_sink(state), loop, metrics
-                ),
+                Reflector("nodes", "/api/v1/nodes", _node_sink(state), requests, metrics),
+                Reflector("pods", "/api/v1/pods", _pod_sink(state), requests, metrics),
             ]
         )
         for source, group_api in GROUP_APIS.items():
             if source not in state.sources:
                 continue
-            list_call = functools.partial(
-                custom.list_cluster_custom_object,
-                group_api.group,
-                group_api.version,
-                group_api.plural,
-            )
+            path = f"/apis/{group_api.group}/{group_api.version}/{group_api.plural}"
             sink = _podgroup_sink(state, admission, source, waker)
-            reflectors.append(Reflector(reflector_kind(group_api), list_call, sink, loop, metrics))
+            reflectors.append(Reflector(reflector_kind(group_api), path, sink, requests, metrics))
         if election is not None and settings.leader_election_lease:
             lease_ns, _sep, lease_name = settings.leader_election_lease.partition("/")
-            list_lease = functools.partial(
-                k8s.CoordinationV1Api(client).list_namespaced_lease,
-                lease_ns,
-                field_selector=f"metadata.name={lease_name}",
+            reflectors.append(
+                Reflector(
+                    "leases",
+                    f"/apis/coordination.k8s.io/v1/namespaces/{quote(lease_ns, safe='')}/leases",
+                    Sink(election.replace, election.apply, election.delete, lambda: 1),
+                    requests,
+                    metrics,
+                    params={"fieldSelector": f"metadata.name={lease_name}"},
+                )
             )
-            sink = Sink(election.replace, election.apply, election.delete, lambda: 1)
-            reflectors.append(Reflector("leases", list_lease, sink, loop, metrics))
         for reflector in reflectors:
             reflector.start()
         heap = asyncio.create_task(freeze_heap_when_synced(reflectors))
@@ -353,10 +349,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             await follower.drain()
             await status.stop()
             observer_executor.shutdown(wait=False, cancel_futures=True)
-            for reflector in reflectors:
-                reflector.stop()
-            for reflector in reflectors:
-                await asyncio.to_thread(reflector.join, 5)
+            await asyncio.gather(*(reflector.stop() for reflector in reflectors))
             await requests.close()
 
     debug = GangDebug(

@@ -1,4 +1,4 @@
-"""The verbs' API requests on the event loop: a small asyncio HTTP/1.1 client.
+"""The verbs' API requests and the watches on the event loop: a small asyncio HTTP/1.1 client.
 
 Why not `raw_request` (app/kube/client.py) on a thread pool: profiles of the
 real kube-scheduler calling us (bench/e2e.py, plain pods: a filter, a
@@ -10,6 +10,8 @@ http.client parses headers with the email package, urllib3 adds its layers,
 and the hand-off costs a thread wake-up each way. Here a request is a few
 writes and reads on the loop (uvloop in production): the head is built by
 hand, the body serialized with orjson and the response parsed by httptools.
+A watch (`watch`) is the same on a connection of its own, its lines handed
+to the reflector as they are parsed (app/kube/reflector.py says why).
 
 What it keeps from the official client: the Configuration's host, TLS
 settings (`ssl_ca_cert`/`ca_cert_data`, `cert_file`/`key_file`,
@@ -42,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -204,6 +207,106 @@ class _Connection(asyncio.Protocol):
             self._waiter.set_result(None)
 
 
+LineHandler = Callable[[bytes], None]
+"""Called on the loop with each line of a watch, in order; what it raises ends the watch."""
+
+
+class _Stream(asyncio.Protocol):
+    """One watch: a GET whose answer is a stream of lines, each handed over as it arrives.
+
+    The lines are handled inside data_received, on the loop, with nothing
+    queued in between: a watch event costs its parse and its handling, no
+    thread and no task. A handler's exception stops the stream and is what
+    `done` raises.
+    """
+
+    def __init__(self, on_line: LineHandler) -> None:
+        self.transport: asyncio.Transport | None = None
+        loop = asyncio.get_running_loop()
+        # (status, reason) once the head arrived; `done` once the answer ended.
+        self.head: asyncio.Future[tuple[int, bytes]] = loop.create_future()
+        self.done: asyncio.Future[None] = loop.create_future()
+        self._on_line = on_line
+        self._parser = httptools.HttpResponseParser(self)
+        self._reason = b""
+        self._status = 0
+        self._pending = b""
+        self._received = False
+        self.error_body: list[bytes] = []
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    # asyncio.Protocol -------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.done.done():
+            return
+        self._received = True
+        try:
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as err:
+            if not self.done.done():  # else: a handler failed and said why
+                self._end(_BadAnswer(f"malformed answer: {err!r}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(_ConnectionLost(self._received, exc))
+
+    def _end(self, err: BaseException | None) -> None:
+        """The stream is over: `done` says how (the head is there, or fails alike)."""
+        if err is None:
+            if not self.done.done():
+                self.done.set_result(None)
+        else:
+            for future in (self.head, self.done):
+                if not future.done():
+                    future.set_exception(err)
+                    # Whoever waits reads one of the two: no "never retrieved" for the other.
+                    future.exception()
+        self.close()
+
+    # httptools callbacks ----------------------------------------------------
+
+    def on_status(self, status: bytes) -> None:
+        self._reason += status
+
+    def on_headers_complete(self) -> None:
+        self._status = self._parser.get_status_code()
+        if not self.head.done():
+            self.head.set_result((self._status, self._reason))
+
+    def on_body(self, body: bytes) -> None:
+        if self._status != 200:
+            self.error_body.append(body)
+            return
+        if b"\n" not in body:
+            self._pending += body
+            return
+        *lines, self._pending = (self._pending + body).split(b"\n")
+        self._deliver(lines)
+
+    def on_message_complete(self) -> None:
+        if self._pending.strip():
+            self._deliver([self._pending])
+        self._pending = b""
+        self._end(None)
+
+    def _deliver(self, lines: list[bytes]) -> None:
+        for line in lines:
+            if self.done.done():
+                return
+            if not line.strip():
+                continue
+            try:
+                self._on_line(line)
+            except Exception as err:
+                self._end(err)
+
+
 @dataclass(frozen=True, slots=True)
 class _Target:
     """The API server's address and TLS settings, and how a request to it is written."""
@@ -288,6 +391,60 @@ class AsyncApiClient:
         if not 200 <= status < 300:
             raise error_for(status, reason.decode("latin-1"), data)
         return data
+
+    async def watch(
+        self,
+        path: str,
+        on_line: LineHandler,
+        *,
+        on_open: Callable[[], None] = lambda: None,
+        timeout_seconds: float,
+        connect_timeout_seconds: float = 10,
+    ) -> None:
+        """GET `path` (a watch) and hand each line of the answer to `on_line`, on the loop.
+
+        `on_open` is called once the API server answered 200. Returns when
+        the server ends the answer (its timeoutSeconds). Raises what
+        `on_line` raised, the ApiError of a status other than 200, or
+        Transient when the connection fails, breaks off, or the answer has
+        not ended `timeout_seconds` after it began. A watch has a connection
+        of its own, outside the pool and the in-flight limit (it is open for
+        minutes); cancelling the call closes it.
+        """
+        headers, _payload = request_parts(self._client, "GET", path, None, "application/json")
+        try:
+            target = self._target or self._resolve()
+        except ValueError as err:  # no usable address
+            raise Transient(f"API server {self._name!r}: {err}") from None
+        request = target.encode("GET", path, headers, b"")
+        stream: _Stream | None = None
+        try:
+            async with asyncio.timeout(connect_timeout_seconds):
+                _transport, stream = await asyncio.get_running_loop().create_connection(
+                    lambda: _Stream(on_line),
+                    target.host,
+                    target.port,
+                    ssl=target.tls,
+                    server_hostname=target.server_hostname,
+                )
+                assert stream.transport is not None
+                stream.transport.write(request)
+                status, reason = await stream.head
+            if status != 200:
+                await stream.done
+                raise error_for(status, reason.decode("latin-1"), b"".join(stream.error_body))
+            on_open()
+            async with asyncio.timeout(timeout_seconds):
+                await stream.done
+        except TimeoutError:
+            raise Transient(
+                f"API server {self._name} did not answer or end the watch of {path} in time"
+            ) from None
+        except (OSError, _ConnectionLost, _BadAnswer) as err:
+            raise Transient(f"watch of {path} on {self._name} broke off: {err}") from None
+        finally:
+            if stream is not None:
+                stream.close()
 
     async def close(self) -> None:
         """Close the idle connections; those in use close when their request ends."""

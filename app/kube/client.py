@@ -2,17 +2,19 @@
 
 Every writer in app/kube/ on a thread sends its requests through
 `raw_request`, which turns a failed answer into an ApiError
-(app/kube/errors.py); the watches use the generated list methods
-(app/kube/reflector.py) and read their raw responses with `read_and_release`.
-The verbs' pod calls use app/kube/aio.py on the event loop instead, or
+(app/kube/errors.py). The verbs' pod calls and the watches
+(app/kube/reflector.py) use app/kube/aio.py on the event loop instead, or
 `ThreadedRequests` when the API server is behind a proxy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,7 +24,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from urllib3.exceptions import HTTPError
 
-from app.kube.errors import Transient, error_for
+from app.kube.errors import ApiError, Transient, error_for
 
 
 class KubeConfigError(RuntimeError):
@@ -160,6 +162,105 @@ class ThreadedRequests:
             timeout=timeout_seconds,
         )
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def watch(
+        self,
+        path: str,
+        on_line: Callable[[bytes], None],
+        *,
+        on_open: Callable[[], None] = lambda: None,
+        timeout_seconds: float,
+        connect_timeout_seconds: float = 10,
+    ) -> None:
+        """AsyncApiClient.watch through urllib3 (and so through the proxy).
+
+        The stream is read on a thread of its own (a watch is open for
+        minutes: not one of the executor's); `on_open` and every line are
+        handed to the loop, in order, and run there. `timeout_seconds` bounds
+        each read. Cancelling the call cuts the read short.
+        """
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        stopping = threading.Event()
+        responses: list[Any] = []
+
+        def stop() -> None:
+            stopping.set()
+            for response in responses:
+                with contextlib.suppress(Exception):
+                    response.shutdown()  # unblocks the thread's read
+
+        def finish(err: BaseException | None) -> None:  # on the loop
+            if done.done():
+                return
+            if err is None:
+                done.set_result(None)
+            else:
+                done.set_exception(err)
+
+        def deliver(lines: list[bytes]) -> None:  # on the loop
+            for line in lines:
+                if done.done():
+                    return
+                if not line.strip():
+                    continue
+                try:
+                    on_line(line)
+                except Exception as err:
+                    finish(err)
+                    stop()
+                    return
+
+        def to_loop(fn: Callable[..., None], *args: Any) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(fn, *args)
+
+        def read() -> None:  # on the thread
+            try:
+                headers, _payload = request_parts(
+                    self._client, "GET", path, None, "application/json"
+                )
+                response = self._client.rest_client.pool_manager.request(
+                    "GET",
+                    self._client.configuration.host + path,
+                    headers=headers,
+                    timeout=urllib3.Timeout(connect=connect_timeout_seconds, read=timeout_seconds),
+                    preload_content=False,
+                )
+                responses.append(response)
+                if stopping.is_set():
+                    response.shutdown()
+                if response.status != 200:
+                    raise error_for(response.status, response.reason, read_and_release(response))
+                to_loop(on_open)
+                pending = b""
+                for chunk in response.stream(65536, decode_content=True):
+                    if stopping.is_set():
+                        return
+                    if b"\n" not in chunk:
+                        pending += chunk
+                        continue
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    to_loop(deliver, lines)
+                to_loop(deliver, [pending])
+                to_loop(finish, None)
+            except ApiError as err:
+                to_loop(finish, err)
+            except Exception as err:
+                if not stopping.is_set():
+                    to_loop(finish, Transient(f"watch of {path} broke off: {err}"))
+            finally:
+                for response in responses:
+                    # A stream cut short still has unread bytes: never reuse its connection.
+                    with contextlib.suppress(Exception):
+                        response.close()
+                        response.release_conn()
+
+        threading.Thread(target=read, name="kube-watch", daemon=True).start()
+        try:
+            await done
+        finally:
+            stop()
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

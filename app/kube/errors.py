@@ -47,6 +47,12 @@ class Rejected(ApiError):
     """Any other 4xx: the API server refused the request as sent."""
 
 
+class Gone(Rejected):
+    """410: a resourceVersion or continue token too old (compacted away); list again."""
+
+    reason = "gone"
+
+
 class Invalid(Rejected):
     """422: the request failed validation (a patch of a pod that changed under us)."""
 
@@ -70,6 +76,8 @@ def error_for(status: int, reason: str | None, body: bytes | str | None) -> ApiE
         return Conflict(text)
     if status in (401, 403):
         return Forbidden(text)
+    if status == 410:
+        return Gone(text)
     if status == 422:
         return Invalid(text)
     if status == 429 or status >= 500:

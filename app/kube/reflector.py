@@ -1,37 +1,41 @@
 """List-then-watch reflectors that keep ClusterState in step with the API server.
 
-One thread per kind does the blocking HTTP work and JSON decoding; every
-change is then applied on the asyncio loop (call_soon_threadsafe), so state is
-only ever touched from one thread. The protocol is client-go's Reflector:
-list (paginated) and remember the list's resourceVersion; watch from it with
-bookmarks; on 410 Gone list again and reconcile; on a dropped connection
-reconnect from the last resourceVersion seen, with backoff. Watching from the
-last applied resourceVersion is what makes every event count exactly once.
+The protocol is client-go's Reflector: list (paginated) and remember the
+list's resourceVersion; watch from it with bookmarks; on 410 Gone list again
+and reconcile; on a dropped connection reconnect from the last
+resourceVersion seen, with backoff. Watching from the last applied
+resourceVersion is what makes every event count exactly once.
+
+It all runs on the event loop, as one task per kind: the watch's bytes are
+read by the loop (app/kube/aio.py) and each event is decoded and applied in
+the same callback, so the cache is only ever touched from the loop's thread
+and no reflector thread competes with the verbs for the GIL. (A watch cost a
+thread's chunked reading in urllib3, a wake-up of the loop and a GIL hand-over
+per read; profiles of kube-scheduler calling us put that above the decoding
+itself.) Behind a proxy the watch's reading is on a thread of its own
+(`ThreadedRequests.watch`); the events are applied on the loop all the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlencode
 
 import orjson
-from kubernetes.client.exceptions import ApiException
 
-from app.kube.client import read_and_release
+from app.kube.errors import ApiError, Gone
 from app.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-ListCall = Callable[..., Any]
-"""A generated list method (e.g. CoreV1Api.list_node) or a partial of one."""
-
 _PAGE_SIZE = 500
 _WATCH_TIMEOUT_SECONDS = 300
+_LIST_TIMEOUT_SECONDS = 60
 _MAX_BACKOFF_SECONDS = 30.0
 
 
@@ -41,7 +45,7 @@ class ResourceExpired(Exception):
 
 @dataclass(frozen=True)
 class Sink:
-    """What a reflector does with what it reads; all three run on the event loop."""
+    """What a reflector does with what it reads; all of it runs on the event loop."""
 
     replace: Callable[[list[Mapping[str, Any]]], None]
     upsert: Callable[[Mapping[str, Any]], None]
@@ -49,26 +53,56 @@ class Sink:
     count: Callable[[], int]
 
 
+class ListWatch(Protocol):
+    """The requests a reflector makes: app/kube/aio.AsyncApiClient or client.ThreadedRequests."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        content_type: str = "application/json",
+        timeout_seconds: float = 10,
+    ) -> bytes: ...
+
+    async def watch(
+        self,
+        path: str,
+        on_line: Callable[[bytes], None],
+        *,
+        on_open: Callable[[], None] = ...,
+        timeout_seconds: float,
+        connect_timeout_seconds: float = 10,
+    ) -> None: ...
+
+
 class Reflector:
+    """Lists and watches one collection (`path`, e.g. /api/v1/pods) into a Sink."""
+
     def __init__(
         self,
         kind: str,
-        list_call: ListCall,
+        path: str,
         sink: Sink,
-        loop: asyncio.AbstractEventLoop,
+        api: ListWatch,
         metrics: Metrics,
         *,
+        params: Mapping[str, str] | None = None,
         watch_timeout_seconds: int = _WATCH_TIMEOUT_SECONDS,
+        page_size: int = _PAGE_SIZE,
     ) -> None:
+        """params: query parameters of every list and watch (a fieldSelector, say)."""
         self.kind = kind
-        self._list_call = list_call
+        self._path = path
+        self._params = dict(params or {})
         self._sink = sink
-        self._loop = loop
+        self._api = api
         self._metrics = metrics
         self._watch_timeout = watch_timeout_seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"reflector-{kind}", daemon=True)
-        self._response: Any = None
+        self._page_size = page_size
+        self._task: asyncio.Task[None] | None = None
+        self._watching: asyncio.Task[None] | None = None
         self._synced = False
         self._last_error: str | None = None
         self._last_event = time.time()
@@ -79,29 +113,26 @@ class Reflector:
     # ---- lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        """Begin listing and watching; call on the event loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"reflector-{self.kind}"
+            )
 
-    def stop(self) -> None:
-        self._stop.set()
-        response = self._response
-        if response is not None:
-            # Unblocks the thread's read of the watch stream.
-            try:
-                response.shutdown()
-            except Exception:
-                log.debug("closing %s watch failed", self.kind, exc_info=True)
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
     def reconnect(self) -> None:
-        """Drop the current watch connection; the thread resumes from the last resourceVersion.
+        """Drop the current watch connection; watching resumes from the last resourceVersion.
 
-        What a network failure does; used by tests and safe at any time.
+        What a network failure does; used by tests and safe at any time (on the loop).
         """
-        response = self._response
-        if response is not None:
-            response.shutdown()
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
+        if self._watching is not None:
+            self._watching.cancel()
 
     @property
     def synced(self) -> bool:
@@ -116,53 +147,56 @@ class Reflector:
     def last_error(self) -> str | None:
         return self._last_error
 
-    # ---- the thread ------------------------------------------------------------------
+    # ---- the task ------------------------------------------------------------------
 
-    def _run(self) -> None:
+    async def _run(self) -> None:
         backoff = 0.5
-        while not self._stop.is_set():
+        while True:
             try:
                 if not self.resource_version:
-                    self._list()
-                self._watch()
+                    await self._list()
+                await self._watch()
                 backoff = 0.5
             except ResourceExpired:
                 log.info("%s watch expired (410 Gone); listing again", self.kind)
                 self.resource_version = ""
                 self._metrics.watch_restarts.labels(self.kind).inc()
             except Exception as err:
-                if self._stop.is_set():
-                    break
                 self._last_error = f"{type(err).__name__}: {err}"
                 self._metrics.watch_restarts.labels(self.kind).inc()
                 log.warning(
                     "%s watch failed, retrying in %.1fs: %s", self.kind, backoff, self._last_error
                 )
-                self._stop.wait(backoff)
+                await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
 
-    def _list(self) -> None:
+    def _url(self, **params: str) -> str:
+        return f"{self._path}?{urlencode({**self._params, **params})}"
+
+    async def _list(self) -> None:
         items: list[Mapping[str, Any]] = []
-        token: str | None = None
+        token = ""
         while True:
-            kwargs: dict[str, Any] = {"limit": _PAGE_SIZE}
+            params = {"limit": str(self._page_size)}
             if token:
-                kwargs["_continue"] = token
+                params["continue"] = token
             try:
-                page = self._read_json(self._list_call(_preload_content=False, **kwargs))
-            except ApiException as err:
-                if err.status == 410:
-                    # The continue token expired: start the list over.
-                    items, token = [], None
-                    continue
-                raise
+                body = await self._api.request(
+                    "GET", self._url(**params), timeout_seconds=_LIST_TIMEOUT_SECONDS
+                )
+            except Gone:
+                # The continue token expired: start the list over.
+                items, token = [], ""
+                continue
+            page = orjson.loads(body)
             items.extend(page.get("items") or ())
             meta = page.get("metadata") or {}
-            token = meta.get("continue")
+            token = meta.get("continue") or ""
             if not token:
                 self.resource_version = meta.get("resourceVersion") or ""
                 break
-        self._call_on_loop(self._apply_list, items)
+        self._sink.replace(items)
+        self._synced = True
         self._last_error = None
         self._last_event = time.time()
         log.info(
@@ -172,112 +206,71 @@ class Reflector:
             self.resource_version,
         )
 
-    def _apply_list(self, items: list[Mapping[str, Any]]) -> None:
-        self._sink.replace(items)
-        self._synced = True
-
-    def _watch(self) -> None:
-        try:
-            response = self._list_call(
-                watch=True,
-                resource_version=self.resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=self._watch_timeout,
-                _preload_content=False,
-                _request_timeout=(10, self._watch_timeout + 30),
+    async def _watch(self) -> None:
+        path = self._url(
+            watch="true",
+            resourceVersion=self.resource_version,
+            allowWatchBookmarks="true",
+            timeoutSeconds=str(self._watch_timeout),
+        )
+        self._watching = asyncio.get_running_loop().create_task(
+            self._api.watch(
+                path,
+                self._on_line,
+                on_open=self._opened,
+                timeout_seconds=self._watch_timeout + 30,
             )
-        except ApiException as err:
-            if err.status == 410:
-                raise ResourceExpired(str(err.reason)) from None
-            raise
-        self._response = response
+        )
+        try:
+            await asyncio.shield(self._watching)
+        except Gone:
+            raise ResourceExpired("the watch's resourceVersion is gone") from None
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not self._watching.cancelled() or (current is not None and current.cancelling()):
+                raise  # the reflector is stopping: the watch ends with it
+            # reconnect(): only the watch was cancelled; resume from the last resourceVersion.
+        finally:
+            watching, self._watching = self._watching, None
+            if watching is not None and not watching.done():
+                watching.cancel()
+                await asyncio.gather(watching, return_exceptions=True)
+
+    def _opened(self) -> None:
+        """The API server accepted the watch: the cache is being kept current again."""
         self._last_error = None
-        try:
-            for batch in _event_batches(response):
-                if self._stop.is_set():
-                    return
-                self._handle(batch)
-        finally:
-            self._response = None
-            # A watch cut short still has unread bytes: close it, never reuse it.
-            response.close()
-            response.release_conn()
+        self._last_event = time.time()
 
-    def _handle(self, events: list[dict[str, Any]]) -> None:
-        """Apply the events read in one go, with a single hand-over to the loop.
+    def _on_line(self, line: bytes) -> None:
+        """One watch event, applied at once (on the loop, inside the read of the stream)."""
+        event = orjson.loads(line)
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise ResourceExpired(obj.get("message", ""))
+            raise WatchError(obj.get("code"), obj.get("message"))
+        self._last_event = time.time()
+        if kind in ("ADDED", "MODIFIED"):
+            self._apply(self._sink.upsert, obj)
+        elif kind == "DELETED":
+            self._apply(self._sink.delete, obj)
+        elif kind != "BOOKMARK":
+            log.warning("%s watch sent an unknown event type %r", self.kind, kind)
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            self.resource_version = rv
 
-        One call_soon_threadsafe per event would wake the loop (a pipe write)
-        for each of the several events a pod causes while it is scheduled.
-        Events before an ERROR are still applied, in order.
-        """
-        changes: list[tuple[Callable[[Mapping[str, Any]], None], Mapping[str, Any]]] = []
-        try:
-            for event in events:
-                kind = event.get("type")
-                obj = event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise ResourceExpired(obj.get("message", ""))
-                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-                rv = (obj.get("metadata") or {}).get("resourceVersion")
-                if kind in ("ADDED", "MODIFIED"):
-                    changes.append((self._sink.upsert, obj))
-                elif kind == "DELETED":
-                    changes.append((self._sink.delete, obj))
-                elif kind != "BOOKMARK":
-                    log.warning("%s watch sent an unknown event type %r", self.kind, kind)
-                if rv:
-                    self.resource_version = rv
-                self._last_event = time.time()
-        finally:
-            if changes:
-                self._loop.call_soon_threadsafe(_apply_all, changes)
-
-    # ---- helpers -----------------------------------------------------------------------
-
-    def _call_on_loop(self, fn: Callable[[Any], None], arg: Any) -> None:
-        """Run fn(arg) on the loop and wait for it, so the list is applied before watching."""
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                fn(arg)
-            finally:
-                done.set()
-
-        self._loop.call_soon_threadsafe(run)
-        while not done.wait(0.5):
-            if self._stop.is_set() or self._loop.is_closed():
-                return
-
-    @staticmethod
-    def _read_json(response: Any) -> dict[str, Any]:
-        data: dict[str, Any] = orjson.loads(read_and_release(response))
-        return data
-
-
-def _apply_all(
-    changes: list[tuple[Callable[[Mapping[str, Any]], None], Mapping[str, Any]]],
-) -> None:
-    for apply, obj in changes:
+    def _apply(self, apply: Callable[[Mapping[str, Any]], None], obj: Mapping[str, Any]) -> None:
         try:
             apply(obj)
         except Exception:
-            # As when each event was its own loop callback: one bad object
-            # must not keep the rest of the batch from the cache.
-            log.exception("applying a watch event failed")
+            # One bad object must not stop the watch nor keep later events from the cache.
+            log.exception("applying a %s watch event failed", self.kind)
 
 
-def _event_batches(response: Any) -> Iterator[list[dict[str, Any]]]:
-    """Split a watch stream (one JSON object per line) into the events of each read."""
-    buffer = b""
-    for chunk in response.stream(65536, decode_content=True):
-        buffer += chunk
-        if b"\n" not in chunk:
-            continue
-        *lines, buffer = buffer.split(b"\n")
-        batch = [orjson.loads(line) for line in lines if line.strip()]
-        if batch:
-            yield batch
-    if buffer.strip():
-        yield [orjson.loads(buffer)]
+class WatchError(ApiError):
+    """The watch stream carried an ERROR event other than 410 Gone."""
+
+    def __init__(self, code: Any, message: Any) -> None:
+        super().__init__(f"watch error {code}: {message}")

@@ -7,8 +7,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes import client as k8s
-
+from app.kube.aio import AsyncApiClient
 from app.kube.reflector import Reflector, Sink
 from app.metrics import Metrics
 from tests.cluster.kube import Kube
@@ -50,15 +49,6 @@ async def until(condition: Any, seconds: float, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
-def configmaps(kube: Kube, namespace: str) -> Any:
-    core = k8s.CoreV1Api(kube.client)
-
-    def list_call(**kwargs: Any) -> Any:
-        return core.list_namespaced_config_map(namespace, **kwargs)
-
-    return list_call
-
-
 def create(kube: Kube, namespace: str, name: str) -> None:
     kube.core.create_namespaced_config_map(namespace, {"metadata": {"name": name}})
 
@@ -68,13 +58,17 @@ async def test_watch_resumes_after_drops_and_relists_after_410(kube: Kube, names
     metrics = Metrics()
     sink = Sink(recorder.replace, recorder.upsert, recorder.delete, lambda: len(recorder.objects))
     create(kube, namespace, "before")
-    reflector = Reflector(
-        "configmaps", configmaps(kube, namespace), sink, asyncio.get_running_loop(), metrics
-    )
+    api = AsyncApiClient(kube.client)
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    # Pages of 2: the list is paginated as with thousands of pods.
+    reflector = Reflector("configmaps", path, sink, api, metrics, page_size=2)
+    for i in range(3):
+        create(kube, namespace, f"before-{i}")
     reflector.start()
     try:
         await until(lambda: reflector.synced, 10, "the first list")
-        assert "before" in recorder.names() and recorder.lists == 1
+        assert {"before", "before-0", "before-1", "before-2"} <= recorder.names()
+        assert recorder.lists == 1
 
         # A dropped connection: changes made meanwhile arrive once each, no relist.
         reflector.reconnect()
@@ -103,5 +97,31 @@ async def test_watch_resumes_after_drops_and_relists_after_410(kube: Kube, names
         )
         assert restarts is not None and restarts >= 1
     finally:
-        reflector.stop()
-        await asyncio.to_thread(reflector.join, 5)
+        await reflector.stop()
+        await api.close()
+
+
+async def test_a_watch_the_server_ends_is_opened_again_without_a_list(
+    kube: Kube, namespace: str
+) -> None:
+    """The API server ends every watch at its timeoutSeconds; nothing is missed or listed."""
+    recorder = Recorder()
+    sink = Sink(recorder.replace, recorder.upsert, recorder.delete, lambda: len(recorder.objects))
+    api = AsyncApiClient(kube.client)
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    reflector = Reflector("configmaps", path, sink, api, Metrics(), watch_timeout_seconds=1)
+    reflector.start()
+    try:
+        await until(lambda: reflector.synced, 10, "the first list")
+        for i in range(4):
+            await asyncio.sleep(0.7)  # across several watches of one second
+            await asyncio.to_thread(create, kube, namespace, f"later-{i}")
+        await until(
+            lambda: {f"later-{i}" for i in range(4)} <= recorder.names(), 15, "every change"
+        )
+        assert recorder.lists == 1
+        assert max(recorder.applied.values()) == 1, "an event was applied twice"
+        assert reflector.healthy
+    finally:
+        await reflector.stop()
+        await api.close()

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from bench.roundtrips import PcapError, Segment, round_trips, segments
+from bench.roundtrips import PcapError, round_trips, segments
 
 SERVER = 18888
 CLIENT = 40000
@@ -97,14 +97,11 @@ def test_connections_are_told_apart_and_unanswered_requests_counted() -> None:
 def test_nanosecond_captures_and_the_segment_fields() -> None:
     data = pcap((5.000000123, packet(CLIENT, SERVER, request("filter"), snap=80)), nanoseconds=True)
     (segment,) = segments(data)
-    assert segment == Segment(
-        time=pytest.approx(5.000000123, abs=1e-9),
-        src=(LOOPBACK, CLIENT),
-        dst=(LOOPBACK, SERVER),
-        payload_length=len(request("filter")),
-        payload_start=request("filter")[: 80 - 54],
-        ends=False,
-    )
+    assert segment.time == pytest.approx(5.000000123, abs=1e-9)
+    assert (segment.src, segment.dst) == ((LOOPBACK, CLIENT), (LOOPBACK, SERVER))
+    assert segment.payload_length == len(request("filter"))
+    assert segment.payload_start == request("filter")[: 80 - 54]  # the snap length
+    assert not segment.ends
 
 
 def test_what_is_not_a_pcap_file_is_refused_with_the_reason() -> None:
