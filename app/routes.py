@@ -23,7 +23,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app.debug import GangDebug, add_debug_routes
 from app.extender import GangExtender
 from app.metrics import Metrics
-from app.wire import WireError, parse_binding_args, parse_extender_args, parse_preempt_args
+from app.wire import ExtenderArgsReader, WireError, parse_binding_args, parse_preempt_args
 
 log = logging.getLogger(__name__)
 
@@ -266,8 +266,9 @@ def _add_verbs(
         app.verb_paths[path] = endpoint
         app.add_route(path, route, methods=["POST"], name=name)
 
-    verb("filter", lambda body: extender.filter(parse_extender_args(body)))
-    verb("prioritize", lambda body: extender.prioritize(parse_extender_args(body)))
+    read_args = ExtenderArgsReader()  # prioritize often repeats filter's body
+    verb("filter", lambda body: extender.filter(read_args(body)))
+    verb("prioritize", lambda body: extender.prioritize(read_args(body)))
     verb("preempt", lambda body: extender.preempt(parse_preempt_args(body)))
     verb("bind", lambda body: extender.bind(parse_binding_args(body)), waits=True)
 

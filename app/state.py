@@ -200,6 +200,12 @@ class ClusterState:
             new.node_name = new.node_name or old.node_name
             # The gate's reservation outlives the watch's copy of the pod.
             new.reserved_node = "" if new.node_name else old.reserved_node
+            if _same_but_version(old, new):
+                # Nothing the verbs read changed (a status update of the kubelet,
+                # the echo of our own binding): no listener has anything to do,
+                # and the node's remembered scores stay valid.
+                old.resource_version = new.resource_version
+                return
         self._store(old, new)
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
@@ -446,6 +452,15 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
         placement=placement_of(spec),
         nominated_node=status.get("nominatedNodeName") or "",
     )
+
+
+def _same_but_version(old: PodRecord, new: PodRecord) -> bool:
+    """The two records are equal in every field but resource_version."""
+    version = new.resource_version
+    new.resource_version = old.resource_version
+    same = new == old
+    new.resource_version = version
+    return same
 
 
 def _unschedulable_message(status: Mapping[str, Any]) -> str:

@@ -103,3 +103,30 @@ def test_a_group_without_members_keeps_no_stamp() -> None:
     assert "default/j" not in state._group_stamps
     state.apply_pod(pod("j-0", group="j"))
     assert state.group_stamp("default/j") > first
+
+
+def test_an_update_that_changes_nothing_the_verbs_read_reaches_no_listener() -> None:
+    """The watch echoes our own binding, and the kubelet updates statuses all the time."""
+    state = cluster()
+    seen: list[str] = []
+    state.add_pod_listener(lambda old, new: seen.append(new.name if new else "gone"))
+    state.apply_pod(pod("a", group="g"))
+    state.assume_bound("default/a", "n1")
+    record = state.pods["default/a"]
+    stamp, _ = state.nodes_changed_since(0)
+    group_stamp = state.group_stamp("default/g")
+
+    echo = pod("a", group="g", node="n1")
+    echo["metadata"]["resourceVersion"] = "7"
+    echo["status"]["containerStatuses"] = [{"name": "c", "ready": False}]  # not read by us
+    state.apply_pod(echo)
+    assert seen == ["a"]  # only the first apply
+    assert state.pods["default/a"] is record
+    assert record.resource_version == "7"
+    assert state.nodes_changed_since(stamp) == (stamp, [])  # n1's scores stay remembered
+    assert state.group_stamp("default/g") == group_stamp
+
+    running = pod("a", group="g", node="n1", phase="Running")
+    state.apply_pod(running)
+    assert seen == ["a", "a"]
+    assert state.pods["default/a"].phase == "Running"

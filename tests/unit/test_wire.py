@@ -3,6 +3,7 @@ import json
 import pytest
 
 from app.wire import (
+    ExtenderArgsReader,
     WireError,
     filter_result,
     parse_binding_args,
@@ -119,3 +120,16 @@ def test_preempt_meta_victims_round_trip() -> None:
 def test_binding_requires_pod_and_node() -> None:
     with pytest.raises(WireError, match="Node must be a non-empty string"):
         parse_binding_args(body({"PodName": "a", "PodNamespace": "ns", "Node": ""}))
+
+
+def test_the_args_reader_reads_a_repeated_body_once() -> None:
+    """kube-scheduler's prioritize repeats its filter body when every node passed."""
+    read = ExtenderArgsReader()
+    filter_body = body({"Pod": pod("a"), "Nodes": None, "NodeNames": ["n1", "n2"]})
+    first = read(filter_body)
+    assert read(bytes(filter_body)) is first  # equal bytes, another object
+    fewer = read(body({"Pod": pod("a"), "Nodes": None, "NodeNames": ["n2"]}))
+    assert fewer is not first and fewer.names == ["n2"]
+    with pytest.raises(WireError):
+        read(b"{not json")
+    assert read(body({"Pod": pod("a"), "Nodes": None, "NodeNames": ["n2"]})).names == ["n2"]
