@@ -51,6 +51,7 @@ class Settings:
     leader_identity: str | None = None
     on_partial_bind: str = "delete-bound"
     max_request_bytes: int = 64 * 1024 * 1024
+    api_max_in_flight: int = 32
     shutdown_grace_seconds: float = 10.0
     gang_feasibility: bool = True
     gang_aging_seconds: float = 60.0
@@ -306,6 +307,14 @@ _OPTIONS = (
         "largest verb request body accepted; larger ones get HTTP 413 (a filter call with "
         "full Node objects for 5,000 nodes is about 50 MiB)",
         "BYTES",
+    ),
+    _Option(
+        "api_max_in_flight",
+        _positive_int,
+        "API requests of the verbs (bindings above all) under way at once; the rest wait "
+        "their turn here, not in the API server. Each is a kept-alive connection, and a new "
+        "one costs a TLS handshake on both sides",
+        "N",
     ),
     _Option(
         "shutdown_grace_seconds",

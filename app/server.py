@@ -64,25 +64,20 @@ from app.wakeup import SiblingWaker
 log = logging.getLogger(__name__)
 
 
-# Threads for the verbs' API calls (bindings above all) when the API server is
-# behind a proxy and app/kube/aio.py cannot be used (otherwise those calls run
-# on the event loop and nothing else uses these threads). kube-scheduler binds
-# every pod in its own goroutine and the API server answers a binding in tens
-# of milliseconds when the control plane is busy, so at a hundred pods per
-# second fewer threads make bindings queue (bench/e2e.py measured seconds of
-# bind latency with 16). The threads mostly wait on sockets.
-_API_THREADS = 64
+def verb_requests(client: k8s.ApiClient, max_in_flight: int) -> AsyncApiClient | ThreadedRequests:
+    """The verbs' requests and the watches: on the event loop, or through a proxy on threads.
 
-
-def verb_requests(client: k8s.ApiClient) -> AsyncApiClient | ThreadedRequests:
-    """The verbs' requests: on the event loop, or on threads through a proxy (see aio.py)."""
+    At most `max_in_flight` requests are under way at once (--api-max-in-flight):
+    the slots of AsyncApiClient, or the threads of the pool (see app/kube/aio.py).
+    """
     if uses_proxy(client.configuration):
         log.info(
-            "API server behind a proxy: the verbs' requests run on threads", extra={"verb": None}
+            "API server behind a proxy: the verbs' requests and the watches run on threads",
+            extra={"verb": None},
         )
-        executor = ThreadPoolExecutor(max_workers=_API_THREADS, thread_name_prefix="kube-api")
+        executor = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="kube-api")
         return ThreadedRequests(client, executor)
-    return AsyncApiClient(client)
+    return AsyncApiClient(client, max_in_flight=max_in_flight)
 
 
 def _pod_sink(state: ClusterState) -> Sink:
@@ -178,13 +173,13 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     # Enough connections for the watches, the observers' writes and one per
     # API thread if the verbs need them (a request finding the pool empty opens
     # a new TLS connection; the pool keeps no more connections than were used).
-    client = client or api_client(settings.kubeconfig, pool_size=_API_THREADS + 16)
+    client = client or api_client(settings.kubeconfig, pool_size=settings.api_max_in_flight + 16)
     core = k8s.CoreV1Api(client)
     custom = k8s.CustomObjectsApi(client)
     metrics = Metrics()
     state = ClusterState()
     admission = Admission(settings.denied_pg_expiration_seconds)
-    requests = verb_requests(client)
+    requests = verb_requests(client, settings.api_max_in_flight)
     api = PodApi(requests)
     election: LeaderElection | None = None
     leader: LeaderCheck = AlwaysLeader()

@@ -339,9 +339,9 @@ class AsyncApiClient:
         self,
         client: k8s.ApiClient,
         *,
-        max_idle: int = 128,
+        max_idle: int | None = None,
         idle_seconds: float = 30.0,
-        max_in_flight: int = 128,
+        max_in_flight: int = 32,
     ) -> None:
         if uses_proxy(client.configuration):
             raise ValueError("AsyncApiClient cannot use a proxy: use ThreadedRequests")
@@ -350,12 +350,17 @@ class AsyncApiClient:
         # Where and how to connect, read from the Configuration at the first request
         # (tests and tools build the extender with an empty one).
         self._target: _Target | None = None
-        self._max_idle = max_idle
-        # Requests beyond this wait here, as they once waited for an API
-        # thread: bind waves of hundreds of gangs must not reach the API server
-        # at once (unbounded, bench/e2e.py saw its binding p50 at 1.6 s and our
-        # RSS double, every connection open meanwhile). With 64, bindings
-        # queued here at 260 pods/s (bind p50 0.4 s, API server 0.1 s).
+        # As many idle connections as requests may be under way: one closed
+        # after a busy moment is a TLS handshake at the next (1.3 ms of our CPU
+        # against 0.1 ms for a request on a kept-alive connection).
+        self._max_idle = max_in_flight if max_idle is None else max_idle
+        # Requests beyond this wait here (--api-max-in-flight): bind waves of
+        # hundreds of gangs must not reach the API server at once. Unbounded,
+        # bench/e2e.py saw its binding p50 at 1.6 s and our RSS double. With
+        # 128, a burst of plain pods opened 128 connections (128 handshakes,
+        # a tenth of our CPU per pod) and the API server took 100-400 ms per
+        # binding; with 32 it took 25-45 ms and kube-scheduler's bind calls
+        # were answered sooner, queueing here included.
         self._slots = asyncio.Semaphore(max_in_flight)
         self._idle_seconds = idle_seconds
         self._idle: deque[_Connection] = deque()

@@ -123,3 +123,11 @@ def test_gang_feasibility_is_on_by_default_and_switches_off_by_flag_or_env() -> 
         settings(["--gang-feasibility", "maybe"])
     with pytest.raises(ConfigError, match="GANG_EXTENDER_GANG_AGING_SECONDS"):
         settings([], {"GANG_EXTENDER_GANG_AGING_SECONDS": "0"})
+
+
+def test_api_requests_in_flight_default_to_32_and_must_be_positive() -> None:
+    assert settings([]).api_max_in_flight == 32
+    assert settings(["--api-max-in-flight", "128"]).api_max_in_flight == 128
+    assert settings([], {"GANG_EXTENDER_API_MAX_IN_FLIGHT": "8"}).api_max_in_flight == 8
+    with pytest.raises(ConfigError, match="--api-max-in-flight='0': must be a whole number >= 1"):
+        settings(["--api-max-in-flight", "0"])

@@ -74,9 +74,9 @@ def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPa
 async def test_the_verbs_requests_use_threads_only_behind_a_proxy() -> None:
     direct = k8s.Configuration(host="https://10.0.0.1:6443")
     direct.proxy = None
-    assert isinstance(verb_requests(k8s.ApiClient(direct)), AsyncApiClient)
+    assert isinstance(verb_requests(k8s.ApiClient(direct), 32), AsyncApiClient)
     proxied = k8s.Configuration(host="https://10.0.0.1:6443")
     proxied.proxy, proxied.no_proxy = "http://proxy.example:3128", ""
-    requests = verb_requests(k8s.ApiClient(proxied))
+    requests = verb_requests(k8s.ApiClient(proxied), 32)
     assert isinstance(requests, ThreadedRequests)
     await requests.close()
