@@ -260,19 +260,26 @@ class Arbiter:
         return line
 
     def _bins(self) -> tuple[list[Bin], list[Bin]]:
+        """(what is free on each schedulable node, its allocatable): the packing's input.
+
+        The allocatable bins share the node records' dicts: packing never
+        changes the bins it is given (app/packing.py).
+        """
         free: list[Bin] = []
         allocatable: list[Bin] = []
+        leaving_on: dict[str, list[Resources]] = {}
+        for leaving in self._leaving.values():
+            leaving_on.setdefault(leaving.node, []).append(leaving.requests)
         for node in self._state.nodes.values():
             if node.unschedulable:
                 continue
             left = dict(node.allocatable)
             for name, amount in self._state.requested_on(node.name).items():
                 left[name] = left.get(name, 0) - amount
-            for leaving in self._leaving.values():
-                if leaving.node == node.name:
-                    add(left, leaving.requests)
+            for requests in leaving_on.get(node.name, ()):
+                add(left, requests)
             free.append(Bin(node.name, left, node.labels, node.taints))
-            allocatable.append(Bin(node.name, dict(node.allocatable), node.labels, node.taints))
+            allocatable.append(Bin(node.name, node.allocatable, node.labels, node.taints))
         return free, allocatable
 
     def _holder(self, key: str, claim: _Claim) -> Holder:

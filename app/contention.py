@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from app.packing import Bin, Demand, Packing, give, pack, take
+from app.packing import Bin, Demand, Packing, give, index_of, pack, take
 
 
 class Ruling(StrEnum):
@@ -118,10 +118,7 @@ def decide(
     keeps it out.
     """
     holders = [h for h in holders if h.key != candidate.key]
-    bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
-    for holder in holders:
-        give_back = {n: {k: -v for k, v in r.items()} for n, r in holder.remaining.items()}
-        give(bins, give_back)
+    bins, index = _room_left(free, holders)
     mine = line_key(candidate, now, aging_seconds)
     blocker: tuple[str, int] | None = None
     for other in order_line([g for g in line if g.key != candidate.key], now, aging_seconds):
@@ -129,7 +126,7 @@ def decide(
             break
         ahead = pack(other.demands, bins, other.need)
         if ahead.fits:
-            take(bins, ahead.plan, other.demands)
+            take(bins, ahead.plan, other.demands, index=index)
             blocker = blocker or (other.key, other.priority)
         elif (
             other.aged(now, aging_seconds)
@@ -146,8 +143,8 @@ def decide(
         (h for h in holders if h.priority < candidate.priority),
         key=lambda h: (h.priority, -h.created, h.key),
     ):
-        give(bins, holder.remaining)
-        give(bins, holder.reserved)
+        give(bins, holder.remaining, index=index)
+        give(bins, holder.reserved, index=index)
         released.append(holder.key)
         packing = pack(candidate.demands, bins, candidate.need)
         if packing.fits:
@@ -156,8 +153,9 @@ def decide(
     # cluster itself is short (not a matter of waiting in line). Packed only
     # here: most gangs are admitted above, and this is a second whole packing.
     unheld = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
+    unheld_index = index_of(unheld)
     for holder in holders:
-        give(unheld, holder.reserved)
+        give(unheld, holder.reserved, index=unheld_index)
     alone = pack(candidate.demands, unheld, candidate.need)
     if not alone.fits:
         return Decision(Ruling.SHORT, message=alone.describe(candidate.key, candidate.demands))
@@ -167,6 +165,19 @@ def decide(
     if blocker is None:  # fits alone, so a holder or a gang ahead took the room
         return Decision(Ruling.SHORT, message=packing.describe(candidate.key, candidate.demands))
     return _wait(candidate, blocker, "holds the capacity it needs")
+
+
+def _room_left(free: Sequence[Bin], holders: Sequence[Holder]) -> tuple[list[Bin], dict[str, Bin]]:
+    """A copy of `free` less what `holders` were promised and have not placed yet; its index."""
+    bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
+    index = index_of(bins)
+    for holder in holders:
+        give(
+            bins,
+            {n: {k: -v for k, v in r.items()} for n, r in holder.remaining.items()},
+            index=index,
+        )
+    return bins, index
 
 
 def _wait(candidate: Gang, behind: tuple[str, int], why: str) -> Decision:
@@ -192,14 +203,12 @@ def wake_order(
     allocatable: Sequence[Bin] = (),
 ) -> list[str]:
     """The waiting gangs that would be admitted now, in line order (to wake their pods)."""
-    bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
-    for holder in holders:
-        give(bins, {n: {k: -v for k, v in r.items()} for n, r in holder.remaining.items()})
+    bins, index = _room_left(free, holders)
     chosen: list[str] = []
     for gang in order_line(waiting, now, aging_seconds):
         packing: Packing = pack(gang.demands, bins, gang.need)
         if packing.fits:
-            take(bins, packing.plan, gang.demands)
+            take(bins, packing.plan, gang.demands, index=index)
             chosen.append(gang.key)
             if len(chosen) >= limit:
                 break

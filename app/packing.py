@@ -14,11 +14,11 @@ real placement, so a "yes" is never wrong. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.resources import Resources, add, format_resources, shortfall, subtract
+from app.resources import Resources, add, format_resources, shortfall, subtract, total_of
 
 # ---- where a pod may go -----------------------------------------------------------
 
@@ -193,7 +193,7 @@ class Packing:
 
     def describe(self, group_key: str, demands: Sequence[Demand]) -> str:
         """Why the gang does not fit, for its members' FailedScheduling events."""
-        need_total = _sum(d.requests for d in demands)
+        need_total = total_of(d.requests for d in demands)
         text = (
             f"gang {group_key} needs {self.need} more member(s) placed at once "
             f"({format_resources(_visible(need_total))} in all) but only {len(self.plan)} fit "
@@ -216,40 +216,70 @@ def pack(demands: Sequence[Demand], bins: Sequence[Bin], need: int | None = None
     Stops once `need` members are placed (default: all). `bins` are not
     modified. Members are ordered by their dominant share of the total free
     capacity, so "largest" means largest where the cluster is tightest.
+
+    The contention line packs gang after gang over every node for one
+    admission, so this does no per-node work it can avoid: a node's free
+    capacity is copied only when a member lands on it, the nodes a placement
+    allows are found once per distinct placement (a gang's members share
+    one), and members that all ask alike are ordered by name without
+    summing the cluster's capacity.
     """
     wanted = len(demands) if need is None else min(need, len(demands))
     if wanted <= 0:
         return Packing({}, 0)
-    free = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in bins]
-    total = _sum(b.free for b in free)
-    order = sorted(demands, key=lambda d: (-_dominant_share(d.requests, total), d.key))
+    order = _largest_first(demands, bins)
+    # Bin index -> what is left on it once members landed there (the rest: bin.free).
+    landed: dict[int, Resources] = {}
+    allowed_by_rules: dict[Placement | None, list[int]] = {}
     plan: dict[str, str] = {}
     left: list[Demand] = []
     no_node: list[str] = []
     for demand in order:
         if len(plan) >= wanted:
             break
-        rules = demand.placement or _ANY
-        allowed = [b for b in free if rules.allows(b.name, b.labels, b.taints)]
+        allowed = allowed_by_rules.get(demand.placement)
+        if allowed is None:
+            rules = demand.placement or _ANY
+            allowed = [i for i, b in enumerate(bins) if rules.allows(b.name, b.labels, b.taints)]
+            allowed_by_rules[demand.placement] = allowed
         if not allowed:
             no_node.append(demand.key)
             left.append(demand)
             continue
-        target = next((b for b in allowed if not shortfall(demand.requests, b.free)), None)
+        requests = demand.requests
+        target = next(
+            (i for i in allowed if not shortfall(requests, landed.get(i, bins[i].free))), None
+        )
         if target is None:
             left.append(demand)
             continue
-        subtract(target.free, demand.requests)
-        plan[demand.key] = target.name
+        free = landed.get(target)
+        if free is None:
+            free = landed[target] = dict(bins[target].free)
+        subtract(free, requests)
+        plan[demand.key] = bins[target].name
     gap: Resources = {}
     if len(plan) < wanted and left:
+        after = [
+            Bin(b.name, landed[i], b.labels, b.taints) if i in landed else b
+            for i, b in enumerate(bins)
+        ]
         # What is missing, in the aggregate, for the members still to place.
-        missing = _sum(d.requests for d in left[: wanted - len(plan)])
-        gap = shortfall(missing, _sum(b.free for b in free))
+        missing = total_of(d.requests for d in left[: wanted - len(plan)])
+        gap = shortfall(missing, total_of(b.free for b in after))
         if not gap:
             # Enough in total but fragmented: name the first member's need.
-            gap = _largest_gap(left[0].requests, free)
+            gap = _largest_gap(left[0].requests, after)
     return Packing(plan, wanted, tuple(d.key for d in left), gap, tuple(no_node))
+
+
+def _largest_first(demands: Sequence[Demand], bins: Sequence[Bin]) -> list[Demand]:
+    """The members by dominant share of the cluster's free capacity, largest first, then name."""
+    first = demands[0].requests
+    if all(d.requests == first for d in demands):
+        return sorted(demands, key=lambda d: d.key)  # equal shares: the name decides
+    total = total_of(b.free for b in bins)
+    return sorted(demands, key=lambda d: (-_dominant_share(d.requests, total), d.key))
 
 
 def _dominant_share(requests: Mapping[str, int], total: Mapping[str, int]) -> float:
@@ -270,13 +300,6 @@ def _largest_gap(requests: Mapping[str, int], bins: Sequence[Bin]) -> Resources:
     return best or dict(requests)
 
 
-def _sum(items: Iterable[Mapping[str, int]]) -> Resources:
-    total: Resources = {}
-    for item in items:
-        add(total, item)
-    return total
-
-
 def _visible(resources: Mapping[str, int]) -> Resources:
     """Pods slots count in the packing but read oddly in a message unless short."""
     return {k: v for k, v in resources.items() if v}
@@ -293,9 +316,23 @@ def bins_from(
     ]
 
 
-def take(bins: Sequence[Bin], plan: Mapping[str, str], demands: Sequence[Demand]) -> None:
-    """Subtract a plan's members from `bins` in place (capacity promised to that gang)."""
-    by_name = {b.name: b for b in bins}
+def index_of(bins: Sequence[Bin]) -> dict[str, Bin]:
+    """`bins` by node name, for callers that give or take many times over the same bins."""
+    return {b.name: b for b in bins}
+
+
+def take(
+    bins: Sequence[Bin],
+    plan: Mapping[str, str],
+    demands: Sequence[Demand],
+    *,
+    index: Mapping[str, Bin] | None = None,
+) -> None:
+    """Subtract a plan's members from `bins` in place (capacity promised to that gang).
+
+    index: index_of(bins), when the caller has it.
+    """
+    by_name = index if index is not None else index_of(bins)
     by_key = {d.key: d for d in demands}
     for key, node in plan.items():
         target = by_name.get(node)
@@ -304,9 +341,17 @@ def take(bins: Sequence[Bin], plan: Mapping[str, str], demands: Sequence[Demand]
             subtract(target.free, demand.requests)
 
 
-def give(bins: Sequence[Bin], held: Mapping[str, Mapping[str, int]]) -> None:
-    """Add capacity back to `bins` in place (a released gang's holdings, per node)."""
-    by_name = {b.name: b for b in bins}
+def give(
+    bins: Sequence[Bin],
+    held: Mapping[str, Mapping[str, int]],
+    *,
+    index: Mapping[str, Bin] | None = None,
+) -> None:
+    """Add capacity back to `bins` in place (a released gang's holdings, per node).
+
+    index: index_of(bins), when the caller has it.
+    """
+    by_name = index if index is not None else index_of(bins)
     for node, amount in held.items():
         target = by_name.get(node)
         if target is not None:
