@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from bench import e2e
+from bench.roundtrips import Capture
 from tests.cluster.chart_pod import free_port
 from tests.cluster.session import CLUSTER_DIR, Extender
 
@@ -54,6 +55,19 @@ def test_bench_cases_schedule_every_pod_and_report_their_figures(
     assert gangs.gang_latency_p50 is not None
     assert yardstick.extender_cpu_per_1000 is not None  # the no-op extender's own CPU
     assert not yardstick.verbs  # it has no gang-extender metrics
+    # kube-scheduler's calls timed on the wire (bench/roundtrips.py), where tcpdump can
+    # capture (.ci/run installs it); else the report says why they are missing.
+    assert plain.wire == {} and plain.wire_missing is None  # no extender, nothing to time
+    if capture_possible():
+        for result in (through, yardstick):
+            assert result.wire_missing is None, result.wire_missing
+            assert {"filter", "prioritize", "bind"} <= set(result.wire), result.wire
+            assert all(0 < p50 <= p99 < 30 for p50, p99 in result.wire.values())
+        assert "bind" in gangs.wire
+    else:
+        assert through.wire == {} and through.wire_missing
+    for result in (plain, through, gangs, yardstick):
+        assert 0 < result.machine_busy <= 1
     section = e2e.render_markdown(
         {
             "date": "today",
@@ -69,3 +83,10 @@ def test_bench_cases_schedule_every_pod_and_report_their_figures(
     )
     assert "| (b-smoke) plain pods through the extender | 3 | 6/6 |" in section
     assert "| (n-smoke) plain pods through a no-op Go extender | 3 | 6/6 |" in section
+
+
+def capture_possible() -> bool:
+    """tcpdump is installed and may capture on lo here (root, or CAP_NET_RAW)."""
+    probe = Capture(1, CLUSTER_DIR / "bench-smoke" / "probe.pcap")
+    probe.stop()
+    return probe.why_not is None
