@@ -22,9 +22,11 @@ started, so pod creation is not what is measured. Throughput is pods /
 gets the same raised client QPS, so the API rate limit is not what is
 measured either. The extender runs only in the cases that use it; its CPU
 time (from /proc) is counted from the scheduler's start to the last bind.
-The cases run --rounds times in turn (a b c d n, a b c d n): on a shared
-machine one case can be slowed by something else, and the median of the
-rounds' ratios is less at the mercy of that than one ratio.
+The cases run --rounds times, every other round in reverse order (a b c d n,
+n d c b a, a b c d n): on a shared machine one case can be slowed by
+something else, and the median of the rounds' ratios is less at the mercy of
+that than one ratio; reversing puts what drifts over a run (the control
+plane's history grows) on both sides of each ratio.
 
 Then, optionally (--scale-nodes), the cluster grows and (a), (b) and (n) run
 again to report filter/prioritize latency with kube-scheduler's default
@@ -319,6 +321,11 @@ def ratio(a: float, b: float) -> float:
 def round_suffix(round_number: int) -> str:
     """The case label suffix of a round: none for the first, "-r2" and on for the others."""
     return "" if round_number == 1 else f"-r{round_number}"
+
+
+def round_order(cases: str, round_number: int) -> str:
+    """The cases of a round: as given in odd rounds, reversed in even ones."""
+    return cases if round_number % 2 else cases[::-1]
 
 
 def round_ratios(by: Mapping[str, CaseResult], num: str, den: str) -> list[float]:
@@ -1062,9 +1069,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--rounds",
         type=int,
-        default=2,
-        help="run the cases this many times in turn; ratios are reported per round and "
-        "as their median, so one disturbed case does not decide them (default 2)",
+        default=3,
+        help="run the cases this many times, every other round in reverse order; ratios "
+        "are reported per round and as their median, so one disturbed case does not decide "
+        "them (default 3)",
     )
     parser.add_argument("--qps", type=int, default=2000, help="kube-scheduler client QPS and burst")
     parser.add_argument(
@@ -1219,7 +1227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         for round_number in range(1, args.rounds + 1):
-            for key in args.cases:
+            for key in round_order(args.cases, round_number):
                 run(CASES[key], round_suffix(round_number))
         # The optional phases report a failure instead of losing the figures above.
         for wanted, phase, what in (

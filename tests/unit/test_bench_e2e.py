@@ -189,3 +189,7 @@ def test_wire_latencies_are_percentiles_of_the_captured_round_trips() -> None:
     why = "tcpdump did not start capturing: permission denied"
     assert e2e.wire_latencies(None, why) == ({}, why)
     assert e2e.wire_latencies(None, None) == ({}, "no capture")
+
+
+def test_every_other_round_runs_the_cases_in_reverse() -> None:
+    assert [e2e.round_order("abcdn", n) for n in (1, 2, 3)] == ["abcdn", "ndcba", "abcdn"]
