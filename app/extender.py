@@ -28,7 +28,18 @@ from app.groups import (
 from app.kube.errors import ApiError
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
-from app.preemption import Preemptor, VictimPolicy, describe_gap, preemption_gap, select_victims
+from app.packing import Demand, placement_of
+from app.preemption import (
+    GangRoom,
+    PreemptionsInFlight,
+    Preemptor,
+    VictimPolicy,
+    choose_for_gang,
+    describe_gap,
+    gang_room,
+    preemption_gap,
+    select_victims,
+)
 from app.resources import QuantityError, pod_requests
 from app.scoring import NodeScorer, ScoringPolicy
 from app.state import ClusterState, GroupNotFound, PodRecord, node_record_from, pod_record_from
@@ -105,6 +116,7 @@ class GangExtender:
         # node -> the last preemptor kube-scheduler proposed it for; names the
         # culprit in the victims' events.
         self.preemptors_by_node: dict[str, str] = {}
+        self._preemptions = PreemptionsInFlight()
         self._waker = waker
         self._observer: GangObserver = observer or NullObserver()
         self.state = state
@@ -261,6 +273,7 @@ class GangExtender:
             return preempt_result([])
         spec = pod.spec
         preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key if spec else None)
+        room: GangRoom | None = None
         if spec is not None and pod.ref is not None:
             blocker = self._preemption_blocker(spec, pod.ref, preemptor, pod.pod_spec)
             if blocker is not None:
@@ -270,7 +283,23 @@ class GangExtender:
                     extra={"pod": pod.key, "podgroup": spec.key, "verb": "preempt"},
                 )
                 return preempt_result([])
+            room = self._gang_room(spec.key, pod, preemptor)
+            if room.fits:
+                log.info(
+                    "preempting nothing: the %d member(s) of gang %s still needing room fit "
+                    "in what earlier preemptions are freeing; they wait for it",
+                    len(room.waiting),
+                    spec.key,
+                    extra={"pod": pod.key, "podgroup": spec.key, "verb": "preempt"},
+                )
+                return preempt_result([])
         selection = select_victims(preemptor, args.candidates, self.state, self._victim_policy)
+        if room is not None and selection.candidates:
+            # One candidate, so that the siblings know where this member goes.
+            chosen = choose_for_gang(selection.candidates, self.state, room)
+            selection.candidates = [chosen]
+            own = room.waiting[0].requests
+            self._preemptions.record(pod.uid, chosen.node, own, chosen.victim_uids)
         for node, why in selection.dropped.items():
             log.info(
                 "candidate dropped: %s",
@@ -288,6 +317,15 @@ class GangExtender:
             extra={"pod": pod.key, "podgroup": spec.key if spec else None, "verb": "preempt"},
         )
         return preempt_result(selection.candidates)
+
+    def _gang_room(self, group_key: str, pod: PodView, preemptor: Preemptor) -> GangRoom:
+        try:
+            requests = pod_requests(pod.pod_spec)
+        except QuantityError:
+            requests = {}
+        own = Demand(pod.key, requests, placement_of(pod.pod_spec))
+        in_flight = self._preemptions.active(self.state)
+        return gang_room(self.state, in_flight, preemptor, own, group_key)
 
     def _preemption_blocker(
         self,

@@ -4,19 +4,24 @@ kube-scheduler's DefaultPreemption picks, per node, the lowest-priority pods
 whose removal lets the preemptor fit, then asks extenders to confirm. It knows
 nothing of gangs: it would evict one member of a running gang (breaking it)
 or evict pods for a gang that can never start. This module is where that is
-fixed. It only removes candidates or adds victims on the same node; the
-ordering of the survivors is kube-scheduler's own (PDB violations, highest
-victim priority, priority sum, victim count, start time), applied after us.
-Pure: reads ClusterState, no I/O.
+fixed. It removes candidates or adds victims on the same node; for a
+plain preemptor the ordering of the survivors is kube-scheduler's own (PDB
+violations, highest victim priority, priority sum, victim count, start
+time), applied after us. For a gang member it picks the one candidate
+itself, knowing where the member's siblings are going (the second half of
+this module). Pure: reads ClusterState, no I/O.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from app.admission import wholeness
 from app.groups import GroupSpec, PodGroupSpecError
+from app.packing import Bin, Demand, pack
 from app.resources import Resources, add, format_resources, shortfall, subtract
 from app.state import ClusterState, GroupNotFound, PodRecord
 
@@ -163,3 +168,169 @@ def describe_gap(group_key: str, gap: Resources) -> str:
         f"gang {group_key} cannot fit even after evicting every lower-priority pod "
         f"(short by {format_resources(gap)}): preempting nothing"
     )
+
+
+# ---- a gang's members preempting one after the other --------------------------------
+#
+# kube-scheduler preempts for one pod at a time, deletes the victims
+# asynchronously and records the preemptor's nominatedNodeName; our watch
+# reports both a few milliseconds later. Gang members fail together and
+# preempt within those milliseconds, so without a memory of their own each
+# sibling sees neither the room being freed nor who it is promised to, and
+# evicts again: one node emptied for two members while a third node loses a
+# pod for nothing. So for gang members the preempt verb (1) preempts nothing
+# when the members still needing room fit in what earlier preemptions are
+# freeing, (2) hands kube-scheduler a single candidate, the one that makes
+# room for most members, and (3) remembers it until the member lands.
+
+IN_FLIGHT_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A candidate we let kube-scheduler carry out for a gang member."""
+
+    preemptor_uid: str
+    node: str
+    requests: Resources
+    victim_uids: frozenset[str]
+    at: float
+
+
+class PreemptionsInFlight:
+    """Gang members' preemptions from our answer until the member holds a node.
+
+    An entry also ends after IN_FLIGHT_SECONDS (kube-scheduler gave up on the
+    nomination, or the victims outlived a normal grace period): siblings then
+    preempt on what the cluster shows, as kube-scheduler alone would.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._by_uid: dict[str, Preemption] = {}
+
+    def record(
+        self, preemptor_uid: str, node: str, requests: Resources, victims: list[str]
+    ) -> None:
+        self._by_uid[preemptor_uid] = Preemption(
+            preemptor_uid, node, requests, frozenset(victims), self._clock()
+        )
+
+    def active(self, state: ClusterState) -> list[Preemption]:
+        now = self._clock()
+        for uid, entry in list(self._by_uid.items()):
+            preemptor = state.pod_by_uid(uid)
+            landed = preemptor is not None and (
+                bool(preemptor.placed_node) or preemptor.terminal or preemptor.deleting
+            )
+            if landed or now - entry.at > IN_FLIGHT_SECONDS:
+                del self._by_uid[uid]
+        return list(self._by_uid.values())
+
+
+@dataclass(frozen=True, slots=True)
+class GangRoom:
+    """Where a gang's waiting members could go once earlier preemptions are done."""
+
+    bins: list[Bin]
+    # Pods on their way out (victims in flight, pods being deleted): counted free in bins.
+    leaving: frozenset[str]
+    # The members still needing room (unplaced, promised no node), the preemptor first.
+    waiting: list[Demand]
+
+    @property
+    def fits(self) -> bool:
+        """All waiting members fit: the siblings wait for the room, nobody needs evicting."""
+        return pack(self.waiting, self.bins).fits
+
+
+def gang_room(
+    state: ClusterState,
+    in_flight: Sequence[Preemption],
+    preemptor: Preemptor,
+    own: Demand,
+    group_key: str,
+) -> GangRoom:
+    """Free capacity per schedulable node once leaving pods are gone and nominated pods landed.
+
+    Leaving: victims of preemptions in flight, and pods already being
+    deleted. Nominated: the preemptors in flight and pods kube-scheduler
+    nominated that rank at least as high as `preemptor` (its filters count
+    those). The preemptor's own earlier nomination is not counted: asking
+    again means kube-scheduler let go of it.
+    """
+    victims = {uid for entry in in_flight for uid in entry.victim_uids}
+    promised: dict[str, tuple[str, Resources]] = {}
+    for pod in state.pods.values():
+        waiting = pod.nominated_node and not pod.placed_node and not pod.terminal
+        if waiting and pod.priority >= preemptor.priority:
+            promised[pod.uid] = (pod.nominated_node, pod.requests)
+    for entry in in_flight:
+        promised[entry.preemptor_uid] = (entry.node, entry.requests)
+    promised.pop(preemptor.uid, None)
+
+    left: dict[str, Resources] = {}
+    for node in state.nodes.values():
+        if not node.unschedulable:
+            free = dict(node.allocatable)
+            subtract(free, state.requested_on(node.name))
+            left[node.name] = free
+    leaving: set[str] = set()
+    for pod in state.pods.values():
+        node_free = left.get(pod.placed_node) if pod.placed_node else None
+        if node_free is not None and not pod.terminal and (pod.deleting or pod.uid in victims):
+            add(node_free, pod.requests)
+            leaving.add(pod.uid)
+    for node_name, requests in promised.values():
+        node_free = left.get(node_name)
+        if node_free is not None:
+            subtract(node_free, requests)
+    bins = [
+        Bin(n.name, left[n.name], n.labels, n.taints)
+        for n in state.nodes.values()
+        if n.name in left
+    ]
+
+    waiting_members = [own]
+    for pod in state.members(group_key):
+        if pod.placed_node or pod.nominated_node or pod.uid in promised:
+            continue  # holds a node, or is promised one
+        if pod.uid != preemptor.uid and pod.key != own.key:
+            waiting_members.append(Demand(pod.key, pod.requests, pod.placement))
+    return GangRoom(bins, frozenset(leaving), waiting_members)
+
+
+def choose_for_gang(
+    candidates: Sequence[Candidate], state: ClusterState, room: GangRoom
+) -> Candidate:
+    """The one candidate to preempt on: kube-scheduler's order, with room for most members first.
+
+    kube-scheduler ranks candidates by PDB violations, then the highest victim
+    priority, then the victims' priority sum and count. Between candidates equal
+    on the first two, the one whose freed room takes more of the waiting
+    members wins: two members placed for one eviction beat one member each.
+    The node name breaks the last ties, so the choice is reproducible.
+    """
+    room_by_node = {b.name: b for b in room.bins}
+
+    def rank(candidate: Candidate) -> tuple[int, int, int, int, int, str]:
+        known = [v for uid in candidate.victim_uids if (v := state.pod_by_uid(uid)) is not None]
+        priorities = [v.priority for v in known]
+        fitting = 0
+        base = room_by_node.get(candidate.node)
+        if base is not None:
+            free = dict(base.free)
+            for victim in known:
+                if victim.uid not in room.leaving:
+                    add(free, victim.requests)
+            fitting = len(pack(room.waiting, [Bin(base.name, free, base.labels, base.taints)]).plan)
+        return (
+            candidate.num_pdb_violations,
+            max(priorities, default=0),
+            -fitting,
+            sum(priorities),
+            len(candidate.victim_uids),
+            candidate.node,
+        )
+
+    return min(candidates, key=rank)

@@ -210,6 +210,59 @@ async def test_preemptor_not_yet_in_the_cache_still_counts_toward_the_gangs_need
     assert list(r.json()["NodeNameToMetaVictims"]) == ["n2"]
 
 
+async def test_gang_members_preempting_in_a_row_evict_no_more_than_the_gang_needs(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    """The sequence of a CI failure: three members preempt within 50 ms, before our
+    watch reports any victim's deletion or nomination. kube-scheduler alone evicted
+    a third pod on a node the gang then did not need."""
+    w, client = world
+    w.state.apply_node(node("n3"))  # 3 nodes x 4 CPUs
+    for name, at, cpu in [
+        ("big-1", "n1", "3"),
+        ("small-2", "n1", "500m"),
+        ("big-0", "n2", "3"),
+        ("big-2", "n3", "3"),
+        ("small-0", "n3", "500m"),
+        ("small-1", "n3", "500m"),
+    ]:
+        w.state.apply_pod(pod(name, node=at, cpu=cpu))
+    w.state.apply_podgroup(podgroup("urgent", 3))
+    members = []
+    for i in range(3):
+        member = pod(f"u-{i}", group="urgent", cpu="2")
+        member["spec"]["priority"] = 1000
+        w.state.apply_pod(member)
+        members.append(member)
+    every_node = {
+        "n1": {"Pods": [{"UID": "uid-default-big-1"}], "NumPDBViolations": 0},
+        "n2": {"Pods": [{"UID": "uid-default-big-0"}], "NumPDBViolations": 0},
+        "n3": {"Pods": [{"UID": "uid-default-big-2"}], "NumPDBViolations": 0},
+    }
+
+    async def preempt(member: dict[str, Any], victims: dict[str, Any]) -> dict[str, Any]:
+        r = await post(client, "preempt", {"Pod": member, "NodeNameToMetaVictims": victims})
+        assert r.status_code == 200
+        result: dict[str, Any] = r.json()["NodeNameToMetaVictims"]
+        return result
+
+    # One candidate only, and the one whose eviction makes room for two members.
+    assert await preempt(members[2], every_node) == {
+        "n2": {"Pods": [{"UID": "uid-default-big-0"}], "NumPDBViolations": 0}
+    }
+    # The next member still needs a node of its own (n2 is left room for one more).
+    second = await preempt(members[0], every_node)
+    assert list(second) in (["n1"], ["n3"])
+    # The last one fits next to the first in the room being freed on n2: no eviction.
+    n1_small = {"n1": {"Pods": [{"UID": "uid-default-small-2"}], "NumPDBViolations": 0}}
+    assert await preempt(members[1], {**every_node, **n1_small}) == {}
+    assert await preempt(members[1], n1_small) == {}
+    # Once the first member landed, its in-flight record ends; the watch shows the rest.
+    w.state.apply_pod({**members[2], "spec": {**members[2]["spec"], "nodeName": "n2"}})
+    w.state.delete_pod("default", "big-0")
+    assert await preempt(members[1], n1_small) == {}
+
+
 async def test_a_member_whose_podgroup_is_unknown_yet_evicts_nothing(
     world: tuple[World, httpx.AsyncClient],
 ) -> None:
