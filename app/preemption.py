@@ -260,27 +260,27 @@ def gang_room(
     again means kube-scheduler let go of it.
     """
     victims = {uid for entry in in_flight for uid in entry.victim_uids}
-    promised: dict[str, tuple[str, Resources]] = {}
-    for pod in state.pods.values():
-        waiting = pod.nominated_node and not pod.placed_node and not pod.terminal
-        if waiting and pod.priority >= preemptor.priority:
-            promised[pod.uid] = (pod.nominated_node, pod.requests)
-    for entry in in_flight:
-        promised[entry.preemptor_uid] = (entry.node, entry.requests)
-    promised.pop(preemptor.uid, None)
-
     left: dict[str, Resources] = {}
     for node in state.nodes.values():
         if not node.unschedulable:
             free = dict(node.allocatable)
             subtract(free, state.requested_on(node.name))
             left[node.name] = free
+    promised: dict[str, tuple[str, Resources]] = {}
     leaving: set[str] = set()
-    for pod in state.pods.values():
-        node_free = left.get(pod.placed_node) if pod.placed_node else None
-        if node_free is not None and not pod.terminal and (pod.deleting or pod.uid in victims):
-            add(node_free, pod.requests)
-            leaving.add(pod.uid)
+    for pod in state.pods.values():  # one pass: a preempt call may meet 50,000 cached pods
+        if pod.terminal:
+            continue
+        if pod.placed_node:
+            node_free = left.get(pod.placed_node)
+            if node_free is not None and (pod.deleting or pod.uid in victims):
+                add(node_free, pod.requests)
+                leaving.add(pod.uid)
+        elif pod.nominated_node and pod.priority >= preemptor.priority:
+            promised[pod.uid] = (pod.nominated_node, pod.requests)
+    for entry in in_flight:
+        promised[entry.preemptor_uid] = (entry.node, entry.requests)
+    promised.pop(preemptor.uid, None)
     for node_name, requests in promised.values():
         node_free = left.get(node_name)
         if node_free is not None:
