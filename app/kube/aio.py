@@ -53,7 +53,7 @@ import httptools
 from kubernetes import client as k8s
 from kubernetes.client.rest import should_bypass_proxies
 
-from app.kube.client import request_parts
+from app.kube.client import LineBuffer, request_parts
 from app.kube.errors import Transient, error_for
 
 _CRLF_CHARS = frozenset("\r\n")
@@ -230,7 +230,7 @@ class _Stream(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._reason = b""
         self._status = 0
-        self._pending = b""
+        self._lines = LineBuffer()
         self._received = False
         self.error_body: list[bytes] = []
 
@@ -283,24 +283,16 @@ class _Stream(asyncio.Protocol):
         if self._status != 200:
             self.error_body.append(body)
             return
-        if b"\n" not in body:
-            self._pending += body
-            return
-        *lines, self._pending = (self._pending + body).split(b"\n")
-        self._deliver(lines)
+        self._deliver(self._lines.feed(body))
 
     def on_message_complete(self) -> None:
-        if self._pending.strip():
-            self._deliver([self._pending])
-        self._pending = b""
+        self._deliver(self._lines.rest())
         self._end(None)
 
     def _deliver(self, lines: list[bytes]) -> None:
         for line in lines:
             if self.done.done():
                 return
-            if not line.strip():
-                continue
             try:
                 self._on_line(line)
             except Exception as err:

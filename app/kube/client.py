@@ -16,7 +16,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import urllib3
@@ -131,6 +131,44 @@ def read_and_release(response: Any) -> bytes:
         response.release_conn()
 
 
+class Requests(Protocol):
+    """One API request, awaited: AsyncApiClient (app/kube/aio.py) or ThreadedRequests."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        content_type: str = "application/json",
+        timeout_seconds: float = 10,
+    ) -> bytes: ...
+
+
+class LineBuffer:
+    """A watch's answer, read in chunks, cut into its lines (one JSON event each).
+
+    Both watch readers use it: AsyncApiClient's parser callbacks and
+    ThreadedRequests' thread. Blank lines are dropped.
+    """
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The lines `data` completes; a partial last line waits for the next chunk."""
+        if b"\n" not in data:
+            self._pending += data
+            return []
+        *lines, self._pending = (self._pending + data).split(b"\n")
+        return [line for line in lines if line.strip()]
+
+    def rest(self) -> list[bytes]:
+        """The last line when the answer ended without a newline after it."""
+        rest, self._pending = self._pending, b""
+        return [rest] if rest.strip() else []
+
+
 class ThreadedRequests:
     """`raw_request` on a thread pool, awaitable: the verbs' path when a proxy is configured.
 
@@ -202,8 +240,6 @@ class ThreadedRequests:
             for line in lines:
                 if done.done():
                     return
-                if not line.strip():
-                    continue
                 try:
                     on_line(line)
                 except Exception as err:
@@ -233,16 +269,14 @@ class ThreadedRequests:
                 if response.status != 200:
                     raise error_for(response.status, response.reason, read_and_release(response))
                 to_loop(on_open)
-                pending = b""
+                buffer = LineBuffer()
                 for chunk in response.stream(65536, decode_content=True):
                     if stopping.is_set():
                         return
-                    if b"\n" not in chunk:
-                        pending += chunk
-                        continue
-                    *lines, pending = (pending + chunk).split(b"\n")
-                    to_loop(deliver, lines)
-                to_loop(deliver, [pending])
+                    lines = buffer.feed(chunk)
+                    if lines:
+                        to_loop(deliver, lines)
+                to_loop(deliver, buffer.rest())
                 to_loop(finish, None)
             except ApiError as err:
                 to_loop(finish, err)

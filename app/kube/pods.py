@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote
 
 import orjson
 
+from app.kube.client import Requests
 from app.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
 
 log = logging.getLogger(__name__)
@@ -26,20 +27,6 @@ WAKEUP_ANNOTATION = "gang-extender.dev/wakeup"
 
 _RETRIES = 3
 _RETRY_DELAY_SECONDS = 0.2
-
-
-class Requests(Protocol):
-    """One API request, awaited: AsyncApiClient (app/kube/aio.py) or ThreadedRequests."""
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
-        *,
-        content_type: str = "application/json",
-        timeout_seconds: float = 10,
-    ) -> bytes: ...
 
 
 class PodApi:

@@ -28,6 +28,7 @@ from urllib.parse import urlencode
 
 import orjson
 
+from app.kube.client import Requests
 from app.kube.errors import ApiError, Gone
 from app.metrics import Metrics
 
@@ -53,18 +54,8 @@ class Sink:
     count: Callable[[], int]
 
 
-class ListWatch(Protocol):
+class ListWatch(Requests, Protocol):
     """The requests a reflector makes: app/kube/aio.AsyncApiClient or client.ThreadedRequests."""
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
-        *,
-        content_type: str = "application/json",
-        timeout_seconds: float = 10,
-    ) -> bytes: ...
 
     async def watch(
         self,
