@@ -82,14 +82,6 @@ class _Claim:
     baseline: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class _Leaving:
-    """A placed pod on its way out, as it was when it started leaving."""
-
-    node: str
-    requests: Resources
-
-
 @dataclass(slots=True)
 class _Waiting:
     ref: GroupRef
@@ -143,10 +135,6 @@ class Arbiter:
         self._memo: dict[str, tuple[int, int, Verdict]] = {}
         # claim key -> (its members' stamp, the claim, what it holds): see _holder().
         self._holders: dict[str, tuple[int, _Claim, Holder]] = {}
-        # Placed pods on their way out (preemption victims, pods being deleted):
-        # pod key -> where it is and what it holds. Their room is as good as free for a gang,
-        # as it is for kube-scheduler's nominated preemptors.
-        self._leaving: dict[str, _Leaving] = {}
 
     # ---- the filter verb's question ------------------------------------------------------
 
@@ -265,22 +253,12 @@ class Arbiter:
         The allocatable bins share the node records' dicts: packing never
         changes the bins it is given (app/packing.py).
         """
-        free: list[Bin] = []
-        allocatable: list[Bin] = []
-        leaving_on: dict[str, list[Resources]] = {}
-        for leaving in self._leaving.values():
-            leaving_on.setdefault(leaving.node, []).append(leaving.requests)
-        for node in self._state.nodes.values():
-            if node.unschedulable:
-                continue
-            left = dict(node.allocatable)
-            for name, amount in self._state.requested_on(node.name).items():
-                left[name] = left.get(name, 0) - amount
-            for requests in leaving_on.get(node.name, ()):
-                add(left, requests)
-            free.append(Bin(node.name, left, node.labels, node.taints))
-            allocatable.append(Bin(node.name, node.allocatable, node.labels, node.taints))
-        return free, allocatable
+        allocatable = [
+            Bin(node.name, node.allocatable, node.labels, node.taints)
+            for node in self._state.nodes.values()
+            if not node.unschedulable
+        ]
+        return self._state.room(), allocatable
 
     def _holder(self, key: str, claim: _Claim) -> Holder:
         """What a claiming gang holds; reused while neither the claim nor a member changed.
@@ -409,24 +387,16 @@ class Arbiter:
         self.waker.wake_pods("preemptor-wakeup", still)
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
-        """Track pods leaving, wake the line when capacity frees, fail a claim fast."""
+        """Wake the line when capacity frees, fail a claim fast."""
         if new is None and old is not None and old.preempted and not old.node_name:
             self._wake_nominated()
-        if old is not None:
-            self._leaving.pop(old.key, None)
-            if (
-                old.group is not None
-                and old.group.key in self.claims
-                and (new is None or not new.counts_as_member)
-            ):
-                self._recheck.add(old.group.key)
         if (
-            new is not None
-            and new.placed_node
-            and not new.terminal
-            and (new.deleting or new.preempted)
+            old is not None
+            and old.group is not None
+            and old.group.key in self.claims
+            and (new is None or not new.counts_as_member)
         ):
-            self._leaving[new.key] = _Leaving(new.placed_node, new.requests)
+            self._recheck.add(old.group.key)
         if (
             old is None
             or new is None

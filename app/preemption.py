@@ -21,7 +21,7 @@ from enum import StrEnum
 
 from app.admission import wholeness
 from app.groups import GroupSpec, PodGroupSpecError
-from app.packing import Bin, Demand, pack
+from app.packing import Bin, Demand, index_of, pack
 from app.resources import Resources, add, format_resources, shortfall, subtract
 from app.state import ClusterState, GroupNotFound, PodRecord
 
@@ -253,43 +253,36 @@ def gang_room(
 ) -> GangRoom:
     """Free capacity per schedulable node once leaving pods are gone and nominated pods landed.
 
-    Leaving: victims of preemptions in flight, and pods already being
-    deleted. Nominated: the preemptors in flight and pods kube-scheduler
-    nominated that rank at least as high as `preemptor` (its filters count
-    those). The preemptor's own earlier nomination is not counted: asking
-    again means kube-scheduler let go of it.
+    Leaving: victims of preemptions in flight, and ClusterState.leaving
+    (pods being deleted or marked as victims). Nominated: the preemptors in
+    flight and pods kube-scheduler nominated that rank at least as high as
+    `preemptor` (its filters count those). The preemptor's own earlier
+    nomination is not counted: asking again means kube-scheduler let go of it.
     """
-    victims = {uid for entry in in_flight for uid in entry.victim_uids}
-    left: dict[str, Resources] = {}
-    for node in state.nodes.values():
-        if not node.unschedulable:
-            free = dict(node.allocatable)
-            subtract(free, state.requested_on(node.name))
-            left[node.name] = free
-    promised: dict[str, tuple[str, Resources]] = {}
-    leaving: set[str] = set()
-    for pod in state.pods.values():  # one pass: a preempt call may meet 50,000 cached pods
-        if pod.terminal:
-            continue
-        if pod.placed_node:
-            node_free = left.get(pod.placed_node)
-            if node_free is not None and (pod.deleting or pod.uid in victims):
-                add(node_free, pod.requests)
-                leaving.add(pod.uid)
-        elif pod.nominated_node and pod.priority >= preemptor.priority:
-            promised[pod.uid] = (pod.nominated_node, pod.requests)
+    bins = state.room()
+    by_node = index_of(bins)
+    leaving = {pod.uid for pod in state.leaving.values()}
+    for entry in in_flight:
+        for uid in entry.victim_uids:
+            victim = state.pod_by_uid(uid)
+            if victim is None or victim.uid in leaving or victim.terminal:
+                continue
+            target = by_node.get(victim.placed_node)
+            if target is not None:
+                add(target.free, victim.requests)
+                leaving.add(victim.uid)
+    promised: dict[str, tuple[str, Resources]] = {
+        pod.uid: (pod.nominated_node, pod.requests)
+        for pod in state.nominated.values()
+        if pod.priority >= preemptor.priority
+    }
     for entry in in_flight:
         promised[entry.preemptor_uid] = (entry.node, entry.requests)
     promised.pop(preemptor.uid, None)
     for node_name, requests in promised.values():
-        node_free = left.get(node_name)
-        if node_free is not None:
-            subtract(node_free, requests)
-    bins = [
-        Bin(n.name, left[n.name], n.labels, n.taints)
-        for n in state.nodes.values()
-        if n.name in left
-    ]
+        target = by_node.get(node_name)
+        if target is not None:
+            subtract(target.free, requests)
 
     waiting_members = [own]
     for pod in state.members(group_key):

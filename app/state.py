@@ -28,7 +28,7 @@ from app.groups import (
     group_ref_of_pod,
     spec_from_labels,
 )
-from app.packing import Placement, Taint, placement_of, taints_of
+from app.packing import Bin, Placement, Taint, placement_of, taints_of
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
 from app.timestamps import parse_rfc3339
 
@@ -134,6 +134,12 @@ class ClusterState:
     _requested: dict[str, Resources] = field(default_factory=dict)
     # uid -> pod key: preemption victims arrive as UIDs.
     _by_uid: dict[str, str] = field(default_factory=dict)
+    # Placed pods on their way out (being deleted, or marked as preemption
+    # victims), by key: their room is as good as free for a gang, as
+    # kube-scheduler counts it for the preemptors it nominated.
+    leaving: dict[str, PodRecord] = field(default_factory=dict)
+    # Unplaced pods kube-scheduler nominated for a node (status.nominatedNodeName), by key.
+    nominated: dict[str, PodRecord] = field(default_factory=dict)
     _pod_listeners: list[PodListener] = field(default_factory=list)
     # Group sources in use (flags and API discovery); pods naming another are plain pods.
     sources: frozenset[str] = ALL_SOURCES
@@ -281,6 +287,8 @@ class ClusterState:
             listener(old, new)
 
     def _account(self, pod: PodRecord, sign: int) -> None:
+        """Count (+1) or uncount (-1) the pod where it is placed, and in `leaving`/`nominated`."""
+        self._index(pod, sign)
         node = pod.placed_node
         if not node or pod.terminal:
             return
@@ -292,6 +300,18 @@ class ClusterState:
             subtract(requested, pod.requests)
             if not requested:
                 del self._requested[node]
+
+    def _index(self, pod: PodRecord, sign: int) -> None:
+        if sign < 0:
+            self.leaving.pop(pod.key, None)
+            self.nominated.pop(pod.key, None)
+        elif pod.terminal:
+            return
+        elif pod.placed_node:
+            if pod.deleting or pod.preempted:
+                self.leaving[pod.key] = pod
+        elif pod.nominated_node:
+            self.nominated[pod.key] = pod
 
     # ---- nodes and podgroups --------------------------------------------------
 
@@ -363,6 +383,26 @@ class ClusterState:
 
     def requested_on(self, node: str) -> Resources:
         return self._requested.get(node, {})
+
+    def room(self) -> list[Bin]:
+        """What each schedulable node has free once the pods `leaving` it are gone.
+
+        A fresh copy per call, for a packing to work on (gang admission, the
+        preempt verb); below zero where a node is overcommitted.
+        """
+        leaving_on: dict[str, list[Resources]] = {}
+        for pod in self.leaving.values():
+            leaving_on.setdefault(pod.placed_node, []).append(pod.requests)
+        bins: list[Bin] = []
+        for node in self.nodes.values():
+            if node.unschedulable:
+                continue
+            free = dict(node.allocatable)
+            subtract(free, self._requested.get(node.name, {}))
+            for requests in leaving_on.get(node.name, ()):
+                add(free, requests)
+            bins.append(Bin(node.name, free, node.labels, node.taints))
+        return bins
 
     def free_resources(self, exclude_group: str | None = None) -> Resources:
         """Allocatable minus what placed pods request, over schedulable nodes.

@@ -1,3 +1,4 @@
+from app.state import ClusterState
 from tests.unit.builders import cluster, node, pod, podgroup
 
 GI = 2**30 * 1000
@@ -130,3 +131,31 @@ def test_an_update_that_changes_nothing_the_verbs_read_reaches_no_listener() -> 
     state.apply_pod(running)
     assert seen == ["a", "a"]
     assert state.pods["default/a"].phase == "Running"
+
+
+def test_leaving_and_nominated_follow_every_change_and_room_counts_leaving_as_free() -> None:
+    state = ClusterState()
+    state.replace_nodes([node("n1"), node("n2")])  # 4 CPUs each
+    state.apply_pod(pod("going", node="n1", cpu="3", deleting=True))
+    state.apply_pod(pod("staying", node="n1", cpu="1"))
+    waiting = pod("waiting", cpu="2")
+    waiting["status"]["nominatedNodeName"] = "n2"
+    state.apply_pod(waiting)
+    assert set(state.leaving) == {"default/going"}
+    assert set(state.nominated) == {"default/waiting"}
+    free = {b.name: b.free["cpu"] for b in state.room()}
+    assert free == {"n1": 4000 - 1000, "n2": 4000}  # "going" counts as gone already
+
+    state.reserve("default/waiting", "n2")  # held in the gate: placed, no longer nominated
+    assert state.nominated == {}
+    state.unreserve("default/waiting")
+    assert set(state.nominated) == {"default/waiting"}
+    state.assume_bound("default/waiting", "n2")
+    assert state.nominated == {}
+    assert {b.name: b.free["cpu"] for b in state.room()}["n2"] == 2000
+
+    state.delete_pod("default", "going")
+    assert state.leaving == {}
+    finished = pod("staying", node="n1", cpu="1", phase="Succeeded", deleting=True)
+    state.apply_pod(finished)
+    assert state.leaving == {}  # a finished pod holds nothing to free
