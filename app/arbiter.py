@@ -48,10 +48,6 @@ from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
 
-# How long after a gate-held preemption victim is gone its preemptor is woken
-# a second time (see Arbiter._wake_nominated).
-PREEMPTOR_RETRY_SECONDS = 2.0
-
 # How often the filter verb looks over every claim for one to drop (its
 # PodGroup gone, or no member reached the gate in time). A claiming gang
 # losing a member is looked at on the next filter call, whatever the time:
@@ -357,39 +353,8 @@ class Arbiter:
         self._version += 1
         self._schedule_reconsider()
 
-    def _wake_nominated(self) -> None:
-        """A preemption victim that was only held in the gate (never bound) is gone.
-
-        kube-scheduler treats the deletion of an unbound pod as no reason to
-        retry the preemptor, which then waits for the next unrelated event
-        (minutes): wake the pods it nominated for a node instead.
-        """
-        if self.waker is None:
-            return
-        nominated = [p for p in self._state.pods.values() if p.nominated_node and not p.node_name]
-        self.waker.wake_pods("preemptor-wakeup", nominated)
-        # The victim's bind call is answered with an error when its pod goes,
-        # and kube-scheduler forgets the assumed pod only once it has handled
-        # that answer: a preemptor woken before then still sees the victim on
-        # the node, fails again and is parked again. Wake it once more after.
-        asyncio.get_running_loop().call_later(
-            PREEMPTOR_RETRY_SECONDS, self._wake_nominated_again, {p.uid for p in nominated}
-        )
-
-    def _wake_nominated_again(self, uids: set[str]) -> None:
-        if self.waker is None:
-            return
-        still = [
-            p
-            for p in self._state.pods.values()
-            if p.uid in uids and p.nominated_node and not p.node_name
-        ]
-        self.waker.wake_pods("preemptor-wakeup", still)
-
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """Wake the line when capacity frees, fail a claim fast."""
-        if new is None and old is not None and old.preempted and not old.node_name:
-            self._wake_nominated()
         if (
             old is not None
             and old.group is not None

@@ -106,6 +106,8 @@ class GangDebug:
     gate_clock: Callable[[], float] | None = None
     # --gang-feasibility: who holds capacity and who waits in line ("contention").
     contention: Callable[[], dict[str, Any]] | None = None
+    # Live preemption plans (app/preemption.py).
+    preemption: Callable[[], list[dict[str, Any]]] | None = None
 
     def snapshot(self) -> dict[str, Any]:
         now = self.gate_clock() if self.gate_clock else asyncio.get_running_loop().time()
@@ -119,6 +121,8 @@ class GangDebug:
         )
         if self.contention is not None:
             doc["contention"] = self.contention()
+        if self.preemption is not None:
+            doc["preemptionPlans"] = self.preemption()
         return doc
 
 

@@ -50,6 +50,9 @@ INSUFFICIENT_RESOURCES = "InsufficientResources"
 GANG_QUEUED = "GangQueued"
 GANG_RELEASED = "GangReleased"
 PREEMPTED = "Preempted"
+PREEMPTION_PLANNED = "PreemptionPlanned"
+PREEMPTION_ENDED = "PreemptionPlanEnded"
+PREEMPTION_REFUSED = "PreemptionRefused"
 
 # events.k8s.io caps notes at 1 kB; core/v1 accepts more, but kubectl shows
 # one line per event and nobody reads further.
@@ -344,7 +347,24 @@ class GangEvents:
             text += f" (this pod was a member of gang {victim_group})"
         self._recorder.record(pod_ref(victim), WARNING, PREEMPTED, text)
 
+    def preemption_planned(self, group_key: str, message: str) -> None:
+        self._on_group(group_key, self._pending(group_key), NORMAL, PREEMPTION_PLANNED, message)
+
+    def preemption_ended(self, group_key: str, message: str) -> None:
+        self._on_group(group_key, self._pending(group_key), WARNING, PREEMPTION_ENDED, message)
+
+    def preemption_refused(self, group_key: str, message: str) -> None:
+        self._on_group(group_key, self._pending(group_key), WARNING, PREEMPTION_REFUSED, message)
+
     # ---- helpers -----------------------------------------------------------------------
+
+    def _pending(self, group_key: str) -> list[MemberRef]:
+        """A label-only gang's Events go on its members still waiting for a node."""
+        return [
+            MemberRef(p.namespace, p.name, p.uid)
+            for p in self._state.members(group_key)
+            if not p.placed_node
+        ]
 
     def _on_group(
         self,

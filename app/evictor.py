@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 from typing import Protocol
 
 from app.observer import GangObserver, MemberRef
-from app.preemption import VictimPolicy
+from app.preemption import PreemptionPlans, VictimPolicy
 from app.state import ClusterState, PodRecord
 from app.tasks import TaskSet
 
@@ -35,13 +34,13 @@ class PreemptionFollower:
         api: PodEvicter,
         observer: GangObserver,
         policy: VictimPolicy,
-        preemptors_by_node: Mapping[str, str],
+        plans: PreemptionPlans,
     ) -> None:
         self._state = state
         self._api = api
         self._observer = observer
         self._policy = policy
-        self._preemptors = preemptors_by_node
+        self._plans = plans
         self._evictions = TaskSet()
 
     async def drain(self) -> None:
@@ -51,7 +50,7 @@ class PreemptionFollower:
         """A pod kube-scheduler marked as a preemption victim: report it, maybe evict its gang."""
         if new is None or not new.preempted or (old is not None and old.preempted):
             return
-        by = self._preemptors.get(new.node_name, "a higher-priority pod")
+        by = self._plans.beneficiary(new.uid) or "a higher-priority pod"
         group_key = new.group.key if new.group is not None else None
         self._observer.victim_preempted(_ref(new), group_key, by)
         if self._policy is not VictimPolicy.WHOLE_GANG or group_key is None:

@@ -8,7 +8,6 @@ belong to no group pass every verb untouched and are bound at once.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,17 +28,7 @@ from app.kube.errors import ApiError
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
 from app.packing import Demand, placement_of
-from app.preemption import (
-    GangRoom,
-    PreemptionsInFlight,
-    Preemptor,
-    VictimPolicy,
-    choose_for_gang,
-    describe_gap,
-    gang_room,
-    preemption_gap,
-    select_victims,
-)
+from app.preemption import PreemptionPlans, Preemptor, VictimPolicy
 from app.resources import QuantityError, pod_requests
 from app.scoring import NodeScorer, ScoringPolicy
 from app.state import ClusterState, GroupNotFound, PodRecord, node_record_from, pod_record_from
@@ -106,17 +95,16 @@ class GangExtender:
         waker: SiblingWaker | None = None,
         observer: GangObserver | None = None,
         scoring: ScoringPolicy | None = None,
-        victim_policy: VictimPolicy = VictimPolicy.PROTECT,
         arbiter: Arbiter | None = None,
+        plans: PreemptionPlans | None = None,
     ) -> None:
         # None: --gang-feasibility=false, members are admitted one by one.
         self.arbiter = arbiter
         self._scorer = NodeScorer(scoring or ScoringPolicy(), state)
-        self._victim_policy = victim_policy
-        # node -> the last preemptor kube-scheduler proposed it for; names the
-        # culprit in the victims' events.
-        self.preemptors_by_node: dict[str, str] = {}
-        self._preemptions = PreemptionsInFlight()
+        # What the preempt verb answers, and every victim it handed out.
+        self.plans = plans or PreemptionPlans(
+            state, VictimPolicy.PROTECT, metrics, waker=waker, observer=observer
+        )
         self._waker = waker
         self._observer: GangObserver = observer or NullObserver()
         self.state = state
@@ -273,79 +261,31 @@ class GangExtender:
             return preempt_result([])
         spec = pod.spec
         preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key if spec else None)
-        room: GangRoom | None = None
-        if spec is not None and pod.ref is not None:
-            blocker = self._preemption_blocker(spec, pod.ref, preemptor, pod.pod_spec)
-            if blocker is not None:
-                log.info(
-                    "preempting nothing: %s",
-                    blocker,
-                    extra={"pod": pod.key, "podgroup": spec.key, "verb": "preempt"},
-                )
-                return preempt_result([])
-            room = self._gang_room(spec.key, pod, preemptor)
-            if room.fits:
-                log.info(
-                    "preempting nothing: the %d member(s) of gang %s still needing room fit "
-                    "in what earlier preemptions are freeing; they wait for it",
-                    len(room.waiting),
-                    spec.key,
-                    extra={"pod": pod.key, "podgroup": spec.key, "verb": "preempt"},
-                )
-                return preempt_result([])
-        selection = select_victims(preemptor, args.candidates, self.state, self._victim_policy)
-        if room is not None and selection.candidates:
-            # One candidate, so that the siblings know where this member goes.
-            chosen = choose_for_gang(selection.candidates, self.state, room)
-            selection.candidates = [chosen]
-            own = room.waiting[0].requests
-            self._preemptions.record(pod.uid, chosen.node, own, chosen.victim_uids)
-        for node, why in selection.dropped.items():
-            log.info(
-                "candidate dropped: %s",
-                why,
-                extra={"pod": pod.key, "node": node, "verb": "preempt"},
-            )
-        for candidate in selection.candidates:
-            self.preemptors_by_node[candidate.node] = spec.key if spec is not None else pod.key
-            # Gate-held victims must stay assumed until their deletion (see app/gate.py).
-            self.gate.note_victims(candidate.victim_uids)
-        log.debug(
-            "accepted %d of %d preemption candidates",
-            len(selection.candidates),
-            len(args.candidates),
-            extra={"pod": pod.key, "podgroup": spec.key if spec else None, "verb": "preempt"},
+        if spec is None or pod.ref is None:
+            return preempt_result(self.plans.plain(preemptor, args.candidates))
+        blocker = self.admission.preemption_blocker(
+            spec, self._siblings(spec, pod.ref, pod.uid), self.state.total_allocatable()
         )
-        return preempt_result(selection.candidates)
-
-    def _gang_room(self, group_key: str, pod: PodView, preemptor: Preemptor) -> GangRoom:
+        if blocker is not None:
+            log.info(
+                "preempting nothing: %s",
+                blocker,
+                extra={"pod": pod.key, "podgroup": spec.key, "verb": "preempt"},
+            )
+            self.plans.refuse(spec.key, blocker)
+            return preempt_result([])
         try:
             requests = pod_requests(pod.pod_spec)
         except QuantityError:
             requests = {}
         own = Demand(pod.key, requests, placement_of(pod.pod_spec))
-        in_flight = self._preemptions.active(self.state)
-        return gang_room(self.state, in_flight, preemptor, own, group_key)
-
-    def _preemption_blocker(
-        self,
-        spec: GroupSpec,
-        ref: GroupRef,
-        preemptor: Preemptor,
-        pod_spec: Mapping[str, Any],
-    ) -> str | None:
-        members = self.state.members(spec.key)
-        siblings = self._siblings(spec, ref, preemptor.uid)
-        blocker = self.admission.preemption_blocker(spec, siblings, self.state.total_allocatable())
-        if blocker is not None:
-            return blocker
-        pending = [p.requests for p in members if not p.placed_node]
-        if not any(p.uid == preemptor.uid for p in members):
-            # Our watch has not delivered the preemptor yet: it needs room too.
-            with contextlib.suppress(QuantityError):
-                pending.append(pod_requests(pod_spec))
-        gap = preemption_gap(spec, preemptor, pending, self.state)
-        return describe_gap(spec.key, gap) if gap else None
+        answer = self.plans.answer(spec, pod.ref, preemptor, own, args.candidates)
+        log.info(
+            "%s",
+            answer.message,
+            extra={"pod": pod.key, "podgroup": spec.key, "verb": "preempt"},
+        )
+        return preempt_result(answer.candidates)
 
     # ---- bind ----------------------------------------------------------------------------
 

@@ -74,8 +74,6 @@ _MAX_REASONS = 5
 # scheduler-plugins integration case "mid pg1 and 3 high regular pods").
 VICTIM_HOLD_SECONDS = 5.0
 VICTIM_ANSWER_DELAY_SECONDS = 0.5
-# How long the preempt verb's choice of victims is remembered.
-_VICTIM_MEMORY_SECONDS = 30.0
 
 
 class GateError(Exception):
@@ -85,6 +83,12 @@ class GateError(Exception):
 class Binder(Protocol):
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the pods/binding; raise ApiError on failure."""
+
+
+class VictimCheck(Protocol):
+    def is_victim(self, uid: str) -> bool:
+        """Was this pod handed to kube-scheduler as a preemption victim lately?"""
+        ...
 
 
 class PodDeleter(Protocol):
@@ -134,7 +138,10 @@ class PermitGate:
         deleter: PodDeleter | None = None,
         victim_hold_seconds: float = VICTIM_HOLD_SECONDS,
         victim_answer_delay_seconds: float = VICTIM_ANSWER_DELAY_SECONDS,
+        victims: VictimCheck | None = None,
     ) -> None:
+        # Which pods the preempt verb handed to kube-scheduler as victims (app/preemption.py).
+        self._victims = victims
         self._victim_hold_seconds = victim_hold_seconds
         self._victim_answer_delay_seconds = victim_answer_delay_seconds
         self._partial_bind = partial_bind
@@ -149,8 +156,6 @@ class PermitGate:
         self._groups: dict[str, _Group] = {}
         self._waves = TaskSet()
         self._settle_listeners: list[SettleListener] = []
-        # pod uid -> when the preempt verb accepted it as a victim.
-        self._victims: dict[str, float] = {}
         # pod key -> a released victim's waiter and its message, not answered yet.
         self._held_victims: dict[str, tuple[Waiter, str]] = {}
 
@@ -220,15 +225,6 @@ class PermitGate:
 
     def waiting_groups(self) -> dict[str, list[Waiter]]:
         return {k: list(g.waiting.values()) for k, g in self._groups.items() if g.waiting}
-
-    def note_victims(self, uids: list[str]) -> None:
-        """The preempt verb accepted these pods as victims: hold them until they are gone."""
-        now = self._now()
-        if len(self._victims) > 10_000:
-            cutoff = now - _VICTIM_MEMORY_SECONDS
-            self._victims = {u: t for u, t in self._victims.items() if t >= cutoff}
-        for uid in uids:
-            self._victims[uid] = now
 
     async def drain(self) -> None:
         """Wait for bindings in flight (used at shutdown and by tests)."""
@@ -496,8 +492,7 @@ class PermitGate:
             self._groups.pop(group.spec.key, None)
 
     def _is_victim(self, waiter: Waiter) -> bool:
-        noted = self._victims.get(waiter.uid)
-        return noted is not None and self._now() - noted < _VICTIM_MEMORY_SECONDS
+        return self._victims is not None and self._victims.is_victim(waiter.uid)
 
     def _hold_victim(self, waiter: Waiter, message: str, seconds: float) -> None:
         """Answer a preemption victim later (see VICTIM_HOLD_SECONDS); it is never bound."""
@@ -516,7 +511,6 @@ class PermitGate:
     def _answer_victim(self, waiter: Waiter, message: str) -> None:
         if self._held_victims.get(waiter.pod_key, (None, ""))[0] is waiter:
             del self._held_victims[waiter.pod_key]
-            self._victims.pop(waiter.uid, None)
             self._release(waiter, message)
 
     def _release(self, waiter: Waiter, message: str) -> None:

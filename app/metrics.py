@@ -114,6 +114,22 @@ class Metrics:
         )
         for result in ("admitted", "timeout", "rejected", "rolled-back"):
             self.admissions.labels(result)
+        # ---- preemption (app/preemption.py) ----
+        self.preemption_plan_evictions = Histogram(
+            "gang_extender_preemption_plan_evictions",
+            "Pods a preempting gang's plan evicts (one observation per plan made).",
+            buckets=(0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64),
+            registry=r,
+        )
+        self.preemption_plans = Counter(
+            "gang_extender_preemption_plans_ended",
+            "Preemption plans ended, by phase: done (the gang holds minMember), expired "
+            "(victims or members too slow), cancelled (a node gone, a higher-priority gang).",
+            ["phase"],
+            registry=r,
+        )
+        for phase in ("done", "expired", "cancelled"):
+            self.preemption_plans.labels(phase)
         # ---- lifecycle (app/status_reconciler.py, app/event_recorder.py) ----
         self.podgroups = Gauge(
             "gang_extender_podgroups",

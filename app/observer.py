@@ -59,6 +59,15 @@ class GangObserver(Protocol):
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         """The gang's reservations were released before its timeout (fail fast, gave way)."""
 
+    def preemption_planned(self, group_key: str, message: str) -> None:
+        """The gang's preemption plan was made: `message` names its nodes and victims."""
+
+    def preemption_ended(self, group_key: str, message: str) -> None:
+        """The gang's preemption plan expired or was cancelled before the gang was whole."""
+
+    def preemption_refused(self, group_key: str, message: str) -> None:
+        """The gang asked to preempt and may evict nothing (why, for its users)."""
+
 
 class NullObserver:
     """Reports nowhere; the default when nothing is wired."""
@@ -87,6 +96,15 @@ class NullObserver:
         return None
 
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        return None
+
+    def preemption_planned(self, group_key: str, message: str) -> None:
+        return None
+
+    def preemption_ended(self, group_key: str, message: str) -> None:
+        return None
+
+    def preemption_refused(self, group_key: str, message: str) -> None:
         return None
 
 
@@ -129,3 +147,15 @@ class Observers:
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         for o in self._observers:
             o.gang_released(group_key, released, message)
+
+    def preemption_planned(self, group_key: str, message: str) -> None:
+        for o in self._observers:
+            o.preemption_planned(group_key, message)
+
+    def preemption_ended(self, group_key: str, message: str) -> None:
+        for o in self._observers:
+            o.preemption_ended(group_key, message)
+
+    def preemption_refused(self, group_key: str, message: str) -> None:
+        for o in self._observers:
+            o.preemption_refused(group_key, message)

@@ -1,29 +1,58 @@
-"""Gang-aware preemption: which of kube-scheduler's candidates we accept, and their victims.
+"""Gang-aware preemption: the one owner of what is evicted, for whom, and until when.
 
 kube-scheduler's DefaultPreemption picks, per node, the lowest-priority pods
-whose removal lets the preemptor fit, then asks extenders to confirm. It knows
-nothing of gangs: it would evict one member of a running gang (breaking it)
-or evict pods for a gang that can never start. This module is where that is
-fixed. It removes candidates or adds victims on the same node; for a
-plain preemptor the ordering of the survivors is kube-scheduler's own (PDB
-violations, highest victim priority, priority sum, victim count, start
-time), applied after us. For a gang member it picks the one candidate
-itself, knowing where the member's siblings are going (the second half of
-this module). Pure: reads ClusterState, no I/O.
+whose removal lets the preemptor fit, then asks extenders to confirm. It
+knows nothing of gangs. For a **plain preemptor** we only refuse candidates
+that would break a running gang (`select_victims`); kube-scheduler orders the
+survivors. For a **gang member** the first preempt call makes one plan for
+the whole gang (app/preemption_planner.py: the nodes its missing members go
+to and the fewest victims on them), and every member's call is answered
+from that plan: a member gets its planned node with that node's victims, or
+nothing when its room is free or being freed already. No new victims while
+the plan lives; it is made again only once it ended (done, expired, or
+cancelled because a fact it rested on changed).
+
+Every other component asks `PreemptionPlans` instead of keeping preemption
+state: the gate whether a waiting pod is a victim (`is_victim`), the
+evictor whom a victim made room for (`beneficiary`), /debug the live
+plans. It wakes the members waiting for room when their victims are gone,
+including victims kube-scheduler only held (never bound), whose deletion
+it does not treat as a reason to retry the preemptor. No I/O of its own:
+the waker and the observers do the writing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from app.admission import wholeness
-from app.groups import GroupSpec, PodGroupSpecError
-from app.packing import Bin, Demand, index_of, pack
-from app.resources import Resources, add, format_resources, shortfall, subtract
+from app.groups import GroupRef, GroupSpec, PodGroupSpecError
+from app.metrics import Metrics
+from app.observer import GangObserver, NullObserver
+from app.packing import Bin, Demand, index_of
+from app.preemption_planner import Evictable, PlanResult, plan
+from app.resources import Resources, add, shortfall, subtract
 from app.state import ClusterState, GroupNotFound, PodRecord
+from app.wakeup import SiblingWaker
+
+log = logging.getLogger(__name__)
+
+# How long a plan may take from the first eviction to the gang holding its
+# nodes: victims' grace period (30 s by default) and the members' scheduling.
+PLAN_SECONDS = 60.0
+# How long a pod handed to kube-scheduler as a victim is remembered (gate hold, Events).
+VICTIM_MEMORY_SECONDS = 30.0
+# After a held (never bound) victim is gone, its preemptor is woken again this
+# much later: kube-scheduler forgets the assumed victim only once it handled
+# the bind verb's answer, and a preemptor woken before that fails once more.
+PREEMPTOR_RETRY_SECONDS = 2.0
 
 
 class VictimPolicy(StrEnum):
@@ -31,6 +60,18 @@ class VictimPolicy(StrEnum):
     PROTECT = "protect"
     # A gang member may be a victim only together with its whole gang.
     WHOLE_GANG = "whole-gang"
+
+
+class PlanPhase(StrEnum):
+    PLANNED = "planned"  # made; no victim handed to kube-scheduler yet
+    EVICTING = "evicting"  # victims handed, some still on their nodes
+    PLACING = "placing"  # every victim gone: members are being placed
+    DONE = "done"  # the gang holds minMember (bound or reserved)
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+ENDED = frozenset({PlanPhase.DONE, PlanPhase.EXPIRED, PlanPhase.CANCELLED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +91,14 @@ class Preemptor:
     group_key: str | None
 
 
+# ---- plain preemptors: refuse candidates that would break a running gang --------------
+
+
 @dataclass
 class Selection:
     candidates: list[Candidate]
     # node -> why it was dropped, for the debug log.
     dropped: dict[str, str] = field(default_factory=dict)
-    # Gangs losing members on a kept candidate; under whole-gang their other
-    # members (on other nodes) go too if kube-scheduler picks that candidate.
-    gangs_hit: set[str] = field(default_factory=set)
 
 
 def _victim_group(state: ClusterState, pod: PodRecord) -> GroupSpec | None:
@@ -71,41 +112,33 @@ def _victim_group(state: ClusterState, pod: PodRecord) -> GroupSpec | None:
 
 
 def select_victims(
-    preemptor: Preemptor,
-    candidates: list[Candidate],
-    state: ClusterState,
-    policy: VictimPolicy,
+    preemptor: Preemptor, candidates: list[Candidate], state: ClusterState, policy: VictimPolicy
 ) -> Selection:
     selection = Selection([])
     for candidate in candidates:
         verdict = _judge(preemptor, candidate, state, policy)
         if isinstance(verdict, str):
             selection.dropped[candidate.node] = verdict
-            continue
-        kept, gangs = verdict
-        selection.candidates.append(kept)
-        selection.gangs_hit |= gangs
+        else:
+            selection.candidates.append(verdict)
     return selection
 
 
 def _judge(
     preemptor: Preemptor, candidate: Candidate, state: ClusterState, policy: VictimPolicy
-) -> tuple[Candidate, set[str]] | str:
+) -> Candidate | str:
     """The candidate as we accept it (maybe with extra victims), or why it is refused."""
     victims_by_gang: dict[str, list[PodRecord]] = {}
     specs: dict[str, GroupSpec] = {}
     for uid in candidate.victim_uids:
         victim = state.pod_by_uid(uid)
-        if victim is None:
-            continue  # not in our cache yet: a pod we know nothing of is no gang member
-        spec = _victim_group(state, victim)
-        if spec is None:
-            continue
+        spec = _victim_group(state, victim) if victim is not None else None
+        if victim is None or spec is None:
+            continue  # a pod we know nothing of, or a plain pod
         if spec.key == preemptor.group_key:
             return f"victim {victim.key} is a member of the preemptor's own gang {spec.key}"
         victims_by_gang.setdefault(spec.key, []).append(victim)
         specs[spec.key] = spec
-
     extra: list[str] = []
     for gang, victims in victims_by_gang.items():
         spec = specs[gang]
@@ -118,7 +151,6 @@ def _judge(
                     f"placed, below its minMember {spec.min_member}"
                 )
             continue
-        # whole-gang: every member must be evictable by this preemptor.
         protected = [p.key for p in placed if p.priority >= preemptor.priority]
         if protected:
             return (
@@ -127,203 +159,527 @@ def _judge(
             )
         listed = set(candidate.victim_uids)
         extra += [p.uid for p in placed if p.placed_node == candidate.node and p.uid not in listed]
-    kept = Candidate(candidate.node, [*candidate.victim_uids, *extra], candidate.num_pdb_violations)
-    return kept, set(victims_by_gang)
+    return Candidate(candidate.node, [*candidate.victim_uids, *extra], candidate.num_pdb_violations)
 
 
-def preemption_gap(
-    spec: GroupSpec, preemptor: Preemptor, pending_requests: list[Resources], state: ClusterState
-) -> Resources:
-    """What the gang would still lack even after evicting every lower-priority pod.
-
-    Members preempt one by one; if the whole gang cannot fit anyway, the first
-    members' victims would be evicted for nothing, the gang would time out
-    and, once the victims' controllers recreate them, do it all again. Refusing
-    up front stops that loop. The check is on cluster totals (optimistic about
-    fragmentation): it only refuses what is certainly hopeless.
-    """
-    placed = state.placed_members(spec.key)
-    missing = wholeness(spec, len(placed)).missing
-    need: Resources = {}
-    for requests in sorted(pending_requests, key=lambda r: r.get("cpu", 0))[:missing]:
-        add(need, requests)
-    if spec.min_resources:
-        own: Resources = {}
-        for member in placed:
-            add(own, member.requests)
-        rest = dict(spec.min_resources)
-        subtract(rest, own)
-        for name, amount in rest.items():
-            need[name] = max(need.get(name, 0), amount)
-    available = state.total_allocatable()
-    for pod in state.pods.values():
-        # Pods at the preemptor's priority or above stay, the gang's own members included.
-        if pod.placed_node and not pod.terminal and pod.priority >= preemptor.priority:
-            subtract(available, pod.requests)
-    return shortfall(need, available)
+# ---- gang preemptors: one plan per gang ------------------------------------------------
 
 
-def describe_gap(group_key: str, gap: Resources) -> str:
-    return (
-        f"gang {group_key} cannot fit even after evicting every lower-priority pod "
-        f"(short by {format_resources(gap)}): preempting nothing"
-    )
+@dataclass(slots=True)
+class Slot:
+    """Room for one member on one node; the first slot on a node carries its victims."""
 
-
-# ---- a gang's members preempting one after the other --------------------------------
-#
-# kube-scheduler preempts for one pod at a time, deletes the victims
-# asynchronously and records the preemptor's nominatedNodeName; our watch
-# reports both a few milliseconds later. Gang members fail together and
-# preempt within those milliseconds, so without a memory of their own each
-# sibling sees neither the room being freed nor who it is promised to, and
-# evicts again: one node emptied for two members while a third node loses a
-# pod for nothing. So for gang members the preempt verb (1) preempts nothing
-# when the members still needing room fit in what earlier preemptions are
-# freeing, (2) hands kube-scheduler a single candidate, the one that makes
-# room for most members, and (3) remembers it until the member lands.
-
-IN_FLIGHT_SECONDS = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class Preemption:
-    """A candidate we let kube-scheduler carry out for a gang member."""
-
-    preemptor_uid: str
     node: str
     requests: Resources
-    victim_uids: frozenset[str]
-    at: float
+    victims: tuple[str, ...]
+    # uid of the member this slot was given to ("" while nobody asked for it).
+    member: str = ""
 
 
-class PreemptionsInFlight:
-    """Gang members' preemptions from our answer until the member holds a node.
+@dataclass(slots=True)
+class Plan:
+    ref: GroupRef
+    priority: int
+    made_at: float
+    deadline: float
+    slots: list[Slot]
+    # victim uid -> (pod key, node): every victim of the plan.
+    victims: dict[str, tuple[str, str]]
+    evictions: int
+    phase: PlanPhase = PlanPhase.PLANNED
+    reason: str = ""
+    handed: set[str] = field(default_factory=set)
 
-    An entry also ends after IN_FLIGHT_SECONDS (kube-scheduler gave up on the
-    nomination, or the victims outlived a normal grace period): siblings then
-    preempt on what the cluster shows, as kube-scheduler alone would.
-    """
+    @property
+    def group(self) -> str:
+        return self.ref.key
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._by_uid: dict[str, Preemption] = {}
-
-    def record(
-        self, preemptor_uid: str, node: str, requests: Resources, victims: list[str]
-    ) -> None:
-        self._by_uid[preemptor_uid] = Preemption(
-            preemptor_uid, node, requests, frozenset(victims), self._clock()
-        )
-
-    def active(self, state: ClusterState) -> list[Preemption]:
-        now = self._clock()
-        for uid, entry in list(self._by_uid.items()):
-            preemptor = state.pod_by_uid(uid)
-            landed = preemptor is not None and (
-                bool(preemptor.placed_node) or preemptor.terminal or preemptor.deleting
+    def describe(self) -> str:
+        by_node: dict[str, list[str]] = {}
+        members: dict[str, int] = {}
+        for slot in self.slots:
+            members[slot.node] = members.get(slot.node, 0) + 1
+        for key, node in self.victims.values():
+            by_node.setdefault(node, []).append(key.rsplit("/", 1)[-1])
+        parts = [
+            f"{node} ({members[node]} member(s)"
+            + (
+                f", evicting {', '.join(sorted(by_node[node]))})"
+                if node in by_node
+                else ", free room)"
             )
-            if landed or now - entry.at > IN_FLIGHT_SECONDS:
-                del self._by_uid[uid]
-        return list(self._by_uid.values())
+            for node in sorted(members)
+        ]
+        return f"{self.evictions} eviction(s) for {len(self.slots)} member(s): " + "; ".join(parts)
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "phase": self.phase.value,
+            "priority": self.priority,
+            "evictions": self.evictions,
+            "ageSeconds": round(now - self.made_at, 2),
+            "deadlineSeconds": round(self.deadline - now, 2),
+            "slots": [
+                {
+                    "node": s.node,
+                    "victims": [self.victims[v][0] for v in s.victims],
+                    "member": s.member,
+                }
+                for s in self.slots
+            ],
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True, slots=True)
-class GangRoom:
-    """Where a gang's waiting members could go once earlier preemptions are done."""
+class Answer:
+    """What the preempt verb sends back for a gang member, and why (for the log)."""
 
-    bins: list[Bin]
-    # Pods on their way out (victims in flight, pods being deleted): counted free in bins.
-    leaving: frozenset[str]
-    # The members still needing room (unplaced, promised no node), the preemptor first.
-    waiting: list[Demand]
-
-    @property
-    def fits(self) -> bool:
-        """All waiting members fit: the siblings wait for the room, nobody needs evicting."""
-        return pack(self.waiting, self.bins).fits
+    candidates: list[Candidate]
+    message: str
 
 
-def gang_room(
-    state: ClusterState,
-    in_flight: Sequence[Preemption],
-    preemptor: Preemptor,
-    own: Demand,
-    group_key: str,
-) -> GangRoom:
-    """Free capacity per schedulable node once leaving pods are gone and nominated pods landed.
+class PreemptionPlans:
+    def __init__(
+        self,
+        state: ClusterState,
+        policy: VictimPolicy,
+        metrics: Metrics,
+        *,
+        waker: SiblingWaker | None = None,
+        observer: GangObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        plan_seconds: float = PLAN_SECONDS,
+    ) -> None:
+        self._state = state
+        self._policy = policy
+        self._metrics = metrics
+        self._waker = waker
+        self._observer: GangObserver = observer or NullObserver()
+        self._clock = clock
+        self._plan_seconds = plan_seconds
+        self.plans: dict[str, Plan] = {}
+        # victim uid -> (whom it makes room for: a gang or pod key, when handed).
+        self._victims: dict[str, tuple[str, float]] = {}
+        # group -> the last refusal told to its users (an Event once per new reason).
+        self._refused: dict[str, str] = {}
 
-    Leaving: victims of preemptions in flight, and ClusterState.leaving
-    (pods being deleted or marked as victims). Nominated: the preemptors in
-    flight and pods kube-scheduler nominated that rank at least as high as
-    `preemptor` (its filters count those). The preemptor's own earlier
-    nomination is not counted: asking again means kube-scheduler let go of it.
-    """
-    bins = state.room()
-    by_node = index_of(bins)
-    leaving = {pod.uid for pod in state.leaving.values()}
-    for entry in in_flight:
-        for uid in entry.victim_uids:
-            victim = state.pod_by_uid(uid)
-            if victim is None or victim.uid in leaving or victim.terminal:
+    # ---- questions from the verb, the gate, the evictor ---------------------------------
+
+    def is_victim(self, uid: str) -> bool:
+        noted = self._victims.get(uid)
+        return noted is not None and self._clock() - noted[1] < VICTIM_MEMORY_SECONDS
+
+    def beneficiary(self, uid: str) -> str | None:
+        noted = self._victims.get(uid)
+        return noted[0] if noted is not None else None
+
+    def plain(self, preemptor: Preemptor, candidates: list[Candidate]) -> list[Candidate]:
+        """A pod in no gang: kube-scheduler's candidates that break no running gang."""
+        selection = select_victims(preemptor, candidates, self._state, self._policy)
+        for node, why in selection.dropped.items():
+            log.info(
+                "candidate dropped: %s",
+                why,
+                extra={"pod": preemptor.key, "node": node, "verb": "preempt"},
+            )
+        for candidate in selection.candidates:
+            self._note_victims(candidate.victim_uids, preemptor.key)
+        return selection.candidates
+
+    def answer(
+        self,
+        spec: GroupSpec,
+        ref: GroupRef,
+        preemptor: Preemptor,
+        own: Demand,
+        candidates: Sequence[Candidate],
+    ) -> Answer:
+        """A gang member's preempt call: answered from its gang's plan, made now if none lives."""
+        now = self._clock()
+        current = self.plans.get(spec.key)
+        if current is not None:
+            self._check(current, now)
+            if current.phase in ENDED:
+                current = None
+        if current is None:
+            made = self._make(spec, ref, preemptor, own, {c.node for c in candidates}, now)
+            if isinstance(made, Answer):
+                return made
+            current = made
+        return self._serve(current, preemptor, own, candidates)
+
+    def refuse(self, group_key: str, message: str) -> None:
+        """The verb found the gang cannot preempt at all (too few members, denied, ...)."""
+        self._refuse(group_key, message)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        now = self._clock()
+        return [p.to_json(now) for p in self.plans.values()]
+
+    # ---- making a plan ----------------------------------------------------------------
+
+    def _make(
+        self,
+        spec: GroupSpec,
+        ref: GroupRef,
+        preemptor: Preemptor,
+        own: Demand,
+        offered: set[str],
+        now: float,
+    ) -> Plan | Answer:
+        """Plan over the nodes kube-scheduler offered and those with room for a member.
+
+        kube-scheduler's candidates are every node where evicting lower-priority
+        pods lets a member fit (in a cluster of more than 1,000 nodes, a 10%
+        sample of them, its own bound on preemption work); the nodes it did not
+        offer either fit a member already or cannot take one whatever is evicted.
+        """
+        demands = self._demands(spec, preemptor, own)
+        smallest = min(demands, key=lambda d: sum(d.requests.values())).requests
+        bins = [
+            b
+            for b in self._bins(spec.key, preemptor.priority)
+            if b.name in offered or not shortfall(smallest, b.free)
+        ]
+        evictable, budgets = self._evictable(spec.key, preemptor.priority, [b.name for b in bins])
+        result = plan(demands, bins, evictable, budgets)
+        if result is None:
+            message = (
+                f"gang {spec.key} cannot preempt: its {len(demands)} missing member(s) do not "
+                "fit even after evicting every pod they may evict (lower priority, not in the "
+                "gang, not protected by a running gang's minMember under "
+                f"--gang-victim-policy={self._policy})"
+            )
+            self._refuse(spec.key, message)
+            return Answer([], message)
+        made = self._from_result(ref, preemptor.priority, result, demands, now)
+        if not made.victims:
+            # The members fit without evicting anyone (room being freed, or free
+            # room the filter keeps for a gang ahead in line): nothing to evict.
+            return Answer(
+                [],
+                f"the {len(demands)} member(s) of gang {spec.key} still needing room fit "
+                "without evictions; they wait for it",
+            )
+        self._cancel_lower(made)
+        self.plans[spec.key] = made
+        self._refused.pop(spec.key, None)
+        self._metrics.preemption_plan_evictions.observe(made.evictions)
+        text = f"gang {spec.key} preempts: {made.describe()}"
+        log.info(text, extra={"podgroup": spec.key, "pod": preemptor.key, "verb": "preempt"})
+        self._observer.preemption_planned(spec.key, text)
+        return made
+
+    def _demands(self, spec: GroupSpec, preemptor: Preemptor, own: Demand) -> list[Demand]:
+        """The members the gang still needs placed, the preemptor first."""
+        members = self._state.members(spec.key)
+        placed = sum(1 for p in members if p.placed_node and not p.terminal)
+        missing = max(wholeness(spec, placed).missing, 1)
+        others = sorted(
+            (
+                Demand(p.key, p.requests, p.placement)
+                for p in members
+                if not p.placed_node and p.counts_as_member and p.uid != preemptor.uid
+            ),
+            key=lambda d: (sum(d.requests.values()), d.key),
+        )
+        return [own, *others][:missing]
+
+    def _bins(self, group_key: str, priority: int) -> list[Bin]:
+        """Free room per node, with what others were promised taken out.
+
+        Promised: pods kube-scheduler nominated that rank at least as high
+        (its filters keep their room), and the open slots of other live plans
+        of gangs that rank at least as high; their handed victims count as gone.
+        """
+        bins = self._state.room()
+        by_node = index_of(bins)
+        leaving = self._state.leaving
+        for pod in self._state.nominated.values():
+            if pod.priority >= priority and (pod.group is None or pod.group.key != group_key):
+                target = by_node.get(pod.nominated_node)
+                if target is not None:
+                    subtract(target.free, pod.requests)
+        for other in self.plans.values():
+            if other.group == group_key or other.phase in ENDED:
                 continue
-            target = by_node.get(victim.placed_node)
-            if target is not None:
-                add(target.free, victim.requests)
-                leaving.add(victim.uid)
-    promised: dict[str, tuple[str, Resources]] = {
-        pod.uid: (pod.nominated_node, pod.requests)
-        for pod in state.nominated.values()
-        if pod.priority >= preemptor.priority
-    }
-    for entry in in_flight:
-        promised[entry.preemptor_uid] = (entry.node, entry.requests)
-    promised.pop(preemptor.uid, None)
-    for node_name, requests in promised.values():
-        target = by_node.get(node_name)
-        if target is not None:
-            subtract(target.free, requests)
+            for uid in other.handed:
+                victim = self._state.pod_by_uid(uid)
+                if victim is not None and victim.key not in leaving and not victim.terminal:
+                    target = by_node.get(victim.placed_node)
+                    if target is not None:
+                        add(target.free, victim.requests)
+            if other.priority < priority:
+                continue
+            for slot in other.slots:
+                if not self._slot_filled(slot):
+                    target = by_node.get(slot.node)
+                    if target is not None:
+                        subtract(target.free, slot.requests)
+        return bins
 
-    waiting_members = [own]
-    for pod in state.members(group_key):
-        if pod.placed_node or pod.nominated_node or pod.uid in promised:
-            continue  # holds a node, or is promised one
-        if pod.uid != preemptor.uid and pod.key != own.key:
-            waiting_members.append(Demand(pod.key, pod.requests, pod.placement))
-    return GangRoom(bins, frozenset(leaving), waiting_members)
+    def _evictable(
+        self, group_key: str, priority: int, nodes: Sequence[str]
+    ) -> tuple[dict[str, list[Evictable]], dict[str, int]]:
+        """Per node, what the gang may evict; and the budgets of running gangs (protect)."""
+        taken = {uid for p in self.plans.values() if p.phase not in ENDED for uid in p.victims}
+        by_node: dict[str, list[Evictable]] = {}
+        budgets: dict[str, int] = {}
+        gangs: dict[str, GroupSpec | None] = {}
+        units: dict[tuple[str, str], list[PodRecord]] = {}
+        leaving = self._state.leaving
+        for pod in (p for name in nodes for p in self._state.pods_on(name)):
+            node = pod.placed_node
+            if pod.priority >= priority or pod.terminal or pod.key in leaving or pod.uid in taken:
+                continue
+            spec = None
+            if pod.group is not None:
+                if pod.group.key == group_key:
+                    continue
+                if pod.group.key not in gangs:
+                    gangs[pod.group.key] = _victim_group(self._state, pod)
+                spec = gangs[pod.group.key]
+            if spec is None:
+                by_node.setdefault(node, []).append(
+                    Evictable((pod.uid,), (pod.key,), node, pod.requests, pod.priority)
+                )
+            elif self._policy is VictimPolicy.PROTECT:
+                if spec.key not in budgets:
+                    running = len(self._state.placed_members(spec.key))
+                    budgets[spec.key] = max(0, running - spec.min_member)
+                by_node.setdefault(node, []).append(
+                    Evictable(
+                        (pod.uid,), (pod.key,), node, pod.requests, pod.priority, spec.key, spec.key
+                    )
+                )
+            else:
+                units.setdefault((spec.key, node), []).append(pod)
+        for (gang, node), pods in units.items():
+            whole = self._state.placed_members(gang)
+            if any(p.priority >= priority for p in whole):
+                continue  # the whole gang would go, and part of it outranks the preemptor
+            requests: Resources = {}
+            for pod in pods:
+                add(requests, pod.requests)
+            by_node.setdefault(node, []).append(
+                Evictable(
+                    tuple(p.uid for p in pods),
+                    tuple(p.key for p in pods),
+                    node,
+                    requests,
+                    max(p.priority for p in pods),
+                    gang,
+                    None,
+                    len(whole),
+                )
+            )
+        return by_node, budgets
 
-
-def choose_for_gang(
-    candidates: Sequence[Candidate], state: ClusterState, room: GangRoom
-) -> Candidate:
-    """The one candidate to preempt on: kube-scheduler's order, with room for most members first.
-
-    kube-scheduler ranks candidates by PDB violations, then the highest victim
-    priority, then the victims' priority sum and count. Between candidates equal
-    on the first two, the one whose freed room takes more of the waiting
-    members wins: two members placed for one eviction beat one member each.
-    The node name breaks the last ties, so the choice is reproducible.
-    """
-    room_by_node = {b.name: b for b in room.bins}
-
-    def rank(candidate: Candidate) -> tuple[int, int, int, int, int, str]:
-        known = [v for uid in candidate.victim_uids if (v := state.pod_by_uid(uid)) is not None]
-        priorities = [v.priority for v in known]
-        fitting = 0
-        base = room_by_node.get(candidate.node)
-        if base is not None:
-            free = dict(base.free)
-            for victim in known:
-                if victim.uid not in room.leaving:
-                    add(free, victim.requests)
-            fitting = len(pack(room.waiting, [Bin(base.name, free, base.labels, base.taints)]).plan)
-        return (
-            candidate.num_pdb_violations,
-            max(priorities, default=0),
-            -fitting,
-            sum(priorities),
-            len(candidate.victim_uids),
-            candidate.node,
+    def _from_result(
+        self,
+        ref: GroupRef,
+        priority: int,
+        result: PlanResult,
+        demands: Sequence[Demand],
+        now: float,
+    ) -> Plan:
+        requests = {d.key: d.requests for d in demands}
+        slots: list[Slot] = []
+        victims: dict[str, tuple[str, str]] = {}
+        for planned in result.nodes:
+            uids = tuple(uid for v in planned.victims for uid in v.uids)
+            for unit in planned.victims:
+                for uid, key in zip(unit.uids, unit.keys, strict=True):
+                    victims[uid] = (key, planned.node)
+            for i, member in enumerate(planned.members):
+                slots.append(Slot(planned.node, requests[member], uids if i == 0 else ()))
+        return Plan(
+            ref=ref,
+            priority=priority,
+            made_at=now,
+            deadline=now + self._plan_seconds,
+            slots=slots,
+            victims=victims,
+            evictions=result.cost.evictions,
         )
 
-    return min(candidates, key=rank)
+    def _cancel_lower(self, made: Plan) -> None:
+        """A lower-priority gang's live plan on the same nodes gives way to this one."""
+        nodes = {s.node for s in made.slots}
+        for other in list(self.plans.values()):
+            if (
+                other.group != made.group
+                and other.priority < made.priority
+                and other.phase not in ENDED
+            ):
+                shared = nodes & {s.node for s in other.slots}
+                if shared:
+                    self._end(
+                        other,
+                        PlanPhase.CANCELLED,
+                        f"higher-priority gang {made.group} needs node(s) "
+                        + ", ".join(sorted(shared)),
+                    )
+
+    # ---- answering a member from the plan -------------------------------------------------
+
+    def _serve(
+        self, current: Plan, preemptor: Preemptor, own: Demand, candidates: Sequence[Candidate]
+    ) -> Answer:
+        slot = next((s for s in current.slots if s.member == preemptor.uid), None)
+        if slot is None:
+            open_slots = [s for s in current.slots if not s.member and s.requests == own.requests]
+            open_slots.sort(key=lambda s: (not s.victims, s.node))
+            if not open_slots:
+                return Answer(
+                    [],
+                    f"gang {current.group}'s preemption plan has no room for this member "
+                    f"({current.describe()}); it waits for the gang's planned members",
+                )
+            slot = open_slots[0]
+            slot.member = preemptor.uid
+        present = [uid for uid in slot.victims if self._still_there(uid)]
+        if not present:
+            why = "being freed" if slot.victims else "free"
+            return Answer([], f"planned room on {slot.node} is {why}; the member waits for it")
+        current.handed.update(present)
+        if current.phase is PlanPhase.PLANNED:
+            current.phase = PlanPhase.EVICTING
+        self._note_victims(present, current.group)
+        pdb = next((c.num_pdb_violations for c in candidates if c.node == slot.node), 0)
+        return Answer(
+            [Candidate(slot.node, present, pdb)],
+            f"planned node {slot.node}, evicting {len(present)} pod(s)",
+        )
+
+    def _still_there(self, uid: str) -> bool:
+        pod = self._state.pod_by_uid(uid)
+        return pod is not None and bool(pod.placed_node) and not pod.terminal
+
+    def _slot_filled(self, slot: Slot) -> bool:
+        if not slot.member:
+            return False
+        member = self._state.pod_by_uid(slot.member)
+        return member is not None and bool(member.placed_node)
+
+    def _note_victims(self, uids: Sequence[str], beneficiary: str) -> None:
+        now = self._clock()
+        if len(self._victims) > 10_000:
+            cutoff = now - VICTIM_MEMORY_SECONDS
+            self._victims = {u: v for u, v in self._victims.items() if v[1] >= cutoff}
+        for uid in uids:
+            self._victims[uid] = (beneficiary, now)
+
+    # ---- the plan's life -------------------------------------------------------------------
+
+    def _check(self, current: Plan, now: float) -> None:
+        """End the plan if the gang is whole, its deadline passed or a planned node is gone."""
+        if current.phase in ENDED:
+            return
+        try:
+            spec = self._state.group_spec(current.ref)
+        except (GroupNotFound, PodGroupSpecError):
+            self._end(current, PlanPhase.CANCELLED, "its group is gone or invalid")
+            return
+        placed = sum(
+            1 for p in self._state.members(current.group) if p.placed_node and not p.terminal
+        )
+        if not wholeness(spec, placed).missing:
+            self._end(current, PlanPhase.DONE, "the gang holds minMember")
+            return
+        gone = sorted(
+            {
+                s.node
+                for s in current.slots
+                if (n := self._state.nodes.get(s.node)) is None or n.unschedulable
+            }
+        )
+        if gone:
+            self._end(current, PlanPhase.CANCELLED, f"node(s) {', '.join(gone)} gone or cordoned")
+            return
+        remaining = [uid for uid in current.victims if self._still_there(uid)]
+        if current.phase is PlanPhase.EVICTING and not remaining:
+            current.phase = PlanPhase.PLACING
+        if now > current.deadline:
+            late = [current.victims[uid][0] for uid in remaining if uid in current.handed]
+            why = (
+                f"victim(s) {', '.join(sorted(late))} did not leave within {self._plan_seconds:g}s"
+                if late
+                else f"the members were not placed within {self._plan_seconds:g}s"
+            )
+            self._end(current, PlanPhase.EXPIRED, why)
+
+    def _end(self, current: Plan, phase: PlanPhase, reason: str) -> None:
+        current.phase = phase
+        current.reason = reason
+        self.plans.pop(current.group, None)
+        self._metrics.preemption_plans.labels(phase.value).inc()
+        level = logging.INFO if phase is PlanPhase.DONE else logging.WARNING
+        log.log(
+            level,
+            "preemption plan %s: %s",
+            phase.value,
+            reason,
+            extra={"podgroup": current.group, "verb": "preempt"},
+        )
+        if phase is not PlanPhase.DONE:
+            self._observer.preemption_ended(
+                current.group, f"preemption plan {phase.value}: {reason}"
+            )
+
+    def _refuse(self, group_key: str, message: str) -> None:
+        if self._refused.get(group_key) == message:
+            return
+        if len(self._refused) > 10_000:
+            self._refused.clear()
+        self._refused[group_key] = message
+        self._observer.preemption_refused(group_key, message)
+
+    def on_nodes_changed(self) -> None:
+        now = self._clock()
+        for current in list(self.plans.values()):
+            self._check(current, now)
+
+    def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        """Move plans along as victims leave and members land; wake whoever waits for room."""
+        if old is None:
+            return
+        gone = new is None or new.terminal or (not new.placed_node and bool(old.placed_node))
+        if new is None and old.preempted and not old.node_name:
+            # A victim that was only held (never bound) is gone: see PREEMPTOR_RETRY_SECONDS.
+            self._wake_nominated()
+        if old.group is not None and old.group.key in self.plans and new is not None:
+            # A member reserved in the gate reaches the watch as bound: check then too.
+            if new.placed_node and (not old.placed_node or new.node_name != old.node_name):
+                self._check(self.plans[old.group.key], self._clock())
+            return
+        if not gone or not self.plans:
+            return
+        for current in list(self.plans.values()):
+            if old.uid in current.victims:
+                self._check(current, self._clock())
+                if not any(self._still_there(uid) for uid in current.victims) and self._waker:
+                    # Every victim gone: the members answered "wait" sit in
+                    # kube-scheduler's unschedulable queue.
+                    self._waker.wake(current.group)
+            for slot in current.slots:
+                if slot.member == old.uid and new is None:
+                    slot.member = ""
+
+    def _wake_nominated(self) -> None:
+        if self._waker is None:
+            return
+        nominated = [p for p in self._state.nominated.values() if not p.node_name]
+        self._waker.wake_pods("preemptor-wakeup", nominated)
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().call_later(
+                PREEMPTOR_RETRY_SECONDS, self._wake_nominated_again, {p.uid for p in nominated}
+            )
+
+    def _wake_nominated_again(self, uids: set[str]) -> None:
+        if self._waker is None:
+            return
+        still = [p for p in self._state.nominated.values() if p.uid in uids and not p.node_name]
+        self._waker.wake_pods("preemptor-wakeup", still)

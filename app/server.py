@@ -54,7 +54,7 @@ from app.leader import (
 )
 from app.metrics import Metrics
 from app.observer import Observers
-from app.preemption import VictimPolicy
+from app.preemption import PreemptionPlans, VictimPolicy
 from app.routes import ExtenderApp, VerbGuard, create_app
 from app.scoring import ScoringPolicy
 from app.state import ClusterState
@@ -213,6 +213,14 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         is_leader=leader.is_leader,
     )
     observer = Observers(events, status)
+    # The one owner of preemption: the verb, the gate, the evictor and /debug ask it.
+    plans = PreemptionPlans(
+        state,
+        VictimPolicy(settings.gang_victim_policy),
+        metrics,
+        waker=waker,
+        observer=observer,
+    )
     gate = PermitGate(
         state,
         admission,
@@ -222,6 +230,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         observer=observer,
         partial_bind=PartialBindPolicy(settings.on_partial_bind),
         deleter=api,
+        victims=plans,
     )
     arbiter = (
         Arbiter(
@@ -252,15 +261,15 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             topology_key=settings.topology_key,
             binpack_non_gang=settings.score_non_gang == "binpack",
         ),
-        victim_policy=VictimPolicy(settings.gang_victim_policy),
         arbiter=arbiter,
+        plans=plans,
     )
     follower = PreemptionFollower(
         state,
         pod_writes,
         observer,
         VictimPolicy(settings.gang_victim_policy),
-        extender.preemptors_by_node,
+        plans,
     )
     # Who hears of cluster changes, wired here and nowhere else. Pod listeners run
     # in this order, synchronously, and may change the record the next one sees:
@@ -276,6 +285,8 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         state.add_pod_listener(arbiter.on_pod_change)
         state.add_node_listener(arbiter.on_nodes_changed)
     state.add_pod_listener(follower.on_pod_change)
+    state.add_pod_listener(plans.on_pod_change)
+    state.add_node_listener(plans.on_nodes_changed)
     reflectors: list[Reflector] = []
     guard = VerbGuard(max_request_bytes=settings.max_request_bytes)
     running: list[asyncio.AbstractEventLoop] = []
@@ -352,6 +363,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         gate,
         admission,
         contention=arbiter.snapshot if arbiter is not None else None,
+        preemption=plans.snapshot,
     )
     if settings.ops_port is None:
         main = create_app(

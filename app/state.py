@@ -132,6 +132,9 @@ class ClusterState:
     _members: dict[str, set[str]] = field(default_factory=dict)
     # node name -> requests of the non-terminal pods placed there (bound or reserved).
     _requested: dict[str, Resources] = field(default_factory=dict)
+    # node name -> keys of the non-terminal pods placed there (preemption plans
+    # look at the pods of a few nodes, not at every pod).
+    _on_node: dict[str, set[str]] = field(default_factory=dict)
     # uid -> pod key: preemption victims arrive as UIDs.
     _by_uid: dict[str, str] = field(default_factory=dict)
     # Placed pods on their way out (being deleted, or marked as preemption
@@ -296,8 +299,14 @@ class ClusterState:
         requested = self._requested.setdefault(node, {})
         if sign > 0:
             add(requested, pod.requests)
+            self._on_node.setdefault(node, set()).add(pod.key)
         else:
             subtract(requested, pod.requests)
+            keys = self._on_node.get(node)
+            if keys is not None:
+                keys.discard(pod.key)
+                if not keys:
+                    del self._on_node[node]
             if not requested:
                 del self._requested[node]
 
@@ -383,6 +392,10 @@ class ClusterState:
 
     def requested_on(self, node: str) -> Resources:
         return self._requested.get(node, {})
+
+    def pods_on(self, node: str) -> list[PodRecord]:
+        """The non-terminal pods placed on `node` (bound, or reserved in the gate)."""
+        return [self.pods[key] for key in self._on_node.get(node, ())]
 
     def room(self) -> list[Bin]:
         """What each schedulable node has free once the pods `leaving` it are gone.

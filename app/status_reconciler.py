@@ -215,6 +215,15 @@ class PodGroupStatus:
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         self._dirty.add(group_key)
 
+    def preemption_planned(self, group_key: str, message: str) -> None:
+        return None
+
+    def preemption_ended(self, group_key: str, message: str) -> None:
+        return None
+
+    def preemption_refused(self, group_key: str, message: str) -> None:
+        return None
+
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if old is not None and old.group is not None:
             tracked = self._tracked.get(old.group.key)

@@ -239,6 +239,8 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
             f"{waiter_bytes / waiters:8.0f} bytes"
         )
 
+    results.update(await preempt_rows(nodes, pods, runs))
+
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
@@ -282,6 +284,86 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
     print(f"  filter p99 with {waiters} waiters / idle filter p99      {ratio:6.2f}")
     print(f"  gang filter p50 permitted-cache / fresh admission   {cached:6.2f}")
     return results
+
+
+async def preempt_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
+    """The preempt verb on a full cluster: every node holds pods of 400m CPU, 4 CPUs each.
+
+    kube-scheduler sends up to max(100, 10% of the nodes) candidates, each
+    with the victims it picked; a gang member's call makes the gang's plan
+    (fresh) or is answered from it (plan lives).
+    """
+    state = ClusterState()
+    per_node = max(1, pods // nodes)
+    full = [
+        {
+            **node(i),
+            "status": {
+                "allocatable": {"cpu": f"{per_node * 400}m", "memory": "256Gi", "pods": "110"}
+            },
+        }
+        for i in range(nodes)
+    ]
+    state.replace_nodes(full)
+    filler = []
+    for i in range(per_node * nodes):
+        raw = pod(f"f{i}", node_name=f"node-{i % nodes}")
+        raw["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "400m", "memory": "1Gi"}
+        filler.append(raw)
+    state.replace_pods(filler)
+    state.apply_podgroup(
+        {
+            "metadata": {"name": "urgent", "namespace": "bench", "uid": "pgu"},
+            "spec": {"minMember": 8},
+        }
+    )
+    members = []
+    for i in range(8):
+        raw = pod(f"u{i}", group="urgent")
+        raw["spec"]["priority"] = 1000
+        raw["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "2", "memory": "1Gi"}
+        state.apply_pod(raw)
+        members.append(raw)
+    metrics = Metrics()
+    admission = Admission(3)
+    gate = PermitGate(state, admission, NullApi(), metrics)
+    extender = GangExtender(state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80))
+    state.add_pod_listener(extender.plans.on_pod_change)
+    app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
+    offered = max(100, nodes // 10)
+    victims = {
+        f"node-{n}": {
+            "Pods": [{"UID": f"uid-f{n + k * nodes}"} for k in range(5)],
+            "NumPDBViolations": 0,
+        }
+        for n in range(min(offered, nodes))
+    }
+    gang_bodies = [
+        json.dumps({"Pod": m, "NodeNameToMetaVictims": victims}).encode() for m in members
+    ]
+    plain = pod("vip")
+    plain["spec"]["priority"] = 1000
+    plain_body = json.dumps({"Pod": plain, "NodeNameToMetaVictims": victims}).encode()
+    out: dict[str, Any] = {}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://bench"
+    ) as client:
+        print(
+            f"preempt: {nodes} full nodes, {len(filler)} pods, {len(victims)} candidates per call"
+        )
+        fresh: list[float] = []
+        for i in range(max(20, runs // 5)):
+            extender.plans.plans.clear()
+            fresh += await timed(client, "/scheduler/preempt", gang_bodies[i % 8 :], 1)
+        out["preempt_gang_plan_made"] = report("preempt, gang member, the gang's plan made", fresh)
+        out["preempt_gang_from_plan"] = report(
+            "preempt, gang member, answered from the live plan",
+            await timed(client, "/scheduler/preempt", gang_bodies, runs),
+        )
+        out["preempt_plain"] = report(
+            "preempt, pod in no gang", await timed(client, "/scheduler/preempt", [plain_body], runs)
+        )
+    return out
 
 
 if __name__ == "__main__":

@@ -155,6 +155,26 @@ class Kube:
     def node_names(self) -> list[str]:
         return [n.metadata.name for n in self.core.list_node().items]
 
+    def create_node(self, name: str, cpu: str, memory: str = "64Gi") -> None:
+        """A Ready fake node (the pod simulator plays its kubelet), as hack/local-cluster makes."""
+        self.core.create_node(
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {"kubernetes.io/hostname": name, "type": "fake-node"},
+                },
+            }
+        )
+        resources = {"cpu": cpu, "memory": memory, "pods": "110"}
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake"}
+        self.core.patch_node_status(
+            name,
+            {"status": {"capacity": resources, "allocatable": resources, "conditions": [ready]}},
+        )
+
+    def cordon(self, name: str, unschedulable: bool = True) -> None:
+        self.core.patch_node(name, {"spec": {"unschedulable": unschedulable}})
+
     def delete_node(self, name: str) -> None:
         try:
             self.core.delete_node(name)

@@ -328,24 +328,6 @@ async def test_a_new_node_wakes_a_gang_that_did_not_fit() -> None:
     assert world.filter(big, "big-0").reason == FilterReason.CLAIMED
 
 
-async def test_deleting_an_unbound_preemption_victim_wakes_the_nominated_preemptor() -> None:
-    touches = Touches()
-    world = World(touches=touches)
-    preemptor = pod("urgent", cpu="1")
-    preemptor["status"]["nominatedNodeName"] = "n0"
-    world.state.apply_pod(preemptor)
-    victim = pod("victim", group="a", cpu="1")
-    victim["status"]["conditions"] = [
-        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
-    ]
-    world.state.apply_pod(victim)
-    world.state.delete_pod("default", "victim")
-    await asyncio.sleep(0)
-    assert world.arbiter.waker is not None
-    await world.arbiter.waker.drain()
-    assert touches.pods == ["urgent"]
-
-
 def test_what_a_claim_holds_follows_every_change_of_its_members() -> None:
     """The arbiter reuses a claim's holdings until one of its members changes."""
     w = World()

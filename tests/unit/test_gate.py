@@ -157,6 +157,13 @@ async def test_release_all_answers_every_waiter() -> None:
     assert state.free_resources()["cpu"] == 8000
 
 
+class Victims(set[str]):
+    """The preempt verb's victims, as the gate asks for them (app/preemption.py)."""
+
+    def is_victim(self, uid: str) -> bool:
+        return uid in self
+
+
 async def victim_in_gate(
     members: int, min_member: int, hold_seconds: float = 30
 ) -> tuple[ClusterState, PermitGate, Metrics, GroupSpec, asyncio.Task[None]]:
@@ -166,6 +173,7 @@ async def victim_in_gate(
     for i in range(members):
         state.apply_pod(pod(f"p{i}", group="g"))
     metrics = Metrics()
+    victims = Victims()
     gate = PermitGate(
         state,
         Admission(3),
@@ -173,12 +181,13 @@ async def victim_in_gate(
         metrics,
         victim_hold_seconds=hold_seconds,
         victim_answer_delay_seconds=0.05,
+        victims=victims,
     )
     state.add_pod_listener(gate.on_pod_change)
     spec = GroupSpec("default/g", min_member)
     held = asyncio.create_task(gate.admit(state.pods["default/p0"], "n1", spec, 30))
     await asyncio.sleep(0.01)
-    gate.note_victims([state.pods["default/p0"].uid])
+    victims.add(state.pods["default/p0"].uid)
     return state, gate, metrics, spec, held
 
 

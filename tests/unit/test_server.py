@@ -68,6 +68,8 @@ def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPa
         "pod:Arbiter",
         "node:Arbiter",
         "pod:PreemptionFollower",
+        "pod:PreemptionPlans",
+        "node:PreemptionPlans",
     ]
 
 

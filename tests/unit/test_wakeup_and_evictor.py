@@ -1,8 +1,9 @@
 import asyncio
 
 from app.evictor import PreemptionFollower
+from app.metrics import Metrics
 from app.observer import MemberRef, NullObserver
-from app.preemption import VictimPolicy
+from app.preemption import Candidate, PreemptionPlans, Preemptor, VictimPolicy
 from app.state import ClusterState
 from app.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
@@ -98,7 +99,10 @@ async def test_whole_gang_policy_evicts_the_rest_of_a_preempted_gang() -> None:
         state.apply_pod(pod(f"m{i}", group="g", node=n))
     state.apply_pod(pod("waiting", group="g"))
     api, recorder = FakeApi(), Recorder()
-    follower = PreemptionFollower(state, api, recorder, VictimPolicy.WHOLE_GANG, {"n1": "ns/hi"})
+    plans = PreemptionPlans(state, VictimPolicy.WHOLE_GANG, Metrics())
+    hi = Preemptor("ns/hi", "uid-hi", 1000, None)
+    assert plans.plain(hi, [Candidate("n1", ["uid-default-m0"], 0)])
+    follower = PreemptionFollower(state, api, recorder, VictimPolicy.WHOLE_GANG, plans)
     state.add_pod_listener(follower.on_pod_change)
     state.apply_pod(preempted("m0", "n1"))
     state.apply_pod(preempted("m0", "n1"))  # the same mark seen twice acts once
@@ -114,7 +118,8 @@ async def test_protect_policy_only_reports_the_victim() -> None:
     for i in range(4):
         state.apply_pod(pod(f"m{i}", group="g", node="n1"))
     api, recorder = FakeApi(), Recorder()
-    follower = PreemptionFollower(state, api, recorder, VictimPolicy.PROTECT, {})
+    plans = PreemptionPlans(state, VictimPolicy.PROTECT, Metrics())
+    follower = PreemptionFollower(state, api, recorder, VictimPolicy.PROTECT, plans)
     state.add_pod_listener(follower.on_pod_change)
     state.apply_pod(preempted("m3", "n1"))
     await asyncio.sleep(0)

@@ -1,0 +1,172 @@
+"""Seeded preemption scenarios on the real control plane: never more evictions than needed.
+
+For each seed: 3-6 fresh nodes of 4, 6 or 8 CPUs, filled with low-priority
+pods and running gangs (bound directly, so the snapshot is the seed's), then
+one or two high-priority gangs that cannot fit without evictions, one after
+the other. The real kube-scheduler preempts for their members, calling our
+preempt verb. Each time, the number of pods evicted must equal the minimum
+an exhaustive search finds on the same snapshot (tests/preemption_oracle.py),
+every victim must sit on a node the gang landed on, and no gang may be left
+partially placed. The session's own nodes are cordoned meanwhile.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from hack.clusterkit import wait_for
+from tests.cluster.kube import Kube
+from tests.preemption_oracle import Running, fewest_evictions
+
+SEEDS = range(20)
+HIGH, HIGH_VALUE = "gang-seed-high", 10_000
+LOW = {"gang-seed-low-0": 0, "gang-seed-low-10": 10, "gang-seed-low-100": 100}
+
+
+@dataclass
+class Scenario:
+    nodes: dict[str, int]  # name -> millicpu
+    running: list[Running]
+    running_gangs: dict[str, int]  # gang -> minMember
+    # Preempting gangs in the order they arrive: (name, members, millicpu each).
+    gangs: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+def _demands(members: int, cpu: int) -> list[dict[str, int]]:
+    return [{"cpu": cpu}] * members
+
+
+def _alloc(nodes: dict[str, int]) -> dict[str, dict[str, int]]:
+    return {name: {"cpu": cpu} for name, cpu in nodes.items()}
+
+
+def scenario(seed: int) -> Scenario:
+    """A seed's cluster, redrawn until its first gang needs evictions and can get them."""
+    rng = random.Random(seed)
+    while True:
+        nodes = {
+            f"seed{seed}-{i}": rng.choice([4000, 6000, 8000]) for i in range(rng.randint(3, 6))
+        }
+        running: list[Running] = []
+        gangs: dict[str, int] = {}
+        for name, cpu in nodes.items():
+            used = 0
+            while used < cpu - 500:
+                size = rng.choice([500, 1000, 1500, 2000, 3000])
+                if used + size > cpu:
+                    break
+                gang = rng.choice([None, None, None, "run-a", "run-b"])
+                priority = rng.choice(list(LOW))
+                running.append(
+                    Running(f"p{len(running)}", name, {"cpu": size}, LOW[priority], gang)
+                )
+                used += size
+        for gang in ("run-a", "run-b"):
+            size = sum(1 for p in running if p.gang == gang)
+            if size:
+                gangs[gang] = max(1, size - rng.randint(0, 2))
+        found = Scenario(nodes, running, gangs)
+        first = (f"hi{seed}a", rng.randint(2, 4), rng.choice([1000, 2000, 3000]))
+        need = fewest_evictions(_alloc(nodes), running, _demands(*first[1:]), HIGH_VALUE, gangs)
+        if need:
+            found.gangs.append(first)
+            if rng.random() < 0.5:
+                found.gangs.append((f"hi{seed}b", rng.randint(2, 3), rng.choice([1000, 2000])))
+            return found
+
+
+def low_class(priority: int) -> str:
+    return next(name for name, value in LOW.items() if value == priority)
+
+
+@pytest.fixture
+def seed_nodes(kube: Kube) -> Iterator[list[str]]:
+    """The session's nodes cordoned; the seed's nodes deleted afterwards."""
+    own = kube.node_names()
+    for name in own:
+        kube.cordon(name)
+    created: list[str] = []
+    try:
+        yield created
+    finally:
+        for name in created:
+            kube.delete_node(name)
+        for name in own:
+            kube.cordon(name, False)
+
+
+def live(kube: Kube, namespace: str) -> dict[str, str]:
+    """Pods that are placed and not being deleted: name -> node."""
+    return {
+        p.metadata.name: p.spec.node_name
+        for p in kube.pods(namespace)
+        if p.spec.node_name and not p.metadata.deletion_timestamp
+    }
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_seeded_preemption_evicts_exactly_the_minimum(
+    kube: Kube, namespace: str, seed_nodes: list[str], seed: int
+) -> None:
+    kube.ensure_priority_class(HIGH, HIGH_VALUE)
+    for name, value in LOW.items():
+        kube.ensure_priority_class(name, value)
+    world = scenario(seed)
+    for name, cpu in world.nodes.items():
+        kube.create_node(name, f"{cpu}m")
+        seed_nodes.append(name)
+    for gang, min_member in world.running_gangs.items():
+        kube.create_podgroup(namespace, gang, min_member)
+    for pod in world.running:
+        body = kube.pod_body(
+            pod.name,
+            group=pod.gang,
+            cpu=f"{pod.requests['cpu']}m",
+            priority_class=low_class(pod.priority),
+        )
+        body["spec"]["nodeName"] = pod.node
+        kube.core.create_namespaced_pod(namespace, body)
+    wait_for(lambda: len(live(kube, namespace)) == len(world.running), 30, "the seed's pods placed")
+    running = list(world.running)
+    for gang, members, cpu in world.gangs:
+        before = live(kube, namespace)
+        still = [p for p in running if p.name in before]
+        need = fewest_evictions(
+            _alloc(world.nodes), still, _demands(members, cpu), HIGH_VALUE, world.running_gangs
+        )
+        kube.create_podgroup(namespace, gang, members, timeout=60)
+        for i in range(members):
+            kube.create_pod(
+                namespace, f"{gang}-{i}", group=gang, cpu=f"{cpu}m", priority_class=HIGH
+            )
+        names = {f"{gang}-{i}" for i in range(members)}
+        if need is None:
+            # Not even every lower-priority pod makes room: nothing may be evicted.
+            time.sleep(8)
+            after = live(kube, namespace)
+            assert set(before) - set(after) == set(), "evicted for a gang that cannot fit"
+            assert not names & set(after)
+            continue
+        after = wait_for(
+            lambda names=names: names <= set(live(kube, namespace)) and live(kube, namespace),  # type: ignore[misc]
+            90,
+            f"gang {gang} placed",
+        )
+        time.sleep(1.5)  # a late eviction would show now
+        after = live(kube, namespace)
+        evicted = set(before) - set(after)
+        gang_nodes = {after[n] for n in names}
+        report = f"seed {seed}, gang {gang}: evicted {sorted(evicted)}, minimum {need}"
+        assert len(evicted) == need, report
+        assert {before[v] for v in evicted} <= gang_nodes, f"victim off the gang's nodes; {report}"
+        for running_gang, min_member in world.running_gangs.items():
+            left = sum(1 for p in still if p.gang == running_gang and p.name in after)
+            assert left == 0 or left >= min_member, f"{running_gang} left partial; {report}"
+        running = [p for p in still if p.name in after] + [
+            Running(n, after[n], {"cpu": cpu}, HIGH_VALUE) for n in sorted(names)
+        ]

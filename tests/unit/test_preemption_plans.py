@@ -1,0 +1,204 @@
+"""PreemptionPlans: one plan per preempting gang, every member answered from it, and its life."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from app.groups import GroupRef
+from app.metrics import Metrics
+from app.observer import NullObserver
+from app.packing import Demand
+from app.preemption import Candidate, PlanPhase, PreemptionPlans, Preemptor, VictimPolicy
+from app.state import ClusterState
+from app.wakeup import SiblingWaker
+from tests.unit.builders import node, pod, podgroup
+from tests.unit.fakes import Clock
+
+TWO_CPU = {"cpu": 2000, "memory": 1024**3 * 1000, "pods": 1000}
+
+
+class Told(NullObserver):
+    def __init__(self) -> None:
+        self.planned: list[str] = []
+        self.ended: list[str] = []
+        self.refused: list[str] = []
+
+    def preemption_planned(self, group_key: str, message: str) -> None:
+        self.planned.append(message)
+
+    def preemption_ended(self, group_key: str, message: str) -> None:
+        self.ended.append(message)
+
+    def preemption_refused(self, group_key: str, message: str) -> None:
+        self.refused.append(message)
+
+
+class Touches:
+    def __init__(self) -> None:
+        self.pods: list[str] = []
+
+    async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None:
+        self.pods.append(name)
+
+
+def with_priority(raw: dict[str, Any], priority: int) -> dict[str, Any]:
+    raw["spec"]["priority"] = priority
+    return raw
+
+
+class World:
+    """3 nodes x 4 CPUs, each full: a 3-CPU and a 1-CPU pod of priority 0."""
+
+    def __init__(self, policy: VictimPolicy = VictimPolicy.PROTECT) -> None:
+        self.state = ClusterState()
+        self.state.replace_nodes([node(n) for n in ("n1", "n2", "n3")])
+        for n in ("n1", "n2", "n3"):
+            self.state.apply_pod(pod(f"big-{n}", node=n, cpu="3"))
+            self.state.apply_pod(pod(f"small-{n}", node=n, cpu="1"))
+        self.clock = Clock()
+        self.told = Told()
+        self.metrics = Metrics()
+        self.plans = PreemptionPlans(
+            self.state, policy, self.metrics, observer=self.told, clock=self.clock, plan_seconds=60
+        )
+        self.state.add_pod_listener(self.plans.on_pod_change)
+        self.state.add_node_listener(self.plans.on_nodes_changed)
+
+    def gang(self, name: str, members: int, cpu: str = "2", priority: int = 1000) -> None:
+        self.state.apply_podgroup(podgroup(name, members))
+        for i in range(members):
+            self.state.apply_pod(with_priority(pod(f"{name}-{i}", group=name, cpu=cpu), priority))
+
+    def ask(self, group: str, i: int) -> list[Candidate]:
+        member = self.state.pods[f"default/{group}-{i}"]
+        ref = GroupRef("default", group)
+        spec = self.state.group_spec(ref)
+        preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
+        own = Demand(member.key, member.requests, member.placement)
+        # kube-scheduler offers every node where evicting lower-priority pods could help.
+        offered = [Candidate(n, [], 0) for n in self.state.nodes]
+        return self.plans.answer(spec, ref, preemptor, own, offered).candidates
+
+    def victims(self, answers: list[list[Candidate]]) -> list[str]:
+        return [uid for a in answers for c in a for uid in c.victim_uids]
+
+
+def test_one_plan_for_the_gang_and_no_new_victims_while_it_lives() -> None:
+    w = World()
+    w.gang("u", 3)
+    answers = [w.ask("u", i) for i in (2, 0, 1)]
+    victims = w.victims(answers)
+    # Three members of 2 CPUs on three full nodes: one node emptied (2 evictions)
+    # takes two members, a 3-CPU pod elsewhere makes room for the third.
+    assert len(victims) == 3, answers
+    assert len(w.told.planned) == 1 and "3 eviction(s) for 3 member(s)" in w.told.planned[0]
+    nodes = {c.node for a in answers for c in a}
+    assert {w.state.pod_by_uid(v).placed_node for v in victims} <= nodes  # type: ignore[union-attr]
+    # Asking again names only victims of the plan, never new ones.
+    for i in range(3):
+        assert set(w.victims([w.ask("u", i)])) <= set(victims)
+    assert all(w.plans.is_victim(v) and w.plans.beneficiary(v) == "default/u" for v in victims)
+    assert w.plans.snapshot()[0]["phase"] == PlanPhase.EVICTING
+
+
+def test_the_plan_is_done_once_the_gang_holds_its_nodes() -> None:
+    w = World()
+    w.gang("u", 2)
+    answers = [w.ask("u", i) for i in range(2)]
+    for uid in w.victims(answers):
+        victim = w.state.pod_by_uid(uid)
+        assert victim is not None
+        w.state.delete_pod(victim.namespace, victim.name)
+    assert w.plans.snapshot()[0]["phase"] == PlanPhase.PLACING
+    for i, c in enumerate(c for a in answers for c in a):
+        w.state.reserve(f"default/u-{i}", c.node)
+    w.state.apply_pod(with_priority(pod("u-0", group="u", cpu="2", node="n1"), 1000))
+    w.state.apply_pod(with_priority(pod("u-1", group="u", cpu="2", node="n1"), 1000))
+    assert w.plans.snapshot() == []
+    assert w.told.ended == []  # done is no news
+
+
+def test_an_expired_plan_is_made_again_on_the_next_call() -> None:
+    w = World()
+    w.gang("u", 2)
+    first = w.victims([w.ask("u", 0)])
+    w.clock.now += 61
+    again = w.ask("u", 1)
+    assert "did not leave within 60s" in w.told.ended[0]
+    assert len(w.told.planned) == 2
+    # The victims of the first plan are still there, so the new plan may name them again.
+    assert set(w.victims([again])) <= set(first) | {
+        p.uid for p in w.state.pods.values() if p.placed_node
+    }
+
+
+def test_a_plan_whose_node_goes_away_is_cancelled() -> None:
+    w = World()
+    w.gang("u", 1)
+    (candidate,) = w.ask("u", 0)
+    w.state.delete_node(candidate.node)
+    assert w.plans.snapshot() == []
+    assert "gone or cordoned" in w.told.ended[0]
+
+
+def test_a_higher_priority_gang_cancels_a_lower_plan_on_the_same_nodes() -> None:
+    w = World()
+    w.state.replace_nodes([node("n1")])
+    w.gang("low", 1, cpu="3", priority=500)
+    assert w.victims([w.ask("low", 0)]) == ["uid-default-big-n1"]
+    w.gang("top", 1, cpu="4", priority=2000)
+    assert sorted(w.victims([w.ask("top", 0)])) == ["uid-default-small-n1"]
+    assert "higher-priority gang default/top" in w.told.ended[0]
+
+
+def test_a_gang_that_cannot_fit_is_refused_once_per_reason() -> None:
+    w = World()
+    w.gang("huge", 4, cpu="4")
+    keep = with_priority(pod("keep", node="n1", cpu="0"), 5000)
+    w.state.apply_pod(keep)
+    w.state.apply_pod(with_priority(pod("big-n1", node="n1", cpu="3"), 5000))
+    assert w.ask("huge", 0) == []
+    assert w.ask("huge", 1) == []
+    assert len(w.told.refused) == 1 and "cannot preempt" in w.told.refused[0]
+
+
+def test_protect_never_takes_a_running_gang_below_min_member() -> None:
+    w = World()
+    w.state.replace_nodes([node("a"), node("b")])
+    for name in list(w.state.pods):
+        w.state.delete_pod("default", name.split("/")[1])
+    w.state.apply_podgroup(podgroup("run", 2))
+    for i, at in enumerate(["a", "b", "b"]):
+        w.state.apply_pod(pod(f"run-{i}", group="run", node=at, cpu="2"))
+    w.state.apply_pod(pod("plain", node="a", cpu="2"))
+    # One member of 4 CPUs: node a (run-0 and plain) keeps the gang at minMember 2;
+    # node b would take two of its members.
+    w.gang("one", 1, cpu="4")
+    assert sorted(w.victims([w.ask("one", 0)])) == ["uid-default-plain", "uid-default-run-0"]
+    # Two such members would need both nodes: no plan, and the users are told why.
+    w.gang("two", 2, cpu="4", priority=1000)
+    assert w.victims([w.ask("two", 0), w.ask("two", 1)]) == []
+    assert "cannot preempt" in w.told.refused[-1]
+
+
+async def test_deleting_an_unbound_preemption_victim_wakes_the_nominated_preemptor() -> None:
+    """kube-scheduler does not retry a preemptor when a victim it only held goes."""
+    touches = Touches()
+    state = ClusterState()
+    state.replace_nodes([node("n0")])
+    waker = SiblingWaker(state, touches, cooldown_seconds=0)
+    plans = PreemptionPlans(state, VictimPolicy.PROTECT, Metrics(), waker=waker)
+    state.add_pod_listener(plans.on_pod_change)
+    preemptor = pod("urgent", cpu="1")
+    preemptor["status"]["nominatedNodeName"] = "n0"
+    state.apply_pod(preemptor)
+    victim = pod("victim", group="a", cpu="1")
+    victim["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    ]
+    state.apply_pod(victim)
+    state.delete_pod("default", "victim")
+    await asyncio.sleep(0)
+    await waker.drain()
+    assert touches.pods == ["urgent"]
