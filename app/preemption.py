@@ -298,11 +298,10 @@ class PreemptionPlans:
     ) -> Answer:
         """A gang member's preempt call: answered from its gang's plan, made now if none lives."""
         now = self._clock()
+        for live in list(self.plans.values()):
+            # An expired plan's reservations must not hold room for anyone.
+            self._check(live, now)
         current = self.plans.get(spec.key)
-        if current is not None:
-            self._check(current, now)
-            if current.phase in ENDED:
-                current = None
         if current is None:
             made = self._make(spec, ref, preemptor, own, {c.node for c in candidates}, now)
             if isinstance(made, Answer):
@@ -316,6 +315,8 @@ class PreemptionPlans:
 
     def snapshot(self) -> list[dict[str, Any]]:
         now = self._clock()
+        for live in list(self.plans.values()):
+            self._check(live, now)
         return [p.to_json(now) for p in self.plans.values()]
 
     # ---- making a plan ----------------------------------------------------------------

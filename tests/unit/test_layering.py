@@ -10,7 +10,7 @@ CORE = (
     "app.packing",
     "app.contention",
     "app.scoring",
-    "app.preemption",
+    "app.preemption_planner",
     "app.status",
     "app.events",
 )
