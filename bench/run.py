@@ -364,6 +364,9 @@ async def preempt_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
             "preempt, gang member, answered from the live plan",
             await timed(client, "/scheduler/preempt", gang_bodies, runs),
         )
+        # Eight members of 2 CPUs: four emptied nodes of ten 400m pods each.
+        out["plan_evictions"] = sum(p["evictions"] for p in extender.plans.snapshot())
+        print(f"  {'evictions in the plan':<58} {out['plan_evictions']:8d}")
         out["preempt_plain"] = report(
             "preempt, pod in no gang", await timed(client, "/scheduler/preempt", [plain_body], runs)
         )
