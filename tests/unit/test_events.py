@@ -17,6 +17,9 @@ from app.events import (
     INVALID_POD_GROUP,
     NORMAL,
     PREEMPTED,
+    PREEMPTION_ENDED,
+    PREEMPTION_PLANNED,
+    PREEMPTION_REFUSED,
     RATE_LIMITED,
     WAITING_FOR_SIBLINGS,
     WARNING,
@@ -379,3 +382,17 @@ def test_gang_waiting_is_told_once_per_admission() -> None:
     events.gang_timed_out("default/g", [A], "timed out")
     events.member_waiting(A, "default/g", 1, 3)
     assert [r for _, _, r, _ in recorded.events].count(GANG_WAITING) == 3
+
+
+def test_preemption_plan_events_go_on_the_podgroup_or_the_pending_members() -> None:
+    events, recorded, state = gang_events()
+    events.preemption_planned("default/g", "gang default/g preempts: 1 eviction(s) for 1 member(s)")
+    events.preemption_ended("default/g", "preemption plan expired: ...")
+    state.apply_pod(pod("l-0", light=("light", "2")))
+    state.apply_pod(pod("l-1", light=("light", "2"), node="n1"))
+    events.preemption_refused("default/light", "gang default/light cannot preempt: ...")
+    assert [(r.kind, r.name, type_, reason) for r, type_, reason, _ in recorded.events] == [
+        (XK8S_API.kind, "g", NORMAL, PREEMPTION_PLANNED),
+        (XK8S_API.kind, "g", WARNING, PREEMPTION_ENDED),
+        ("Pod", "l-0", WARNING, PREEMPTION_REFUSED),  # the placed member is not told
+    ]
