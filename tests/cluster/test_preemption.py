@@ -82,9 +82,9 @@ def test_high_priority_gang_evicts_only_what_it_needs(kube: Kube, namespace: str
     assert {before[name] for name in evicted} <= gang_nodes, (evicted, before, after)
     # No extra eviction: on every node, putting back any one victim would not fit.
     # The members preempt within milliseconds of each other, before our watch
-    # reports a victim's deletion or a sibling's nomination; without the
-    # extender's memory of its siblings' preemptions a third node lost a pod
-    # for nothing (app/preemption.py, PreemptionsInFlight).
+    # reports a victim's deletion or a sibling's nomination; deciding member
+    # by member, a third node lost a pod for nothing. One plan for the gang
+    # (app/preemption.py) makes that impossible.
     millicpu = {"low-big": 3000, "low-small": 500, "urgent": 2000}
 
     def cpu(name: str) -> int:
@@ -94,6 +94,14 @@ def test_high_priority_gang_evicts_only_what_it_needs(kube: Kube, namespace: str
         used = sum(cpu(n) for n, at in after.items() if at == node)
         for victim in (v for v in evicted if before[v] == node):
             assert used + cpu(victim) > 4000, f"{victim} was evicted from {node} for nothing"
+    # The gang's users see the plan: one Event on the PodGroup naming its nodes and victims.
+    planned = wait_for(
+        lambda: [e for e in kube.events(namespace, "urgent") if e.startswith("PreemptionPlanned")],
+        20,
+        "the PreemptionPlanned event",
+    )
+    assert f"{len(evicted)} eviction(s) for 3 member(s)" in planned[0], planned
+    assert all(v in planned[0] for v in evicted), planned
 
 
 def fill_node3_and_start_low_gang(kube: Kube, namespace: str, group: str) -> None:
