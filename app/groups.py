@@ -20,11 +20,17 @@ This module is the single home of those API coordinates. Everything here is pure
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.resources import QuantityError, Resources, parse_resource_list
+from app.topology import (
+    TopologyConstraint,
+    TopologyError,
+    constraint_from_native,
+    constraint_from_volcano,
+)
 
 SOURCE_XK8S = "x-k8s"
 SOURCE_LABELS = "labels"
@@ -117,6 +123,8 @@ class GroupSpec:
     # Volcano queue and priorityClassName: shown in /debug/gangs, not enforced.
     queue: str | None = None
     priority_class_name: str | None = None
+    # Where the whole gang must (or should) be placed together (app/topology.py).
+    topology: TopologyConstraint | None = None
 
 
 def group_ref_of(namespace: str, labels: Mapping[str, str] | None) -> GroupRef | None:
@@ -281,6 +289,7 @@ def spec_from_volcano(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
         min_member=min_member,
         min_resources=_min_resources(key, spec),
         source=SOURCE_VOLCANO,
+        topology=_topology(key, constraint_from_volcano, spec),
         min_task_member=tuple(tasks),
         queue=queue if isinstance(queue, str) and queue else None,
         priority_class_name=priority_class if isinstance(priority_class, str) else None,
@@ -292,8 +301,9 @@ def spec_from_native(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
     spec = _spec_object(key, spec)
     policy = spec.get("schedulingPolicy") or {}
     gang = policy.get("gang") if isinstance(policy, Mapping) else None
+    topology = _topology(key, constraint_from_native, spec)
     if not isinstance(gang, Mapping):
-        return GroupSpec(key=key, min_member=1, source=SOURCE_NATIVE)
+        return GroupSpec(key=key, min_member=1, source=SOURCE_NATIVE, topology=topology)
     min_count = _int_field(key, gang, "minCount", None, 1)
     if min_count is None:
         raise PodGroupSpecError(f"PodGroup {key}: spec.schedulingPolicy.gang.minCount is required")
@@ -302,8 +312,20 @@ def spec_from_native(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
         key=key,
         min_member=min_count,
         source=SOURCE_NATIVE,
+        topology=topology,
         priority_class_name=priority_class if isinstance(priority_class, str) else None,
     )
+
+
+def _topology(
+    key: str,
+    reader: Callable[[Mapping[str, Any]], TopologyConstraint | None],
+    spec: Mapping[str, Any],
+) -> TopologyConstraint | None:
+    try:
+        return reader(spec)
+    except TopologyError as err:
+        raise PodGroupSpecError(f"PodGroup {key}: {err}") from None
 
 
 SPEC_READERS = {

@@ -224,6 +224,9 @@ class PodGroupStatus:
     def preemption_refused(self, group_key: str, message: str) -> None:
         return None
 
+    def gang_placed(self, group_key: str, message: str) -> None:
+        return None
+
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if old is not None and old.group is not None:
             tracked = self._tracked.get(old.group.key)
