@@ -370,24 +370,17 @@ class PreemptionPlans:
             domain, result = self._plan_in_topology(
                 spec.key, constraint, demands, bins, evictable, budgets
             )
-            if result is None and constraint.required:
+        if result is None:
+            where = ""
+            if constraint is not None and constraint.required:
                 levels = " or ".join(
                     short_level(level) for level in levels_to_try(constraint, self._levels)[0]
                 )
-                message = (
-                    f"gang {spec.key} cannot preempt: its {len(demands)} missing member(s) do "
-                    f"not fit in any one {levels} ({constraint.describe()}) even after evicting "
-                    "every pod they may evict there (lower priority, not in the gang, not "
-                    "protected by a running gang's minMember under "
-                    f"--gang-victim-policy={self._policy})"
-                )
-                self._refuse(spec.key, message)
-                return Answer([], message)
-        if result is None:
+                where = f" in any one {levels} ({constraint.describe()})"
             message = (
                 f"gang {spec.key} cannot preempt: its {len(demands)} missing member(s) do not "
-                "fit even after evicting every pod they may evict (lower priority, not in the "
-                "gang, not protected by a running gang's minMember under "
+                f"fit{where} even after evicting every pod they may evict (lower priority, not "
+                "in the gang, not protected by a running gang's minMember under "
                 f"--gang-victim-policy={self._policy})"
             )
             self._refuse(spec.key, message)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -21,10 +20,9 @@ from app.groups import (
     VOLCANO_API,
     VOLCANO_GROUP_ANNOTATIONS,
     XK8S_API,
-    GroupApi,
 )
 from app.topology import HOSTNAME, KUEUE_PREFERRED, KUEUE_REQUIRED, ZONE
-from hack.clusterkit import wait_for
+from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import Extender
 
@@ -77,28 +75,6 @@ def racks(kube: Kube, extender: Extender) -> Iterator[list[str]]:
         extender.restart(*previous)
 
 
-def create_group(
-    kube: Kube,
-    api: GroupApi,
-    namespace: str,
-    name: str,
-    spec: dict[str, Any],
-    annotations: dict[str, str] | None = None,
-) -> None:
-    kube.custom.create_namespaced_custom_object(
-        api.group,
-        api.version,
-        namespace,
-        api.plural,
-        {
-            "apiVersion": api.api_version,
-            "kind": api.kind,
-            "metadata": {"name": name, "annotations": annotations or {}},
-            "spec": spec,
-        },
-    )
-
-
 def wait_bound(kube: Kube, namespace: str, prefix: str, count: int) -> dict[str, str]:
     def bound() -> dict[str, str] | None:
         placed = {p: n for p, n in kube.bound(namespace).items() if p.startswith(prefix)}
@@ -122,7 +98,7 @@ def pin(kube: Kube, namespace: str, name: str, node: str, cpu: str, priority: st
 def x_k8s_gang(
     kube: Kube, namespace: str, name: str, size: int, cpu: str, annotations: dict[str, str]
 ) -> None:
-    create_group(kube, XK8S_API, namespace, name, {"minMember": size}, annotations)
+    create_group(kube.custom, XK8S_API, namespace, name, {"minMember": size}, annotations)
     for i in range(size):
         kube.create_pod(namespace, f"{name}-{i}", group=name, cpu=cpu)
 
@@ -199,7 +175,7 @@ def test_half_full_rack_takes_the_gang_that_fits_leaving_empty_racks_whole(
 
 def test_native_podgroup_topology_is_honoured(kube: Kube, namespace: str, racks: list[str]) -> None:
     create_group(
-        kube,
+        kube.custom,
         NATIVE_API,
         namespace,
         "ring",
@@ -225,7 +201,7 @@ def test_volcano_network_topology_is_honoured(
 ) -> None:
     """Tier 1 is the rack (the first level above the node); soft falls back to the block."""
     create_group(
-        kube,
+        kube.custom,
         VOLCANO_API,
         namespace,
         "job",
@@ -245,7 +221,7 @@ def test_volcano_network_topology_is_honoured(
         return
     # Hard mode with tier 1 refuses what soft mode placed in a block.
     create_group(
-        kube,
+        kube.custom,
         VOLCANO_API,
         namespace,
         "hard",
@@ -287,7 +263,9 @@ def test_high_priority_gang_preempts_inside_one_rack_with_fewest_victims(
             if node in target:
                 expected_victims.add(name)
     wait_for(lambda: len(kube.bound(namespace)) == count, 60, "the low pods")
-    create_group(kube, XK8S_API, namespace, "urgent", {"minMember": 2}, {KUEUE_REQUIRED: RACK})
+    create_group(
+        kube.custom, XK8S_API, namespace, "urgent", {"minMember": 2}, {KUEUE_REQUIRED: RACK}
+    )
     for i in range(2):
         kube.create_pod(namespace, f"urgent-{i}", group="urgent", cpu="2", priority_class=HIGH)
     bound = wait_bound(kube, namespace, "urgent-", 2)
