@@ -50,6 +50,7 @@ class Settings:
     volcano_podgroups: str = "auto"
     native_podgroups: str = "auto"
     label_groups: str = "on"
+    kueue_pod_groups: str = "on"
     leader_election_lease: str | None = None
     leader_identity: str | None = None
     on_partial_bind: str = "delete-bound"
@@ -291,6 +292,13 @@ _OPTIONS = (
         "label_groups",
         _choice(("on", "off")),
         "label-only groups (pod-group.scheduling.sigs.k8s.io/name + /min-available): on or off",
+        "MODE",
+    ),
+    _Option(
+        "kueue_pod_groups",
+        _choice(("on", "off")),
+        "Kueue's plain pod groups (label kueue.x-k8s.io/pod-group-name + annotation "
+        "kueue.x-k8s.io/pod-group-total-count): on or off",
         "MODE",
     ),
     _Option(

@@ -14,6 +14,9 @@ preemption never care where a group was declared:
   (pod annotation `volcano.sh/task-spec`).
 - `native`: Kubernetes' own PodGroup (`scheduling.k8s.io/v1beta1`, feature
   gate GenericWorkload), pods point to it with `spec.schedulingGroup.podGroupName`.
+- `kueue`: Kueue's plain pod groups, no object either: the label
+  `kueue.x-k8s.io/pod-group-name` and the annotation
+  `kueue.x-k8s.io/pod-group-total-count` (the gang's size) on every pod.
 
 This module is the single home of those API coordinates. Everything here is pure.
 """
@@ -36,7 +39,8 @@ SOURCE_XK8S = "x-k8s"
 SOURCE_LABELS = "labels"
 SOURCE_VOLCANO = "volcano"
 SOURCE_NATIVE = "native"
-ALL_SOURCES = frozenset({SOURCE_XK8S, SOURCE_LABELS, SOURCE_VOLCANO, SOURCE_NATIVE})
+SOURCE_KUEUE = "kueue"
+ALL_SOURCES = frozenset({SOURCE_XK8S, SOURCE_LABELS, SOURCE_VOLCANO, SOURCE_NATIVE, SOURCE_KUEUE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,8 @@ LIGHT_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
 LIGHT_MIN_AVAILABLE_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"
 VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
 VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 
 
 class GroupLabelError(ValueError):
@@ -145,7 +151,7 @@ def group_ref_of_pod(
     """The group a pod belongs to, from the first enabled source that names one.
 
     Precedence: x-k8s label, native spec.schedulingGroup, Volcano annotation,
-    label-only group. A source that is switched off (or whose API the cluster
+    Kueue pod group, label-only group. A source that is switched off (or whose API the cluster
     does not serve) is not consulted: its pods are ordinary pods for us.
     """
     enabled = frozenset(sources)
@@ -182,9 +188,29 @@ def group_ref_of_pod(
                 source=SOURCE_VOLCANO,
                 task=task if isinstance(task, str) else "",
             )
+    if SOURCE_KUEUE in enabled and labels.get(KUEUE_GROUP_LABEL) is not None:
+        return _kueue_ref(namespace, labels[KUEUE_GROUP_LABEL], meta.get("annotations") or {})
     if SOURCE_LABELS in enabled:
         return _light_ref(namespace, labels)
     return None
+
+
+def _kueue_ref(namespace: str, name: str, annotations: Mapping[str, Any]) -> GroupRef:
+    """Kueue's plain pod group: its size is the total count every pod carries."""
+    if not name:
+        raise GroupLabelError(f"label {KUEUE_GROUP_LABEL} is empty: set it to the group's name")
+    raw = annotations.get(KUEUE_TOTAL_COUNT_ANNOTATION)
+    try:
+        total = int(raw) if isinstance(raw, str) else 0
+    except ValueError:
+        total = 0
+    if total < 1:
+        raise GroupLabelError(
+            f"label {KUEUE_GROUP_LABEL}={name} needs the annotation "
+            f"{KUEUE_TOTAL_COUNT_ANNOTATION} set to a whole number >= 1 (the number of pods "
+            f"in the group), got {raw!r:.40}"
+        )
+    return GroupRef(namespace, name, total, SOURCE_KUEUE)
 
 
 def _light_ref(namespace: str, labels: Mapping[str, str]) -> GroupRef | None:
@@ -337,7 +363,7 @@ SPEC_READERS = {
 
 def spec_from_labels(ref: GroupRef) -> GroupSpec:
     assert ref.min_available is not None
-    return GroupSpec(key=ref.key, min_member=ref.min_available, source=SOURCE_LABELS)
+    return GroupSpec(key=ref.key, min_member=ref.min_available, source=ref.source)
 
 
 def task_shortfall(spec: GroupSpec, tasks: Iterable[str]) -> list[tuple[str, int, int]]:

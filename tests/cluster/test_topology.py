@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from app.groups import (
+    KUEUE_GROUP_LABEL,
+    KUEUE_TOTAL_COUNT_ANNOTATION,
     LIGHT_MIN_AVAILABLE_LABEL,
     LIGHT_NAME_LABEL,
     NATIVE_API,
@@ -281,3 +283,30 @@ def test_high_priority_gang_preempts_inside_one_rack_with_fewest_victims(
         functools.partial(told, kube, namespace, "PreemptionPlanned"), 30, "the plan's event"
     )
     assert "in rack z0b1r1" in planned and "3 eviction(s)" in planned
+
+
+def test_kueue_plain_pod_group_is_all_or_nothing_in_one_rack(
+    kube: Kube, namespace: str, racks: list[str]
+) -> None:
+    """Kueue's plain pod groups as a source, with the required topology on the pods."""
+
+    def member(i: int) -> None:
+        kube.create_pod(
+            namespace,
+            f"kq-{i}",
+            cpu="1",
+            labels={KUEUE_GROUP_LABEL: "kq"},
+            annotations={KUEUE_TOTAL_COUNT_ANNOTATION: "4", KUEUE_REQUIRED: RACK},
+        )
+
+    for i in range(3):
+        member(i)
+    wait_for(
+        functools.partial(told, kube, namespace, "cannot find enough sibling pods"),
+        30,
+        "the sibling message",
+    )
+    assert not kube.bound(namespace)
+    member(3)
+    bound = wait_bound(kube, namespace, "kq-", 4)
+    assert len(domains(bound, RACK)) == 1, bound

@@ -5,7 +5,19 @@ from __future__ import annotations
 import pytest
 
 from app.contention import Gang, Holder, Ruling
-from app.groups import PodGroupSpecError, spec_from_native, spec_from_volcano
+from app.groups import (
+    ALL_SOURCES,
+    KUEUE_GROUP_LABEL,
+    KUEUE_TOTAL_COUNT_ANNOTATION,
+    SOURCE_KUEUE,
+    GroupLabelError,
+    GroupRef,
+    PodGroupSpecError,
+    group_ref_of_pod,
+    spec_from_labels,
+    spec_from_native,
+    spec_from_volcano,
+)
 from app.packing import Bin, Demand
 from app.preemption_planner import Evictable, plan_in_domains
 from app.state import pod_record_from, podgroup_record_from
@@ -338,3 +350,32 @@ def test_preemption_plans_in_the_domain_whose_victims_cost_least() -> None:
     assert {p.node for p in result.nodes} == {"b0", "b1"}
     # A domain that cannot hold the gang whatever is evicted is never chosen.
     assert plan_in_domains(demands, bins, evictable, None, [("a", ["a0"])]) is None
+
+
+# ---- Kueue's plain pod groups, a group source -------------------------------------
+
+
+def test_kueue_plain_pod_group_is_a_group_of_its_total_count() -> None:
+    meta = {
+        "labels": {KUEUE_GROUP_LABEL: "job"},
+        "annotations": {KUEUE_TOTAL_COUNT_ANNOTATION: "4", KUEUE_REQUIRED: RACK},
+    }
+    ref = group_ref_of_pod("ml", meta, {})
+    assert ref == GroupRef("ml", "job", 4, SOURCE_KUEUE)
+    assert ref.key == "kueue:ml/job"
+    spec = spec_from_labels(ref)
+    assert (spec.key, spec.min_member, spec.source) == ("kueue:ml/job", 4, SOURCE_KUEUE)
+    record = pod_record_from({"metadata": {"namespace": "ml", "name": "p", **meta}, "spec": {}})
+    assert record.group == ref and record.topology is not None and record.topology.required
+    # Switched off (--kueue-pod-groups=off): the pod is on its own.
+    assert group_ref_of_pod("ml", meta, {}, ALL_SOURCES - {SOURCE_KUEUE}) is None
+
+
+def test_kueue_pod_group_without_a_usable_total_count_is_explained() -> None:
+    for given in (
+        {},
+        {KUEUE_TOTAL_COUNT_ANNOTATION: "0"},
+        {KUEUE_TOTAL_COUNT_ANNOTATION: "x"},
+    ):
+        with pytest.raises(GroupLabelError, match="pod-group-total-count set to a whole number"):
+            group_ref_of_pod("ml", {"labels": {KUEUE_GROUP_LABEL: "job"}, "annotations": given}, {})
