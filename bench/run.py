@@ -373,8 +373,9 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     """The filter verb admitting a fresh gang of 8 (--gang-feasibility), with topology or not.
 
     Nodes in racks of 20, blocks of 200 and zones of 1,250, each running
-    pods/nodes pods of 1 CPU; a member asks for 40 of a node's 64 CPUs. Each call admits the gang afresh (its claim is dropped in between):
-    the whole-gang check over every node, then per candidate domain.
+    pods/nodes pods of 1 CPU; a member asks for 40 of a node's 64 CPUs. Each
+    call admits the gang afresh (its claim is dropped in between): the
+    whole-gang check over every node, then per candidate domain.
     """
     rack, block = "example.com/rack", "example.com/block"
     state = ClusterState()
