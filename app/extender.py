@@ -224,16 +224,22 @@ class GangExtender:
         )
         passed: list[str] = []
         outside: dict[str, str] = {}
+        # One message per other domain: thousands of nodes share a few.
+        messages: dict[str | None, str] = {}
+        nodes = self.state.nodes
         for name in names:
             labels = in_request.get(name)
             if labels is None:
-                record = self.state.nodes.get(name)
+                record = nodes.get(name)
                 labels = record.labels if record is not None else {}
             value = labels.get(domain.level)
             if value == domain.value:
                 passed.append(name)
-            else:
-                outside[name] = domain_message(group_key, domain, constraint, value)
+                continue
+            message = messages.get(value)
+            if message is None:
+                message = messages[value] = domain_message(group_key, domain, constraint, value)
+            outside[name] = message
         return filter_result(args, passed, {}, outside)
 
     def _siblings(self, spec: GroupSpec, ref: GroupRef, uid: str) -> PermitVerdict:
