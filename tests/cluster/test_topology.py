@@ -310,3 +310,22 @@ def test_kueue_plain_pod_group_is_all_or_nothing_in_one_rack(
     member(3)
     bound = wait_bound(kube, namespace, "kq-", 4)
     assert len(domains(bound, RACK)) == 1, bound
+
+
+def test_a_member_created_later_follows_its_bound_siblings_rack(
+    kube: Kube, namespace: str, racks: list[str]
+) -> None:
+    """Rack z0b0r0 has 1 CPU free; the gang takes the first empty rack, z0b0r1. A member
+    recreated later needs 1 CPU: both racks have exactly that, and the name would pick
+    z0b0r0, but its siblings run in z0b0r1."""
+    for i, cpu in enumerate(("2", "1")):
+        pin(kube, namespace, f"busy-{i}", node_name(0, 0, 0, i), cpu, LOW)
+    wait_for(lambda: len(kube.bound(namespace)) == 2, 30, "the busy pods")
+    x_k8s_gang(kube, namespace, "train", 4, "1", {KUEUE_REQUIRED: RACK})
+    bound = wait_bound(kube, namespace, "train-", 4)
+    assert domains(bound, RACK) == {"z0b0r1"}, bound
+    kube.core.delete_namespaced_pod("train-0", namespace, grace_period_seconds=0)
+    wait_for(lambda: "train-0" not in kube.bound(namespace), 30, "train-0 gone")
+    kube.create_pod(namespace, "train-4", group="train", cpu="1")
+    again = wait_bound(kube, namespace, "train-", 4)
+    assert domains(again, RACK) == {"z0b0r1"}, again
