@@ -158,6 +158,12 @@ def constraint_from_volcano(spec: Mapping[str, Any]) -> TopologyConstraint | Non
     mode = raw.get("mode") or "hard"
     if mode not in ("hard", "soft"):
         raise TopologyError(f"spec.networkTopology.mode must be hard or soft, got {mode!r:.40}")
+    if raw.get("highestTierName"):
+        raise TopologyError(
+            "spec.networkTopology.highestTierName names a Volcano HyperNode tier, which "
+            "gang-extender does not read: use highestTierAllowed (tier N is the N-th level of "
+            "--topology-levels above the node)"
+        )
     tier = raw.get("highestTierAllowed", 1)
     if not isinstance(tier, int) or isinstance(tier, bool) or tier < 1:
         raise TopologyError(

@@ -121,6 +121,8 @@ def test_volcano_network_topology_hard_and_soft() -> None:
         constraint_from_volcano({"networkTopology": {"mode": "strict"}})
     with pytest.raises(TopologyError, match="highestTierAllowed"):
         constraint_from_volcano({"networkTopology": {"highestTierAllowed": 0}})
+    with pytest.raises(TopologyError, match="use highestTierAllowed"):
+        constraint_from_volcano({"networkTopology": {"mode": "hard", "highestTierName": "spine"}})
 
 
 def test_kueue_annotations_required_wins_over_preferred() -> None:
