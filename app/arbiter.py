@@ -51,6 +51,7 @@ from app.topology import (
     TopologyConstraint,
     common_domain,
     constraint_of,
+    fits_one_domain,
     levels_to_try,
     place,
     short_level,
@@ -149,6 +150,8 @@ class Arbiter:
         # Claiming gangs that lost a member since the last prune.
         self._recheck: set[str] = set()
         self._memo: dict[str, tuple[int, int, Verdict]] = {}
+        # group key -> (version, whether its required topology fits one domain now).
+        self._fits: dict[str, tuple[int, bool]] = {}
         # claim key -> (its members' stamp, the claim, what it holds): see _holder().
         self._holders: dict[str, tuple[int, _Claim, Holder]] = {}
 
@@ -169,7 +172,7 @@ class Arbiter:
             return Verdict(True, FilterReason.COMPLETE)
         free, allocatable = self._bins()
         holders = [self._holder(k, c) for k, c in self.claims.items()]
-        line = self._line(exclude=spec.key)
+        line = self._line(exclude=spec.key, free=free)
         constraint = self.constraint(spec, pod.topology)
         domain: Domain | None = None
         if constraint is None:
@@ -333,7 +336,12 @@ class Arbiter:
             waiting_since=waiting.since if waiting is not None else None,
         )
 
-    def _line(self, exclude: str) -> list[Gang]:
+    def _line(self, exclude: str, free: list[Bin] | None = None) -> list[Gang]:
+        """The gangs waiting that may be admitted: in line (any order).
+
+        A gang with a required topology level that no domain can hold now is
+        left out: it cannot take room, and aged it must not hold back others.
+        """
         line: list[Gang] = []
         for key, entry in list(self.waiting.items()):
             if key == exclude or key in self.claims:
@@ -352,8 +360,26 @@ class Arbiter:
                 or key in self._admission.denied
             ):
                 continue
+            constraint = self.constraint(spec)
+            if constraint is not None and constraint.required:
+                if free is None:
+                    free = self._state.room()
+                if not self._fits_one_domain(gang, constraint, free):
+                    continue
             line.append(gang)
         return line
+
+    def _fits_one_domain(self, gang: Gang, constraint: TopologyConstraint, free: list[Bin]) -> bool:
+        """fits_one_domain(), remembered while capacity, claims and the line stay the same."""
+        known = self._fits.get(gang.key)
+        if known is not None and known[0] == self._version:
+            return known[1]
+        if len(self._fits) > 10_000:
+            self._fits.clear()
+        placed = [p.placed_node for p in self._state.placed_members(gang.key)]
+        fits = fits_one_domain(gang, constraint, self.levels, free, placed)
+        self._fits[gang.key] = (self._version, fits)
+        return fits
 
     def _bins(self) -> tuple[list[Bin], list[Bin]]:
         """(what is free on each schedulable node, its allocatable): the packing's input.
@@ -544,7 +570,7 @@ class Arbiter:
         now = self._clock()
         free, allocatable = self._bins()
         holders = [self._holder(k, c) for k, c in self.claims.items()]
-        line = self._line(exclude="")
+        line = self._line(exclude="", free=free)
         for key in wake_order(
             line, free, holders, now, self.aging_seconds, allocatable=allocatable
         ):

@@ -324,6 +324,23 @@ def place(
     )
 
 
+def fits_one_domain(
+    candidate: Gang,
+    constraint: TopologyConstraint,
+    levels: Sequence[str],
+    free: Sequence[Bin],
+    placed_nodes: Sequence[str] = (),
+) -> bool:
+    """Could the gang be admitted in one domain of its levels with the room free now?
+
+    For the line of waiting gangs: a gang with a required level that no
+    domain can hold now must not be counted as taking the room it would
+    take anywhere, nor, once aged, hold back the gangs behind it.
+    """
+    placed = place(candidate, constraint, levels, free, [], [], 0.0, 0.0, (), placed_nodes)
+    return placed.decision.verdict is Ruling.ADMIT
+
+
 def _no_domain_message(
     candidate: Gang,
     constraint: TopologyConstraint,

@@ -104,3 +104,23 @@ def test_a_gang_no_rack_can_hold_is_turned_away_everywhere_with_the_level_named(
         "rack (required by topology key example.com/rack"
     )
     assert "default/train" not in world.arbiter.claims
+
+
+def test_a_gang_no_rack_can_hold_takes_no_room_from_the_gangs_behind_it() -> None:
+    """Gang x (3 x 3 CPUs, required rack) fits the cluster (a2, b1, b2) but no rack: it waits
+    in line without counting as holding that room, so gang y (2 x 2 CPUs) is admitted."""
+    world = World()
+    for i in range(3):
+        raw = pod(f"x-{i}", light=("x", "3"), cpu="3")
+        raw["metadata"]["annotations"] = {KUEUE_REQUIRED: RACK}
+        raw["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"  # x is ahead in line
+        world.state.apply_pod(raw)
+    turned_away = world.filter(raw)
+    assert turned_away["NodeNames"] == [] and "default/x" in world.arbiter.waiting
+    for i in range(2):
+        raw = pod(f"y-{i}", light=("y", "2"), cpu="2")
+        raw["metadata"]["creationTimestamp"] = "2026-01-02T00:00:00Z"
+        world.state.apply_pod(raw)
+    admitted = world.filter(raw)
+    assert admitted["NodeNames"] == list(NODES)
+    assert "default/y" in world.arbiter.claims
