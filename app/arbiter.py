@@ -40,10 +40,22 @@ from app.admission import Admission, DenyReason, FilterReason, Verdict, wholenes
 from app.contention import Gang, Holder, Ruling, decide, order_line, wake_order
 from app.gate import PermitGate, SettleOutcome
 from app.groups import GroupRef, GroupSpec, PodGroupSpecError
+from app.metrics import Metrics
 from app.observer import GangObserver, NullObserver
 from app.packing import Bin, Demand, placement_of
 from app.resources import QuantityError, Resources, add, pod_requests
 from app.state import ClusterState, GroupNotFound, PodRecord
+from app.topology import (
+    DEFAULT_LEVELS,
+    Domain,
+    TopologyConstraint,
+    common_domain,
+    constraint_of,
+    fits_one_domain,
+    levels_to_try,
+    place,
+    short_level,
+)
 from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
@@ -76,6 +88,9 @@ class _Claim:
     since: float | None
     # Members' PodScheduled messages when the claim was made: only a change counts.
     baseline: dict[str, str] = field(default_factory=dict)
+    # The topology domain the whole gang was admitted in (None: no constraint, or anywhere).
+    domain: Domain | None = None
+    constraint: TopologyConstraint | None = None
 
 
 @dataclass(slots=True)
@@ -92,6 +107,8 @@ class Candidate:
     uid: str
     priority: int
     raw_spec: Mapping[str, Any]
+    # Kueue's topology annotations on the pod (it may not be in our watch yet).
+    topology: TopologyConstraint | None = None
 
 
 class Arbiter:
@@ -106,8 +123,12 @@ class Arbiter:
         observer: GangObserver | None = None,
         aging_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        levels: tuple[str, ...] = DEFAULT_LEVELS,
+        metrics: Metrics | None = None,
     ) -> None:
         self._state = state
+        self.levels = levels
+        self._metrics = metrics
         self._admission = admission
         self._gate = gate
         self._wait_seconds = wait_seconds
@@ -129,6 +150,8 @@ class Arbiter:
         # Claiming gangs that lost a member since the last prune.
         self._recheck: set[str] = set()
         self._memo: dict[str, tuple[int, int, Verdict]] = {}
+        # group key -> (version, whether its required topology fits one domain now).
+        self._fits: dict[str, tuple[int, bool]] = {}
         # claim key -> (its members' stamp, the claim, what it holds): see _holder().
         self._holders: dict[str, tuple[int, _Claim, Holder]] = {}
 
@@ -149,8 +172,25 @@ class Arbiter:
             return Verdict(True, FilterReason.COMPLETE)
         free, allocatable = self._bins()
         holders = [self._holder(k, c) for k, c in self.claims.items()]
-        line = self._line(exclude=spec.key)
-        decision = decide(gang, free, holders, line, now, self.aging_seconds, allocatable)
+        line = self._line(exclude=spec.key, free=free)
+        constraint = self.constraint(spec, pod.topology)
+        domain: Domain | None = None
+        if constraint is None:
+            decision = decide(gang, free, holders, line, now, self.aging_seconds, allocatable)
+        else:
+            placed = place(
+                gang,
+                constraint,
+                self.levels,
+                free,
+                holders,
+                line,
+                now,
+                self.aging_seconds,
+                allocatable,
+                [p.placed_node for p in self._state.placed_members(spec.key)],
+            )
+            decision, domain = placed.decision, placed.domain
         if decision.verdict is not Ruling.ADMIT:
             if spec.key not in self.waiting:
                 self.waiting[spec.key] = _Waiting(ref, now)
@@ -177,15 +217,90 @@ class Arbiter:
                 for p in self._state.members(spec.key)
                 if not p.placed_node
             },
+            domain=domain,
+            constraint=constraint,
         )
         log.info(
             "gang claimed capacity for %d member(s)",
             len(decision.plan),
             extra={"podgroup": spec.key, "verb": "filter", "pod": pod.key},
         )
+        if constraint is not None:
+            self._placed(spec.key, constraint, domain, pod.key)
         if self.waker is not None:
             self.waker.wake(spec.key, exclude_uid=pod.uid)
         return Verdict(True, FilterReason.CLAIMED)
+
+    def constraint(
+        self, spec: GroupSpec, pod_topology: TopologyConstraint | None = None
+    ) -> TopologyConstraint | None:
+        """The gang's topology constraint: its group object's, else its pods' annotations."""
+        return constraint_of(
+            spec.topology,
+            ((p.key, p.topology) for p in self._state.members(spec.key)),
+            pod_topology,
+        )
+
+    def domain(
+        self, spec: GroupSpec, pod_topology: TopologyConstraint | None = None
+    ) -> tuple[Domain, TopologyConstraint] | None:
+        """The domain the gang's members must go to now, and why; None: any node.
+
+        While the gang holds a claim: the domain it was admitted in. Otherwise
+        (extra members of a whole gang, restarted members) a required level's
+        domain its placed members share.
+        """
+        claim = self.claims.get(spec.key)
+        if claim is not None:
+            if claim.domain is None or claim.constraint is None:
+                return None
+            return claim.domain, claim.constraint
+        constraint = self.constraint(spec, pod_topology)
+        if constraint is None or not constraint.required:
+            return None
+        placed = [p.placed_node for p in self._state.placed_members(spec.key)]
+        if not placed:
+            return None
+        nodes = self._state.nodes
+
+        def labels_of(name: str) -> Mapping[str, str]:
+            record = nodes.get(name)
+            return record.labels if record is not None else {}
+
+        for level in levels_to_try(constraint, self.levels)[0]:
+            value = common_domain(placed, labels_of, level)
+            if value is not None:
+                return Domain(level, value), constraint
+        return None
+
+    def _placed(
+        self, key: str, constraint: TopologyConstraint, domain: Domain | None, pod: str
+    ) -> None:
+        if domain is None:
+            text = (
+                f"gang {key} is placed anywhere: no single domain of its levels has room for it "
+                f"now ({constraint.describe()})"
+            )
+        else:
+            text = (
+                f"gang {key} is placed in {domain.describe()} "
+                f"({short_level(domain.level)} = node label {domain.level}), "
+                f"{constraint.describe()}"
+            )
+        log.info(
+            text,
+            extra={
+                "podgroup": key,
+                "pod": pod,
+                "verb": "filter",
+                "domain": domain.to_json() if domain is not None else None,
+            },
+        )
+        if self._metrics is not None:
+            self._metrics.topology_placements.labels(
+                domain.level if domain is not None else "anywhere"
+            ).inc()
+        self._observer.gang_placed(key, text)
 
     def note_rejection(self, uid: str, message: str) -> None:
         """Our filter turned this pod away with `message` (not a capacity failure)."""
@@ -221,7 +336,12 @@ class Arbiter:
             waiting_since=waiting.since if waiting is not None else None,
         )
 
-    def _line(self, exclude: str) -> list[Gang]:
+    def _line(self, exclude: str, free: list[Bin] | None = None) -> list[Gang]:
+        """The gangs waiting that may be admitted: in line (any order).
+
+        A gang with a required topology level that no domain can hold now is
+        left out: it cannot take room, and aged it must not hold back others.
+        """
         line: list[Gang] = []
         for key, entry in list(self.waiting.items()):
             if key == exclude or key in self.claims:
@@ -240,8 +360,26 @@ class Arbiter:
                 or key in self._admission.denied
             ):
                 continue
+            constraint = self.constraint(spec)
+            if constraint is not None and constraint.required:
+                if free is None:
+                    free = self._state.room()
+                if not self._fits_one_domain(gang, constraint, free):
+                    continue
             line.append(gang)
         return line
+
+    def _fits_one_domain(self, gang: Gang, constraint: TopologyConstraint, free: list[Bin]) -> bool:
+        """fits_one_domain(), remembered while capacity, claims and the line stay the same."""
+        known = self._fits.get(gang.key)
+        if known is not None and known[0] == self._version:
+            return known[1]
+        if len(self._fits) > 10_000:
+            self._fits.clear()
+        placed = [p.placed_node for p in self._state.placed_members(gang.key)]
+        fits = fits_one_domain(gang, constraint, self.levels, free, placed)
+        self._fits[gang.key] = (self._version, fits)
+        return fits
 
     def _bins(self) -> tuple[list[Bin], list[Bin]]:
         """(what is free on each schedulable node, its allocatable): the packing's input.
@@ -432,7 +570,7 @@ class Arbiter:
         now = self._clock()
         free, allocatable = self._bins()
         holders = [self._holder(k, c) for k, c in self.claims.items()]
-        line = self._line(exclude="")
+        line = self._line(exclude="", free=free)
         for key in wake_order(
             line, free, holders, now, self.aging_seconds, allocatable=allocatable
         ):
@@ -444,6 +582,8 @@ class Arbiter:
         return {
             "claims": [
                 {"group": k, "priority": c.priority, "members": len(c.plan)}
+                # The topology domain, only for gangs placed in one (app/topology.py).
+                | ({"domain": c.domain.to_json()} if c.domain is not None else {})
                 for k, c in self.claims.items()
             ],
             "line": [

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from app.topology import DEFAULT_LEVELS, parse_levels, with_key
+
 ENV_PREFIX = "GANG_EXTENDER_"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -39,6 +41,7 @@ class Settings:
     ops_port: int | None = None
     gang_victim_policy: str = "protect"
     topology_key: str | None = None
+    topology_levels: tuple[str, ...] = DEFAULT_LEVELS
     locality_weight: int = 2
     binpack_weight: int = 1
     binpack_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
@@ -47,6 +50,7 @@ class Settings:
     volcano_podgroups: str = "auto"
     native_podgroups: str = "auto"
     label_groups: str = "on"
+    kueue_pod_groups: str = "on"
     leader_election_lease: str | None = None
     leader_identity: str | None = None
     on_partial_bind: str = "delete-bound"
@@ -59,6 +63,11 @@ class Settings:
     @property
     def tls(self) -> bool:
         return self.tls_cert_file is not None
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The topology levels, lowest first, with --topology-key among them."""
+        return with_key(self.topology_levels, self.topology_key)
 
 
 @dataclass(frozen=True)
@@ -230,6 +239,14 @@ _OPTIONS = (
         "LABEL",
     ),
     _Option(
+        "topology_levels",
+        parse_levels,
+        "node labels naming topology levels, lowest tier first (e.g. kubernetes.io/hostname,"
+        "example.com/rack,example.com/block,topology.kubernetes.io/zone): the levels a gang's "
+        "topology constraint may ask for and falls back through (--topology-key is added)",
+        "LABELS",
+    ),
+    _Option(
         "locality_weight",
         _weight,
         "weight of gang locality in the prioritize score (0 turns it off)",
@@ -275,6 +292,13 @@ _OPTIONS = (
         "label_groups",
         _choice(("on", "off")),
         "label-only groups (pod-group.scheduling.sigs.k8s.io/name + /min-available): on or off",
+        "MODE",
+    ),
+    _Option(
+        "kueue_pod_groups",
+        _choice(("on", "off")),
+        "Kueue's plain pod groups (label kueue.x-k8s.io/pod-group-name + annotation "
+        "kueue.x-k8s.io/pod-group-total-count): on or off",
         "MODE",
     ),
     _Option(
@@ -355,7 +379,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for option in _OPTIONS:
         default = getattr(defaults, option.name)
         if isinstance(default, tuple):
-            default = ",".join(f"{name}={weight}" for name, weight in default)
+            default = ",".join(
+                item if isinstance(item, str) else f"{item[0]}={item[1]}" for item in default
+            )
         elif isinstance(default, bool):
             default = str(default).lower()
         parser.add_argument(

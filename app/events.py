@@ -51,6 +51,7 @@ GANG_QUEUED = "GangQueued"
 GANG_RELEASED = "GangReleased"
 PREEMPTED = "Preempted"
 PREEMPTION_PLANNED = "PreemptionPlanned"
+TOPOLOGY_PLACED = "TopologyPlaced"
 PREEMPTION_ENDED = "PreemptionPlanEnded"
 PREEMPTION_REFUSED = "PreemptionRefused"
 
@@ -355,6 +356,9 @@ class GangEvents:
 
     def preemption_refused(self, group_key: str, message: str) -> None:
         self._on_group(group_key, self._pending(group_key), WARNING, PREEMPTION_REFUSED, message)
+
+    def gang_placed(self, group_key: str, message: str) -> None:
+        self._on_group(group_key, self._pending(group_key), NORMAL, TOPOLOGY_PLACED, message)
 
     # ---- helpers -----------------------------------------------------------------------
 

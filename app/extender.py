@@ -32,6 +32,13 @@ from app.preemption import PreemptionPlans, Preemptor, VictimPolicy
 from app.resources import QuantityError, pod_requests
 from app.scoring import NodeScorer, ScoringPolicy
 from app.state import ClusterState, GroupNotFound, PodRecord, node_record_from, pod_record_from
+from app.topology import (
+    Domain,
+    TopologyConstraint,
+    TopologyError,
+    constraint_from_annotations,
+    domain_message,
+)
 from app.wakeup import SiblingWaker
 from app.wire import (
     BindingArgs,
@@ -73,6 +80,8 @@ class PodView:
     ref: GroupRef | None
     spec: GroupSpec | None
     problem: GroupProblem | None
+    # Kueue's topology annotations on the pod (app/topology.py).
+    topology: TopologyConstraint | None = None
 
     @property
     def key(self) -> str:
@@ -123,9 +132,12 @@ class GangExtender:
         ref: GroupRef | None = None
         spec: GroupSpec | None = None
         problem: GroupProblem | None = None
+        topology: TopologyConstraint | None = None
         try:
             ref = group_ref_of_pod(namespace, meta, pod_spec, self.state.sources)
-        except GroupLabelError as err:
+            if ref is not None:
+                topology = constraint_from_annotations(meta.get("annotations"), "pod")
+        except (GroupLabelError, TopologyError) as err:
             problem = GroupProblem(FilterReason.BAD_GROUP, str(err))
         if ref is not None:
             try:
@@ -143,6 +155,7 @@ class GangExtender:
             ref,
             spec,
             problem,
+            topology,
         )
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
@@ -172,7 +185,7 @@ class GangExtender:
             verdict = self.arbiter.admit(
                 spec,
                 pod.ref,
-                Candidate(pod.key, pod.uid, pod.priority, pod.pod_spec),
+                Candidate(pod.key, pod.uid, pod.priority, pod.pod_spec, pod.topology),
             )
         self._metrics.filter_decisions.labels(verdict.reason).inc()
         if not verdict.admitted:
@@ -186,7 +199,48 @@ class GangExtender:
             verdict.reason,
             extra={"pod": pod.key, "podgroup": spec.key, "verb": "filter"},
         )
+        placed = self.arbiter.domain(spec, pod.topology) if self.arbiter is not None else None
+        if placed is not None:
+            return self._in_domain(args, names, spec.key, *placed)
         return filter_result(args, names, {}, {})
+
+    def _in_domain(
+        self,
+        args: ExtenderArgs,
+        names: list[str],
+        group_key: str,
+        domain: Domain,
+        constraint: TopologyConstraint,
+    ) -> dict[str, Any]:
+        """Only the nodes of the gang's domain pass; the others are told where the gang is.
+
+        Unresolvable: evicting pods on a node outside the domain cannot make
+        room for this gang, so kube-scheduler must not preempt there.
+        """
+        in_request = (
+            {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in args.nodes}
+            if args.nodes is not None
+            else {}
+        )
+        passed: list[str] = []
+        outside: dict[str, str] = {}
+        # One message per other domain: thousands of nodes share a few.
+        messages: dict[str | None, str] = {}
+        nodes = self.state.nodes
+        for name in names:
+            labels = in_request.get(name)
+            if labels is None:
+                record = nodes.get(name)
+                labels = record.labels if record is not None else {}
+            value = labels.get(domain.level)
+            if value == domain.value:
+                passed.append(name)
+                continue
+            message = messages.get(value)
+            if message is None:
+                message = messages[value] = domain_message(group_key, domain, constraint, value)
+            outside[name] = message
+        return filter_result(args, passed, {}, outside)
 
     def _siblings(self, spec: GroupSpec, ref: GroupRef, uid: str) -> PermitVerdict:
         """The group's existing pods against its minimums (minMember, minTaskMember).

@@ -14,23 +14,33 @@ preemption never care where a group was declared:
   (pod annotation `volcano.sh/task-spec`).
 - `native`: Kubernetes' own PodGroup (`scheduling.k8s.io/v1beta1`, feature
   gate GenericWorkload), pods point to it with `spec.schedulingGroup.podGroupName`.
+- `kueue`: Kueue's plain pod groups, no object either: the label
+  `kueue.x-k8s.io/pod-group-name` and the annotation
+  `kueue.x-k8s.io/pod-group-total-count` (the gang's size) on every pod.
 
 This module is the single home of those API coordinates. Everything here is pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.resources import QuantityError, Resources, parse_resource_list
+from app.topology import (
+    TopologyConstraint,
+    TopologyError,
+    constraint_from_native,
+    constraint_from_volcano,
+)
 
 SOURCE_XK8S = "x-k8s"
 SOURCE_LABELS = "labels"
 SOURCE_VOLCANO = "volcano"
 SOURCE_NATIVE = "native"
-ALL_SOURCES = frozenset({SOURCE_XK8S, SOURCE_LABELS, SOURCE_VOLCANO, SOURCE_NATIVE})
+SOURCE_KUEUE = "kueue"
+ALL_SOURCES = frozenset({SOURCE_XK8S, SOURCE_LABELS, SOURCE_VOLCANO, SOURCE_NATIVE, SOURCE_KUEUE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +77,8 @@ LIGHT_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
 LIGHT_MIN_AVAILABLE_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"
 VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
 VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 
 
 class GroupLabelError(ValueError):
@@ -117,6 +129,8 @@ class GroupSpec:
     # Volcano queue and priorityClassName: shown in /debug/gangs, not enforced.
     queue: str | None = None
     priority_class_name: str | None = None
+    # Where the whole gang must (or should) be placed together (app/topology.py).
+    topology: TopologyConstraint | None = None
 
 
 def group_ref_of(namespace: str, labels: Mapping[str, str] | None) -> GroupRef | None:
@@ -137,7 +151,7 @@ def group_ref_of_pod(
     """The group a pod belongs to, from the first enabled source that names one.
 
     Precedence: x-k8s label, native spec.schedulingGroup, Volcano annotation,
-    label-only group. A source that is switched off (or whose API the cluster
+    Kueue pod group, label-only group. A source that is switched off (or whose API the cluster
     does not serve) is not consulted: its pods are ordinary pods for us.
     """
     enabled = frozenset(sources)
@@ -174,9 +188,29 @@ def group_ref_of_pod(
                 source=SOURCE_VOLCANO,
                 task=task if isinstance(task, str) else "",
             )
+    if SOURCE_KUEUE in enabled and labels.get(KUEUE_GROUP_LABEL) is not None:
+        return _kueue_ref(namespace, labels[KUEUE_GROUP_LABEL], meta.get("annotations") or {})
     if SOURCE_LABELS in enabled:
         return _light_ref(namespace, labels)
     return None
+
+
+def _kueue_ref(namespace: str, name: str, annotations: Mapping[str, Any]) -> GroupRef:
+    """Kueue's plain pod group: its size is the total count every pod carries."""
+    if not name:
+        raise GroupLabelError(f"label {KUEUE_GROUP_LABEL} is empty: set it to the group's name")
+    raw = annotations.get(KUEUE_TOTAL_COUNT_ANNOTATION)
+    try:
+        total = int(raw) if isinstance(raw, str) else 0
+    except ValueError:
+        total = 0
+    if total < 1:
+        raise GroupLabelError(
+            f"label {KUEUE_GROUP_LABEL}={name} needs the annotation "
+            f"{KUEUE_TOTAL_COUNT_ANNOTATION} set to a whole number >= 1 (the number of pods "
+            f"in the group), got {raw!r:.40}"
+        )
+    return GroupRef(namespace, name, total, SOURCE_KUEUE)
 
 
 def _light_ref(namespace: str, labels: Mapping[str, str]) -> GroupRef | None:
@@ -281,6 +315,7 @@ def spec_from_volcano(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
         min_member=min_member,
         min_resources=_min_resources(key, spec),
         source=SOURCE_VOLCANO,
+        topology=_topology(key, constraint_from_volcano, spec),
         min_task_member=tuple(tasks),
         queue=queue if isinstance(queue, str) and queue else None,
         priority_class_name=priority_class if isinstance(priority_class, str) else None,
@@ -292,8 +327,9 @@ def spec_from_native(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
     spec = _spec_object(key, spec)
     policy = spec.get("schedulingPolicy") or {}
     gang = policy.get("gang") if isinstance(policy, Mapping) else None
+    topology = _topology(key, constraint_from_native, spec)
     if not isinstance(gang, Mapping):
-        return GroupSpec(key=key, min_member=1, source=SOURCE_NATIVE)
+        return GroupSpec(key=key, min_member=1, source=SOURCE_NATIVE, topology=topology)
     min_count = _int_field(key, gang, "minCount", None, 1)
     if min_count is None:
         raise PodGroupSpecError(f"PodGroup {key}: spec.schedulingPolicy.gang.minCount is required")
@@ -302,8 +338,20 @@ def spec_from_native(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
         key=key,
         min_member=min_count,
         source=SOURCE_NATIVE,
+        topology=topology,
         priority_class_name=priority_class if isinstance(priority_class, str) else None,
     )
+
+
+def _topology(
+    key: str,
+    reader: Callable[[Mapping[str, Any]], TopologyConstraint | None],
+    spec: Mapping[str, Any],
+) -> TopologyConstraint | None:
+    try:
+        return reader(spec)
+    except TopologyError as err:
+        raise PodGroupSpecError(f"PodGroup {key}: {err}") from None
 
 
 SPEC_READERS = {
@@ -315,7 +363,7 @@ SPEC_READERS = {
 
 def spec_from_labels(ref: GroupRef) -> GroupSpec:
     assert ref.min_available is not None
-    return GroupSpec(key=ref.key, min_member=ref.min_available, source=SOURCE_LABELS)
+    return GroupSpec(key=ref.key, min_member=ref.min_available, source=ref.source)
 
 
 def task_shortfall(spec: GroupSpec, tasks: Iterable[str]) -> list[tuple[str, int, int]]:

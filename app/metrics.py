@@ -114,6 +114,15 @@ class Metrics:
         )
         for result in ("admitted", "timeout", "rejected", "rolled-back"):
             self.admissions.labels(result)
+        # ---- topology (app/topology.py, app/arbiter.py) ----
+        self.topology_placements = Counter(
+            "gang_extender_topology_placements",
+            "Gangs with a topology constraint admitted, by the level of the domain they were "
+            "placed in (the node label; `anywhere` when a preferred level fell back to the "
+            "whole cluster).",
+            ["level"],
+            registry=r,
+        )
         # ---- preemption (app/preemption.py) ----
         self.preemption_plan_evictions = Histogram(
             "gang_extender_preemption_plan_evictions",

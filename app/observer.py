@@ -68,6 +68,9 @@ class GangObserver(Protocol):
     def preemption_refused(self, group_key: str, message: str) -> None:
         """The gang asked to preempt and may evict nothing (why, for its users)."""
 
+    def gang_placed(self, group_key: str, message: str) -> None:
+        """A gang with a topology constraint was admitted in one domain (`message` names it)."""
+
 
 class NullObserver:
     """Reports nowhere; the default when nothing is wired."""
@@ -105,6 +108,9 @@ class NullObserver:
         return None
 
     def preemption_refused(self, group_key: str, message: str) -> None:
+        return None
+
+    def gang_placed(self, group_key: str, message: str) -> None:
         return None
 
 
@@ -159,3 +165,7 @@ class Observers:
     def preemption_refused(self, group_key: str, message: str) -> None:
         for o in self._observers:
             o.preemption_refused(group_key, message)
+
+    def gang_placed(self, group_key: str, message: str) -> None:
+        for o in self._observers:
+            o.gang_placed(group_key, message)

@@ -37,9 +37,19 @@ from app.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.metrics import Metrics
 from app.observer import GangObserver, NullObserver
 from app.packing import Bin, Demand, index_of
-from app.preemption_planner import Evictable, PlanResult, plan
+from app.preemption_planner import Evictable, PlanResult, plan, plan_in_domains
 from app.resources import Resources, add, shortfall, subtract
 from app.state import ClusterState, GroupNotFound, PodRecord
+from app.topology import (
+    DEFAULT_LEVELS,
+    Domain,
+    TopologyConstraint,
+    by_domain,
+    common_domain,
+    constraint_of,
+    levels_to_try,
+    short_level,
+)
 from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
@@ -189,6 +199,8 @@ class Plan:
     phase: PlanPhase = PlanPhase.PLANNED
     reason: str = ""
     handed: set[str] = field(default_factory=set)
+    # The topology domain every slot is in (None: the gang has no topology constraint).
+    domain: Domain | None = None
 
     @property
     def group(self) -> str:
@@ -229,6 +241,7 @@ class Plan:
                 for s in self.slots
             ],
             "reason": self.reason,
+            "domain": self.domain.to_json() if self.domain is not None else None,
         }
 
 
@@ -251,8 +264,10 @@ class PreemptionPlans:
         observer: GangObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
         plan_seconds: float = PLAN_SECONDS,
+        levels: tuple[str, ...] = DEFAULT_LEVELS,
     ) -> None:
         self._state = state
+        self._levels = levels
         self._policy = policy
         self._metrics = metrics
         self._waker = waker
@@ -345,17 +360,33 @@ class PreemptionPlans:
             if b.name in offered or not shortfall(smallest, b.free)
         ]
         evictable, budgets = self._evictable(spec.key, preemptor.priority, [b.name for b in bins])
-        result = plan(demands, bins, evictable, budgets)
+        constraint = constraint_of(
+            spec.topology, ((p.key, p.topology) for p in self._state.members(spec.key))
+        )
+        domain: Domain | None = None
+        if constraint is None:
+            result = plan(demands, bins, evictable, budgets)
+        else:
+            domain, result = self._plan_in_topology(
+                spec.key, constraint, demands, bins, evictable, budgets
+            )
         if result is None:
+            where = ""
+            if constraint is not None and constraint.required:
+                levels = " or ".join(
+                    short_level(level) for level in levels_to_try(constraint, self._levels)[0]
+                )
+                where = f" in any one {levels} ({constraint.describe()})"
             message = (
                 f"gang {spec.key} cannot preempt: its {len(demands)} missing member(s) do not "
-                "fit even after evicting every pod they may evict (lower priority, not in the "
-                "gang, not protected by a running gang's minMember under "
+                f"fit{where} even after evicting every pod they may evict (lower priority, not "
+                "in the gang, not protected by a running gang's minMember under "
                 f"--gang-victim-policy={self._policy})"
             )
             self._refuse(spec.key, message)
             return Answer([], message)
         made = self._from_result(ref, preemptor.priority, result, demands, now)
+        made.domain = domain
         if not made.victims:
             # The members fit without evicting anyone (room being freed, or free
             # room the filter keeps for a gang ahead in line): nothing to evict.
@@ -368,10 +399,49 @@ class PreemptionPlans:
         self.plans[spec.key] = made
         self._refused.pop(spec.key, None)
         self._metrics.preemption_plan_evictions.observe(made.evictions)
-        text = f"gang {spec.key} preempts: {made.describe()}"
+        where = f" in {domain.describe()} (node label {domain.level})" if domain else ""
+        text = f"gang {spec.key} preempts{where}: {made.describe()}"
         log.info(text, extra={"podgroup": spec.key, "pod": preemptor.key, "verb": "preempt"})
         self._observer.preemption_planned(spec.key, text)
         return made
+
+    def _plan_in_topology(
+        self,
+        key: str,
+        constraint: TopologyConstraint,
+        demands: Sequence[Demand],
+        bins: Sequence[Bin],
+        evictable: dict[str, list[Evictable]],
+        budgets: dict[str, int],
+    ) -> tuple[Domain | None, PlanResult | None]:
+        """The cheapest plan inside one domain, lowest level first; preferred: then anywhere.
+
+        Placed members pin the domain of each level, as in the filter verb.
+        """
+        tried, anywhere = levels_to_try(constraint, self._levels)
+        placed = [p.placed_node for p in self._state.placed_members(key)]
+        labels = {name: node.labels for name, node in self._state.nodes.items()}
+
+        def labels_of(name: str) -> dict[str, str]:
+            return labels.get(name, {})
+
+        for level in tried:
+            groups = by_domain(bins, level)
+            if placed:
+                pin = common_domain(placed, labels_of, level)
+                groups = {pin: groups[pin]} if pin is not None and pin in groups else {}
+            found = plan_in_domains(
+                demands,
+                bins,
+                evictable,
+                budgets,
+                [(value, [b.name for b in members]) for value, members in sorted(groups.items())],
+            )
+            if found is not None:
+                return Domain(level, found[0]), found[1]
+        if anywhere:
+            return None, plan(demands, bins, evictable, budgets)
+        return None, None
 
     def _demands(self, spec: GroupSpec, preemptor: Preemptor, own: Demand) -> list[Demand]:
         """The members the gang still needs placed, the preemptor first."""

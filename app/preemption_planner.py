@@ -533,3 +533,33 @@ def _share(requests: Mapping[str, int], deficit: Mapping[str, int]) -> float:
     return max(
         (requests.get(n, 0) / amount for n, amount in deficit.items() if amount > 0), default=0.0
     )
+
+
+def plan_in_domains(
+    demands: Sequence[Demand],
+    bins: Sequence[Bin],
+    evictable: Mapping[str, Sequence[Evictable]],
+    budgets: Mapping[str, int] | None,
+    domains: Sequence[tuple[str, Iterable[str]]],
+) -> tuple[str, PlanResult] | None:
+    """The cheapest plan() confined to the nodes of one domain, and that domain's name.
+
+    domains: (name, its nodes), in the order ties are broken. A topology-aware
+    gang preempts inside one rack (block, zone): each domain is planned on its
+    own, and the one whose victims cost least wins.
+    """
+    best: tuple[str, PlanResult] | None = None
+    for name, nodes in domains:
+        inside = set(nodes)
+        confined = [b for b in bins if b.name in inside]
+        if not confined:
+            continue
+        result = plan(
+            demands,
+            confined,
+            {node: units for node, units in evictable.items() if node in inside},
+            budgets,
+        )
+        if result is not None and (best is None or result.cost < best[1].cost):
+            best = (name, result)
+    return best

@@ -220,6 +220,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         metrics,
         waker=waker,
         observer=observer,
+        levels=settings.levels,
     )
     gate = PermitGate(
         state,
@@ -241,6 +242,8 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             waker=waker,
             observer=observer,
             aging_seconds=settings.gang_aging_seconds,
+            levels=settings.levels,
+            metrics=metrics,
         )
         if settings.gang_feasibility
         else None

@@ -8,6 +8,7 @@ asyncio event loop thread, so a verb sees one consistent picture.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +32,7 @@ from app.groups import (
 from app.packing import Bin, Placement, Taint, placement_of, taints_of
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
 from app.timestamps import parse_rfc3339
+from app.topology import TopologyConstraint, TopologyError, constraint_from_annotations
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,8 @@ class PodRecord:
     placement: Placement | None = None
     # status.nominatedNodeName: kube-scheduler preempted pods to make room here.
     nominated_node: str = ""
+    # Kueue's podset topology annotations on the pod (app/topology.py), None: none.
+    topology: TopologyConstraint | None = None
 
     @property
     def key(self) -> str:
@@ -468,9 +472,12 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
     namespace = meta.get("namespace") or "default"
     group: GroupRef | None = None
     group_error: str | None = None
+    topology: TopologyConstraint | None = None
     try:
         group = group_ref_of_pod(namespace, meta, spec, sources)
-    except GroupLabelError as err:
+        if group is not None:
+            topology = constraint_from_annotations(meta.get("annotations"), "pod")
+    except (GroupLabelError, TopologyError) as err:
         group_error = str(err)
     try:
         requests = pod_requests(spec)
@@ -504,6 +511,7 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
         unschedulable_message=_unschedulable_message(status),
         placement=placement_of(spec),
         nominated_node=status.get("nominatedNodeName") or "",
+        topology=topology,
     )
 
 
@@ -555,6 +563,12 @@ def podgroup_record_from(raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> P
     try:
         spec: GroupSpec | None = SPEC_READERS[source](key, raw.get("spec"))
         error = None
+        if spec is not None and spec.topology is None:
+            annotated = constraint_from_annotations(meta.get("annotations"), "PodGroup")
+            if annotated is not None:
+                spec = dataclasses.replace(spec, topology=annotated)
+    except TopologyError as err:
+        spec, error = None, f"PodGroup {key}: {err}"
     except PodGroupSpecError as err:
         spec, error = None, str(err)
     return PodGroupRecord(

@@ -224,6 +224,9 @@ class PodGroupStatus:
     def preemption_refused(self, group_key: str, message: str) -> None:
         return None
 
+    def gang_placed(self, group_key: str, message: str) -> None:
+        return None
+
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if old is not None and old.group is not None:
             tracked = self._tracked.get(old.group.key)
@@ -286,7 +289,9 @@ class PodGroupStatus:
             label_min = [p.group.min_available for p in pods if p.group and p.group.min_available]
             if not label_min:
                 return None  # no such group, or pods naming a PodGroup that does not exist
-            source, min_member = SOURCE_LABELS, max(label_min)
+            # Objectless: label-only or Kueue pod groups, as the pods say.
+            source = next((p.group.source for p in pods if p.group), SOURCE_LABELS)
+            min_member = max(label_min)
             queue = priority_class = None
         waiting = any(p.reserved_node and not p.node_name for p in pods)
         previous = self.groups.get(key)

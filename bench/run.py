@@ -23,12 +23,14 @@ from typing import Any
 import httpx
 
 from app.admission import Admission, WaitPolicy
+from app.arbiter import Arbiter
 from app.extender import GangExtender
 from app.gate import PermitGate
 from app.groups import POD_GROUP_LABEL
 from app.metrics import Metrics
 from app.routes import create_app
 from app.state import ClusterState
+from app.topology import HOSTNAME, KUEUE_PREFERRED, KUEUE_REQUIRED, ZONE
 
 
 def node(i: int) -> dict[str, Any]:
@@ -240,6 +242,7 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
         )
 
     results.update(await preempt_rows(nodes, pods, runs))
+    results.update(await topology_rows(nodes, pods, runs))
 
     gc.collect()
     tracemalloc.start()
@@ -371,6 +374,74 @@ async def preempt_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
             "preempt, pod in no gang", await timed(client, "/scheduler/preempt", [plain_body], runs)
         )
     gc.unfreeze()
+    return out
+
+
+async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
+    """The filter verb admitting a fresh gang of 8 (--gang-feasibility), with topology or not.
+
+    Nodes in racks of 20, blocks of 200 and zones of 1,250, each running
+    pods/nodes pods of 1 CPU; a member asks for 40 of a node's 64 CPUs. Each
+    call admits the gang afresh (its claim is dropped in between): the
+    whole-gang check over every node, then per candidate domain.
+    """
+    rack, block = "example.com/rack", "example.com/block"
+    state = ClusterState()
+    labelled = []
+    for i in range(nodes):
+        raw = node(i)
+        raw["metadata"]["labels"] = {
+            HOSTNAME: f"node-{i}",
+            rack: f"r{i // 20}",
+            block: f"b{i // 200}",
+            ZONE: f"z{i // 1250}",
+        }
+        labelled.append(raw)
+    state.replace_nodes(labelled)
+    state.replace_pods([pod(f"p{i}", node_name=f"node-{i % nodes}") for i in range(pods)])
+    constraints = {"flat": None, "required": KUEUE_REQUIRED, "preferred": KUEUE_PREFERRED}
+    for name, annotation in constraints.items():
+        meta: dict[str, Any] = {"name": name, "namespace": "bench", "uid": f"pg-{name}"}
+        if annotation:
+            meta["annotations"] = {annotation: rack}
+        state.apply_podgroup({"metadata": meta, "spec": {"minMember": 8}})
+        for i in range(8):
+            raw = pod(f"{name}-{i}", group=name)
+            raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "40"
+            state.apply_pod(raw)
+    metrics = Metrics()
+    admission = Admission(3)
+    gate = PermitGate(state, admission, NullApi(), metrics)
+    arbiter = Arbiter(
+        state, admission, gate, lambda spec: 60.0, levels=(HOSTNAME, rack, block, ZONE)
+    )
+    extender = GangExtender(
+        state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80), arbiter=arbiter
+    )
+    app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
+    names = [f"node-{i}" for i in range(nodes)]
+    out: dict[str, Any] = {}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://bench"
+    ) as client:
+        for name in constraints:
+            bodies = [
+                json.dumps({"Pod": pod(f"{name}-{i}", group=name), "NodeNames": names}).encode()
+                for i in range(2)
+            ]
+            samples: list[float] = []
+            for i in range(runs):
+                arbiter.claims.clear()
+                arbiter.on_nodes_changed()  # no memo of the last verdict
+                samples += await timed(client, "/scheduler/filter", bodies[i % 2 :], 1)
+            assert arbiter.claims, f"gang {name} was not admitted"
+            out[f"filter_gang_admit_topology_{name}"] = report(
+                f"filter, fresh gang of 8, topology {name} (rack of 20)", samples
+            )
+    out["ratio_filter_p99_topology_required_vs_flat"] = (
+        out["filter_gang_admit_topology_required"]["p99_ms"]
+        / out["filter_gang_admit_topology_flat"]["p99_ms"]
+    )
     return out
 
 

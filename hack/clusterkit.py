@@ -220,7 +220,12 @@ def wait_for_default_service_account(core: Any, namespace: str, timeout: float =
 
 
 def create_group(
-    custom: Any, api: GroupApi, namespace: str, name: str, spec: Mapping[str, Any]
+    custom: Any,
+    api: GroupApi,
+    namespace: str,
+    name: str,
+    spec: Mapping[str, Any],
+    annotations: Mapping[str, str] | None = None,
 ) -> None:
     """Create a group object of `api` (x-k8s, Volcano or native PodGroup) with this spec."""
     custom.create_namespaced_custom_object(
@@ -231,7 +236,8 @@ def create_group(
         {
             "apiVersion": api.api_version,
             "kind": api.kind,
-            "metadata": {"name": name},
+            "metadata": {"name": name}
+            | ({"annotations": dict(annotations)} if annotations else {}),
             "spec": dict(spec),
         },
     )

@@ -13,7 +13,14 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from app.config import Settings
-from app.groups import GROUP_APIS, SOURCE_LABELS, SOURCE_NATIVE, SOURCE_VOLCANO, SOURCE_XK8S
+from app.groups import (
+    GROUP_APIS,
+    SOURCE_KUEUE,
+    SOURCE_LABELS,
+    SOURCE_NATIVE,
+    SOURCE_VOLCANO,
+    SOURCE_XK8S,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +32,8 @@ def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozen
     off, with one info line; a CRD installed later needs a restart.
     """
     sources = {SOURCE_LABELS} if settings.label_groups == "on" else set()
+    if settings.kueue_pod_groups == "on":
+        sources.add(SOURCE_KUEUE)
     modes = {
         SOURCE_XK8S: ("--x-k8s-podgroups", settings.x_k8s_podgroups),
         SOURCE_VOLCANO: ("--volcano-podgroups", settings.volcano_podgroups),

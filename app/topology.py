@@ -1,0 +1,403 @@
+"""Topology-aware gangs: the whole gang in one rack, block or zone. Pure decisions.
+
+A topology *level* is a node label (`kubernetes.io/hostname`,
+`example.com/rack`, `topology.kubernetes.io/zone`, ...); its values are the
+*domains* of that level. The extender is configured once with the levels,
+lowest tier first (`--topology-levels`). A gang asks for a level in one of
+the ways its source knows (read by `constraint_from_*` below):
+
+- native PodGroup: `spec.schedulingConstraints.topology[0].key` (required);
+- Volcano PodGroup: `spec.networkTopology` (`mode: hard|soft`,
+  `highestTierAllowed`); tier N is the N-th configured level above the node;
+- Kueue's annotations `kueue.x-k8s.io/podset-required-topology` /
+  `podset-preferred-topology` on the PodGroup (any source) or on the pods.
+
+Required: every member in one domain of that level (Volcano hard: of a level
+up to `highestTierAllowed`, lowest first). Preferred: the lowest level where
+the whole gang fits in one domain, then the next level up, then anywhere.
+Among the domains of a level, the fullest that still fits is tried first (the
+least fragmentation: an empty rack stays empty for a larger gang). The
+existing whole-gang decision (app/contention.py) runs per candidate domain.
+Members placed already (a restarted member's siblings) pin the domain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.contention import Decision, Gang, Holder, Ruling, decide
+from app.packing import Bin
+from app.resources import Resources, format_resources, shortfall, total_of
+
+HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+DEFAULT_LEVELS = (HOSTNAME, ZONE)
+
+KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+
+# The label value of nodes outside any domain of a level.
+_NO_DOMAIN = ""
+
+
+class TopologyError(ValueError):
+    """A topology constraint that cannot be used; the message says how to fix it."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    """Where a gang's members must (or should) be, together."""
+
+    # The node label of the lowest level asked for ("" with `tier`: Volcano's first tier).
+    key: str
+    required: bool
+    # Volcano highestTierAllowed: the widest tier allowed (1 = the lowest level above the node).
+    tier: int | None = None
+    # Where it was declared, for messages ("PodGroup spec.schedulingConstraints.topology").
+    origin: str = ""
+
+    def describe(self) -> str:
+        kind = "required" if self.required else "preferred"
+        what = f"topology key {self.key}" if self.key else f"network tier {self.tier}"
+        return f"{kind} by {what} ({self.origin})" if self.origin else f"{kind} by {what}"
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    """One domain of one level: the nodes whose label `level` has `value`."""
+
+    level: str
+    value: str
+
+    def describe(self) -> str:
+        return f"{short_level(self.level)} {self.value}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"level": self.level, "value": self.value}
+
+
+def short_level(level: str) -> str:
+    """`example.com/rack` -> `rack`, `topology.kubernetes.io/zone` -> `zone`."""
+    return level.rsplit("/", 1)[-1]
+
+
+# ---- configuration ---------------------------------------------------------------
+
+
+def parse_levels(text: str) -> tuple[str, ...]:
+    """`--topology-levels`: comma-separated node labels, lowest tier first, no repeats."""
+    levels = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not levels:
+        raise TopologyError("must name at least one node label (e.g. kubernetes.io/hostname)")
+    if len(set(levels)) != len(levels):
+        raise TopologyError(f"names a label twice: {text!r}")
+    for level in levels:
+        if any(c.isspace() for c in level):
+            raise TopologyError(f"{level!r} is not a node label key")
+    return levels
+
+
+def with_key(levels: Sequence[str], key: str | None) -> tuple[str, ...]:
+    """The levels with `--topology-key` added (just below the widest) when not among them."""
+    if not key or key in levels:
+        return tuple(levels)
+    if len(levels) < 2:
+        return (*levels, key)
+    return (*levels[:-1], key, levels[-1])
+
+
+# ---- constraints, from every group source ------------------------------------------
+
+
+def constraint_from_annotations(
+    annotations: Mapping[str, Any] | None, where: str
+) -> TopologyConstraint | None:
+    """Kueue's podset required/preferred topology annotations (required wins when both)."""
+    if not annotations:
+        return None
+    for name, required in ((KUEUE_REQUIRED, True), (KUEUE_PREFERRED, False)):
+        value = annotations.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+            raise TopologyError(
+                f"annotation {name}={value!r:.80} on the {where} must be a node label key "
+                "(e.g. topology.kubernetes.io/zone)"
+            )
+        return TopologyConstraint(value, required, origin=f"annotation {name} on the {where}")
+    return None
+
+
+def constraint_from_native(spec: Mapping[str, Any]) -> TopologyConstraint | None:
+    """scheduling.k8s.io PodGroup: spec.schedulingConstraints.topology[].key (at most one)."""
+    constraints = spec.get("schedulingConstraints")
+    if not isinstance(constraints, Mapping):
+        return None
+    topology = constraints.get("topology")
+    if not topology:
+        return None
+    if not isinstance(topology, list) or len(topology) != 1 or not isinstance(topology[0], Mapping):
+        raise TopologyError(
+            "spec.schedulingConstraints.topology must list exactly one {key: <node label>}"
+        )
+    key = topology[0].get("key")
+    if not isinstance(key, str) or not key:
+        raise TopologyError("spec.schedulingConstraints.topology[0].key must be a node label key")
+    return TopologyConstraint(key, True, origin="PodGroup spec.schedulingConstraints.topology")
+
+
+def constraint_from_volcano(spec: Mapping[str, Any]) -> TopologyConstraint | None:
+    """Volcano PodGroup: spec.networkTopology {mode: hard|soft, highestTierAllowed: N}."""
+    raw = spec.get("networkTopology")
+    if not raw:
+        return None
+    if not isinstance(raw, Mapping):
+        raise TopologyError("spec.networkTopology must be an object (mode, highestTierAllowed)")
+    mode = raw.get("mode") or "hard"
+    if mode not in ("hard", "soft"):
+        raise TopologyError(f"spec.networkTopology.mode must be hard or soft, got {mode!r:.40}")
+    if raw.get("highestTierName"):
+        raise TopologyError(
+            "spec.networkTopology.highestTierName names a Volcano HyperNode tier, which "
+            "gang-extender does not read: use highestTierAllowed (tier N is the N-th level of "
+            "--topology-levels above the node)"
+        )
+    tier = raw.get("highestTierAllowed", 1)
+    if not isinstance(tier, int) or isinstance(tier, bool) or tier < 1:
+        raise TopologyError(
+            f"spec.networkTopology.highestTierAllowed must be an integer >= 1, got {tier!r:.40}"
+        )
+    return TopologyConstraint(
+        "",
+        mode == "hard",
+        tier=tier,
+        origin=f"PodGroup spec.networkTopology mode {mode}, highestTierAllowed {tier}",
+    )
+
+
+def levels_to_try(constraint: TopologyConstraint, levels: Sequence[str]) -> tuple[list[str], bool]:
+    """The levels a gang may be placed in, lowest first, and whether "anywhere" follows.
+
+    Volcano tiers count the configured levels above the node (the hostname
+    level is not a tier); a tier beyond the widest level is the widest level.
+    """
+    if constraint.tier is not None:
+        tiers = [level for level in levels if level != HOSTNAME]
+        if not tiers:
+            return [], not constraint.required
+        if not constraint.required:
+            return tiers, True
+        return tiers[: min(constraint.tier, len(tiers))], False
+    key = constraint.key
+    if constraint.required:
+        return [key], False
+    if key in levels:
+        return list(levels[levels.index(key) :]), True
+    return [key], True
+
+
+# ---- placement --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """decide() for a gang with a topology constraint, and the domain it was admitted in."""
+
+    decision: Decision
+    domain: Domain | None
+    # Required level, no domain can hold the gang (not a matter of waiting in line).
+    no_domain: bool = False
+
+
+def by_domain(bins: Iterable[Bin], level: str) -> dict[str, list[Bin]]:
+    """The bins per value of `level`; nodes without the label belong to no domain."""
+    groups: dict[str, list[Bin]] = {}
+    for b in bins:
+        value = b.labels.get(level, _NO_DOMAIN)
+        if value != _NO_DOMAIN:
+            groups.setdefault(value, []).append(b)
+    return groups
+
+
+def fullest_first(groups: Mapping[str, Sequence[Bin]], need: Resources) -> list[str]:
+    """The domains whose free capacity covers `need` in total, the least to spare first.
+
+    Spare is measured relative to the need, summed over the resources the gang
+    asks for: the fullest domain that can still hold the gang comes first.
+    """
+    fitting: list[tuple[float, str]] = []
+    for value, bins in groups.items():
+        free = total_of(b.free for b in bins)
+        if shortfall(need, free):
+            continue
+        spare = sum(
+            (free.get(name, 0) - amount) / amount for name, amount in need.items() if amount
+        )
+        fitting.append((spare, value))
+    return [value for _, value in sorted(fitting)]
+
+
+def common_domain(
+    nodes: Iterable[str], labels_of: Callable[[str], Mapping[str, str]], level: str
+) -> str | None:
+    """The one domain of `level` every node in `nodes` is in; None if none or several."""
+    values = {labels_of(node).get(level, _NO_DOMAIN) for node in nodes}
+    if len(values) != 1:
+        return None
+    value = values.pop()
+    return value or None
+
+
+def place(
+    candidate: Gang,
+    constraint: TopologyConstraint,
+    levels: Sequence[str],
+    free: Sequence[Bin],
+    holders: Sequence[Holder],
+    line: Sequence[Gang],
+    now: float,
+    aging_seconds: float,
+    allocatable: Sequence[Bin] = (),
+    placed_nodes: Sequence[str] = (),
+) -> Placed:
+    """Admit `candidate` in one domain, trying levels lowest first and domains fullest first.
+
+    placed_nodes: where the gang's placed members are; they pin the domain of
+    each level (a restarted member goes back to its siblings' rack).
+    """
+    tried, anywhere = levels_to_try(constraint, levels)
+    labels = {b.name: b.labels for b in (*free, *allocatable)}
+
+    def labels_of(node: str) -> Mapping[str, str]:
+        return labels.get(node, {})
+
+    smallest = sorted(candidate.demands, key=lambda d: (sum(d.requests.values()), d.key))
+    need = total_of(d.requests for d in smallest[: candidate.need])
+    first_wait: Placed | None = None
+    closest: tuple[Domain, Decision] | None = None
+    for level in tried:
+        groups = by_domain(free, level)
+        if placed_nodes:
+            pin = common_domain(placed_nodes, labels_of, level)
+            order = [pin] if pin is not None and pin in groups else []
+        else:
+            order = fullest_first(groups, need)
+        alloc_groups = by_domain(allocatable, level) if allocatable else {}
+        for value in order:
+            decision = decide(
+                candidate,
+                groups[value],
+                holders,
+                line,
+                now,
+                aging_seconds,
+                alloc_groups.get(value, ()),
+            )
+            domain = Domain(level, value)
+            if decision.verdict is Ruling.ADMIT:
+                return Placed(decision, domain)
+            if decision.verdict is Ruling.WAIT and first_wait is None:
+                first_wait = Placed(
+                    Decision(
+                        Ruling.WAIT,
+                        behind=decision.behind,
+                        message=f"in {domain.describe()} ({constraint.describe()}): "
+                        f"{decision.message}",
+                    ),
+                    None,
+                )
+            elif closest is None:
+                closest = (domain, decision)
+    if anywhere:
+        return Placed(decide(candidate, free, holders, line, now, aging_seconds, allocatable), None)
+    if first_wait is not None:
+        return first_wait
+    return Placed(
+        Decision(
+            Ruling.SHORT,
+            message=_no_domain_message(candidate, constraint, tried, need, placed_nodes, closest),
+        ),
+        None,
+        no_domain=True,
+    )
+
+
+def fits_one_domain(
+    candidate: Gang,
+    constraint: TopologyConstraint,
+    levels: Sequence[str],
+    free: Sequence[Bin],
+    placed_nodes: Sequence[str] = (),
+) -> bool:
+    """Could the gang be admitted in one domain of its levels with the room free now?
+
+    For the line of waiting gangs: a gang with a required level that no
+    domain can hold now must not be counted as taking the room it would
+    take anywhere, nor, once aged, hold back the gangs behind it.
+    """
+    placed = place(candidate, constraint, levels, free, [], [], 0.0, 0.0, (), placed_nodes)
+    return placed.decision.verdict is Ruling.ADMIT
+
+
+def _no_domain_message(
+    candidate: Gang,
+    constraint: TopologyConstraint,
+    tried: Sequence[str],
+    need: Resources,
+    placed_nodes: Sequence[str],
+    closest: tuple[Domain, Decision] | None,
+) -> str:
+    where = " or ".join(short_level(level) for level in tried) or "topology level"
+    text = (
+        f"gang {candidate.key} needs its {candidate.need} missing member(s) "
+        f"({format_resources({k: v for k, v in need.items() if v})}) in one {where} "
+        f"({constraint.describe()})"
+    )
+    if placed_nodes:
+        text += f", with its members already placed on {', '.join(sorted(set(placed_nodes))[:5])}"
+    if not tried:
+        return text + "; no topology level is configured above the node (--topology-levels)"
+    if closest is None:
+        return (
+            text + f"; no {where} has that much free now (nodes without the label "
+            f"{tried[-1]} belong to none); it stays pending, nothing is reserved, and is "
+            "retried as capacity frees"
+        )
+    domain, decision = closest
+    return (
+        text + f"; none holds them now (closest, {domain.describe()}: {decision.message}); it "
+        "stays pending, nothing is reserved, and is retried as capacity frees"
+    )
+
+
+def domain_message(
+    group_key: str, domain: Domain, constraint: TopologyConstraint, node_value: str | None
+) -> str:
+    """What a node outside the gang's domain is told (kubectl describe pod)."""
+    where = (
+        f"this node is in {short_level(domain.level)} {node_value}"
+        if node_value
+        else f"this node has no label {domain.level}"
+    )
+    return f"gang {group_key} is placed in {domain.describe()}, {constraint.describe()}; {where}"
+
+
+def constraint_of(
+    own: TopologyConstraint | None,
+    member_constraints: Iterable[tuple[str, TopologyConstraint | None]],
+    pod: TopologyConstraint | None = None,
+) -> TopologyConstraint | None:
+    """A gang's constraint: its group object's (`own`), else its members' annotations.
+
+    member_constraints: (pod key, its annotations' constraint); the first pod
+    by name that has one decides, so every member agrees.
+    """
+    if own is not None:
+        return own
+    for _, constraint in sorted(
+        ((k, c) for k, c in member_constraints if c is not None), key=lambda kc: kc[0]
+    ):
+        return constraint
+    return pod

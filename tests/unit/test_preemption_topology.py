@@ -1,0 +1,98 @@
+"""PreemptionPlans for a gang with a topology constraint: one plan, inside one domain."""
+
+from __future__ import annotations
+
+from app.groups import GroupRef
+from app.metrics import Metrics
+from app.observer import NullObserver
+from app.packing import Demand
+from app.preemption import Candidate, PreemptionPlans, Preemptor, VictimPolicy
+from app.state import ClusterState
+from app.topology import HOSTNAME, KUEUE_REQUIRED, ZONE
+from tests.unit.builders import node, pod, podgroup
+from tests.unit.fakes import Clock
+
+RACK = "example.com/rack"
+
+
+class Told(NullObserver):
+    def __init__(self) -> None:
+        self.planned: list[str] = []
+        self.refused: list[str] = []
+
+    def preemption_planned(self, group_key: str, message: str) -> None:
+        self.planned.append(message)
+
+    def preemption_refused(self, group_key: str, message: str) -> None:
+        self.refused.append(message)
+
+
+class World:
+    """Racks a (a1, a2) and b (b1, b2) of 4-CPU nodes, all full of priority-0 pods:
+    a1 and b1 run one 4-CPU pod each, a2 two of 2 CPUs, b2 four of 1 CPU."""
+
+    def __init__(self) -> None:
+        self.state = ClusterState()
+        nodes = []
+        for name in ("a1", "a2", "b1", "b2"):
+            raw = node(name)
+            raw["metadata"]["labels"][RACK] = name[0]
+            nodes.append(raw)
+        self.state.replace_nodes(nodes)
+        for name, pods in (("a1", 1), ("a2", 2), ("b1", 1), ("b2", 4)):
+            for i in range(pods):
+                self.state.apply_pod(pod(f"low-{name}-{i}", node=name, cpu=f"{4 // pods}"))
+        self.told = Told()
+        self.plans = PreemptionPlans(
+            self.state,
+            VictimPolicy.PROTECT,
+            Metrics(),
+            observer=self.told,
+            clock=Clock(),
+            levels=(HOSTNAME, RACK, ZONE),
+        )
+
+    def gang(self, members: int, annotation: str = KUEUE_REQUIRED) -> None:
+        group = podgroup("u", members)
+        group["metadata"]["annotations"] = {annotation: RACK}
+        self.state.apply_podgroup(group)
+        for i in range(members):
+            raw = pod(f"u-{i}", group="u", cpu="4")
+            raw["spec"]["priority"] = 1000
+            self.state.apply_pod(raw)
+
+    def ask(self, i: int) -> list[Candidate]:
+        member = self.state.pods[f"default/u-{i}"]
+        ref = GroupRef("default", "u")
+        spec = self.state.group_spec(ref)
+        preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
+        own = Demand(member.key, member.requests, member.placement)
+        offered = [Candidate(n, [], 0) for n in self.state.nodes]
+        return self.plans.answer(spec, ref, preemptor, own, offered).candidates
+
+
+def test_the_gang_preempts_inside_the_rack_whose_victims_cost_least() -> None:
+    # Across racks a1 + b1 would do with 2 evictions; inside one rack: a = 3, b = 5.
+    w = World()
+    w.gang(2)
+    answers = [w.ask(i) for i in range(2)]
+    assert {c.node for a in answers for c in a} == {"a1", "a2"}
+    (planned,) = w.told.planned
+    assert planned.startswith(
+        "gang default/u preempts in rack a (node label example.com/rack): 3 eviction(s) for "
+        "2 member(s)"
+    )
+    (shown,) = w.plans.snapshot()
+    assert shown["domain"] == {"level": RACK, "value": "a"}
+
+
+def test_no_rack_can_hold_the_gang_so_it_preempts_nothing_and_says_so() -> None:
+    w = World()
+    w.gang(3)
+    assert w.ask(0) == []
+    (refused,) = w.told.refused
+    assert refused.startswith(
+        "gang default/u cannot preempt: its 3 missing member(s) do not fit in any one rack "
+        "(required by topology key example.com/rack (annotation "
+        "kueue.x-k8s.io/podset-required-topology on the PodGroup)) even after evicting"
+    )
