@@ -27,8 +27,9 @@ import orjson
 from app import certs
 from app.kube.errors import ApiError, Conflict, NotFound
 from app.kube.webhook import WebhookApi
-from app.marking import MEMBER_RESOURCE, review_response
+from app.marking import review_response
 from app.metrics import Metrics
+from app.resources import MEMBER_RESOURCE
 
 log = logging.getLogger(__name__)
 

@@ -16,14 +16,19 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
+from kubernetes import client as k8s
+
 from hack.clusterkit import (
     LOCAL_CLUSTER,
     REPO,
     Samples,
+    api_client,
     sample,
     scrape,
     start_extender,
     stop_process,
+    wait_webhook_marks,
+    webhook_args,
 )
 from tests.packaging.helm import kube_bin
 
@@ -130,15 +135,18 @@ class Extender:
         self.process: subprocess.Popen[bytes] | None = None
         self.extra_args: tuple[str, ...] = ()
 
-    def start(self, *extra_args: str) -> None:
+    def start(self, *extra_args: str, webhook: bool = True) -> None:
+        """Start it; with `webhook` (the cluster's gang-only mode) once it marks gang members."""
         self.extra_args = extra_args
         self.process = start_extender(
             self.kubeconfig,
             EXTENDER_PORT,
             self.log_path,
-            (*self.BASE_ARGS, *extra_args),
+            (*self.BASE_ARGS, *(webhook_args(EXTENDER_PORT) if webhook else ()), *extra_args),
             timeout=30,
         )
+        if webhook:
+            wait_webhook_marks(k8s.CoreV1Api(api_client(self.kubeconfig)))
 
     def stop(self) -> None:
         if self.process is None:

@@ -9,14 +9,13 @@ import orjson
 import pytest
 
 from app.marking import (
-    MEMBER_RESOURCE,
     applies_to,
     is_marked,
     member_patch,
     names_a_group,
     review_response,
 )
-from app.resources import pod_requests
+from app.resources import MEMBER_RESOURCE, pod_requests
 
 
 def pod(
@@ -168,3 +167,22 @@ def test_capacity_checks_leave_the_mark_out() -> None:
             "pods": 1000,
         }
     )
+
+
+def test_deploy_webhook_yaml_carries_the_expressions_and_message_of_marking() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from app.marking import member_expression, refusal_message
+
+    docs = list(yaml.safe_load_all(Path("deploy/webhook.yaml").read_text()))
+    webhook, policy = docs[0]["webhooks"][0], docs[1]["spec"]
+    expressions = member_expression()
+    assert webhook["matchConditions"] == [
+        {"name": "gang-member", "expression": expressions["isMember"]}
+    ]
+    assert policy["matchConditions"] == webhook["matchConditions"]
+    assert policy["validations"] == [
+        {"expression": expressions["isMarked"], "message": refusal_message(), "reason": "Forbidden"}
+    ]
