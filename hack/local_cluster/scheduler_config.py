@@ -106,8 +106,16 @@ def default_webhook_url(extender_url: str) -> str:
     return f"https://{parts.hostname}:{port + 1}/mutate-pods"
 
 
-def render_webhook(template: str, webhook_url: str) -> str:
-    """deploy/webhook.yaml with kube-apiserver's URL for the webhook filled in."""
-    if "@WEBHOOK_URL@" not in template:
-        raise ClusterError("deploy/webhook.yaml: no @WEBHOOK_URL@ placeholder")
-    return template.replace("@WEBHOOK_URL@", webhook_url.replace('"', "%22"))
+def render_webhook(
+    template: str,
+    webhook_url: str,
+    scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER_NAME, NODELIST_SCHEDULER_NAME),
+) -> str:
+    """deploy/webhook.yaml with the webhook's URL and the schedulers whose pods it marks."""
+    for placeholder in ("@WEBHOOK_URL@", "@SCHEDULER_NAMES@"):
+        if placeholder not in template:
+            raise ClusterError(f"deploy/webhook.yaml: no {placeholder} placeholder")
+    names = "[" + ", ".join(f"'{name}'" for name in scheduler_names) + "]"
+    return template.replace("@WEBHOOK_URL@", webhook_url.replace('"', "%22")).replace(
+        "@SCHEDULER_NAMES@", names
+    )

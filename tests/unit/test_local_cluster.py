@@ -286,6 +286,10 @@ def test_the_webhook_url_is_the_extender_port_plus_one_and_fills_the_template() 
     (webhook,) = docs[0]["webhooks"]
     assert webhook["clientConfig"] == {"url": url}
     assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["matchConditions"][1]["expression"] == (
+        "object.spec.schedulerName in ['default-scheduler', 'gang-scheduler-nodelist']"
+    )
+    assert docs[1]["spec"]["matchConditions"] == webhook["matchConditions"]
 
 
 def test_every_verb_mode_calls_the_extender_with_node_names_only() -> None:

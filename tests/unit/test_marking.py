@@ -180,7 +180,8 @@ def test_deploy_webhook_yaml_carries_the_expressions_and_message_of_marking() ->
     webhook, policy = docs[0]["webhooks"][0], docs[1]["spec"]
     expressions = member_expression()
     assert webhook["matchConditions"] == [
-        {"name": "gang-member", "expression": expressions["isMember"]}
+        {"name": "gang-member", "expression": expressions["isMember"]},
+        {"name": "our-schedulers", "expression": "object.spec.schedulerName in @SCHEDULER_NAMES@"},
     ]
     assert policy["matchConditions"] == webhook["matchConditions"]
     assert policy["validations"] == [
