@@ -65,8 +65,9 @@ class NeverPartlyBound:
     partial state fails when it lasts 2 s or more, as in test_faults.py.)
     """
 
-    def __init__(self, kube: Kube, namespace: str, min_member: int) -> None:
+    def __init__(self, kube: Kube, namespace: str, min_member: int, prefix: str = "") -> None:
         self.kube, self.namespace, self.min_member = kube, namespace, min_member
+        self.prefix = prefix
         self.stop = threading.Event()
         self.partial_since: float | None = None
         self.worst: float = 0.0
@@ -74,13 +75,17 @@ class NeverPartlyBound:
 
     def _run(self) -> None:
         while not self.stop.wait(0.2):
-            bound = len(self.kube.bound(self.namespace))
+            bound = self.count()
             now = time.monotonic()
             if 0 < bound < self.min_member:
                 self.partial_since = self.partial_since or now
                 self.worst = max(self.worst, now - self.partial_since)
             else:
                 self.partial_since = None
+
+    def count(self) -> int:
+        """Bound members (pods whose name starts with the prefix)."""
+        return sum(1 for name in self.kube.bound(self.namespace) if name.startswith(self.prefix))
 
     def __enter__(self) -> NeverPartlyBound:
         self.thread.start()
@@ -90,7 +95,7 @@ class NeverPartlyBound:
         self.stop.set()
         self.thread.join()
         assert self.worst < 2, f"gang partly bound for {self.worst:.1f}s"
-        bound = len(self.kube.bound(self.namespace))
+        bound = self.count()
         assert bound == 0 or bound >= self.min_member, f"gang partly bound at the end: {bound}"
 
 
@@ -219,7 +224,7 @@ def test_a_member_created_with_the_webhook_down_is_refused_never_bound_alone(
     kube.create_pod(namespace, "plain", cpu="100m")
     # A controller's members: refused too; the ReplicaSet reports it and retries.
     labels = {LIGHT_NAME_LABEL: "web", LIGHT_MIN_AVAILABLE_LABEL: "2"}
-    with NeverPartlyBound(kube, namespace, 2):
+    with NeverPartlyBound(kube, namespace, 2, prefix="web-"):
         kube.create_deployment(namespace, "web", 2, labels=labels)
 
         def failed_create() -> bool:
