@@ -10,10 +10,12 @@ what the API server shows, plus the extender's own verb counters.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,9 +24,11 @@ from kubernetes import client as k8s
 from app.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL
 from app.marking import refusal_message
 from app.resources import MEMBER_RESOURCE
+from bench import e2e
 from hack.clusterkit import wait_for
+from tests.cluster.chart_pod import free_port
 from tests.cluster.kube import Kube
-from tests.cluster.session import Extender
+from tests.cluster.session import CLUSTER_DIR, Extender
 from tests.cluster.test_preemption import (
     HIGH,
     LOW,
@@ -246,3 +250,32 @@ def test_a_member_created_with_the_webhook_down_is_refused_never_bound_alone(
     web = [p for p in kube.pods(namespace) if p.metadata.name.startswith("web-")]
     assert all(marked(p) for p in web)
     assert "plain" in kube.bound(namespace)
+
+
+def test_bench_gang_only_cases_place_every_pod_and_plain_pods_call_no_verb(
+    kubeconfig: str, extender: Extender
+) -> None:
+    """bench/e2e.py's (g) and (h), small: what `make bench` measures for this mode."""
+    state = json.loads((CLUSTER_DIR / "state.json").read_text())
+    assert extender.process is not None
+    cluster = e2e.Cluster(
+        kubeconfig=kubeconfig,
+        scheduler_kubeconfig=str(CLUSTER_DIR / "kube-scheduler.kubeconfig"),
+        bin_dir=Path(state["bin_dir"]),
+        scheduler_port=free_port(),
+        work_dir=CLUSTER_DIR / "bench-smoke-gang-only",
+        extender_url=f"{extender.url}/scheduler",
+        extender_pid=extender.process.pid,
+    )
+    runner = e2e.Runner(cluster, qps=200, log=lambda _: None, settle_seconds=0)
+    before = verb_calls(extender)
+    plain = runner.run_case(e2e.CASES["g"], 6, 3, "-smoke")
+    # Plain pods: kube-scheduler called none of our verbs.
+    assert verb_calls(extender) == before
+    gangs = runner.run_case(e2e.CASES["h"], e2e.GANG_SIZE, 3, "-smoke")
+    after = verb_calls(extender)
+    assert after["filter"] >= before["filter"] + e2e.GANG_SIZE
+    assert after["bind"] >= before["bind"] + e2e.GANG_SIZE
+    for result in (plain, gangs):
+        assert result.bound == result.pods, result
+        assert result.pods_per_second > 0
