@@ -103,7 +103,9 @@ Run a real local Kubernetes control plane (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler; built by hack/build-kube at the
 version pinned in hack/kube/versions.env) on 127.0.0.1 for tests and demos,
 with fake nodes (Node objects, no kubelet) for the scheduler to place pods on.
-kube-scheduler calls the gang-extender at --extender-url for every pod.
+kube-scheduler calls the gang-extender at --extender-url: for gang members
+(marked by its admission webhook at --webhook-url) and for preemption in the
+default gang-only mode, for every pod with --extender-mode every-verb.
 """
 
 
