@@ -174,26 +174,32 @@ def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
     """CEL of the ValidatingAdmissionPolicy that refuses gang members without the mark.
 
     `isMember` mirrors names_a_group(), `isMarked` mirrors is_marked() for
-    app and init containers. The chart and hack/local-cluster carry the same
-    expressions (tests/unit/test_marking.py compares them with these; the
-    cluster tests run them in the real kube-apiserver).
+    app and init containers, on the pod being written. `valid` is the
+    policy's validation: a member must be marked, except an UPDATE of a pod
+    that was a member already (one created before the policy existed keeps
+    working); so a pod created plain cannot join a group later by a label
+    or annotation change (container resources are immutable, the webhook
+    cannot mark it then). The chart and hack/local-cluster carry the same
+    expressions (tests/unit/test_marking.py and tests/packaging compare them
+    with these; the cluster tests run them in the real kube-apiserver).
     """
 
-    def label(key: str) -> str:
-        return f"(has(object.metadata.labels) && '{key}' in object.metadata.labels)"
+    def member(obj: str) -> str:
+        def label(key: str) -> str:
+            return f"(has({obj}.metadata.labels) && '{key}' in {obj}.metadata.labels)"
 
-    def annotation(key: str) -> str:
-        return f"(has(object.metadata.annotations) && '{key}' in object.metadata.annotations)"
+        def annotation(key: str) -> str:
+            return f"(has({obj}.metadata.annotations) && '{key}' in {obj}.metadata.annotations)"
 
-    member = " || ".join(
-        [
-            label(POD_GROUP_LABEL),
-            label(LIGHT_NAME_LABEL),
-            *(annotation(a) for a in VOLCANO_GROUP_ANNOTATIONS),
-            "(has(object.spec.schedulingGroup) && has(object.spec.schedulingGroup.podGroupName)"
-            " && object.spec.schedulingGroup.podGroupName != '')",
-        ]
-    )
+        return " || ".join(
+            [
+                label(POD_GROUP_LABEL),
+                label(LIGHT_NAME_LABEL),
+                *(annotation(a) for a in VOLCANO_GROUP_ANNOTATIONS),
+                f"(has({obj}.spec.schedulingGroup) && has({obj}.spec.schedulingGroup.podGroupName)"
+                f" && {obj}.spec.schedulingGroup.podGroupName != '')",
+            ]
+        )
 
     def marked(kind: str) -> str:
         return (
@@ -202,9 +208,11 @@ def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
             f"(has(c.resources.limits) && '{resource}' in c.resources.limits))))"
         )
 
+    is_marked = f"{marked('containers')} || {marked('initContainers')}"
     return {
-        "isMember": member,
-        "isMarked": f"{marked('containers')} || {marked('initContainers')}",
+        "isMember": member("object"),
+        "isMarked": is_marked,
+        "valid": f"{is_marked} || (request.operation == 'UPDATE' && ({member('oldObject')}))",
     }
 
 
@@ -214,5 +222,7 @@ def refusal_message(resource: str = MEMBER_RESOURCE) -> str:
         f"gang member without the {resource} resource: gang-extender's admission webhook did "
         "not mark this pod (is the extender running and its MutatingWebhookConfiguration "
         "registered?), and an unmarked member would be bound by kube-scheduler without the "
-        "gang gate; create the pod again once the webhook answers (controllers retry on their own)"
+        "gang gate; create the pod again once the webhook answers (controllers retry on their "
+        "own). A pod cannot join a group after its creation either: create it with the group's "
+        "label, annotation or schedulingGroup"
     )

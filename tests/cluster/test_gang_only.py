@@ -279,3 +279,19 @@ def test_bench_gang_only_cases_place_every_pod_and_plain_pods_call_no_verb(
     for result in (plain, gangs):
         assert result.bound == result.pods, result
         assert result.pods_per_second > 0
+
+
+def test_a_plain_pod_cannot_join_a_group_later_members_stay_updatable(
+    kube: Kube, namespace: str
+) -> None:
+    """Container resources are immutable, so the webhook could not mark a pod that
+    becomes a member by a later label: the policy refuses that update instead."""
+    kube.create_pod(namespace, "plain", cpu="100m")
+    with pytest.raises(k8s.ApiException) as refused:
+        kube.core.patch_namespaced_pod(
+            "plain", namespace, {"metadata": {"labels": {LIGHT_NAME_LABEL: "g"}}}
+        )
+    assert refusal_message() in str(refused.value.body)
+    kube.create_pod(namespace, "member", group="g")
+    kube.core.patch_namespaced_pod("member", namespace, {"metadata": {"labels": {"x": "y"}}})
+    assert kube.core.read_namespaced_pod("member", namespace).metadata.labels["x"] == "y"

@@ -78,7 +78,7 @@ def test_the_webhook_reaches_the_extender_through_its_service_and_makes_its_own_
     policy = find(docs, "ValidatingAdmissionPolicy")["spec"]
     assert policy["matchConditions"] == webhook["matchConditions"]
     assert policy["validations"] == [
-        {"expression": expressions["isMarked"], "message": refusal_message(), "reason": "Forbidden"}
+        {"expression": expressions["valid"], "message": refusal_message(), "reason": "Forbidden"}
     ]
     binding = find(docs, "ValidatingAdmissionPolicyBinding")["spec"]
     assert binding == {"policyName": "r-gang-extender-member-mark", "validationActions": ["Deny"]}

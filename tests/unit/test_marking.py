@@ -185,5 +185,5 @@ def test_deploy_webhook_yaml_carries_the_expressions_and_message_of_marking() ->
     ]
     assert policy["matchConditions"] == webhook["matchConditions"]
     assert policy["validations"] == [
-        {"expression": expressions["isMarked"], "message": refusal_message(), "reason": "Forbidden"}
+        {"expression": expressions["valid"], "message": refusal_message(), "reason": "Forbidden"}
     ]
