@@ -88,6 +88,13 @@ TEST_CRDS = REPO / "tests" / "cluster" / "crds"
 PERMIT_WAIT_SECONDS = 6
 DENIED_SECONDS = 3
 
+# The extender mode of the session's cluster (README "Deployment modes"):
+# gang-only by default, as `hack/local-cluster up`; GANG_EXTENDER_TEST_MODE=every-verb
+# runs the suite against the every-verb configuration (tests/cluster/test_gang_only.py
+# is then skipped).
+MODE = os.environ.get("GANG_EXTENDER_TEST_MODE", "gang-only")
+GANG_ONLY = MODE == "gang-only"
+
 # The session cluster's `up` arguments: `up` again with them restarts whatever
 # a fault test killed (tests/cluster/test_faults.py).
 UP_ARGS = (
@@ -102,6 +109,8 @@ UP_ARGS = (
     "--with-nodelist-scheduler",
     "--feature-gates",
     FEATURE_GATES,
+    "--extender-mode",
+    MODE,
 )
 
 
@@ -135,7 +144,7 @@ class Extender:
         self.process: subprocess.Popen[bytes] | None = None
         self.extra_args: tuple[str, ...] = ()
 
-    def start(self, *extra_args: str, webhook: bool = True) -> None:
+    def start(self, *extra_args: str, webhook: bool = GANG_ONLY) -> None:
         """Start it; with `webhook` (the cluster's gang-only mode) once it marks gang members."""
         self.extra_args = extra_args
         self.process = start_extender(

@@ -28,7 +28,7 @@ from bench import e2e
 from hack.clusterkit import wait_for
 from tests.cluster.chart_pod import free_port
 from tests.cluster.kube import Kube
-from tests.cluster.session import CLUSTER_DIR, Extender
+from tests.cluster.session import CLUSTER_DIR, GANG_ONLY, Extender
 from tests.cluster.test_preemption import (
     HIGH,
     LOW,
@@ -37,6 +37,8 @@ from tests.cluster.test_preemption import (
     fill_node3_and_start_low_gang,
 )
 from tests.packaging.helm import kube_bin
+
+pytestmark = pytest.mark.skipif(not GANG_ONLY, reason="the session cluster runs every-verb")
 
 VERBS = ("filter", "prioritize", "preempt", "bind")
 POLICY = "gang-extender-member-mark"
