@@ -151,7 +151,6 @@ class WebhookCerts:
         self._now = now
         self._bundle: certs.CertBundle | None = None
         self._mtimes: tuple[float, float] | None = None
-        self._registered_ca: str | None = None
         self._warned: set[str] = set()
         if cert_file is not None and key_file is not None:
             self.cert_file, self.key_file = cert_file, key_file
@@ -167,12 +166,25 @@ class WebhookCerts:
             changed = self._mtimes is not None and mtimes != self._mtimes
             self._mtimes = mtimes
             return changed
-        bundle = self._shared_bundle() if self._secret else self._local_bundle()
+        shared = True
+        if self._secret:
+            try:
+                bundle = self._shared_bundle()
+            except ApiError as err:
+                shared = False
+                # Serve something meanwhile (the verbs must not wait for the webhook):
+                # our own bundle, replaced by the shared one on a later turn.
+                log.warning("webhook: certificate Secret unavailable (%s); using our own", err)
+                bundle = self._local_bundle()
+        else:
+            bundle = self._local_bundle()
         changed = bundle != self._bundle
         if changed:
             self._write(bundle)
             self._bundle = bundle
-        if self._configuration and self._api is not None:
+        # A stand-in bundle is not registered: the replicas that read the Secret
+        # would have their CA replaced with ours every turn.
+        if self._configuration and self._api is not None and shared:
             self._register(bundle.ca_cert)
         return changed
 
@@ -232,7 +244,6 @@ class WebhookCerts:
                     "webhook: CA registered in MutatingWebhookConfiguration %s",
                     self._configuration,
                 )
-            self._registered_ca = ca_pem
         except NotFound:
             self._warn_once(
                 "missing",
@@ -240,17 +251,14 @@ class WebhookCerts:
                 "nothing calls the webhook, and gang members are refused until it exists "
                 "(the chart and hack/local-cluster create it)",
             )
+        except ApiError as err:
+            # Forbidden, a conflict with another writer, the API server away: next turn.
+            log.warning("webhook: could not register the CA in %s: %s", self._configuration, err)
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
             log.warning(message)
-
-    @property
-    def ca_registered(self) -> bool:
-        return self._registered_ca is not None and self._registered_ca == (
-            self._bundle.ca_cert if self._bundle else None
-        )
 
     def reload(self, context: ssl.SSLContext) -> None:
         context.load_cert_chain(self.cert_file, self.key_file)
