@@ -171,3 +171,5 @@ async def _run(settings: Settings, apps: Apps) -> None:
     finally:
         for task in upkeep:
             task.cancel()
+        if apps.webhook_certs is not None:
+            apps.webhook_certs.close()

@@ -16,6 +16,7 @@ import asyncio
 import datetime
 import logging
 import os
+import shutil
 import ssl
 import tempfile
 from collections.abc import Awaitable, Callable, Collection, MutableMapping
@@ -152,12 +153,19 @@ class WebhookCerts:
         self._bundle: certs.CertBundle | None = None
         self._mtimes: tuple[float, float] | None = None
         self._warned: set[str] = set()
+        self._directory: Path | None = None
         if cert_file is not None and key_file is not None:
             self.cert_file, self.key_file = cert_file, key_file
         else:
-            directory = Path(tempfile.mkdtemp(prefix="gang-extender-webhook-"))
-            self.cert_file = str(directory / "tls.crt")
-            self.key_file = str(directory / "tls.key")
+            # Private (0700), and removed by close(): it holds a private key.
+            self._directory = Path(tempfile.mkdtemp(prefix="gang-extender-webhook-"))
+            self.cert_file = str(self._directory / "tls.crt")
+            self.key_file = str(self._directory / "tls.key")
+
+    def close(self) -> None:
+        """Remove the self-made certificate's files (the process is stopping)."""
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
 
     def refresh(self) -> bool:
         """Make the files current; True when they changed since the last call."""

@@ -211,3 +211,12 @@ async def test_the_app_answers_a_review_with_a_patch(client: httpx.AsyncClient) 
     assert bad.status_code == 400 and "bad AdmissionReview" in bad.text
     assert wrong.status_code == 405
     assert health.status_code == 200
+
+
+def test_close_removes_the_self_made_key() -> None:
+    handle = certs_for(FakeWebhookApi(), [NOW], False)
+    handle.refresh()
+    assert os.path.exists(handle.key_file)
+    assert oct(os.stat(os.path.dirname(handle.key_file)).st_mode & 0o777) == "0o700"
+    handle.close()
+    assert not os.path.exists(os.path.dirname(handle.key_file))
