@@ -65,6 +65,7 @@ unit: $(STAMP) ## unit tests only (no cluster)
 
 test: lint typecheck audit kube helm ## everything: lint, types, dependency audit, unit tests and tests against the real control plane
 	$(BIN)/pytest tests -q -ra
+	GANG_EXTENDER_TEST_MODE=gang-only $(BIN)/pytest tests/cluster/test_gang_only.py -q -ra
 
 cluster-test: $(STAMP) kube ## only the tests against the real control plane
 	$(BIN)/pytest tests/cluster -q -ra

@@ -147,4 +147,29 @@ async def _run(settings: Settings, apps: Apps) -> None:
                 )
             )
         )
-    await asyncio.gather(*(server.serve() for server in servers))
+    upkeep: list[asyncio.Task[None]] = []
+    if apps.webhook is not None and apps.webhook_certs is not None:
+        certs = apps.webhook_certs
+        # The first certificate (and its caBundle registration) before we listen.
+        await asyncio.to_thread(certs.refresh)
+        config = uvicorn.Config(
+            apps.webhook,
+            host=settings.webhook_host or settings.host,
+            port=settings.webhook_port or 0,
+            lifespan="off",
+            ssl_certfile=certs.cert_file,
+            ssl_keyfile=certs.key_file,
+            **common,
+        )
+        # Loaded now so that renewals can reach the SSLContext the server uses.
+        config.load()
+        assert config.ssl is not None
+        servers.append(Server(config))
+        upkeep.append(asyncio.create_task(certs.maintain(config.ssl)))
+    try:
+        await asyncio.gather(*(server.serve() for server in servers))
+    finally:
+        for task in upkeep:
+            task.cancel()
+        if apps.webhook_certs is not None:
+            apps.webhook_certs.close()

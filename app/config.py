@@ -59,6 +59,14 @@ class Settings:
     shutdown_grace_seconds: float = 10.0
     gang_feasibility: bool = True
     gang_aging_seconds: float = 60.0
+    webhook_port: int | None = None
+    webhook_host: str | None = None
+    webhook_cert_file: str | None = None
+    webhook_key_file: str | None = None
+    webhook_configuration: str | None = None
+    webhook_cert_secret: str | None = None
+    webhook_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+    webhook_scheduler_names: tuple[str, ...] = ()
 
     @property
     def tls(self) -> bool:
@@ -140,6 +148,17 @@ def _lease(text: str) -> str:
     namespace, sep, name = text.strip().partition("/")
     if not sep or not namespace or not name or "/" in name:
         raise ValueError("must be NAMESPACE/NAME of kube-scheduler's leader-election Lease")
+    return f"{namespace}/{name}"
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _secret(text: str) -> str:
+    namespace, sep, name = text.strip().partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise ValueError("must be NAMESPACE/NAME of a Secret")
     return f"{namespace}/{name}"
 
 
@@ -362,6 +381,51 @@ _OPTIONS = (
         "equal or lower priority behind it",
         "SECONDS",
     ),
+    _Option(
+        "webhook_port",
+        _port,
+        "serve the mutating admission webhook (HTTPS, path /mutate-pods) on this port: it "
+        "marks gang members with gang-extender.dev/member for the gang-only mode (unset: "
+        "no webhook)",
+        "PORT",
+    ),
+    _Option("webhook_host", str, "listen address of the webhook (default --host)", "ADDR"),
+    _Option(
+        "webhook_cert_file",
+        _file,
+        "the webhook's serving certificate (PEM; reloaded when it changes); unset: "
+        "gang-extender makes its own CA and certificate",
+        "PATH",
+    ),
+    _Option("webhook_key_file", _file, "private key of --webhook-cert-file (PEM)", "PATH"),
+    _Option(
+        "webhook_configuration",
+        str,
+        "name of the MutatingWebhookConfiguration whose caBundle gang-extender keeps set to "
+        "its own CA (self-made certificates only)",
+        "NAME",
+    ),
+    _Option(
+        "webhook_cert_secret",
+        _secret,
+        "NAMESPACE/NAME of a Secret holding the self-made CA and certificate, so that every "
+        "replica serves the same ones (created and renewed by whichever replica comes first)",
+        "NS/NAME",
+    ),
+    _Option(
+        "webhook_hosts",
+        _names,
+        "DNS names and IP addresses of the self-made serving certificate (the Service's "
+        "names in a cluster)",
+        "LIST",
+    ),
+    _Option(
+        "webhook_scheduler_names",
+        _names,
+        "mark only pods naming one of these schedulers (comma-separated; empty: every pod "
+        "of a group). Other schedulers would count the resource and find no node",
+        "LIST",
+    ),
 )
 
 
@@ -380,7 +444,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default = getattr(defaults, option.name)
         if isinstance(default, tuple):
             default = ",".join(
-                item if isinstance(item, str) else f"{item[0]}={item[1]}" for item in default
+                f"{item[0]}={item[1]}" if isinstance(item, tuple) else str(item) for item in default
             )
         elif isinstance(default, bool):
             default = str(default).lower()
@@ -412,6 +476,7 @@ def load(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
         values["kubeconfig"] = env["KUBECONFIG"].split(os.pathsep)[0]
     settings = Settings(**values)
     _check_tls(settings)
+    _check_webhook(settings)
     if settings.ops_port is not None and settings.ops_port == settings.port:
         raise ConfigError(
             f"{flag_of('ops_port')}={settings.ops_port} is the verbs' port: pick another port, "
@@ -437,6 +502,22 @@ def _check_tls(settings: Settings) -> None:
         raise ConfigError(
             f"{flag_of('tls_client_ca_file')} needs {flag_of('tls_cert_file')} and "
             f"{flag_of('tls_key_file')}: mutual TLS is only possible over HTTPS"
+        )
+
+
+def _check_webhook(settings: Settings) -> None:
+    if (settings.webhook_cert_file is None) != (settings.webhook_key_file is None):
+        raise ConfigError(
+            f"{flag_of('webhook_cert_file')} and {flag_of('webhook_key_file')} go together: set "
+            "both, or neither for self-made certificates"
+        )
+    if settings.webhook_port is not None and settings.webhook_port in (
+        settings.port,
+        settings.ops_port,
+    ):
+        raise ConfigError(
+            f"{flag_of('webhook_port')}={settings.webhook_port} is taken by the verbs or the "
+            "operations server: pick another port"
         )
 
 

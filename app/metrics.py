@@ -63,6 +63,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.webhook_reviews = Counter(
+            "gang_extender_webhook_reviews",
+            "Pod admission reviews answered by the webhook: marked, unchanged (already marked), "
+            "skipped (not a gang member of ours), invalid.",
+            ["result"],
+            registry=r,
+        )
         self.filter_requests = Counter(
             "gang_extender_filter_requests",
             "filter calls by how kube-scheduler sent the nodes: node-names "

@@ -159,6 +159,12 @@ def format_resources(resources: Mapping[str, int]) -> str:
     )
 
 
+# The gang-only mode's member mark (app/marking.py): kube-scheduler ignores it
+# (ignoredByScheduler) and the kubelet drops it, and no node advertises it,
+# so capacity checks here leave it out as well.
+MEMBER_RESOURCE = "gang-extender.dev/member"
+
+
 def pod_requests(spec: Mapping[str, Any]) -> Resources:
     """Effective requests of a pod, the way kube-scheduler's NodeResourcesFit counts them.
 
@@ -188,6 +194,7 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     for name, amount in init_max.items():
         effective[name] = max(effective.get(name, 0), amount)
     add(effective, parse_resource_list(spec.get("overhead")))
+    effective.pop(MEMBER_RESOURCE, None)
     effective["pods"] = effective.get("pods", 0) + 1000
     return effective
 

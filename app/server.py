@@ -45,6 +45,7 @@ from app.kube.events import KubeEventWriter
 from app.kube.pods import PodApi
 from app.kube.reflector import Reflector, Sink
 from app.kube.status import KubeStatusApi
+from app.kube.webhook import WebhookApi
 from app.leader import (
     AlwaysLeader,
     LeaderCheck,
@@ -60,6 +61,7 @@ from app.scoring import ScoringPolicy
 from app.state import ClusterState
 from app.status_reconciler import PodGroupStatus
 from app.wakeup import SiblingWaker
+from app.webhook import WebhookApp, WebhookCerts
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +168,26 @@ class Apps:
     ops: ExtenderApp | None
     # Called from the SIGTERM/SIGINT handler, before uvicorn stops listening.
     begin_shutdown: Callable[[], None] = lambda: None
+    # The admission webhook (--webhook-port) and its certificates.
+    webhook: WebhookApp | None = None
+    webhook_certs: WebhookCerts | None = None
+
+
+def build_webhook(
+    settings: Settings, metrics: Metrics, client: k8s.ApiClient
+) -> tuple[WebhookApp | None, WebhookCerts | None]:
+    """The admission webhook, when --webhook-port asks for one."""
+    if settings.webhook_port is None:
+        return None, None
+    certs = WebhookCerts(
+        cert_file=settings.webhook_cert_file,
+        key_file=settings.webhook_key_file,
+        hosts=settings.webhook_hosts,
+        api=WebhookApi(client),
+        configuration=settings.webhook_configuration,
+        secret=settings.webhook_cert_secret,
+    )
+    return WebhookApp(metrics, settings.webhook_scheduler_names), certs
 
 
 def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
@@ -177,6 +199,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     core = k8s.CoreV1Api(client)
     custom = k8s.CustomObjectsApi(client)
     metrics = Metrics()
+    webhook, webhook_certs = build_webhook(settings, metrics, client)
     state = ClusterState()
     admission = Admission(settings.denied_pg_expiration_seconds)
     requests = verb_requests(client, settings.api_max_in_flight)
@@ -379,7 +402,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             guard=guard,
         )
         add_cache_route(main, state)
-        return Apps(main, None, begin_shutdown)
+        return Apps(main, None, begin_shutdown, webhook, webhook_certs)
     # The verbs' app gets no operations extras and the operations app no verbs:
     # on the plain-HTTP port nobody can bind pods.
     main = create_app(
@@ -392,4 +415,4 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     )
     ops = create_app(None, metrics, url_prefix=settings.url_prefix, ready=ready, debug=debug)
     add_cache_route(ops, state)
-    return Apps(main, ops, begin_shutdown)
+    return Apps(main, ops, begin_shutdown, webhook, webhook_certs)

@@ -43,6 +43,8 @@ from hack.clusterkit import (
     start_extender,
     stop_process,
     wait_for_default_service_account,
+    wait_webhook_marks,
+    webhook_args,
 )
 
 EXIT_AFTER = "local-cluster.dev/exit-after-seconds"
@@ -216,11 +218,14 @@ def _measure(
             f"{wait:g}",
             "--gang-feasibility",
             str(feasibility).lower(),
+            # The local cluster's gang-only mode: the webhook marks the members.
+            *webhook_args(port),
         ),
     )
     try:
         api = api_client(kubeconfig)
         core: Any = k8s.CoreV1Api(api)
+        wait_webhook_marks(core)
         namespace = f"contention-{'on' if feasibility else 'off'}-{int(time.time())}"
         core.create_namespace({"metadata": {"name": namespace}})
         wait_for_default_service_account(core, namespace)

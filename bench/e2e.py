@@ -15,6 +15,10 @@ nodes, and times five cases on the same cluster in the same run:
       noop-extender: every node passes, no scores, bind at once), the
       yardstick: (n)/(a) is what the extender protocol itself costs
       kube-scheduler on this machine, (b)/(n) what gang-extender adds to it
+  (g) plain pods and (h) gangs of 8 in the gang-only mode (README
+      "Deployment modes"): two extender entries, members carrying
+      gang-extender.dev/member as the webhook leaves them; (b) and (c) are
+      the every-verb mode
 
 For each case the pods are created first and only then is a kube-scheduler
 started, so pod creation is not what is measured. Throughput is pods /
@@ -69,6 +73,7 @@ from app.groups import (
     SOURCE_XK8S,
 )
 from app.kube.client import read_and_release
+from app.resources import MEMBER_RESOURCE
 
 # Run by path (`python bench/e2e.py`), sys.path[0] is bench/: the repository root makes hack/
 # importable (app/ comes from the editable install).
@@ -220,9 +225,18 @@ def rss_mb(pid: int) -> tuple[float, float]:
 
 
 def render_scheduler_config(
-    kubeconfig: str, qps: int, extender_url: str | None, scheduler_name: str = SCHEDULER_NAME
+    kubeconfig: str,
+    qps: int,
+    extender_url: str | None,
+    scheduler_name: str = SCHEDULER_NAME,
+    gang_only: bool = False,
 ) -> str:
-    """KubeSchedulerConfiguration of one bench case (JSON is valid YAML)."""
+    """KubeSchedulerConfiguration of one bench case (JSON is valid YAML).
+
+    gang_only: as deploy/scheduler-config.yaml, two extender entries (filter,
+    prioritize and bind for pods requesting MEMBER_RESOURCE; preempt for all)
+    and MostAllocated scoring in-tree.
+    """
     config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -230,7 +244,35 @@ def render_scheduler_config(
         "leaderElection": {"leaderElect": False},
         "profiles": [{"schedulerName": scheduler_name}],
     }
-    if extender_url:
+    if extender_url and gang_only:
+        common = {"urlPrefix": extender_url, "nodeCacheCapable": True, "httpTimeout": "90s"}
+        config["profiles"][0]["pluginConfig"] = [
+            {
+                "name": "NodeResourcesFit",
+                "args": {
+                    "scoringStrategy": {
+                        "type": "MostAllocated",
+                        "resources": [
+                            {"name": "cpu", "weight": 1},
+                            {"name": "memory", "weight": 1},
+                        ],
+                    }
+                },
+            }
+        ]
+        config["extenders"] = [
+            {
+                **common,
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "bindVerb": "bind",
+                "weight": 1,
+                "ignorable": False,
+                "managedResources": [{"name": MEMBER_RESOURCE, "ignoredByScheduler": True}],
+            },
+            {**common, "preemptVerb": "preempt", "ignorable": False},
+        ]
+    elif extender_url:
         # As deploy/scheduler-config.yaml: names only, we bind.
         config["extenders"] = [
             {
@@ -256,7 +298,10 @@ def pod_body(
     native_group: str | None = None,
     label_group: tuple[str, int] | None = None,
     node_name: str | None = None,
+    marked: bool = False,
 ) -> dict[str, Any]:
+    """marked: the gang member as the gang-only mode's webhook leaves it (the
+    webhook runs at creation, which the cases do not time)."""
     labels: dict[str, str] = {"app": "bench"}
     if x_group:
         labels[POD_GROUP_LABEL] = x_group
@@ -268,7 +313,12 @@ def pod_body(
         spec["schedulingGroup"] = {"podGroupName": native_group}
     if node_name:
         spec["nodeName"] = node_name
-    return pause_pod(name, cpu=POD_CPU, memory=POD_MEMORY, labels=labels, spec=spec)
+    body = pause_pod(name, cpu=POD_CPU, memory=POD_MEMORY, labels=labels, spec=spec)
+    if marked:
+        resources = body["spec"]["containers"][0]["resources"]
+        resources["requests"][MEMBER_RESOURCE] = "1"
+        resources["limits"] = {MEMBER_RESOURCE: "1"}
+    return body
 
 
 @dataclass
@@ -351,6 +401,8 @@ def describe_ratios(values: list[float]) -> str:
 RATIO_TARGETS = (
     ("(b)/(a) plain pods, extender / no extender", "b", "a", 0.8),
     ("(c)/(d) gangs, extender / in-tree GangScheduling", "c", "d", 1.0),
+    ("(g)/(a) plain pods, gang-only mode / no extender", "g", "a", 0.95),
+    ("(h)/(d) gangs, gang-only mode / in-tree GangScheduling", "h", "d", 1.2),
     ("(n)/(a) plain pods, no-op Go extender / no extender", "n", "a", None),
     ("(b)/(n) plain pods, extender / no-op Go extender", "b", "n", None),
     ("(b)/(a) at scale", "b-scale", "a-scale", None),
@@ -599,6 +651,8 @@ class Case:
     extender: bool  # kube-scheduler calls gang-extender
     gangs: str | None  # None (plain pods), "x-k8s" or "native"
     noop: bool = False  # kube-scheduler calls the no-op Go extender instead
+    # gang-only mode (README "Deployment modes"): members marked, two extender entries.
+    gang_only: bool = False
 
 
 CASES = {
@@ -607,6 +661,8 @@ CASES = {
     "c": Case("c", f"gangs of {GANG_SIZE} through the extender", True, "x-k8s"),
     "d": Case("d", f"gangs of {GANG_SIZE}, in-tree GangScheduling", False, "native"),
     "n": Case("n", "plain pods through a no-op Go extender", False, None, noop=True),
+    "g": Case("g", "plain pods, gang-only mode", True, None, gang_only=True),
+    "h": Case("h", f"gangs of {GANG_SIZE}, gang-only mode", True, "x-k8s", gang_only=True),
 }
 
 
@@ -726,7 +782,7 @@ class Runner:
     # ---- processes ----------------------------------------------------------------------
 
     def start_scheduler(
-        self, name: str, extender_url: str | None, gates: bool
+        self, name: str, extender_url: str | None, gates: bool, gang_only: bool = False
     ) -> subprocess.Popen[bytes]:
         work = self.cluster.work_dir
         work.mkdir(parents=True, exist_ok=True)
@@ -736,6 +792,7 @@ class Runner:
                 self.cluster.scheduler_kubeconfig,
                 self.qps,
                 extender_url,
+                gang_only=gang_only,
             )
         )
         argv = [
@@ -811,6 +868,7 @@ class Runner:
                         name,
                         x_group=gang if case.gangs == "x-k8s" else None,
                         native_group=gang if case.gangs == "native" else None,
+                        marked=case.gang_only,
                     )
                 )
         else:
@@ -858,7 +916,9 @@ class Runner:
             if extender_url is not None
             else None
         )
-        scheduler = self.start_scheduler(case.key + suffix, extender_url, case.gangs == "native")
+        scheduler = self.start_scheduler(
+            case.key + suffix, extender_url, case.gangs == "native", case.gang_only
+        )
         t0 = time.monotonic()
         try:
             sched_cpu_before = cpu_seconds(scheduler.pid)
@@ -1064,7 +1124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=500, help="fake nodes (default 500)")
     parser.add_argument("--pods", type=int, default=2000, help="pods per case (default 2000)")
     parser.add_argument(
-        "--cases", default="abcdn", help="which of a, b, c, d, n to run (default abcdn)"
+        "--cases",
+        default="abcdngh",
+        help="which of a, b, c, d, n, g, h to run (default abcdngh)",
     )
     parser.add_argument(
         "--rounds",

@@ -31,6 +31,7 @@ from kubernetes import config as k8s_config
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.groups import GroupApi
+from app.resources import MEMBER_RESOURCE
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
@@ -151,6 +152,51 @@ def start_extender(
             stop_process(process)
         raise
     return process
+
+
+# hack/local-cluster's gang-only mode (deploy/webhook.yaml): the configuration
+# the extender registers its CA in, and the webhook next to the verbs' port.
+WEBHOOK_CONFIGURATION = "gang-extender"
+
+
+def webhook_args(port: int) -> tuple[str, ...]:
+    """Extender flags for the local cluster's webhook: HTTPS on the verbs' port + 1.
+
+    That is where `hack/local-cluster up` points kube-apiserver by default
+    (its --webhook-url); the extender makes its own certificate and writes
+    its CA into the configuration.
+    """
+    return ("--webhook-port", str(port + 1), "--webhook-configuration", WEBHOOK_CONFIGURATION)
+
+
+def marked_by_webhook(core: Any, namespace: str = "default") -> bool:
+    """Whether kube-apiserver, right now, gets a gang member marked by the webhook.
+
+    A server-side dry run of a label-only gang member: admission runs in
+    full (the webhook is called, the policy is checked), nothing is stored.
+    False when the pod comes back unmarked or is refused (webhook down,
+    its CA not registered yet).
+    """
+    body = pause_pod(
+        "webhook-probe",
+        cpu="1m",
+        memory="1Mi",
+        labels={
+            "pod-group.scheduling.sigs.k8s.io/name": "probe",
+            "pod-group.scheduling.sigs.k8s.io/min-available": "1",
+        },
+    )
+    try:
+        pod = core.create_namespaced_pod(namespace, body, dry_run="All")
+    except k8s.ApiException:
+        return False
+    requests = pod.spec.containers[0].resources.requests or {}
+    return MEMBER_RESOURCE in requests
+
+
+def wait_webhook_marks(core: Any, timeout: float = 30) -> None:
+    """Until gang members are marked: the extender's CA registered, kube-apiserver calling it."""
+    wait_for(lambda: marked_by_webhook(core), timeout, "the webhook to mark a gang member")
 
 
 def parse_metrics(text: str) -> Samples:

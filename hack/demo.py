@@ -26,7 +26,16 @@ from app.groups import POD_GROUP_LABEL
 # hack.clusterkit importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hack.clusterkit import REPO, answers, api_client, kubeconfig_of, local_cluster, start_extender
+from hack.clusterkit import (
+    REPO,
+    answers,
+    api_client,
+    kubeconfig_of,
+    local_cluster,
+    start_extender,
+    wait_webhook_marks,
+    webhook_args,
+)
 
 STATE = Path(os.environ.get("LOCAL_CLUSTER_DIR", REPO / ".local-cluster"))
 PID_FILE = STATE / "extender.pid"
@@ -62,7 +71,10 @@ def start_demo_extender(kubeconfig: str) -> None:
         return
     try:
         # Its own session: it keeps running after the demo exits.
-        process = start_extender(kubeconfig, PORT, LOG_FILE, timeout=30, detach=True)
+        # The local cluster's gang-only mode: the webhook marks gang members.
+        process = start_extender(
+            kubeconfig, PORT, LOG_FILE, webhook_args(PORT), timeout=30, detach=True
+        )
     except (RuntimeError, TimeoutError):
         sys.exit(f"demo: the extender did not start; see {LOG_FILE}")
     PID_FILE.write_text(str(process.pid))
@@ -123,6 +135,7 @@ def main() -> int:
     start_demo_extender(kubeconfig)
 
     core = k8s.CoreV1Api(api_client(kubeconfig))
+    wait_webhook_marks(core)
     examples = REPO / "deploy" / "examples"
 
     def kubectl_run(*args: str) -> str:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from .commands import UpOptions, cmd_add_node, cmd_down, cmd_simulate_pods, cmd_status, cmd_up
 from .components import DISABLED_CONTROLLERS, POD_SIMULATOR, SIMULATE_COMMAND, parse_feature_gates
-from .layout import Config, Layout, Ports
+from .layout import MODE_EVERY_VERB, MODE_GANG_ONLY, Config, Layout, Ports
 from .nodes import NodeShape
 from .podsim import EXIT_AFTER_ANNOTATION, EXIT_PHASE_ANNOTATION
 from .report import LOG_TAIL_LINES, ClusterError, info, tail
-from .scheduler_config import NODELIST_SCHEDULER_NAME
+from .scheduler_config import NODELIST_SCHEDULER_NAME, default_webhook_url
 
 DEFAULT_EXTENDER_URL = "http://127.0.0.1:8888/scheduler"
 
@@ -103,7 +103,9 @@ Run a real local Kubernetes control plane (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler; built by hack/build-kube at the
 version pinned in hack/kube/versions.env) on 127.0.0.1 for tests and demos,
 with fake nodes (Node objects, no kubelet) for the scheduler to place pods on.
-kube-scheduler calls the gang-extender at --extender-url for every pod.
+kube-scheduler calls the gang-extender at --extender-url: for gang members
+(marked by its admission webhook at --webhook-url) and for preemption in the
+default gang-only mode, for every pod with --extender-mode every-verb.
 """
 
 
@@ -198,6 +200,23 @@ def build_parser(ports: Ports) -> argparse.ArgumentParser:
         help=f"extender urlPrefix in the scheduler config (default {DEFAULT_EXTENDER_URL})",
     )
     up.add_argument(
+        "--extender-mode",
+        choices=(MODE_GANG_ONLY, MODE_EVERY_VERB),
+        default=MODE_GANG_ONLY,
+        help=f"{MODE_GANG_ONLY} (default): kube-scheduler calls filter/prioritize/bind only for "
+        "pods marked gang-extender.dev/member by the extender's admission webhook, preempt for "
+        f"every pod (deploy/scheduler-config.yaml, deploy/webhook.yaml); {MODE_EVERY_VERB}: "
+        "every verb for every pod, no webhook (deploy/scheduler-config-every-verb.yaml)",
+    )
+    up.add_argument(
+        "--webhook-url",
+        type=_http_url,
+        default=None,
+        help="where kube-apiserver calls the extender's webhook in gang-only mode (default: "
+        "https, the extender URL's host and port + 1, /mutate-pods: start the extender with "
+        "--webhook-port <its port + 1> --webhook-configuration gang-extender)",
+    )
+    up.add_argument(
         "--node-cache-capable",
         type=_bool,
         default=True,
@@ -276,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.pod_simulator,
                     args.feature_gates,
                     args.scheduler,
+                    args.extender_mode,
+                    args.webhook_url or default_webhook_url(args.extender_url),
                 ),
             )
         if args.command == "down":

@@ -22,12 +22,25 @@ from .components import (
     SCHEDULER_COMPONENTS,
     component_ports,
 )
-from .layout import PACKAGE_DIR, SCHEDULER_CONFIG_TEMPLATE, WRAPPER, Config, Layout
+from .layout import (
+    MODE_GANG_ONLY,
+    PACKAGE_DIR,
+    SCHEDULER_CONFIG_TEMPLATES,
+    WEBHOOK_TEMPLATE,
+    WRAPPER,
+    Config,
+    Layout,
+)
 from .nodes import FAKE_NODE_LABEL, NodeShape, create_fake_node, ensure_nodes, node_counts
 from .pki import certs_complete, ensure_certs, write_kubeconfigs
 from .podsim import SIMULATOR_READY_LINE, PodSimulator
 from .report import ClusterError, info, tail
-from .scheduler_config import NODELIST_SCHEDULER_NAME, desired_schedulers, render_scheduler_config
+from .scheduler_config import (
+    NODELIST_SCHEDULER_NAME,
+    desired_schedulers,
+    render_scheduler_config,
+    render_webhook,
+)
 from .state import digest, load_state, locked, save_state, write_if_changed
 from .supervise import (
     Launcher,
@@ -40,7 +53,7 @@ from .supervise import (
     stop_components,
     wait_until,
 )
-from .toolchain import build_kube, install_crds, read_versions
+from .toolchain import apply_text, build_kube, install_crds, kubectl, read_versions
 
 
 def _package_source() -> str:
@@ -61,6 +74,10 @@ class UpOptions:
     pod_simulator: bool = True
     feature_gates: dict[str, bool] = field(default_factory=dict)
     scheduler: bool = True
+    # gang-only (webhook + two extender entries) or every-verb; see layout.py.
+    extender_mode: str = MODE_GANG_ONLY
+    # gang-only: where kube-apiserver calls the extender's webhook (--webhook-port).
+    webhook_url: str = ""
 
 
 def core_health(
@@ -152,6 +169,8 @@ def cmd_up(config: Config, opts: UpOptions) -> int:
                 "pod_simulator": opts.pod_simulator,
                 "feature_gates": opts.feature_gates,
                 "scheduler": opts.scheduler,
+                "extender_mode": opts.extender_mode,
+                "webhook_url": opts.webhook_url,
             },
             "components": components,
             "updated": dt.datetime.now().isoformat(timespec="seconds"),
@@ -184,6 +203,7 @@ def cmd_up(config: Config, opts: UpOptions) -> int:
             info("scheduler(s) ready: " + ", ".join(sched_changes))
 
         install_crds(layout, bin_dir)
+        _reconcile_webhook(layout, bin_dir, opts)
         ensure_nodes(api, opts.nodes, opts.shape, kube_version)
         if simulator_started:
             wait_until(
@@ -199,7 +219,10 @@ def cmd_up(config: Config, opts: UpOptions) -> int:
             f"cluster up in {time.monotonic() - started_at:.1f}s: {ready}/{total} nodes Ready, "
             + (
                 f"extender {opts.extender_url} "
-                f"(nodeCacheCapable={str(opts.node_cache_capable).lower()})"
+                f"(nodeCacheCapable={str(opts.node_cache_capable).lower()}, "
+                f"{opts.extender_mode} mode"
+                + (f", webhook {opts.webhook_url}" if opts.extender_mode == MODE_GANG_ONLY else "")
+                + ")"
                 if opts.scheduler
                 else "no kube-scheduler (--no-scheduler)"
             )
@@ -249,6 +272,29 @@ def _start_core(config: Config, launcher: Launcher) -> None:
     )
 
 
+def _reconcile_webhook(layout: Layout, bin_dir: Path, opts: UpOptions) -> None:
+    """gang-only: apply deploy/webhook.yaml for opts.webhook_url; every-verb: remove it.
+
+    The extender fills in the caBundle itself (--webhook-configuration
+    gang-extender): server-side apply leaves a field it does not set alone.
+    In every-verb mode a marked pod would find no node (no scheduler ignores
+    the resource there), so the objects go.
+    """
+    if opts.extender_mode == MODE_GANG_ONLY:
+        apply_text(layout, bin_dir, render_webhook(WEBHOOK_TEMPLATE.read_text(), opts.webhook_url))
+        info(f"gang-only mode: webhook {opts.webhook_url} and its member-mark policy applied")
+        return
+    kubectl(
+        layout,
+        bin_dir,
+        "delete",
+        "--ignore-not-found",
+        "mutatingwebhookconfiguration/gang-extender",
+        "validatingadmissionpolicy/gang-extender-member-mark",
+        "validatingadmissionpolicybinding/gang-extender-member-mark",
+    )
+
+
 def _reconcile_schedulers(
     config: Config, launcher: Launcher, opts: UpOptions, components: dict[str, Any]
 ) -> list[str]:
@@ -264,7 +310,7 @@ def _reconcile_schedulers(
     )
     wanted = {spec.component: spec for spec in specs}
     write_kubeconfigs(config)
-    template = SCHEDULER_CONFIG_TEMPLATE.read_text()
+    template = SCHEDULER_CONFIG_TEMPLATES[opts.extender_mode].read_text()
     for name in SCHEDULER_COMPONENTS:
         spec = wanted.get(name)
         pid = running_pid(layout, name)

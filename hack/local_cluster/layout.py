@@ -21,6 +21,15 @@ BUILD_KUBE = HACK_DIR / "build-kube"
 VERSIONS_ENV = HACK_DIR / "kube" / "versions.env"
 CRD_DIR = REPO_ROOT / "deploy" / "crds"
 SCHEDULER_CONFIG_TEMPLATE = REPO_ROOT / "deploy" / "scheduler-config.yaml"
+# The extender modes (README "Deployment modes") and their scheduler configs.
+MODE_GANG_ONLY = "gang-only"
+MODE_EVERY_VERB = "every-verb"
+SCHEDULER_CONFIG_TEMPLATES = {
+    MODE_GANG_ONLY: SCHEDULER_CONFIG_TEMPLATE,
+    MODE_EVERY_VERB: REPO_ROOT / "deploy" / "scheduler-config-every-verb.yaml",
+}
+# gang-only: the webhook that marks gang members, and the policy refusing unmarked ones.
+WEBHOOK_TEMPLATE = REPO_ROOT / "deploy" / "webhook.yaml"
 
 HOST = "127.0.0.1"
 

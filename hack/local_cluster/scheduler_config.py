@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .layout import SCHEDULER_CONFIG_TEMPLATE, Ports
 from .report import ClusterError
@@ -92,3 +93,29 @@ def render_scheduler_config(
             + ", ".join(sorted(set(leftover)))
         )
     return text
+
+
+def default_webhook_url(extender_url: str) -> str:
+    """The webhook next to the verbs: same host, the verbs' port + 1, HTTPS.
+
+    The test sessions, the demo and the benches start the extender with
+    `--webhook-port <port + 1>` (hack/clusterkit.py webhook_args).
+    """
+    parts = urlsplit(extender_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"https://{parts.hostname}:{port + 1}/mutate-pods"
+
+
+def render_webhook(
+    template: str,
+    webhook_url: str,
+    scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER_NAME, NODELIST_SCHEDULER_NAME),
+) -> str:
+    """deploy/webhook.yaml with the webhook's URL and the schedulers whose pods it marks."""
+    for placeholder in ("@WEBHOOK_URL@", "@SCHEDULER_NAMES@"):
+        if placeholder not in template:
+            raise ClusterError(f"deploy/webhook.yaml: no {placeholder} placeholder")
+    names = "[" + ", ".join(f"'{name}'" for name in scheduler_names) + "]"
+    return template.replace("@WEBHOOK_URL@", webhook_url.replace('"', "%22")).replace(
+        "@SCHEDULER_NAMES@", names
+    )

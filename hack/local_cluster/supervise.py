@@ -115,6 +115,10 @@ class Launcher:
             )
         argv = component_argv(self.config, self.bin_dir, name, self.feature_gates)
         log_path = layout.log(name)
+        if log_path.exists() and log_path.stat().st_size:
+            # The previous run's log is evidence (a test that restarts kube-scheduler
+            # must not erase what it logged before): kept once, as <name>.previous.log.
+            log_path.replace(log_path.with_name(f"{name}.previous.log"))
         with log_path.open("wb") as log:
             stamp = dt.datetime.now().isoformat(timespec="seconds")
             log.write(f"# {stamp} local-cluster started: {shlex.join(argv)}\n".encode())

@@ -60,6 +60,27 @@ def kubectl(layout: Layout, bin_dir: Path, *args: str, timeout: float = 120.0) -
     return proc.stdout
 
 
+def apply_text(layout: Layout, bin_dir: Path, text: str, timeout: float = 120.0) -> str:
+    """kubectl apply --server-side of YAML text (rendered, so not a file in the repository)."""
+    argv = [
+        str(bin_dir / "kubectl"),
+        f"--kubeconfig={layout.admin_kubeconfig}",
+        f"--cache-dir={layout.kubectl_cache}",
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=local-cluster",
+        "-f",
+        "-",
+    ]
+    proc = subprocess.run(
+        argv, input=text, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if proc.returncode != 0:
+        raise ClusterError(f"kubectl apply failed: {(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout
+
+
 def install_crds(layout: Layout, bin_dir: Path) -> None:
     """kubectl apply deploy/crds/ and wait until the API serves them."""
     if not any(CRD_DIR.glob("*.yaml")):

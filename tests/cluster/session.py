@@ -16,14 +16,19 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
+from kubernetes import client as k8s
+
 from hack.clusterkit import (
     LOCAL_CLUSTER,
     REPO,
     Samples,
+    api_client,
     sample,
     scrape,
     start_extender,
     stop_process,
+    wait_webhook_marks,
+    webhook_args,
 )
 from tests.packaging.helm import kube_bin
 
@@ -83,6 +88,15 @@ TEST_CRDS = REPO / "tests" / "cluster" / "crds"
 PERMIT_WAIT_SECONDS = 6
 DENIED_SECONDS = 3
 
+# The extender mode of the session's cluster (README "Deployment modes"): the
+# suite runs every-verb by default; `make test` then runs the gang-only tests
+# (tests/cluster/test_gang_only.py, skipped in every-verb) in a second session
+# with GANG_EXTENDER_TEST_MODE=gang-only. The whole suite in gang-only mode is
+# not yet reliable: a race in a preemption case of
+# test_coscheduling_integration_cases, and Kueue pod groups are not marked.
+MODE = os.environ.get("GANG_EXTENDER_TEST_MODE", "every-verb")
+GANG_ONLY = MODE == "gang-only"
+
 # The session cluster's `up` arguments: `up` again with them restarts whatever
 # a fault test killed (tests/cluster/test_faults.py).
 UP_ARGS = (
@@ -97,6 +111,8 @@ UP_ARGS = (
     "--with-nodelist-scheduler",
     "--feature-gates",
     FEATURE_GATES,
+    "--extender-mode",
+    MODE,
 )
 
 
@@ -130,15 +146,18 @@ class Extender:
         self.process: subprocess.Popen[bytes] | None = None
         self.extra_args: tuple[str, ...] = ()
 
-    def start(self, *extra_args: str) -> None:
+    def start(self, *extra_args: str, webhook: bool = GANG_ONLY) -> None:
+        """Start it; with `webhook` (the cluster's gang-only mode) once it marks gang members."""
         self.extra_args = extra_args
         self.process = start_extender(
             self.kubeconfig,
             EXTENDER_PORT,
             self.log_path,
-            (*self.BASE_ARGS, *extra_args),
+            (*self.BASE_ARGS, *(webhook_args(EXTENDER_PORT) if webhook else ()), *extra_args),
             timeout=30,
         )
+        if webhook:
+            wait_webhook_marks(k8s.CoreV1Api(api_client(self.kubeconfig)))
 
     def stop(self) -> None:
         if self.process is None:

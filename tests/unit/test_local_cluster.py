@@ -23,8 +23,11 @@ from local_cluster.components import (
     parse_feature_gates,
 )
 from local_cluster.layout import (
+    MODE_EVERY_VERB,
     REPO_ROOT,
     SCHEDULER_CONFIG_TEMPLATE,
+    SCHEDULER_CONFIG_TEMPLATES,
+    WEBHOOK_TEMPLATE,
     WRAPPER,
     Config,
     Layout,
@@ -35,8 +38,10 @@ from local_cluster.scheduler_config import (
     DEFAULT_SCHEDULER_NAME,
     NODELIST_SCHEDULER_NAME,
     SchedulerSpec,
+    default_webhook_url,
     desired_schedulers,
     render_scheduler_config,
+    render_webhook,
 )
 
 ROOT = Path("/state")
@@ -237,15 +242,61 @@ def test_desired_schedulers() -> None:
     ]
 
 
-def rendered(spec: SchedulerSpec, url: str = "http://127.0.0.1:9999/scheduler") -> Any:
+def rendered(
+    spec: SchedulerSpec,
+    url: str = "http://127.0.0.1:9999/scheduler",
+    template: Path = SCHEDULER_CONFIG_TEMPLATE,
+) -> Any:
     text = render_scheduler_config(
-        SCHEDULER_CONFIG_TEMPLATE.read_text(), Path("/state/kube-scheduler.kubeconfig"), spec, url
+        template.read_text(), Path("/state/kube-scheduler.kubeconfig"), spec, url
     )
     return yaml.safe_load(text)
 
 
-def test_the_default_profile_calls_the_extender_with_node_names_only() -> None:
+def test_gang_only_mode_calls_filter_prioritize_bind_for_marked_pods_and_preempt_for_all() -> None:
     doc = rendered(SchedulerSpec("kube-scheduler", DEFAULT_SCHEDULER_NAME, True, 1))
+    (profile,) = doc["profiles"]
+    assert {"name": "GangScheduling"} in profile["plugins"]["multiPoint"]["disabled"]
+    members, everyone = doc["extenders"]
+    assert members["urlPrefix"] == everyone["urlPrefix"] == "http://127.0.0.1:9999/scheduler"
+    assert members["managedResources"] == [
+        {"name": "gang-extender.dev/member", "ignoredByScheduler": True}
+    ]
+    assert {k: v for k, v in members.items() if k.endswith("Verb")} == {
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "bindVerb": "bind",
+    }
+    # No managedResources: interested in every pod, for preempt only.
+    assert "managedResources" not in everyone
+    assert {k: v for k, v in everyone.items() if k.endswith("Verb")} == {"preemptVerb": "preempt"}
+    assert members["nodeCacheCapable"] is everyone["nodeCacheCapable"] is True
+    assert members["ignorable"] is everyone["ignorable"] is False
+
+
+def test_the_webhook_url_is_the_extender_port_plus_one_and_fills_the_template() -> None:
+    url = default_webhook_url("http://127.0.0.1:18888/scheduler")
+    assert url == "https://127.0.0.1:18889/mutate-pods"
+    docs = list(yaml.safe_load_all(render_webhook(WEBHOOK_TEMPLATE.read_text(), url)))
+    assert [d["kind"] for d in docs] == [
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+    (webhook,) = docs[0]["webhooks"]
+    assert webhook["clientConfig"] == {"url": url}
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["matchConditions"][1]["expression"] == (
+        "object.spec.schedulerName in ['default-scheduler', 'gang-scheduler-nodelist']"
+    )
+    assert docs[1]["spec"]["matchConditions"] == webhook["matchConditions"]
+
+
+def test_every_verb_mode_calls_the_extender_with_node_names_only() -> None:
+    doc = rendered(
+        SchedulerSpec("kube-scheduler", DEFAULT_SCHEDULER_NAME, True, 1),
+        template=SCHEDULER_CONFIG_TEMPLATES[MODE_EVERY_VERB],
+    )
     assert doc["kind"] == "KubeSchedulerConfiguration"
     assert doc["clientConnection"]["kubeconfig"] == "/state/kube-scheduler.kubeconfig"
     (profile,) = doc["profiles"]
@@ -268,7 +319,7 @@ def test_the_default_profile_calls_the_extender_with_node_names_only() -> None:
 def test_the_nodelist_profile_gets_its_name_and_node_lists() -> None:
     doc = rendered(SchedulerSpec("kube-scheduler-nodelist", NODELIST_SCHEDULER_NAME, False, 2))
     assert [p["schedulerName"] for p in doc["profiles"]] == [NODELIST_SCHEDULER_NAME]
-    assert doc["extenders"][0]["nodeCacheCapable"] is False
+    assert [e["nodeCacheCapable"] for e in doc["extenders"]] == [False, False]
 
 
 def test_the_extender_url_is_quoted_for_yaml() -> None:

@@ -1,0 +1,152 @@
+"""The chart's gang-only mode (mode=gang-only), rendered by the pinned helm.
+
+tests/cluster/test_chart_gang_only.py shows the API server accepts it and the
+real kube-scheduler loads its configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.marking import member_expression, refusal_message
+from app.resources import MEMBER_RESOURCE
+from tests.packaging.helm import CHART, container, find, render, run_helm, scheduler_config
+from tests.packaging.test_chart import flags
+
+GANG_ONLY = ("--set", "mode=gang-only")
+CERT_MANAGER = (
+    "--set",
+    "mode=gang-only,webhook.certManager.enabled=true,webhook.certManager.issuerRef.name=ca",
+)
+
+
+def test_two_extender_entries_one_binder_members_only_for_the_gang_verbs() -> None:
+    docs = render(*GANG_ONLY, namespace="gang-system")
+    config = scheduler_config(docs)
+    members, everyone = config["extenders"]
+    assert members["managedResources"] == [{"name": MEMBER_RESOURCE, "ignoredByScheduler": True}]
+    assert {k for k in members if k.endswith("Verb")} == {
+        "filterVerb",
+        "prioritizeVerb",
+        "bindVerb",
+    }
+    assert {k for k in everyone if k.endswith("Verb")} == {"preemptVerb"}
+    assert "managedResources" not in everyone
+    assert members["urlPrefix"] == everyone["urlPrefix"]
+    (profile,) = config["profiles"]
+    (fit,) = profile["pluginConfig"]
+    assert fit["args"]["scoringStrategy"]["type"] == "MostAllocated"
+
+
+def test_the_webhook_reaches_the_extender_through_its_service_and_makes_its_own_certs() -> None:
+    docs = render(*GANG_ONLY, release="r", namespace="gang-system")
+    extender = container(docs, "gang-extender")
+    ext_flags = flags(extender["args"])
+    assert ext_flags["webhook-port"] == "9443" and ext_flags["webhook-host"] == "0.0.0.0"
+    assert ext_flags["webhook-configuration"] == "r-gang-extender"
+    assert ext_flags["webhook-cert-secret"] == "gang-system/r-gang-extender-webhook-cert"
+    assert ext_flags["webhook-scheduler-names"] == "gang-scheduler"
+    assert "r-gang-extender-webhook.gang-system.svc" in ext_flags["webhook-hosts"].split(",")
+    service = find(docs, "Service", "-webhook")
+    assert service["spec"]["ports"] == [
+        {"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}
+    ]
+    assert {"name": "webhook", "containerPort": 9443} in extender["ports"]
+    # The root filesystem is read-only: the self-made certificate's files go to /tmp.
+    assert {"name": "tmp", "mountPath": "/tmp"} in extender["volumeMounts"]
+
+    configuration = find(docs, "MutatingWebhookConfiguration")
+    (webhook,) = configuration["webhooks"]
+    assert webhook["clientConfig"]["service"] == {
+        "name": "r-gang-extender-webhook",
+        "namespace": "gang-system",
+        "path": "/mutate-pods",
+        "port": 443,
+    }
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["sideEffects"] == "None"
+    excluded = webhook["namespaceSelector"]["matchExpressions"][0]
+    assert excluded["operator"] == "NotIn"
+    assert {"kube-system", "kube-public", "kube-node-lease"} <= set(excluded["values"])
+    expressions = member_expression()
+    assert webhook["matchConditions"] == [
+        {"name": "gang-member", "expression": expressions["isMember"]},
+        {"name": "our-schedulers", "expression": "object.spec.schedulerName in ['gang-scheduler']"},
+    ]
+    policy = find(docs, "ValidatingAdmissionPolicy")["spec"]
+    assert policy["matchConditions"] == webhook["matchConditions"]
+    assert policy["validations"] == [
+        {"expression": expressions["valid"], "message": refusal_message(), "reason": "Forbidden"}
+    ]
+    binding = find(docs, "ValidatingAdmissionPolicyBinding")["spec"]
+    assert binding == {"policyName": "r-gang-extender-member-mark", "validationActions": ["Deny"]}
+
+
+def test_self_made_certs_need_only_their_own_secret_and_configuration() -> None:
+    docs = render(*GANG_ONLY, release="r", namespace="ns")
+    rules: list[dict[str, Any]] = find(docs, "ClusterRole", "-extender")["rules"]
+    webhook_rules = [r for r in rules if "mutatingwebhookconfigurations" in r["resources"]]
+    assert webhook_rules == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations"],
+            "resourceNames": ["r-gang-extender"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    role = find(docs, "Role", "-webhook-cert")
+    assert role["rules"][1]["resourceNames"] == ["r-gang-extender-webhook-cert"]
+    assert "list" not in role["rules"][0]["verbs"] + role["rules"][1]["verbs"]
+
+
+def test_cert_manager_issues_the_webhook_certificate_and_injects_the_ca() -> None:
+    docs = render(*CERT_MANAGER, release="r", namespace="ns")
+    certificate = find(docs, "Certificate", "-webhook")
+    assert certificate["spec"]["secretName"] == "r-gang-extender-webhook-cert"
+    assert "r-gang-extender-webhook.ns.svc" in certificate["spec"]["dnsNames"]
+    configuration = find(docs, "MutatingWebhookConfiguration")
+    assert configuration["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "ns/r-gang-extender-webhook"
+    }
+    ext_flags = flags(container(docs, "gang-extender")["args"])
+    assert ext_flags["webhook-cert-file"].endswith("/tls.crt")
+    assert "webhook-configuration" not in ext_flags
+    rules = find(docs, "ClusterRole", "-extender")["rules"]
+    assert not any("mutatingwebhookconfigurations" in r["resources"] for r in rules)
+
+
+def test_serving_the_default_scheduler_marks_its_pods_too() -> None:
+    docs = render("--set", "mode=gang-only,serveDefaultScheduler=true")
+    (webhook,) = find(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert webhook["matchConditions"][1]["expression"] == (
+        "object.spec.schedulerName in ['gang-scheduler', 'default-scheduler']"
+    )
+    assert flags(container(docs, "gang-extender")["args"])["webhook-scheduler-names"] == (
+        "gang-scheduler,default-scheduler"
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ("mode=gang-only,webhook.certManager.enabled=true", "needs webhook.certManager.issuerRef"),
+        ("mode=gang-only,webhook.existingSecret=mine", "needs webhook.caBundle"),
+        ("mode=gang-only,webhook.port=9090", "webhook.port must differ"),
+        ("mode=some-verbs", "mode"),
+    ],
+)
+def test_inconsistent_gang_only_values_fail_with_the_reason(values: str, message: str) -> None:
+    result = run_helm("template", "x", str(CHART), "--set", values, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_every_verb_stays_the_default_with_no_webhook() -> None:
+    docs = render()
+    assert not {"MutatingWebhookConfiguration", "ValidatingAdmissionPolicy"} & {
+        d["kind"] for d in docs
+    }
+    (extender,) = scheduler_config(docs)["extenders"]
+    assert "managedResources" not in extender
