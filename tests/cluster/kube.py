@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client as k8s
@@ -174,6 +176,21 @@ class Kube:
 
     def cordon(self, name: str, unschedulable: bool = True) -> None:
         self.core.patch_node(name, {"spec": {"unschedulable": unschedulable}})
+
+    @contextlib.contextmanager
+    def nodes_of_its_own(self) -> Iterator[list[str]]:
+        """The session's nodes cordoned; nodes the caller adds to the list deleted afterwards."""
+        own = self.node_names()
+        created: list[str] = []
+        try:
+            for name in own:
+                self.cordon(name)
+            yield created
+        finally:
+            for name in created:
+                self.delete_node(name)
+            for name in own:
+                self.cordon(name, False)
 
     def delete_node(self, name: str) -> None:
         try:

@@ -87,17 +87,8 @@ def low_class(priority: int) -> str:
 @pytest.fixture
 def seed_nodes(kube: Kube) -> Iterator[list[str]]:
     """The session's nodes cordoned; the seed's nodes deleted afterwards."""
-    own = kube.node_names()
-    for name in own:
-        kube.cordon(name)
-    created: list[str] = []
-    try:
+    with kube.nodes_of_its_own() as created:
         yield created
-    finally:
-        for name in created:
-            kube.delete_node(name)
-        for name in own:
-            kube.cordon(name, False)
 
 
 def live(kube: Kube, namespace: str) -> dict[str, str]:

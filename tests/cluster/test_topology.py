@@ -51,30 +51,23 @@ def domains(bound: dict[str, str], level: str) -> set[str]:
 @pytest.fixture(scope="module")
 def racks(kube: Kube, extender: Extender) -> Iterator[list[str]]:
     """The 16 labelled nodes (the session's cordoned), and the extender with the levels."""
-    own = kube.node_names()
-    created: list[str] = []
     previous = extender.extra_args
-    try:
-        for name in own:
-            kube.cordon(name)
-        for z in range(2):
-            for b in range(2):
-                for r in range(2):
-                    for n in range(2):
-                        name = node_name(z, b, r, n)
-                        kube.create_node(name, "2")
-                        created.append(name)
-                        kube.label_node(name, dict(labels_of(name)))
-        extender.restart(*previous, "--topology-levels", LEVELS)
-        kube.ensure_priority_class(LOW, 100)
-        kube.ensure_priority_class(HIGH, 1000)
-        yield created
-    finally:
-        for name in created:
-            kube.delete_node(name)
-        for name in own:
-            kube.cordon(name, False)
-        extender.restart(*previous)
+    with kube.nodes_of_its_own() as created:
+        try:
+            for z in range(2):
+                for b in range(2):
+                    for r in range(2):
+                        for n in range(2):
+                            name = node_name(z, b, r, n)
+                            kube.create_node(name, "2")
+                            created.append(name)
+                            kube.label_node(name, dict(labels_of(name)))
+            extender.restart(*previous, "--topology-levels", LEVELS)
+            kube.ensure_priority_class(LOW, 100)
+            kube.ensure_priority_class(HIGH, 1000)
+            yield created
+        finally:
+            extender.restart(*previous)
 
 
 def wait_bound(kube: Kube, namespace: str, prefix: str, count: int) -> dict[str, str]:
