@@ -54,6 +54,7 @@ PREEMPTION_PLANNED = "PreemptionPlanned"
 TOPOLOGY_PLACED = "TopologyPlaced"
 PREEMPTION_ENDED = "PreemptionPlanEnded"
 PREEMPTION_REFUSED = "PreemptionRefused"
+GANG_MEMBER_NOT_MARKED = "GangMemberNotMarked"
 
 # events.k8s.io caps notes at 1 kB; core/v1 accepts more, but kubectl shows
 # one line per event and nobody reads further.
@@ -359,6 +360,10 @@ class GangEvents:
 
     def gang_placed(self, group_key: str, message: str) -> None:
         self._on_group(group_key, self._pending(group_key), NORMAL, TOPOLOGY_PLACED, message)
+
+    def member_not_marked(self, member: MemberRef, group_key: str, message: str) -> None:
+        """A member kube-scheduler will not send us (app/unmarked.py): on the pod itself."""
+        self._recorder.record(pod_ref(member), WARNING, GANG_MEMBER_NOT_MARKED, message)
 
     # ---- helpers -----------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ In the gang-only deployment mode (README "Deployment modes") kube-scheduler
 calls the filter, prioritize and bind verbs only for pods that request the
 managed resource MEMBER_RESOURCE (`HTTPExtender.IsInterested`), so every pod
 of a group must carry it. The admission webhook (app/webhook.py) adds it to
-each container of a pod that names a group, from any of the four sources;
+each container of a pod that names a group, from any group source;
 this module decides which pods and builds the JSONPatch. Everything here is
 pure: pods in, patch operations and AdmissionReview answers out.
 
@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from app.groups import (
+    KUEUE_GROUP_LABEL,
     LIGHT_NAME_LABEL,
     POD_GROUP_LABEL,
     VOLCANO_GROUP_ANNOTATIONS,
@@ -49,7 +50,7 @@ def names_a_group(pod: Mapping[str, Any]) -> bool:
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
-    if POD_GROUP_LABEL in labels or LIGHT_NAME_LABEL in labels:
+    if any(label in labels for label in (POD_GROUP_LABEL, LIGHT_NAME_LABEL, KUEUE_GROUP_LABEL)):
         return True
     if any(annotation in annotations for annotation in VOLCANO_GROUP_ANNOTATIONS):
         return True
@@ -195,6 +196,7 @@ def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
             [
                 label(POD_GROUP_LABEL),
                 label(LIGHT_NAME_LABEL),
+                label(KUEUE_GROUP_LABEL),
                 *(annotation(a) for a in VOLCANO_GROUP_ANNOTATIONS),
                 f"(has({obj}.spec.schedulingGroup) && has({obj}.spec.schedulingGroup.podGroupName)"
                 f" && {obj}.spec.schedulingGroup.podGroupName != '')",

@@ -70,6 +70,12 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.unmarked_members = Counter(
+            "gang_extender_unmarked_members",
+            "Gang members seen without the gang-extender.dev/member mark while the webhook "
+            "runs (gang-only mode): kube-scheduler does not call the extender for them.",
+            registry=r,
+        )
         self.filter_requests = Counter(
             "gang_extender_filter_requests",
             "filter calls by how kube-scheduler sent the nodes: node-names "

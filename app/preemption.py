@@ -137,10 +137,23 @@ def select_victims(
 def _judge(
     preemptor: Preemptor, candidate: Candidate, state: ClusterState, policy: VictimPolicy
 ) -> Candidate | str:
-    """The candidate as we accept it (maybe with extra victims), or why it is refused."""
+    """The candidate as we accept it (maybe with extra victims), or why it is refused.
+
+    A victim whose bind call the gate has refused is not on the node any more,
+    though kube-scheduler's snapshot of this cycle may still show it there. It
+    is not evicted: deleting a pod kube-scheduler already forgot is no event
+    that retries the preemptor, which would then wait, nominated, for minutes.
+    Without it kube-scheduler forgets the pod, and that retries the preemptor.
+    """
     victims_by_gang: dict[str, list[PodRecord]] = {}
     specs: dict[str, GroupSpec] = {}
-    for uid in candidate.victim_uids:
+    kept = [uid for uid in candidate.victim_uids if not _refused_here(state, uid)]
+    if not kept:
+        return (
+            "every victim kube-scheduler chose has left the node already (the gate refused "
+            "its bind call); the preemptor is retried once kube-scheduler forgets them"
+        )
+    for uid in kept:
         victim = state.pod_by_uid(uid)
         spec = _victim_group(state, victim) if victim is not None else None
         if victim is None or spec is None:
@@ -167,9 +180,14 @@ def _judge(
                 f"gang {gang} would have to go whole, but {', '.join(protected)} "
                 "has priority >= the preemptor's"
             )
-        listed = set(candidate.victim_uids)
+        listed = set(kept)
         extra += [p.uid for p in placed if p.placed_node == candidate.node and p.uid not in listed]
-    return Candidate(candidate.node, [*candidate.victim_uids, *extra], candidate.num_pdb_violations)
+    return Candidate(candidate.node, [*kept, *extra], candidate.num_pdb_violations)
+
+
+def _refused_here(state: ClusterState, uid: str) -> bool:
+    victim = state.pod_by_uid(uid)
+    return victim is not None and victim.bind_refused and not victim.placed_node
 
 
 # ---- gang preemptors: one plan per gang ------------------------------------------------

@@ -60,6 +60,7 @@ from app.routes import ExtenderApp, VerbGuard, create_app
 from app.scoring import ScoringPolicy
 from app.state import ClusterState
 from app.status_reconciler import PodGroupStatus
+from app.unmarked import UnmarkedMembers
 from app.wakeup import SiblingWaker
 from app.webhook import WebhookApp, WebhookCerts
 
@@ -312,6 +313,11 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         state.add_node_listener(arbiter.on_nodes_changed)
     state.add_pod_listener(follower.on_pod_change)
     state.add_pod_listener(plans.on_pod_change)
+    if webhook is not None:
+        # Gang-only mode: a member without the mark never reaches our verbs.
+        state.add_pod_listener(
+            UnmarkedMembers(events, metrics, settings.webhook_scheduler_names).on_pod_change
+        )
     state.add_node_listener(plans.on_nodes_changed)
     reflectors: list[Reflector] = []
     guard = VerbGuard(max_request_bytes=settings.max_request_bytes)

@@ -29,6 +29,7 @@ from app.groups import (
     group_ref_of_pod,
     spec_from_labels,
 )
+from app.marking import is_marked
 from app.packing import Bin, Placement, Taint, placement_of, taints_of
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
 from app.timestamps import parse_rfc3339
@@ -58,6 +59,9 @@ class PodRecord:
     preempted: bool = False
     # Node the permit gate holds this pod for; kube-scheduler has assumed it there.
     reserved_node: str = ""
+    # The gate answered this pod's bind call with an error and gave its node back:
+    # kube-scheduler forgets the pod there, even if a snapshot still shows it.
+    bind_refused: bool = False
     # kube-scheduler reported it could not place the pod (condition PodScheduled
     # False): it may sit in the unschedulable queue, so sibling wake-up touches it.
     unschedulable: bool = False
@@ -73,6 +77,9 @@ class PodRecord:
     nominated_node: str = ""
     # Kueue's podset topology annotations on the pod (app/topology.py), None: none.
     topology: TopologyConstraint | None = None
+    # A group member carrying the member mark (app/marking.py), which the
+    # gang-only mode needs for kube-scheduler to call us; False for plain pods.
+    marked: bool = False
 
     @property
     def key(self) -> str:
@@ -213,6 +220,7 @@ class ClusterState:
             new.node_name = new.node_name or old.node_name
             # The gate's reservation outlives the watch's copy of the pod.
             new.reserved_node = "" if new.node_name else old.reserved_node
+            new.bind_refused = old.bind_refused and not new.node_name
             if _same_but_version(old, new):
                 # Nothing the verbs read changed (a status update of the kubelet,
                 # the echo of our own binding): no listener has anything to do,
@@ -244,15 +252,18 @@ class ClusterState:
             return
         self._account(pod, -1)
         pod.reserved_node = node
+        pod.bind_refused = False
         self._account(pod, +1)
         self._restamp_group(pod)
 
     def unreserve(self, pod_key: str) -> None:
+        """The gate answered the pod's bind call with an error: its node is free again."""
         pod = self.pods.get(pod_key)
         if pod is None or not pod.reserved_node:
             return
         self._account(pod, -1)
         pod.reserved_node = ""
+        pod.bind_refused = True
         self._account(pod, +1)
         self._restamp_group(pod)
 
@@ -512,6 +523,7 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
         placement=placement_of(spec),
         nominated_node=status.get("nominatedNodeName") or "",
         topology=topology,
+        marked=group is not None and is_marked(raw),
     )
 
 

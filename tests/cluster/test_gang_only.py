@@ -21,7 +21,12 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from app.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL
+from app.groups import (
+    KUEUE_GROUP_LABEL,
+    KUEUE_TOTAL_COUNT_ANNOTATION,
+    LIGHT_MIN_AVAILABLE_LABEL,
+    LIGHT_NAME_LABEL,
+)
 from app.marking import refusal_message
 from app.resources import MEMBER_RESOURCE
 from bench import e2e
@@ -116,10 +121,15 @@ def member_kwargs(source: str, kube: Kube, namespace: str, size: int) -> dict[st
     if source == "native":
         kube.create_native_podgroup(namespace, "g", size)
         return {"scheduling_group": "g"}
+    if source == "kueue":
+        return {
+            "labels": {KUEUE_GROUP_LABEL: "g"},
+            "annotations": {KUEUE_TOTAL_COUNT_ANNOTATION: str(size)},
+        }
     return {"labels": {LIGHT_NAME_LABEL: "g", LIGHT_MIN_AVAILABLE_LABEL: str(size)}}
 
 
-@pytest.mark.parametrize("source", ["x-k8s", "volcano", "native", "labels"])
+@pytest.mark.parametrize("source", ["x-k8s", "volcano", "native", "labels", "kueue"])
 def test_every_source_is_marked_and_placed_all_or_nothing(
     kube: Kube, namespace: str, extender: Extender, source: str
 ) -> None:
@@ -252,6 +262,63 @@ def test_a_member_created_with_the_webhook_down_is_refused_never_bound_alone(
     web = [p for p in kube.pods(namespace) if p.metadata.name.startswith("web-")]
     assert all(marked(p) for p in web)
     assert "plain" in kube.bound(namespace)
+
+
+def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> str:
+    return subprocess.run(
+        [str(kube_bin() / "kubectl"), "--kubeconfig", kubeconfig, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+@pytest.fixture
+def no_member_policy(kubeconfig: str) -> Iterator[None]:
+    """The policy's binding removed (a cluster that installed the webhook only), then restored."""
+    saved = json.loads(
+        kubectl(kubeconfig, "get", "validatingadmissionpolicybinding", POLICY, "-o", "json")
+    )
+    kubectl(kubeconfig, "delete", "validatingadmissionpolicybinding", POLICY)
+    try:
+        yield
+    finally:
+        meta = saved["metadata"]
+        saved["metadata"] = {"name": meta["name"], "labels": meta.get("labels") or {}}
+        kubectl(kubeconfig, "create", "-f", "-", stdin=json.dumps(saved))
+
+
+def test_an_unmarked_member_the_policy_let_through_gets_an_event_and_is_counted(
+    kube: Kube,
+    namespace: str,
+    extender: Extender,
+    webhook_down: None,
+    no_member_policy: None,
+) -> None:
+    def created() -> bool:
+        # Until kube-apiserver's policy cache drops the binding, the pod is refused.
+        try:
+            # More CPU than any node has: kube-scheduler cannot bind it alone meanwhile.
+            kube.create_pod(namespace, "stray", group="g", cpu="500")
+        except k8s.ApiException as err:
+            assert refusal_message() in str(err.body), err.body
+            return False
+        return True
+
+    wait_for(created, 30, "an unmarked member admitted without the policy")
+    assert not marked(kube.pods(namespace)[0])
+    extender.start(*extender.extra_args)
+    wait_for(
+        lambda: any(
+            e.startswith("GangMemberNotMarked:") and "Delete the pod" in e
+            for e in kube.events(namespace, "stray")
+        ),
+        30,
+        "the extender's Warning Event on the unmarked member",
+    )
+    assert extender.sample("gang_extender_unmarked_members_total") == 1
+    assert kube.bound(namespace) == {}
 
 
 def test_bench_gang_only_cases_place_every_pod_and_plain_pods_call_no_verb(

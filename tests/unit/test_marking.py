@@ -56,6 +56,9 @@ SOURCES = {
     "volcano": pod(annotations={"scheduling.k8s.io/group-name": "g"}),
     "volcano-alt": pod(annotations={"scheduling.volcano.sh/group-name": "g"}),
     "native": pod(schedulingGroup={"podGroupName": "g"}),
+    "kueue": pod(
+        {"kueue.x-k8s.io/pod-group-name": "g"}, {"kueue.x-k8s.io/pod-group-total-count": "2"}
+    ),
 }
 
 

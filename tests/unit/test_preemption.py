@@ -73,6 +73,28 @@ def test_unknown_victims_are_treated_as_plain_pods() -> None:
     assert select_victims(HIGH, [candidate], state, VictimPolicy.PROTECT).candidates == [candidate]
 
 
+def test_victims_whose_bind_the_gate_refused_are_not_evicted() -> None:
+    """kube-scheduler's snapshot may still show a pod the gate just released."""
+    state = cluster()
+    state.apply_pod(pod("held-0", group="mid", cpu="1"))
+    state.apply_pod(pod("held-1", group="mid", cpu="1"))
+    for name in ("held-0", "held-1"):
+        state.reserve(f"default/{name}", "n3")
+    state.unreserve("default/held-0")  # the gate answered its bind with an error
+    only_refused = Candidate("n3", [uid("held-0")], 0)
+    mixed = Candidate("n3", [uid("held-0"), uid("held-1")], 0)
+    selection = select_victims(HIGH, [only_refused], state, VictimPolicy.WHOLE_GANG)
+    assert selection.candidates == []
+    assert "left the node already" in selection.dropped["n3"]
+    selection = select_victims(HIGH, [mixed], state, VictimPolicy.WHOLE_GANG)
+    assert selection.candidates == [Candidate("n3", [uid("held-1")], 0)]
+    # Reserved again by a later bind call: a victim like any other.
+    state.reserve("default/held-0", "n3")
+    assert select_victims(HIGH, [only_refused], state, VictimPolicy.WHOLE_GANG).candidates == [
+        only_refused
+    ]
+
+
 def test_preemption_blocker_is_read_only() -> None:
     admission = Admission(3)
     spec = GroupSpec("ns/g", 3, {"cpu": 100_000})

@@ -1,0 +1,60 @@
+"""Gang members without the member mark in the gang-only mode: reported once, on the pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.marking import member_patch
+from app.metrics import Metrics
+from app.observer import MemberRef
+from app.state import ClusterState
+from app.unmarked import UnmarkedMembers
+from tests.unit.builders import pod
+from tests.unit.test_marking import apply_patch
+
+
+class Reports:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def member_not_marked(self, member: MemberRef, group_key: str, message: str) -> None:
+        self.seen.append((member.key, group_key, message))
+
+
+def watched(scheduler_names: tuple[str, ...] = ()) -> tuple[ClusterState, Reports, Metrics]:
+    state, reports, metrics = ClusterState(), Reports(), Metrics()
+    state.add_pod_listener(UnmarkedMembers(reports, metrics, scheduler_names).on_pod_change)
+    return state, reports, metrics
+
+
+def marked(raw: dict[str, Any]) -> dict[str, Any]:
+    return apply_patch(raw, member_patch(raw))
+
+
+def count(metrics: Metrics) -> float:
+    return metrics.registry.get_sample_value("gang_extender_unmarked_members_total") or 0.0
+
+
+def test_an_unmarked_pending_member_is_reported_once_with_what_to_do() -> None:
+    state, reports, metrics = watched()
+    raw = pod("w-0", group="train")
+    state.apply_pod(raw)
+    raw["metadata"]["resourceVersion"] = "2"
+    raw["status"]["conditions"] = [{"type": "PodScheduled", "status": "False"}]
+    state.apply_pod(raw)  # an update of the same pod: not again
+    assert [(key, group) for key, group, _ in reports.seen] == [("default/w-0", "default/train")]
+    message = reports.seen[0][2]
+    assert "gang-extender.dev/member" in message and "Delete the pod" in message
+    assert count(metrics) == 1
+
+
+def test_marked_members_plain_pods_bound_and_other_schedulers_pods_are_not_reported() -> None:
+    state, reports, metrics = watched(("default-scheduler",))
+    state.apply_pod(marked(pod("m-0", group="train")))
+    state.apply_pod(pod("plain"))
+    state.apply_pod(pod("old", group="train", node="n1", phase="Running"))
+    other = pod("o-0", group="train")
+    other["spec"]["schedulerName"] = "volcano"
+    state.apply_pod(other)
+    assert reports.seen == [] and count(metrics) == 0
+    assert state.pods["default/m-0"].marked and not state.pods["default/plain"].marked
