@@ -65,10 +65,11 @@ unit: $(STAMP) ## unit tests only (no cluster)
 
 test: lint typecheck audit kube helm ## everything: lint, types, dependency audit, unit tests and tests against the real control plane
 	$(BIN)/pytest tests -q -ra
-	GANG_EXTENDER_TEST_MODE=gang-only $(BIN)/pytest tests/cluster/test_gang_only.py -q -ra
+	GANG_EXTENDER_TEST_MODE=every-verb $(BIN)/pytest tests/cluster -q -ra
 
-cluster-test: $(STAMP) kube ## only the tests against the real control plane
+cluster-test: $(STAMP) kube ## only the tests against the real control plane, in gang-only then every-verb mode
 	$(BIN)/pytest tests/cluster -q -ra
+	GANG_EXTENDER_TEST_MODE=every-verb $(BIN)/pytest tests/cluster -q -ra
 
 demo: $(STAMP) kube ## run the main job: local control plane + extender + example gangs
 	$(BIN)/python hack/demo.py

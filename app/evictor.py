@@ -22,6 +22,10 @@ from app.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
+# kube-scheduler deletes its chosen victims right after marking them; one it
+# has not deleted by then (another candidate won, an API error) is ours to evict.
+SCHEDULER_DELETES_WITHIN_SECONDS = 5.0
+
 
 class PodEvicter(Protocol):
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None: ...
@@ -35,8 +39,10 @@ class PreemptionFollower:
         observer: GangObserver,
         policy: VictimPolicy,
         plans: PreemptionPlans,
+        scheduler_deletes_within_seconds: float = SCHEDULER_DELETES_WITHIN_SECONDS,
     ) -> None:
         self._state = state
+        self._scheduler_deletes_within = scheduler_deletes_within_seconds
         self._api = api
         self._observer = observer
         self._policy = policy
@@ -62,6 +68,15 @@ class PreemptionFollower:
         ]
         if not rest:
             return
+        # kube-scheduler deletes the victims it chose on this node itself, the
+        # last one after the others: its preemptor is retried when that last
+        # deletion arrives, and a deletion of ours arriving first is dropped
+        # while the preemption still runs, which parks the preemptor for
+        # minutes. Those are left to kube-scheduler, checked again later.
+        theirs = [
+            p for p in rest if p.placed_node == new.placed_node and self._plans.is_victim(p.uid)
+        ]
+        ours = [p for p in rest if p not in theirs]
         log.info(
             "evicting the %d other members of gang %s (whole-gang policy): member %s was preempted",
             len(rest),
@@ -69,7 +84,24 @@ class PreemptionFollower:
             new.key,
             extra={"podgroup": group_key, "verb": "preempt"},
         )
-        self._evictions.spawn(self._evict(group_key, rest, by))
+        if ours:
+            self._evictions.spawn(self._evict(group_key, ours, by))
+        if theirs:
+            self._evictions.spawn(self._evict_left(group_key, [p.uid for p in theirs], by))
+
+    async def _evict_left(self, group_key: str, uids: list[str], by: str) -> None:
+        """Evict the victims kube-scheduler was to delete but has not, after a while."""
+        await asyncio.sleep(self._scheduler_deletes_within)
+        left = [
+            p
+            for uid in uids
+            if (p := self._state.pod_by_uid(uid)) is not None
+            and p.placed_node
+            and not p.deleting
+            and not p.terminal
+        ]
+        if left:
+            await self._evict(group_key, left, by)
 
     async def _evict(self, group_key: str, pods: list[PodRecord], by: str) -> None:
         results = await asyncio.gather(

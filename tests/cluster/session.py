@@ -88,13 +88,13 @@ TEST_CRDS = REPO / "tests" / "cluster" / "crds"
 PERMIT_WAIT_SECONDS = 6
 DENIED_SECONDS = 3
 
-# The extender mode of the session's cluster (README "Deployment modes"): the
-# suite runs every-verb by default; `make test` then runs the gang-only tests
-# (tests/cluster/test_gang_only.py, skipped in every-verb) in a second session
-# with GANG_EXTENDER_TEST_MODE=gang-only. The whole suite in gang-only mode is
-# not yet reliable: a race in a preemption case of
-# test_coscheduling_integration_cases, and Kueue pod groups are not marked.
-MODE = os.environ.get("GANG_EXTENDER_TEST_MODE", "every-verb")
+# The extender mode of the session's cluster (README "Deployment modes"):
+# gang-only by default, as hack/local-cluster starts it; `make test` runs the
+# cluster suite a second time with GANG_EXTENDER_TEST_MODE=every-verb, where
+# tests/cluster/test_gang_only.py is skipped.
+MODE = os.environ.get("GANG_EXTENDER_TEST_MODE", "gang-only")
+if MODE not in ("gang-only", "every-verb"):
+    raise RuntimeError(f"GANG_EXTENDER_TEST_MODE={MODE!r}: use gang-only or every-verb")
 GANG_ONLY = MODE == "gang-only"
 
 # The session cluster's `up` arguments: `up` again with them restarts whatever
