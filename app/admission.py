@@ -163,7 +163,7 @@ class Admission:
     def check(
         self, spec: GroupSpec, siblings: PermitVerdict, free: Callable[[], Resources]
     ) -> Verdict:
-        """The admission rules of gang-semantics.md, in their order.
+        """The filter's admission rules (README "How a pod flows through the verbs"), in order.
 
         `siblings`: the group's existing pods measured by wholeness() (only
         their number counts here: the filter checks their tasks before).

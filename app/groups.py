@@ -67,10 +67,6 @@ VOLCANO_API = GroupApi(
 NATIVE_API = GroupApi(SOURCE_NATIVE, "scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True)
 GROUP_APIS = {api.source: api for api in (XK8S_API, VOLCANO_API, NATIVE_API)}
 
-PODGROUP_GROUP = XK8S_API.group
-PODGROUP_VERSION = XK8S_API.version
-PODGROUP_API_VERSION = XK8S_API.api_version
-PODGROUP_PLURAL = XK8S_API.plural
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 LIGHT_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"

@@ -305,17 +305,6 @@ def _visible(resources: Mapping[str, int]) -> Resources:
     return {k: v for k, v in resources.items() if v}
 
 
-def bins_from(
-    free_by_node: Mapping[str, Mapping[str, int]],
-    labels: Mapping[str, Mapping[str, str]],
-    taints: Mapping[str, tuple[Taint, ...]],
-) -> list[Bin]:
-    return [
-        Bin(name, dict(free), labels.get(name, {}), taints.get(name, ()))
-        for name, free in sorted(free_by_node.items())
-    ]
-
-
 def index_of(bins: Sequence[Bin]) -> dict[str, Bin]:
     """`bins` by node name, for callers that give or take many times over the same bins."""
     return {b.name: b for b in bins}
