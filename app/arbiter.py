@@ -52,6 +52,7 @@ from app.topology import (
     common_domain,
     constraint_of,
     fits_one_domain,
+    level_origin,
     levels_to_try,
     place,
     short_level,
@@ -181,7 +182,7 @@ class Arbiter:
             placed = place(
                 gang,
                 constraint,
-                self.levels,
+                self._state.topology_levels(self.levels),
                 free,
                 holders,
                 line,
@@ -189,6 +190,7 @@ class Arbiter:
                 self.aging_seconds,
                 allocatable,
                 [p.placed_node for p in self._state.placed_members(spec.key)],
+                self._state.hypernodes.tier_names,
             )
             decision, domain = placed.decision, placed.domain
         if decision.verdict is not Ruling.ADMIT:
@@ -267,7 +269,8 @@ class Arbiter:
             record = nodes.get(name)
             return record.labels if record is not None else {}
 
-        for level in levels_to_try(constraint, self.levels)[0]:
+        levels = self._state.topology_levels(self.levels)
+        for level in levels_to_try(constraint, levels, self._state.hypernodes.tier_names)[0]:
             value = common_domain(placed, labels_of, level)
             if value is not None:
                 return Domain(level, value), constraint
@@ -284,7 +287,7 @@ class Arbiter:
         else:
             text = (
                 f"gang {key} is placed in {domain.describe()} "
-                f"({short_level(domain.level)} = node label {domain.level}), "
+                f"({short_level(domain.level)} = {level_origin(domain.level)}), "
                 f"{constraint.describe()}"
             )
         log.info(
@@ -377,7 +380,14 @@ class Arbiter:
         if len(self._fits) > 10_000:
             self._fits.clear()
         placed = [p.placed_node for p in self._state.placed_members(gang.key)]
-        fits = fits_one_domain(gang, constraint, self.levels, free, placed)
+        fits = fits_one_domain(
+            gang,
+            constraint,
+            self._state.topology_levels(self.levels),
+            free,
+            placed,
+            self._state.hypernodes.tier_names,
+        )
         self._fits[gang.key] = (self._version, fits)
         return fits
 

@@ -24,6 +24,7 @@ from app.groups import (
     describe_task_shortfall,
     group_ref_of_pod,
 )
+from app.hypernode import tier_of
 from app.kube.errors import ApiError
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
@@ -227,8 +228,10 @@ class GangExtender:
         # One message per other domain: thousands of nodes share a few.
         messages: dict[str | None, str] = {}
         nodes = self.state.nodes
+        # A HyperNode tier is no label of the node objects kube-scheduler sends.
+        synthetic = tier_of(domain.level) is not None
         for name in names:
-            labels = in_request.get(name)
+            labels = None if synthetic else in_request.get(name)
             if labels is None:
                 record = nodes.get(name)
                 labels = record.labels if record is not None else {}

@@ -20,6 +20,7 @@ from urllib.parse import quote
 from fastapi import FastAPI
 from kubernetes import client as k8s
 
+from app import hypernode
 from app.admission import Admission, WaitPolicy
 from app.arbiter import Arbiter
 from app.cachedump import add_cache_route
@@ -40,7 +41,7 @@ from app.groups import (
 )
 from app.kube.aio import AsyncApiClient, uses_proxy
 from app.kube.client import ThreadedRequests, api_client
-from app.kube.discovery import discover_sources
+from app.kube.discovery import discover_sources, hypernodes_served
 from app.kube.events import KubeEventWriter
 from app.kube.pods import PodApi
 from app.kube.reflector import Reflector, Sink
@@ -95,6 +96,18 @@ def _node_sink(state: ClusterState) -> Sink:
         state.delete_node((obj.get("metadata") or {}).get("name") or "")
 
     return Sink(state.replace_nodes, state.apply_node, delete, lambda: len(state.nodes))
+
+
+def _hypernode_sink(state: ClusterState) -> Sink:
+    def delete(obj: Mapping[str, Any]) -> None:
+        state.delete_hypernode((obj.get("metadata") or {}).get("name") or "")
+
+    return Sink(
+        state.replace_hypernodes,
+        state.apply_hypernode,
+        delete,
+        lambda: len(state.hypernodes.hypernodes),
+    )
 
 
 def _podgroup_sink(
@@ -341,6 +354,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         loop = asyncio.get_running_loop()
         running.append(loop)
         state.sources = await asyncio.to_thread(discover_sources, custom, settings)
+        hypernodes = await asyncio.to_thread(hypernodes_served, custom, state.sources)
         status.start()
         reflectors.extend(
             [
@@ -354,6 +368,11 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             path = f"/apis/{group_api.group}/{group_api.version}/{group_api.plural}"
             sink = _podgroup_sink(state, admission, source, waker)
             reflectors.append(Reflector(reflector_kind(group_api), path, sink, requests, metrics))
+        if hypernodes:
+            path = f"/apis/{hypernode.API_GROUP}/{hypernode.API_VERSION}/{hypernode.PLURAL}"
+            reflectors.append(
+                Reflector("hypernodes", path, _hypernode_sink(state), requests, metrics)
+            )
         if election is not None and settings.leader_election_lease:
             lease_ns, _sep, lease_name = settings.leader_election_lease.partition("/")
             reflectors.append(

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.contention import Decision, Gang, Holder, Ruling, decide
+from app.hypernode import tier_of
 from app.packing import Bin
 from app.resources import Resources, format_resources, shortfall, total_of
 
@@ -55,12 +56,18 @@ class TopologyConstraint:
     required: bool
     # Volcano highestTierAllowed: the widest tier allowed (1 = the lowest level above the node).
     tier: int | None = None
+    # Volcano highestTierName: the widest tier allowed, by HyperNode spec.tierName.
+    tier_name: str | None = None
     # Where it was declared, for messages ("PodGroup spec.schedulingConstraints.topology").
     origin: str = ""
 
     def describe(self) -> str:
         kind = "required" if self.required else "preferred"
-        what = f"topology key {self.key}" if self.key else f"network tier {self.tier}"
+        what = (
+            f"topology key {self.key}"
+            if self.key
+            else f"network tier {self.tier_name or self.tier}"
+        )
         return f"{kind} by {what} ({self.origin})" if self.origin else f"{kind} by {what}"
 
 
@@ -79,8 +86,20 @@ class Domain:
 
 
 def short_level(level: str) -> str:
-    """`example.com/rack` -> `rack`, `topology.kubernetes.io/zone` -> `zone`."""
+    """`example.com/rack` -> `rack`, `topology.kubernetes.io/zone` -> `zone`.
+
+    A HyperNode tier (app/hypernode.py) -> `tier-1 hypernode`.
+    """
+    tier = tier_of(level)
+    if tier is not None:
+        return f"tier-{tier} hypernode"
     return level.rsplit("/", 1)[-1]
+
+
+def level_origin(level: str) -> str:
+    """Where a level comes from, for messages: a node label or a HyperNode tier."""
+    tier = tier_of(level)
+    return f"HyperNode tier {tier}" if tier is not None else f"node label {level}"
 
 
 # ---- configuration ---------------------------------------------------------------
@@ -149,7 +168,7 @@ def constraint_from_native(spec: Mapping[str, Any]) -> TopologyConstraint | None
 
 
 def constraint_from_volcano(spec: Mapping[str, Any]) -> TopologyConstraint | None:
-    """Volcano PodGroup: spec.networkTopology {mode: hard|soft, highestTierAllowed: N}."""
+    """Volcano PodGroup: spec.networkTopology {mode, highestTierAllowed | highestTierName}."""
     raw = spec.get("networkTopology")
     if not raw:
         return None
@@ -158,11 +177,19 @@ def constraint_from_volcano(spec: Mapping[str, Any]) -> TopologyConstraint | Non
     mode = raw.get("mode") or "hard"
     if mode not in ("hard", "soft"):
         raise TopologyError(f"spec.networkTopology.mode must be hard or soft, got {mode!r:.40}")
-    if raw.get("highestTierName"):
-        raise TopologyError(
-            "spec.networkTopology.highestTierName names a Volcano HyperNode tier, which "
-            "gang-extender does not read: use highestTierAllowed (tier N is the N-th level of "
-            "--topology-levels above the node)"
+    name = raw.get("highestTierName")
+    if name is not None:
+        if "highestTierAllowed" in raw:
+            raise TopologyError(
+                "spec.networkTopology sets both highestTierAllowed and highestTierName: set one"
+            )
+        if not isinstance(name, str) or not name:
+            raise TopologyError("spec.networkTopology.highestTierName must be a tier name")
+        return TopologyConstraint(
+            "",
+            mode == "hard",
+            tier_name=name,
+            origin=f"PodGroup spec.networkTopology mode {mode}, highestTierName {name}",
         )
     tier = raw.get("highestTierAllowed", 1)
     if not isinstance(tier, int) or isinstance(tier, bool) or tier < 1:
@@ -177,24 +204,49 @@ def constraint_from_volcano(spec: Mapping[str, Any]) -> TopologyConstraint | Non
     )
 
 
-def levels_to_try(constraint: TopologyConstraint, levels: Sequence[str]) -> tuple[list[str], bool]:
+def levels_to_try(
+    constraint: TopologyConstraint,
+    levels: Sequence[str],
+    tier_names: Mapping[str, int] | None = None,
+) -> tuple[list[str], bool]:
     """The levels a gang may be placed in, lowest first, and whether "anywhere" follows.
 
-    Volcano tiers count the configured levels above the node (the hostname
-    level is not a tier); a tier beyond the widest level is the widest level.
+    levels: the configured node labels, then the HyperNode tiers there are
+    (app/hypernode.py). Volcano tiers are the HyperNode tiers when there are
+    any (highestTierAllowed N: tiers 1..N; highestTierName: by spec.tierName),
+    else the configured levels above the node (the hostname level is not a
+    tier; a tier beyond the widest level is the widest level; a tier name is
+    a level's short name, e.g. `rack`). A tier name that names none: no level.
     """
-    if constraint.tier is not None:
-        tiers = [level for level in levels if level != HOSTNAME]
-        if not tiers:
-            return [], not constraint.required
+    hyper = [level for level in levels if tier_of(level) is not None]
+    plain = [level for level in levels if tier_of(level) is None]
+    if constraint.tier is not None or constraint.tier_name:
+        if hyper:
+            tiers = hyper
+            highest = (
+                (tier_names or {}).get(constraint.tier_name)
+                if constraint.tier_name
+                else constraint.tier
+            )
+            allowed = [level for level in hyper if highest and (tier_of(level) or 0) <= highest]
+        else:
+            tiers = [level for level in plain if level != HOSTNAME]
+            if constraint.tier_name:
+                short = [short_level(level) for level in tiers]
+                highest = (
+                    short.index(constraint.tier_name) + 1 if constraint.tier_name in short else 0
+                )
+            else:
+                highest = constraint.tier or 0
+            allowed = tiers[: min(highest, len(tiers))]
         if not constraint.required:
             return tiers, True
-        return tiers[: min(constraint.tier, len(tiers))], False
+        return allowed, False
     key = constraint.key
     if constraint.required:
         return [key], False
-    if key in levels:
-        return list(levels[levels.index(key) :]), True
+    if key in plain:
+        return list(plain[plain.index(key) :]), True
     return [key], True
 
 
@@ -261,13 +313,15 @@ def place(
     aging_seconds: float,
     allocatable: Sequence[Bin] = (),
     placed_nodes: Sequence[str] = (),
+    tier_names: Mapping[str, int] | None = None,
 ) -> Placed:
     """Admit `candidate` in one domain, trying levels lowest first and domains fullest first.
 
     placed_nodes: where the gang's placed members are; they pin the domain of
     each level (a restarted member goes back to its siblings' rack).
+    tier_names: HyperNode spec.tierName -> tier, for Volcano's highestTierName.
     """
-    tried, anywhere = levels_to_try(constraint, levels)
+    tried, anywhere = levels_to_try(constraint, levels, tier_names)
     labels = {b.name: b.labels for b in (*free, *allocatable)}
 
     def labels_of(node: str) -> Mapping[str, str]:
@@ -330,6 +384,7 @@ def fits_one_domain(
     levels: Sequence[str],
     free: Sequence[Bin],
     placed_nodes: Sequence[str] = (),
+    tier_names: Mapping[str, int] | None = None,
 ) -> bool:
     """Could the gang be admitted in one domain of its levels with the room free now?
 
@@ -337,7 +392,9 @@ def fits_one_domain(
     domain can hold now must not be counted as taking the room it would
     take anywhere, nor, once aged, hold back the gangs behind it.
     """
-    placed = place(candidate, constraint, levels, free, [], [], 0.0, 0.0, (), placed_nodes)
+    placed = place(
+        candidate, constraint, levels, free, [], [], 0.0, 0.0, (), placed_nodes, tier_names
+    )
     return placed.decision.verdict is Ruling.ADMIT
 
 
@@ -357,13 +414,18 @@ def _no_domain_message(
     )
     if placed_nodes:
         text += f", with its members already placed on {', '.join(sorted(set(placed_nodes))[:5])}"
+    if not tried and constraint.tier_name:
+        return text + (
+            f"; highestTierName {constraint.tier_name} names no tier: no HyperNode has "
+            f"spec.tierName {constraint.tier_name} and no level of --topology-levels is called so"
+        )
     if not tried:
         return text + "; no topology level is configured above the node (--topology-levels)"
     if closest is None:
         return (
-            text + f"; no {where} has that much free now (nodes without the label "
-            f"{tried[-1]} belong to none); it stays pending, nothing is reserved, and is "
-            "retried as capacity frees"
+            text + f"; no {where} has that much free now (nodes without the "
+            f"{level_origin(tried[-1])} belong to none); it stays pending, nothing is "
+            "reserved, and is retried as capacity frees"
         )
     domain, decision = closest
     return (
@@ -376,11 +438,12 @@ def domain_message(
     group_key: str, domain: Domain, constraint: TopologyConstraint, node_value: str | None
 ) -> str:
     """What a node outside the gang's domain is told (kubectl describe pod)."""
-    where = (
-        f"this node is in {short_level(domain.level)} {node_value}"
-        if node_value
-        else f"this node has no label {domain.level}"
-    )
+    if node_value:
+        where = f"this node is in {short_level(domain.level)} {node_value}"
+    elif tier_of(domain.level) is not None:
+        where = f"this node is in no {short_level(domain.level)}"
+    else:
+        where = f"this node has no label {domain.level}"
     return f"gang {group_key} is placed in {domain.describe()}, {constraint.describe()}; {where}"
 
 

@@ -121,8 +121,14 @@ def test_volcano_network_topology_hard_and_soft() -> None:
         constraint_from_volcano({"networkTopology": {"mode": "strict"}})
     with pytest.raises(TopologyError, match="highestTierAllowed"):
         constraint_from_volcano({"networkTopology": {"highestTierAllowed": 0}})
-    with pytest.raises(TopologyError, match="use highestTierAllowed"):
-        constraint_from_volcano({"networkTopology": {"mode": "hard", "highestTierName": "spine"}})
+    named = constraint_from_volcano(
+        {"networkTopology": {"mode": "hard", "highestTierName": "spine"}}
+    )
+    assert named is not None and named.required and named.tier_name == "spine"
+    with pytest.raises(TopologyError, match="set one"):
+        constraint_from_volcano(
+            {"networkTopology": {"highestTierAllowed": 1, "highestTierName": "spine"}}
+        )
 
 
 def test_kueue_annotations_required_wins_over_preferred() -> None:
