@@ -49,13 +49,11 @@ from app.topology import (
     DEFAULT_LEVELS,
     Domain,
     TopologyConstraint,
-    common_domain,
     constraint_of,
     fits_one_domain,
-    level_origin,
-    levels_to_try,
     place,
-    short_level,
+    placed_domain,
+    placed_message,
 )
 from app.wakeup import SiblingWaker
 
@@ -261,35 +259,25 @@ class Arbiter:
         if constraint is None or not constraint.required:
             return None
         placed = [p.placed_node for p in self._state.placed_members(spec.key)]
-        if not placed:
-            return None
         nodes = self._state.nodes
 
         def labels_of(name: str) -> Mapping[str, str]:
             record = nodes.get(name)
             return record.labels if record is not None else {}
 
-        levels = self._state.topology_levels(self.levels)
-        for level in levels_to_try(constraint, levels, self._state.hypernodes.tier_names)[0]:
-            value = common_domain(placed, labels_of, level)
-            if value is not None:
-                return Domain(level, value), constraint
-        return None
+        domain = placed_domain(
+            constraint,
+            self._state.topology_levels(self.levels),
+            placed,
+            labels_of,
+            self._state.hypernodes.tier_names,
+        )
+        return (domain, constraint) if domain is not None else None
 
     def _placed(
         self, key: str, constraint: TopologyConstraint, domain: Domain | None, pod: str
     ) -> None:
-        if domain is None:
-            text = (
-                f"gang {key} is placed anywhere: no single domain of its levels has room for it "
-                f"now ({constraint.describe()})"
-            )
-        else:
-            text = (
-                f"gang {key} is placed in {domain.describe()} "
-                f"({short_level(domain.level)} = {level_origin(domain.level)}), "
-                f"{constraint.describe()}"
-            )
+        text = placed_message(key, constraint, domain)
         log.info(
             text,
             extra={

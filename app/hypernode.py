@@ -114,9 +114,10 @@ def hypernode_from(raw: Mapping[str, Any]) -> HyperNode:
     tier = spec.get("tier")
     if isinstance(tier, str) and tier.isdigit():  # the first API version had a string
         tier = int(tier)
-    if not isinstance(tier, int) or isinstance(tier, bool) or tier < 1:
+    # Volcano's CRD allows 0; tier 1 is the usual lowest.
+    if not isinstance(tier, int) or isinstance(tier, bool) or tier < 0:
         raise HyperNodeError(
-            f"HyperNode {name}: spec.tier must be an integer >= 1, got {tier!r:.40}"
+            f"HyperNode {name}: spec.tier must be an integer >= 0, got {tier!r:.40}"
         )
     tier_name = spec.get("tierName")
     members = tuple(_member(name, i, m) for i, m in enumerate(spec.get("members") or ()))

@@ -398,6 +398,36 @@ def fits_one_domain(
     return placed.decision.verdict is Ruling.ADMIT
 
 
+def placed_domain(
+    constraint: TopologyConstraint,
+    levels: Sequence[str],
+    nodes: Sequence[str],
+    labels_of: Callable[[str], Mapping[str, str]],
+    tier_names: Mapping[str, int] | None = None,
+) -> Domain | None:
+    """The lowest domain of the gang's levels that every node in `nodes` is in; None: none."""
+    if not nodes:
+        return None
+    for level in levels_to_try(constraint, levels, tier_names)[0]:
+        value = common_domain(nodes, labels_of, level)
+        if value is not None:
+            return Domain(level, value)
+    return None
+
+
+def placed_message(key: str, constraint: TopologyConstraint, domain: Domain | None) -> str:
+    """Where a gang with a topology constraint was placed (Event, log, PodGroup condition)."""
+    if domain is None:
+        return (
+            f"gang {key} is placed anywhere: no single domain of its levels has room for it "
+            f"now ({constraint.describe()})"
+        )
+    return (
+        f"gang {key} is placed in {domain.describe()} "
+        f"({short_level(domain.level)} = {level_origin(domain.level)}), {constraint.describe()}"
+    )
+
+
 def _no_domain_message(
     candidate: Gang,
     constraint: TopologyConstraint,

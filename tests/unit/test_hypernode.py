@@ -102,7 +102,7 @@ def test_conflicting_tier_names_are_reported() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"tier": 0}, "spec.tier must be an integer >= 1"),
+        ({"tier": -1}, "spec.tier must be an integer >= 0"),
         ({"tier": 1, "members": [{"type": "Node", "selector": {}}]}, "exactly one of"),
         ({"tier": 1, "members": [regex("(")]}, "regexMatch.pattern"),
         (
@@ -181,7 +181,7 @@ def test_state_relabels_nodes_as_hypernodes_come_change_and_go() -> None:
     state.apply_hypernode(TREE[3])
     assert len(heard) == before + 1
     # A broken update takes the hypernode out, with the reason kept.
-    state.apply_hypernode(hn("s0", 0))
+    state.apply_hypernode(hn("s0", -1))
     assert T2 not in state.nodes["n0"].labels and "s0" in state.hypernode_errors
     state.delete_hypernode("leaf-a")
     assert state.nodes["n0"].labels == {"kubernetes.io/hostname": "n0"}
