@@ -124,8 +124,11 @@ class Arbiter:
         clock: Callable[[], float] = time.monotonic,
         levels: tuple[str, ...] = DEFAULT_LEVELS,
         metrics: Metrics | None = None,
+        every_gang: bool = True,
     ) -> None:
+        """every_gang: --gang-feasibility; False: only gangs with a topology constraint."""
         self._state = state
+        self.every_gang = every_gang
         self.levels = levels
         self._metrics = metrics
         self._admission = admission
@@ -155,6 +158,11 @@ class Arbiter:
         self._holders: dict[str, tuple[int, _Claim, Holder]] = {}
 
     # ---- the filter verb's question ------------------------------------------------------
+
+    def applies(self, spec: GroupSpec, pod_topology: TopologyConstraint | None) -> bool:
+        """Is the gang admitted as a whole here? Every gang with --gang-feasibility; without
+        it, the gangs with a topology constraint: one domain is a whole-gang decision."""
+        return self.every_gang or self.constraint(spec, pod_topology) is not None
 
     def admit(self, spec: GroupSpec, ref: GroupRef, pod: Candidate) -> Verdict:
         """May this member go on to a node now? Claims the gang's capacity when it may."""

@@ -108,7 +108,7 @@ class GangExtender:
         arbiter: Arbiter | None = None,
         plans: PreemptionPlans | None = None,
     ) -> None:
-        # None: --gang-feasibility=false, members are admitted one by one.
+        # None: members are admitted one by one (Arbiter.applies says which gangs it places).
         self.arbiter = arbiter
         self._scorer = NodeScorer(scoring or ScoringPolicy(), state)
         # What the preempt verb answers, and every victim it handed out.
@@ -182,8 +182,9 @@ class GangExtender:
             siblings,
             lambda: self.state.free_resources(exclude_group=spec.key),
         )
-        if verdict.admitted and self.arbiter is not None:
-            verdict = self.arbiter.admit(
+        arbiter = self.arbiter
+        if verdict.admitted and arbiter is not None and arbiter.applies(spec, pod.topology):
+            verdict = arbiter.admit(
                 spec,
                 pod.ref,
                 Candidate(pod.key, pod.uid, pod.priority, pod.pod_spec, pod.topology),

@@ -247,6 +247,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         metrics,
         apis={SOURCE_VOLCANO: KubeStatusApi(custom, VOLCANO_API)},
         is_leader=leader.is_leader,
+        levels=settings.levels,
     )
     observer = Observers(events, status)
     # The one owner of preemption: the verb, the gate, the evictor and /debug ask it.
@@ -269,20 +270,19 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         deleter=api,
         victims=plans,
     )
-    arbiter = (
-        Arbiter(
-            state,
-            admission,
-            gate,
-            wait.for_group,
-            waker=waker,
-            observer=observer,
-            aging_seconds=settings.gang_aging_seconds,
-            levels=settings.levels,
-            metrics=metrics,
-        )
-        if settings.gang_feasibility
-        else None
+    # With --gang-feasibility=false it still places the gangs that have a
+    # topology constraint (one domain, as a whole); the others go member by member.
+    arbiter = Arbiter(
+        state,
+        admission,
+        gate,
+        wait.for_group,
+        waker=waker,
+        observer=observer,
+        aging_seconds=settings.gang_aging_seconds,
+        levels=settings.levels,
+        metrics=metrics,
+        every_gang=settings.gang_feasibility,
     )
     extender = GangExtender(
         state,
@@ -319,10 +319,9 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     state.add_pod_listener(waker.on_pod_change)
     state.add_pod_listener(status.on_pod_change)
     state.add_pod_listener(gate.on_pod_change)
-    if arbiter is not None:
-        gate.add_settle_listener(arbiter.on_settled)
-        state.add_pod_listener(arbiter.on_pod_change)
-        state.add_node_listener(arbiter.on_nodes_changed)
+    gate.add_settle_listener(arbiter.on_settled)
+    state.add_pod_listener(arbiter.on_pod_change)
+    state.add_node_listener(arbiter.on_nodes_changed)
     state.add_pod_listener(follower.on_pod_change)
     state.add_pod_listener(plans.on_pod_change)
     state.add_node_listener(plans.on_nodes_changed)
@@ -407,7 +406,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         status.groups,
         gate,
         admission,
-        contention=arbiter.snapshot if arbiter is not None else None,
+        contention=arbiter.snapshot,
         preemption=plans.snapshot,
     )
     if settings.ops_port is None:

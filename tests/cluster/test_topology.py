@@ -28,6 +28,7 @@ from app.groups import (
     VOLCANO_API,
     VOLCANO_GROUP_ANNOTATIONS,
     XK8S_API,
+    GroupApi,
 )
 from app.topology import HOSTNAME, KUEUE_PREFERRED, KUEUE_REQUIRED, ZONE
 from hack.clusterkit import create_group, wait_for
@@ -104,6 +105,14 @@ def x_k8s_gang(
         kube.create_pod(namespace, f"{name}-{i}", group=name, cpu=cpu)
 
 
+def placed_condition(kube: Kube, api: GroupApi, namespace: str, name: str) -> dict[str, Any] | None:
+    """The PodGroup's TopologyPlaced condition, once gang-extender wrote it."""
+    status = kube.group_object(api, namespace, name).get("status") or {}
+    return next(
+        (c for c in status.get("conditions") or () if c.get("type") == "TopologyPlaced"), None
+    )
+
+
 def test_required_rack_gang_lands_in_one_rack(
     kube: Kube, namespace: str, racks: list[str], extender: Extender
 ) -> None:
@@ -115,6 +124,13 @@ def test_required_rack_gang_lands_in_one_rack(
     )
     assert f"gang {namespace}/train is placed in rack {rack}" in event
     assert extender.sample("gang_extender_topology_placements_total", level=RACK) >= 1
+    condition = wait_for(
+        functools.partial(placed_condition, kube, XK8S_API, namespace, "train"),
+        30,
+        "the PodGroup's TopologyPlaced condition",
+    )
+    assert condition["status"] == "True" and condition["reason"] == "InOneDomain", condition
+    assert f"placed in rack {rack} (rack = node label {RACK})" in condition["message"]
 
 
 def test_gang_no_rack_can_hold_stays_pending_with_the_message(
@@ -419,6 +435,15 @@ def test_volcano_hard_gang_is_placed_inside_one_tier_1_hypernode(
         functools.partial(told, kube, namespace, "TopologyPlaced"), 30, "the TopologyPlaced event"
     )
     assert f"gang volcano:{namespace}/wide is placed in tier-1 hypernode leaf-wide" in event
+    condition = wait_for(
+        functools.partial(placed_condition, kube, VOLCANO_API, namespace, "wide"),
+        30,
+        "the Volcano PodGroup's TopologyPlaced condition",
+    )
+    assert condition["status"] == "True", condition
+    assert (
+        "tier-1 hypernode leaf-wide (tier-1 hypernode = HyperNode tier 1)" in condition["message"]
+    )
     volcano_gang(kube, namespace, "next", 5, {"mode": "hard", "highestTierName": "leaf"})
     message = wait_for(
         functools.partial(told, kube, namespace, f"gang volcano:{namespace}/next needs its 5"),
