@@ -133,6 +133,30 @@ def test_required_rack_gang_lands_in_one_rack(
     assert f"placed in rack {rack} (rack = node label {RACK})" in condition["message"]
 
 
+def test_without_gang_feasibility_required_rack_is_still_honoured(
+    kube: Kube, namespace: str, racks: list[str], extender: Extender
+) -> None:
+    """--gang-feasibility=false: a gang with a required rack is still placed as a whole in
+    one rack, and one no rack can hold stays pending with nothing bound."""
+    extender.restart(*extender.extra_args, "--gang-feasibility", "false")
+    try:
+        x_k8s_gang(kube, namespace, "train", 4, "1", {KUEUE_REQUIRED: RACK})
+        bound = wait_bound(kube, namespace, "train-", 4)
+        assert len(domains(bound, RACK)) == 1, bound
+        x_k8s_gang(kube, namespace, "wide", 5, "1", {KUEUE_REQUIRED: RACK})
+        wait_for(
+            functools.partial(told, kube, namespace, f"gang {namespace}/wide needs its 5"),
+            30,
+            "the wide gang's FailedScheduling message",
+        )
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert not [p for p in kube.bound(namespace) if p.startswith("wide-")]
+            time.sleep(0.3)
+    finally:
+        extender.restart(*extender.extra_args[:-2])
+
+
 def test_gang_no_rack_can_hold_stays_pending_with_the_message(
     kube: Kube, namespace: str, racks: list[str]
 ) -> None:
