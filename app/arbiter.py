@@ -49,12 +49,12 @@ from app.topology import (
     DEFAULT_LEVELS,
     Domain,
     TopologyConstraint,
-    constraint_of,
     fits_one_domain,
     place,
     placed_domain,
     placed_message,
 )
+from app.topology_sources import constraint_of
 from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)

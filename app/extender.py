@@ -33,13 +33,8 @@ from app.preemption import PreemptionPlans, Preemptor, VictimPolicy
 from app.resources import QuantityError, pod_requests
 from app.scoring import NodeScorer, ScoringPolicy
 from app.state import ClusterState, GroupNotFound, PodRecord, node_record_from, pod_record_from
-from app.topology import (
-    Domain,
-    TopologyConstraint,
-    TopologyError,
-    constraint_from_annotations,
-    domain_message,
-)
+from app.topology import Domain, TopologyConstraint, TopologyError, domain_message
+from app.topology_sources import constraint_from_annotations
 from app.wakeup import SiblingWaker
 from app.wire import (
     BindingArgs,

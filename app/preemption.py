@@ -46,11 +46,11 @@ from app.topology import (
     TopologyConstraint,
     by_domain,
     common_domain,
-    constraint_of,
     level_origin,
     levels_to_try,
     short_level,
 )
+from app.topology_sources import constraint_of
 from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)

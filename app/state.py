@@ -33,7 +33,8 @@ from app.hypernode import HyperNode, HyperNodeError, HyperNodeIndex, hypernode_f
 from app.packing import Bin, Placement, Taint, placement_of, taints_of
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
 from app.timestamps import parse_rfc3339
-from app.topology import TopologyConstraint, TopologyError, constraint_from_annotations
+from app.topology import TopologyConstraint, TopologyError
+from app.topology_sources import constraint_from_annotations
 
 log = logging.getLogger(__name__)
 

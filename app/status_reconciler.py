@@ -49,13 +49,8 @@ from app.status import (
     status_patch,
 )
 from app.timestamps import rfc3339
-from app.topology import (
-    DEFAULT_LEVELS,
-    TopologyConstraint,
-    constraint_of,
-    placed_domain,
-    placed_message,
-)
+from app.topology import DEFAULT_LEVELS, TopologyConstraint, placed_domain, placed_message
+from app.topology_sources import constraint_of
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from app.groups import POD_GROUP_LABEL
 from app.metrics import Metrics
 from app.routes import create_app
 from app.state import ClusterState
-from app.topology import HOSTNAME, KUEUE_PREFERRED, KUEUE_REQUIRED, ZONE
+from app.topology import HOSTNAME, ZONE
+from app.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
 
 
 def node(i: int) -> dict[str, Any]:

@@ -30,7 +30,8 @@ from app.groups import (
     XK8S_API,
     GroupApi,
 )
-from app.topology import HOSTNAME, KUEUE_PREFERRED, KUEUE_REQUIRED, ZONE
+from app.topology import HOSTNAME, ZONE
+from app.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
 from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import Extender

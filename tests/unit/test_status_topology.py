@@ -19,7 +19,8 @@ from app.status import (
     status_patch,
 )
 from app.status_reconciler import PodGroupStatus
-from app.topology import HOSTNAME, KUEUE_REQUIRED, ZONE
+from app.topology import HOSTNAME, ZONE
+from app.topology_sources import KUEUE_REQUIRED
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
 from tests.unit.test_status import MemoryStatusApi, podgroup_object, settle

@@ -23,21 +23,23 @@ from app.preemption_planner import Evictable, plan_in_domains
 from app.state import pod_record_from, podgroup_record_from
 from app.topology import (
     DEFAULT_LEVELS,
-    KUEUE_PREFERRED,
-    KUEUE_REQUIRED,
     Domain,
     TopologyConstraint,
     TopologyError,
-    constraint_from_annotations,
-    constraint_from_native,
-    constraint_from_volcano,
-    constraint_of,
     domain_message,
     fullest_first,
     levels_to_try,
     parse_levels,
     place,
     with_key,
+)
+from app.topology_sources import (
+    KUEUE_PREFERRED,
+    KUEUE_REQUIRED,
+    constraint_from_annotations,
+    constraint_from_native,
+    constraint_from_volcano,
+    constraint_of,
 )
 
 RACK = "example.com/rack"

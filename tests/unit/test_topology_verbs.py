@@ -10,7 +10,8 @@ from app.extender import GangExtender
 from app.gate import PermitGate
 from app.metrics import Metrics
 from app.state import ClusterState
-from app.topology import HOSTNAME, KUEUE_REQUIRED, ZONE
+from app.topology import HOSTNAME, ZONE
+from app.topology_sources import KUEUE_REQUIRED
 from app.wire import ExtenderArgs
 from tests.unit.builders import node, pod
 from tests.unit.fakes import FakePodApi
