@@ -51,7 +51,6 @@ from app.topology import (
     TopologyConstraint,
     fits_one_domain,
     place,
-    placed_domain,
     placed_message,
 )
 from app.topology_sources import constraint_of
@@ -267,19 +266,7 @@ class Arbiter:
         if constraint is None or not constraint.required:
             return None
         placed = [p.placed_node for p in self._state.placed_members(spec.key)]
-        nodes = self._state.nodes
-
-        def labels_of(name: str) -> Mapping[str, str]:
-            record = nodes.get(name)
-            return record.labels if record is not None else {}
-
-        domain = placed_domain(
-            constraint,
-            self._state.topology_levels(self.levels),
-            placed,
-            labels_of,
-            self._state.hypernodes.tier_names,
-        )
+        domain = self._state.placed_domain(constraint, self.levels, placed)
         return (domain, constraint) if domain is not None else None
 
     def _placed(

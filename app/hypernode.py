@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from app.packing import Requirement, requirement_matches
+
 API_GROUP = "topology.volcano.sh"
 API_VERSION = "v1alpha1"
 PLURAL = "hypernodes"
@@ -55,25 +57,6 @@ def tier_of(level: str) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Expression:
-    """One matchExpressions entry of a label selector."""
-
-    key: str
-    operator: str
-    values: frozenset[str]
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        value = labels.get(self.key)
-        if self.operator == "In":
-            return value is not None and value in self.values
-        if self.operator == "NotIn":
-            return value is None or value not in self.values
-        if self.operator == "Exists":
-            return value is not None
-        return value is None  # DoesNotExist
-
-
-@dataclass(frozen=True, slots=True)
 class Member:
     """One entry of spec.members: exactly one of the three selectors is set."""
 
@@ -81,7 +64,8 @@ class Member:
     exact: str | None = None
     pattern: re.Pattern[str] | None = None
     match_labels: tuple[tuple[str, str], ...] | None = None
-    expressions: tuple[Expression, ...] = ()
+    # labelMatch.matchExpressions (In, NotIn, Exists, DoesNotExist), as node affinity reads them.
+    expressions: tuple[Requirement, ...] = ()
 
     def selects(self, name: str, labels: Mapping[str, str] | None = None) -> bool:
         """Does it select the node (or, for type HyperNode, the hypernode) `name`?"""
@@ -93,7 +77,7 @@ class Member:
         if self.match_labels is None or labels is None:
             return False
         return all(labels.get(k) == v for k, v in self.match_labels) and all(
-            e.matches(labels) for e in self.expressions
+            requirement_matches(e, name, labels) for e in self.expressions
         )
 
 
@@ -161,7 +145,8 @@ def _member(hypernode: str, index: int, raw: Any) -> Member:
         op = e.get("operator")
         if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
             raise HyperNodeError(f"{where}.selector.labelMatch: unknown operator {op!r:.20}")
-        expressions.append(Expression(str(e.get("key")), op, frozenset(e.get("values") or ())))
+        values = tuple(str(v) for v in e.get("values") or ())
+        expressions.append(Requirement(str(e.get("key")), op, values))
     return Member(
         kind,
         match_labels=tuple(sorted((str(k), str(v)) for k, v in match_labels.items())),

@@ -429,15 +429,10 @@ class PreemptionPlans:
         """
         tried, anywhere = self._levels_to_try(constraint)
         placed = [p.placed_node for p in self._state.placed_members(key)]
-        labels = {name: node.labels for name, node in self._state.nodes.items()}
-
-        def labels_of(name: str) -> dict[str, str]:
-            return labels.get(name, {})
-
         for level in tried:
             groups = by_domain(bins, level)
             if placed:
-                pin = common_domain(placed, labels_of, level)
+                pin = common_domain(placed, self._state.labels_of, level)
                 groups = {pin: groups[pin]} if pin is not None and pin in groups else {}
             found = plan_in_domains(
                 demands,

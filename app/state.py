@@ -33,7 +33,7 @@ from app.hypernode import HyperNode, HyperNodeError, HyperNodeIndex, hypernode_f
 from app.packing import Bin, Placement, Taint, placement_of, taints_of
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
 from app.timestamps import parse_rfc3339
-from app.topology import TopologyConstraint, TopologyError
+from app.topology import Domain, TopologyConstraint, TopologyError, placed_domain
 from app.topology_sources import constraint_from_annotations
 
 log = logging.getLogger(__name__)
@@ -416,6 +416,23 @@ class ClusterState:
         self.hypernode_errors.clear()
         read = (self._read_hypernode(raw) for raw in objects)
         self._hypernodes_changed({h.name: h for h in read if h is not None})
+
+    def labels_of(self, node: str) -> Mapping[str, str]:
+        """A node's labels (HyperNode tiers included); {} for a node not (or no longer) known."""
+        record = self.nodes.get(node)
+        return record.labels if record is not None else {}
+
+    def placed_domain(
+        self, constraint: TopologyConstraint, configured: tuple[str, ...], nodes: list[str]
+    ) -> Domain | None:
+        """The lowest domain of the constraint's levels all `nodes` share (app/topology.py)."""
+        return placed_domain(
+            constraint,
+            self.topology_levels(configured),
+            nodes,
+            self.labels_of,
+            self.hypernodes.tier_names,
+        )
 
     def topology_levels(self, configured: tuple[str, ...]) -> tuple[str, ...]:
         """The configured levels, then the HyperNode tiers there are, lowest first."""

@@ -49,7 +49,7 @@ from app.status import (
     status_patch,
 )
 from app.timestamps import rfc3339
-from app.topology import DEFAULT_LEVELS, TopologyConstraint, placed_domain, placed_message
+from app.topology import DEFAULT_LEVELS, TopologyConstraint, placed_message
 from app.topology_sources import constraint_of
 
 log = logging.getLogger(__name__)
@@ -322,19 +322,8 @@ class PodGroupStatus:
         constraint = constraint_of(own, ((p.key, p.topology) for p in pods))
         if constraint is None:
             return None
-        nodes = self._state.nodes
-
-        def labels_of(name: str) -> Mapping[str, str]:
-            record = nodes.get(name)
-            return record.labels if record is not None else {}
-
-        domain = placed_domain(
-            constraint,
-            self._state.topology_levels(self._levels),
-            [p.node_name for p in pods if p.node_name],
-            labels_of,
-            self._state.hypernodes.tier_names,
-        )
+        nodes = [p.node_name for p in pods if p.node_name]
+        domain = self._state.placed_domain(constraint, self._levels, nodes)
         return TopologyPlacement(domain is not None, placed_message(key, constraint, domain))
 
     def _forget(self, key: str, tracked: _Tracked) -> None:
