@@ -98,16 +98,33 @@ def _node_sink(state: ClusterState) -> Sink:
     return Sink(state.replace_nodes, state.apply_node, delete, lambda: len(state.nodes))
 
 
-def _hypernode_sink(state: ClusterState) -> Sink:
-    def delete(obj: Mapping[str, Any]) -> None:
-        state.delete_hypernode((obj.get("metadata") or {}).get("name") or "")
+# A burst of HyperNode events (a topology being created object by object) is
+# applied at once this long after its first event: relabelling every node
+# takes ~0.2 s at 5,000 nodes (BENCHMARKS.md).
+_HYPERNODE_SETTLE_SECONDS = 0.5
 
-    return Sink(
-        state.replace_hypernodes,
-        state.apply_hypernode,
-        delete,
-        lambda: len(state.hypernodes.hypernodes),
-    )
+
+def _hypernode_sink(state: ClusterState) -> Sink:
+    pending: list[asyncio.TimerHandle] = []
+
+    def relabel() -> None:
+        pending.clear()
+        state.relabel_hypernodes()
+
+    def later() -> None:
+        if not pending:
+            loop = asyncio.get_running_loop()
+            pending.append(loop.call_later(_HYPERNODE_SETTLE_SECONDS, relabel))
+
+    def upsert(obj: Mapping[str, Any]) -> None:
+        state.apply_hypernode(obj, relabel=False)
+        later()
+
+    def delete(obj: Mapping[str, Any]) -> None:
+        state.delete_hypernode((obj.get("metadata") or {}).get("name") or "", relabel=False)
+        later()
+
+    return Sink(state.replace_hypernodes, upsert, delete, lambda: len(state.hypernodes.hypernodes))
 
 
 def _podgroup_sink(

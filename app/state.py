@@ -171,6 +171,8 @@ class ClusterState:
     hypernodes: HyperNodeIndex = field(default_factory=HyperNodeIndex)
     # HyperNode name -> why it is not used (logged once per change).
     hypernode_errors: dict[str, str] = field(default_factory=dict)
+    # The HyperNodes as the watch delivered them; `hypernodes` once relabelled.
+    _hypernodes_seen: dict[str, HyperNode] = field(default_factory=dict)
 
     def add_pod_listener(self, listener: PodListener) -> None:
         self._pod_listeners.append(listener)
@@ -394,28 +396,34 @@ class ClusterState:
         self.hypernode_errors.pop(name, None)
         return hypernode
 
-    def apply_hypernode(self, raw: Mapping[str, Any]) -> None:
-        known = dict(self.hypernodes.hypernodes)
+    def apply_hypernode(self, raw: Mapping[str, Any], *, relabel: bool = True) -> None:
+        """relabel=False: only note it; relabel_hypernodes() then applies every change at
+        once (a burst of HyperNode events costs one relabelling of the nodes, not one each)."""
         name = (raw.get("metadata") or {}).get("name") or ""
         hypernode = self._read_hypernode(raw)
         if hypernode is None:
-            known.pop(name, None)
+            self._hypernodes_seen.pop(name, None)
         else:
-            if known.get(name) == hypernode:
-                return
-            known[name] = hypernode
-        self._hypernodes_changed(known)
+            self._hypernodes_seen[name] = hypernode
+        if relabel:
+            self.relabel_hypernodes()
 
-    def delete_hypernode(self, name: str) -> None:
+    def delete_hypernode(self, name: str, *, relabel: bool = True) -> None:
         self.hypernode_errors.pop(name, None)
-        known = dict(self.hypernodes.hypernodes)
-        if known.pop(name, None) is not None:
-            self._hypernodes_changed(known)
+        self._hypernodes_seen.pop(name, None)
+        if relabel:
+            self.relabel_hypernodes()
 
     def replace_hypernodes(self, objects: Iterable[Mapping[str, Any]]) -> None:
         self.hypernode_errors.clear()
         read = (self._read_hypernode(raw) for raw in objects)
-        self._hypernodes_changed({h.name: h for h in read if h is not None})
+        self._hypernodes_seen = {h.name: h for h in read if h is not None}
+        self.relabel_hypernodes()
+
+    def relabel_hypernodes(self) -> None:
+        """Make the node labels follow the HyperNodes seen, if they changed."""
+        if self._hypernodes_seen != self.hypernodes.hypernodes:
+            self._hypernodes_changed(dict(self._hypernodes_seen))
 
     def labels_of(self, node: str) -> Mapping[str, str]:
         """A node's labels (HyperNode tiers included); {} for a node not (or no longer) known."""

@@ -251,3 +251,20 @@ def test_a_node_outside_the_hypernode_is_told_which_it_is_in() -> None:
     text = domain_message("volcano:ml/g", domain, hard(1), None)
     assert text.endswith("this node is in no tier-1 hypernode")
     assert tier_of(T2) == 2 and tier_of("example.com/rack") is None
+
+
+def test_a_burst_of_hypernode_events_relabels_the_nodes_once() -> None:
+    state = ClusterState()
+    heard: list[int] = []
+    state.add_node_listener(lambda: heard.append(1))
+    state.replace_nodes([raw_node("n0"), raw_node("n2")])
+    heard.clear()
+    for raw in TREE:
+        state.apply_hypernode(raw, relabel=False)
+    state.delete_hypernode("s1", relabel=False)
+    assert T1 not in state.nodes["n0"].labels and not heard
+    state.relabel_hypernodes()
+    assert state.nodes["n0"].labels[T2] == "s0" and state.nodes["n2"].labels[T1] == "leaf-b"
+    assert len(heard) == 1 and "s1" not in state.hypernodes.hypernodes
+    state.relabel_hypernodes()  # nothing new: nobody told
+    assert len(heard) == 1
