@@ -8,6 +8,7 @@ from app.admission import Admission, WaitPolicy
 from app.arbiter import Arbiter
 from app.extender import GangExtender
 from app.gate import PermitGate
+from app.groups import SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS
 from app.metrics import Metrics
 from app.state import ClusterState
 from app.topology import HOSTNAME, ZONE
@@ -154,3 +155,41 @@ def test_without_gang_feasibility_a_topology_gang_is_still_placed_in_one_rack() 
         plain.state.apply_pod(raw)
     assert plain.filter(raw)["NodeNames"] == list(NODES)
     assert not plain.arbiter.claims and not plain.arbiter.waiting
+
+
+def test_a_volcano_gang_is_held_to_its_hypernode_with_full_node_objects_in_the_request() -> None:
+    """nodeCacheCapable=false: the request's Node objects carry no HyperNode tier label;
+    the filter reads the tier from its own records."""
+    world = World()
+    world.state.replace_hypernodes(
+        [
+            {
+                "metadata": {"name": "leaf-x"},
+                "spec": {
+                    "tier": 1,
+                    "members": [
+                        {"type": "Node", "selector": {"regexMatch": {"pattern": "^(a2|b1)$"}}}
+                    ],
+                },
+            }
+        ]
+    )
+    world.state.apply_podgroup(
+        {
+            "metadata": {"namespace": "default", "name": "job", "uid": "pg-job"},
+            "spec": {"minMember": 2, "networkTopology": {"mode": "hard"}},
+        },
+        SOURCE_VOLCANO,
+    )
+    members = []
+    for i in range(2):
+        raw = pod(f"job-{i}", cpu="2")
+        raw["metadata"]["annotations"] = {VOLCANO_GROUP_ANNOTATIONS[0]: "job"}
+        world.state.apply_pod(raw)
+        members.append(raw)
+    nodes = [node(name) for name in NODES]
+    result = world.extender.filter(ExtenderArgs(members[0], None, nodes))
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["a2", "b1"]
+    assert result["FailedAndUnresolvableNodes"]["a1"].endswith(
+        "this node is in no tier-1 hypernode"
+    )
