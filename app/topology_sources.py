@@ -19,14 +19,20 @@ from app.topology import TopologyConstraint, TopologyError
 
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+# Volcano's networkTopology as annotations (on a Job's pods): mode hard|soft, highest tier N.
+VOLCANO_MODE = "volcano.sh/network-topology-mode"
+VOLCANO_HIGHEST_TIER = "volcano.sh/network-topology-highest-tier"
 
 
 def constraint_from_annotations(
     annotations: Mapping[str, Any] | None, where: str
 ) -> TopologyConstraint | None:
-    """Kueue's podset required/preferred topology annotations (required wins when both)."""
+    """Kueue's podset required/preferred topology annotations (required wins when both),
+    else Volcano's network-topology annotations."""
     if not annotations:
         return None
+    if KUEUE_REQUIRED not in annotations and KUEUE_PREFERRED not in annotations:
+        return _volcano_annotations(annotations, where)
     for name, required in ((KUEUE_REQUIRED, True), (KUEUE_PREFERRED, False)):
         value = annotations.get(name)
         if value is None:
@@ -38,6 +44,29 @@ def constraint_from_annotations(
             )
         return TopologyConstraint(value, required, origin=f"annotation {name} on the {where}")
     return None
+
+
+def _volcano_annotations(annotations: Mapping[str, Any], where: str) -> TopologyConstraint | None:
+    """volcano.sh/network-topology-mode (default hard) and -highest-tier (default 1)."""
+    mode, tier = annotations.get(VOLCANO_MODE), annotations.get(VOLCANO_HIGHEST_TIER)
+    if mode is None and tier is None:
+        return None
+    mode = mode or "hard"
+    if mode not in ("hard", "soft"):
+        raise TopologyError(
+            f"annotation {VOLCANO_MODE}={mode!r:.40} on the {where} must be hard or soft"
+        )
+    text = "1" if tier is None else str(tier)
+    if not text.isdigit() or int(text) < 1:
+        raise TopologyError(
+            f"annotation {VOLCANO_HIGHEST_TIER}={tier!r:.40} on the {where} must be an integer >= 1"
+        )
+    return TopologyConstraint(
+        "",
+        mode == "hard",
+        tier=int(text),
+        origin=f"annotations {VOLCANO_MODE}={mode}, {VOLCANO_HIGHEST_TIER}={text} on the {where}",
+    )
 
 
 def constraint_from_native(spec: Mapping[str, Any]) -> TopologyConstraint | None:

@@ -20,9 +20,16 @@ from app.topology import (
     DEFAULT_LEVELS,
     Domain,
     TopologyConstraint,
+    TopologyError,
     domain_message,
     levels_to_try,
     place,
+)
+from app.topology_sources import (
+    KUEUE_PREFERRED,
+    VOLCANO_HIGHEST_TIER,
+    VOLCANO_MODE,
+    constraint_from_annotations,
 )
 
 T1, T2 = tier_level(1), tier_level(2)
@@ -268,3 +275,17 @@ def test_a_burst_of_hypernode_events_relabels_the_nodes_once() -> None:
     assert len(heard) == 1 and "s1" not in state.hypernodes.hypernodes
     state.relabel_hypernodes()  # nothing new: nobody told
     assert len(heard) == 1
+
+
+def test_volcano_network_topology_annotations_on_pods() -> None:
+    hard = constraint_from_annotations({VOLCANO_HIGHEST_TIER: "2"}, "pod")
+    assert hard is not None and hard.required and hard.tier == 2 and not hard.key
+    soft = constraint_from_annotations({VOLCANO_MODE: "soft"}, "pod")
+    assert soft is not None and not soft.required and soft.tier == 1
+    # Kueue's annotations win when a pod carries both.
+    both = constraint_from_annotations({VOLCANO_MODE: "hard", KUEUE_PREFERRED: "rack"}, "pod")
+    assert both is not None and both.key == "rack"
+    with pytest.raises(TopologyError, match="must be hard or soft"):
+        constraint_from_annotations({VOLCANO_MODE: "strict"}, "pod")
+    with pytest.raises(TopologyError, match="integer >= 1"):
+        constraint_from_annotations({VOLCANO_HIGHEST_TIER: "zero"}, "pod")
