@@ -84,9 +84,10 @@ cluster-up: kube ## start the local control plane only
 cluster-down: ## stop the local control plane
 	hack/local-cluster down
 
-bench: $(STAMP) kube ## measure the speed targets: verbs in process, 40 gangs under contention, then end to end with kube-scheduler (updates BENCHMARKS.md)
+bench: $(STAMP) kube ## measure the speed targets: verbs in process, 40 gangs under contention, topology against kube-scheduler's own, then end to end with kube-scheduler (updates BENCHMARKS.md)
 	$(BIN)/python bench/run.py
 	$(BIN)/python -m bench.contention
+	$(BIN)/python -m bench.topology
 	$(BIN)/python bench/e2e.py --write $(E2E_ARGS)
 
 bench-e2e: $(STAMP) kube ## only the end-to-end benchmark; e.g. E2E_ARGS="--nodes 200 --pods 1000 --scale-nodes 0 --cache-pods 0"
@@ -94,4 +95,4 @@ bench-e2e: $(STAMP) kube ## only the end-to-end benchmark; e.g. E2E_ARGS="--node
 
 clean: ## remove the venv and the local cluster state (keeps the Go binary cache)
 	-hack/local-cluster down
-	rm -rf $(VENV) .local-cluster .local-cluster-bench
+	rm -rf $(VENV) .local-cluster .local-cluster-bench .local-cluster-bench-topology

@@ -49,13 +49,11 @@ from app.topology import (
     DEFAULT_LEVELS,
     Domain,
     TopologyConstraint,
-    common_domain,
-    constraint_of,
     fits_one_domain,
-    levels_to_try,
     place,
-    short_level,
+    placed_message,
 )
+from app.topology_sources import constraint_of
 from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
@@ -125,8 +123,11 @@ class Arbiter:
         clock: Callable[[], float] = time.monotonic,
         levels: tuple[str, ...] = DEFAULT_LEVELS,
         metrics: Metrics | None = None,
+        every_gang: bool = True,
     ) -> None:
+        """every_gang: --gang-feasibility; False: only gangs with a topology constraint."""
         self._state = state
+        self.every_gang = every_gang
         self.levels = levels
         self._metrics = metrics
         self._admission = admission
@@ -157,6 +158,11 @@ class Arbiter:
 
     # ---- the filter verb's question ------------------------------------------------------
 
+    def applies(self, spec: GroupSpec, pod_topology: TopologyConstraint | None) -> bool:
+        """Is the gang admitted as a whole here? Every gang with --gang-feasibility; without
+        it, the gangs with a topology constraint: one domain is a whole-gang decision."""
+        return self.every_gang or self.constraint(spec, pod_topology) is not None
+
     def admit(self, spec: GroupSpec, ref: GroupRef, pod: Candidate) -> Verdict:
         """May this member go on to a node now? Claims the gang's capacity when it may."""
         now = self._clock()
@@ -181,7 +187,7 @@ class Arbiter:
             placed = place(
                 gang,
                 constraint,
-                self.levels,
+                self._state.topology_levels(self.levels),
                 free,
                 holders,
                 line,
@@ -189,6 +195,7 @@ class Arbiter:
                 self.aging_seconds,
                 allocatable,
                 [p.placed_node for p in self._state.placed_members(spec.key)],
+                self._state.hypernodes.tier_names,
             )
             decision, domain = placed.decision, placed.domain
         if decision.verdict is not Ruling.ADMIT:
@@ -259,34 +266,13 @@ class Arbiter:
         if constraint is None or not constraint.required:
             return None
         placed = [p.placed_node for p in self._state.placed_members(spec.key)]
-        if not placed:
-            return None
-        nodes = self._state.nodes
-
-        def labels_of(name: str) -> Mapping[str, str]:
-            record = nodes.get(name)
-            return record.labels if record is not None else {}
-
-        for level in levels_to_try(constraint, self.levels)[0]:
-            value = common_domain(placed, labels_of, level)
-            if value is not None:
-                return Domain(level, value), constraint
-        return None
+        domain = self._state.placed_domain(constraint, self.levels, placed)
+        return (domain, constraint) if domain is not None else None
 
     def _placed(
         self, key: str, constraint: TopologyConstraint, domain: Domain | None, pod: str
     ) -> None:
-        if domain is None:
-            text = (
-                f"gang {key} is placed anywhere: no single domain of its levels has room for it "
-                f"now ({constraint.describe()})"
-            )
-        else:
-            text = (
-                f"gang {key} is placed in {domain.describe()} "
-                f"({short_level(domain.level)} = node label {domain.level}), "
-                f"{constraint.describe()}"
-            )
+        text = placed_message(key, constraint, domain)
         log.info(
             text,
             extra={
@@ -377,7 +363,14 @@ class Arbiter:
         if len(self._fits) > 10_000:
             self._fits.clear()
         placed = [p.placed_node for p in self._state.placed_members(gang.key)]
-        fits = fits_one_domain(gang, constraint, self.levels, free, placed)
+        fits = fits_one_domain(
+            gang,
+            constraint,
+            self._state.topology_levels(self.levels),
+            free,
+            placed,
+            self._state.hypernodes.tier_names,
+        )
         self._fits[gang.key] = (self._version, fits)
         return fits
 

@@ -17,7 +17,7 @@ from app.state import ClusterState
 
 
 def cache_snapshot(state: ClusterState) -> dict[str, Any]:
-    """Pods, nodes and PodGroups as the verbs see them (pure; unit-tested)."""
+    """Pods, nodes, PodGroups and HyperNodes as the verbs see them (pure; unit-tested)."""
     return {
         "pods": {
             key: {
@@ -30,6 +30,9 @@ def cache_snapshot(state: ClusterState) -> dict[str, Any]:
         },
         "nodes": sorted(state.nodes),
         "podgroups": {key: record.uid for key, record in sorted(state.podgroups.items())},
+        # Volcano HyperNodes in use (name -> tier), and those left out with why.
+        "hypernodes": {name: h.tier for name, h in sorted(state.hypernodes.hypernodes.items())},
+        "hypernode_errors": dict(sorted(state.hypernode_errors.items())),
     }
 
 

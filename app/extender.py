@@ -24,6 +24,7 @@ from app.groups import (
     describe_task_shortfall,
     group_ref_of_pod,
 )
+from app.hypernode import tier_of
 from app.kube.errors import ApiError
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef, NullObserver
@@ -32,13 +33,8 @@ from app.preemption import PreemptionPlans, Preemptor, VictimPolicy
 from app.resources import QuantityError, pod_requests
 from app.scoring import NodeScorer, ScoringPolicy
 from app.state import ClusterState, GroupNotFound, PodRecord, node_record_from, pod_record_from
-from app.topology import (
-    Domain,
-    TopologyConstraint,
-    TopologyError,
-    constraint_from_annotations,
-    domain_message,
-)
+from app.topology import Domain, TopologyConstraint, TopologyError, domain_message
+from app.topology_sources import constraint_from_annotations
 from app.wakeup import SiblingWaker
 from app.wire import (
     BindingArgs,
@@ -107,7 +103,7 @@ class GangExtender:
         arbiter: Arbiter | None = None,
         plans: PreemptionPlans | None = None,
     ) -> None:
-        # None: --gang-feasibility=false, members are admitted one by one.
+        # None: members are admitted one by one (Arbiter.applies says which gangs it places).
         self.arbiter = arbiter
         self._scorer = NodeScorer(scoring or ScoringPolicy(), state)
         # What the preempt verb answers, and every victim it handed out.
@@ -181,8 +177,9 @@ class GangExtender:
             siblings,
             lambda: self.state.free_resources(exclude_group=spec.key),
         )
-        if verdict.admitted and self.arbiter is not None:
-            verdict = self.arbiter.admit(
+        arbiter = self.arbiter
+        if verdict.admitted and arbiter is not None and arbiter.applies(spec, pod.topology):
+            verdict = arbiter.admit(
                 spec,
                 pod.ref,
                 Candidate(pod.key, pod.uid, pod.priority, pod.pod_spec, pod.topology),
@@ -227,8 +224,10 @@ class GangExtender:
         # One message per other domain: thousands of nodes share a few.
         messages: dict[str | None, str] = {}
         nodes = self.state.nodes
+        # A HyperNode tier is no label of the node objects kube-scheduler sends.
+        synthetic = tier_of(domain.level) is not None
         for name in names:
-            labels = in_request.get(name)
+            labels = None if synthetic else in_request.get(name)
             if labels is None:
                 record = nodes.get(name)
                 labels = record.labels if record is not None else {}

@@ -28,12 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.resources import QuantityError, Resources, parse_resource_list
-from app.topology import (
-    TopologyConstraint,
-    TopologyError,
-    constraint_from_native,
-    constraint_from_volcano,
-)
+from app.topology import TopologyConstraint, TopologyError
+from app.topology_sources import constraint_from_native, constraint_from_volcano
 
 SOURCE_XK8S = "x-k8s"
 SOURCE_LABELS = "labels"

@@ -84,10 +84,11 @@ _ANY = Placement()
 
 def _term_matches(term: Sequence[Requirement], node: str, labels: Mapping[str, str]) -> bool:
     # An empty term matches nothing (kube-scheduler's nodeaffinity semantics).
-    return bool(term) and all(_requirement_matches(r, node, labels) for r in term)
+    return bool(term) and all(requirement_matches(r, node, labels) for r in term)
 
 
-def _requirement_matches(req: Requirement, node: str, labels: Mapping[str, str]) -> bool:
+def requirement_matches(req: Requirement, node: str, labels: Mapping[str, str]) -> bool:
+    """One node-affinity (or label-selector) requirement against a node's name and labels."""
     if req.field:
         value: str | None = node if req.key == "metadata.name" else None
     else:

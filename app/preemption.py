@@ -46,10 +46,11 @@ from app.topology import (
     TopologyConstraint,
     by_domain,
     common_domain,
-    constraint_of,
+    level_origin,
     levels_to_try,
     short_level,
 )
+from app.topology_sources import constraint_of
 from app.wakeup import SiblingWaker
 
 log = logging.getLogger(__name__)
@@ -392,7 +393,7 @@ class PreemptionPlans:
             where = ""
             if constraint is not None and constraint.required:
                 levels = " or ".join(
-                    short_level(level) for level in levels_to_try(constraint, self._levels)[0]
+                    short_level(level) for level in self._levels_to_try(constraint)[0]
                 )
                 where = f" in any one {levels} ({constraint.describe()})"
             message = (
@@ -417,11 +418,19 @@ class PreemptionPlans:
         self.plans[spec.key] = made
         self._refused.pop(spec.key, None)
         self._metrics.preemption_plan_evictions.observe(made.evictions)
-        where = f" in {domain.describe()} (node label {domain.level})" if domain else ""
+        where = f" in {domain.describe()} ({level_origin(domain.level)})" if domain else ""
         text = f"gang {spec.key} preempts{where}: {made.describe()}"
         log.info(text, extra={"podgroup": spec.key, "pod": preemptor.key, "verb": "preempt"})
         self._observer.preemption_planned(spec.key, text)
         return made
+
+    def _levels_to_try(self, constraint: TopologyConstraint) -> tuple[list[str], bool]:
+        """levels_to_try() over the configured levels and the HyperNode tiers there are."""
+        return levels_to_try(
+            constraint,
+            self._state.topology_levels(self._levels),
+            self._state.hypernodes.tier_names,
+        )
 
     def _plan_in_topology(
         self,
@@ -436,17 +445,12 @@ class PreemptionPlans:
 
         Placed members pin the domain of each level, as in the filter verb.
         """
-        tried, anywhere = levels_to_try(constraint, self._levels)
+        tried, anywhere = self._levels_to_try(constraint)
         placed = [p.placed_node for p in self._state.placed_members(key)]
-        labels = {name: node.labels for name, node in self._state.nodes.items()}
-
-        def labels_of(name: str) -> dict[str, str]:
-            return labels.get(name, {})
-
         for level in tried:
             groups = by_domain(bins, level)
             if placed:
-                pin = common_domain(placed, labels_of, level)
+                pin = common_domain(placed, self._state.labels_of, level)
                 groups = {pin: groups[pin]} if pin is not None and pin in groups else {}
             found = plan_in_domains(
                 demands,

@@ -20,6 +20,7 @@ from urllib.parse import quote
 from fastapi import FastAPI
 from kubernetes import client as k8s
 
+from app import hypernode
 from app.admission import Admission, WaitPolicy
 from app.arbiter import Arbiter
 from app.cachedump import add_cache_route
@@ -40,7 +41,7 @@ from app.groups import (
 )
 from app.kube.aio import AsyncApiClient, uses_proxy
 from app.kube.client import ThreadedRequests, api_client
-from app.kube.discovery import discover_sources
+from app.kube.discovery import discover_sources, hypernodes_served
 from app.kube.events import KubeEventWriter
 from app.kube.pods import PodApi
 from app.kube.reflector import Reflector, Sink
@@ -96,6 +97,35 @@ def _node_sink(state: ClusterState) -> Sink:
         state.delete_node((obj.get("metadata") or {}).get("name") or "")
 
     return Sink(state.replace_nodes, state.apply_node, delete, lambda: len(state.nodes))
+
+
+# A burst of HyperNode events (a topology being created object by object) is
+# applied at once this long after its first event: relabelling every node
+# takes ~0.2 s at 5,000 nodes (BENCHMARKS.md).
+_HYPERNODE_SETTLE_SECONDS = 0.5
+
+
+def _hypernode_sink(state: ClusterState) -> Sink:
+    pending: list[asyncio.TimerHandle] = []
+
+    def relabel() -> None:
+        pending.clear()
+        state.relabel_hypernodes()
+
+    def later() -> None:
+        if not pending:
+            loop = asyncio.get_running_loop()
+            pending.append(loop.call_later(_HYPERNODE_SETTLE_SECONDS, relabel))
+
+    def upsert(obj: Mapping[str, Any]) -> None:
+        state.apply_hypernode(obj, relabel=False)
+        later()
+
+    def delete(obj: Mapping[str, Any]) -> None:
+        state.delete_hypernode((obj.get("metadata") or {}).get("name") or "", relabel=False)
+        later()
+
+    return Sink(state.replace_hypernodes, upsert, delete, lambda: len(state.hypernodes.hypernodes))
 
 
 def _podgroup_sink(
@@ -235,6 +265,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         metrics,
         apis={SOURCE_VOLCANO: KubeStatusApi(custom, VOLCANO_API)},
         is_leader=leader.is_leader,
+        levels=settings.levels,
     )
     observer = Observers(events, status)
     # The one owner of preemption: the verb, the gate, the evictor and /debug ask it.
@@ -257,20 +288,19 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         deleter=api,
         victims=plans,
     )
-    arbiter = (
-        Arbiter(
-            state,
-            admission,
-            gate,
-            wait.for_group,
-            waker=waker,
-            observer=observer,
-            aging_seconds=settings.gang_aging_seconds,
-            levels=settings.levels,
-            metrics=metrics,
-        )
-        if settings.gang_feasibility
-        else None
+    # With --gang-feasibility=false it still places the gangs that have a
+    # topology constraint (one domain, as a whole); the others go member by member.
+    arbiter = Arbiter(
+        state,
+        admission,
+        gate,
+        wait.for_group,
+        waker=waker,
+        observer=observer,
+        aging_seconds=settings.gang_aging_seconds,
+        levels=settings.levels,
+        metrics=metrics,
+        every_gang=settings.gang_feasibility,
     )
     extender = GangExtender(
         state,
@@ -307,10 +337,9 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     state.add_pod_listener(waker.on_pod_change)
     state.add_pod_listener(status.on_pod_change)
     state.add_pod_listener(gate.on_pod_change)
-    if arbiter is not None:
-        gate.add_settle_listener(arbiter.on_settled)
-        state.add_pod_listener(arbiter.on_pod_change)
-        state.add_node_listener(arbiter.on_nodes_changed)
+    gate.add_settle_listener(arbiter.on_settled)
+    state.add_pod_listener(arbiter.on_pod_change)
+    state.add_node_listener(arbiter.on_nodes_changed)
     state.add_pod_listener(follower.on_pod_change)
     state.add_pod_listener(plans.on_pod_change)
     if webhook is not None:
@@ -347,6 +376,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         loop = asyncio.get_running_loop()
         running.append(loop)
         state.sources = await asyncio.to_thread(discover_sources, custom, settings)
+        hypernodes = await asyncio.to_thread(hypernodes_served, custom, state.sources)
         status.start()
         reflectors.extend(
             [
@@ -360,6 +390,11 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             path = f"/apis/{group_api.group}/{group_api.version}/{group_api.plural}"
             sink = _podgroup_sink(state, admission, source, waker)
             reflectors.append(Reflector(reflector_kind(group_api), path, sink, requests, metrics))
+        if hypernodes:
+            path = f"/apis/{hypernode.API_GROUP}/{hypernode.API_VERSION}/{hypernode.PLURAL}"
+            reflectors.append(
+                Reflector("hypernodes", path, _hypernode_sink(state), requests, metrics)
+            )
         if election is not None and settings.leader_election_lease:
             lease_ns, _sep, lease_name = settings.leader_election_lease.partition("/")
             reflectors.append(
@@ -394,7 +429,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         status.groups,
         gate,
         admission,
-        contention=arbiter.snapshot if arbiter is not None else None,
+        contention=arbiter.snapshot,
         preemption=plans.snapshot,
     )
     if settings.ops_port is None:

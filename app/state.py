@@ -29,11 +29,13 @@ from app.groups import (
     group_ref_of_pod,
     spec_from_labels,
 )
+from app.hypernode import HyperNode, HyperNodeError, HyperNodeIndex, hypernode_from
 from app.marking import is_marked
 from app.packing import Bin, Placement, Taint, placement_of, taints_of
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
 from app.timestamps import parse_rfc3339
-from app.topology import TopologyConstraint, TopologyError, constraint_from_annotations
+from app.topology import Domain, TopologyConstraint, TopologyError, placed_domain
+from app.topology_sources import constraint_from_annotations
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +107,11 @@ class NodeRecord:
     name: str
     allocatable: Resources
     unschedulable: bool
+    # The node's labels, with one per HyperNode tier holding it (app/hypernode.py).
     labels: dict[str, str]
     taints: tuple[Taint, ...] = ()
+    # metadata.labels as the node has them (the same dict when no HyperNode holds it).
+    own_labels: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -169,6 +174,12 @@ class ClusterState:
     # members while this stays put (app/arbiter.py).
     _group_stamps: dict[str, int] = field(default_factory=dict)
     _stamp: int = 0
+    # Volcano HyperNodes (only when their API is served): their tiers are topology levels.
+    hypernodes: HyperNodeIndex = field(default_factory=HyperNodeIndex)
+    # HyperNode name -> why it is not used (logged once per change).
+    hypernode_errors: dict[str, str] = field(default_factory=dict)
+    # The HyperNodes as the watch delivered them; `hypernodes` once relabelled.
+    _hypernodes_seen: dict[str, HyperNode] = field(default_factory=dict)
 
     def add_pod_listener(self, listener: PodListener) -> None:
         self._pod_listeners.append(listener)
@@ -340,7 +351,7 @@ class ClusterState:
     # ---- nodes and podgroups --------------------------------------------------
 
     def apply_node(self, raw: Mapping[str, Any]) -> None:
-        record = node_record_from(raw)
+        record = self._with_hypernodes(node_record_from(raw))
         self.nodes[record.name] = record
         self._restamp(record.name)
         self._nodes_changed()
@@ -351,11 +362,100 @@ class ClusterState:
         self._nodes_changed()
 
     def replace_nodes(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        fresh = {r.name: r for r in map(node_record_from, objects)}
+        fresh = {r.name: self._with_hypernodes(r) for r in map(node_record_from, objects)}
         for name in {*self.nodes, *fresh}:
             self._restamp(name)
         self.nodes = fresh
         self._nodes_changed()
+
+    # ---- Volcano HyperNodes -------------------------------------------------
+
+    def _with_hypernodes(self, record: NodeRecord) -> NodeRecord:
+        """The record with a label per HyperNode tier holding the node (app/hypernode.py)."""
+        own = record.own_labels if record.own_labels is not None else record.labels
+        record.own_labels = own
+        if not self.hypernodes.hypernodes:
+            record.labels = own
+            return record
+        extra = self.hypernodes.labels_for(record.name, own)
+        record.labels = {**own, **extra} if extra else own
+        return record
+
+    def _hypernodes_changed(self, hypernodes: dict[str, HyperNode]) -> None:
+        """Rebuild the index and relabel every node; restamp the nodes whose labels changed."""
+        self.hypernodes = HyperNodeIndex.build(hypernodes.values())
+        for problem in self.hypernodes.problems:
+            log.warning("HyperNodes: %s", problem)
+        changed = False
+        for record in self.nodes.values():
+            before = record.labels
+            if self._with_hypernodes(record).labels != before:
+                self._restamp(record.name)
+                changed = True
+        if changed:
+            self._nodes_changed()
+
+    def _read_hypernode(self, raw: Mapping[str, Any]) -> HyperNode | None:
+        name = (raw.get("metadata") or {}).get("name") or ""
+        try:
+            hypernode = hypernode_from(raw)
+        except HyperNodeError as err:
+            if self.hypernode_errors.get(name) != str(err):
+                log.warning("%s; it is left out of the topology until fixed", err)
+            self.hypernode_errors[name] = str(err)
+            return None
+        self.hypernode_errors.pop(name, None)
+        return hypernode
+
+    def apply_hypernode(self, raw: Mapping[str, Any], *, relabel: bool = True) -> None:
+        """relabel=False: only note it; relabel_hypernodes() then applies every change at
+        once (a burst of HyperNode events costs one relabelling of the nodes, not one each)."""
+        name = (raw.get("metadata") or {}).get("name") or ""
+        hypernode = self._read_hypernode(raw)
+        if hypernode is None:
+            self._hypernodes_seen.pop(name, None)
+        else:
+            self._hypernodes_seen[name] = hypernode
+        if relabel:
+            self.relabel_hypernodes()
+
+    def delete_hypernode(self, name: str, *, relabel: bool = True) -> None:
+        self.hypernode_errors.pop(name, None)
+        self._hypernodes_seen.pop(name, None)
+        if relabel:
+            self.relabel_hypernodes()
+
+    def replace_hypernodes(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        self.hypernode_errors.clear()
+        read = (self._read_hypernode(raw) for raw in objects)
+        self._hypernodes_seen = {h.name: h for h in read if h is not None}
+        self.relabel_hypernodes()
+
+    def relabel_hypernodes(self) -> None:
+        """Make the node labels follow the HyperNodes seen, if they changed."""
+        if self._hypernodes_seen != self.hypernodes.hypernodes:
+            self._hypernodes_changed(dict(self._hypernodes_seen))
+
+    def labels_of(self, node: str) -> Mapping[str, str]:
+        """A node's labels (HyperNode tiers included); {} for a node not (or no longer) known."""
+        record = self.nodes.get(node)
+        return record.labels if record is not None else {}
+
+    def placed_domain(
+        self, constraint: TopologyConstraint, configured: tuple[str, ...], nodes: list[str]
+    ) -> Domain | None:
+        """The lowest domain of the constraint's levels all `nodes` share (app/topology.py)."""
+        return placed_domain(
+            constraint,
+            self.topology_levels(configured),
+            nodes,
+            self.labels_of,
+            self.hypernodes.tier_names,
+        )
+
+    def topology_levels(self, configured: tuple[str, ...]) -> tuple[str, ...]:
+        """The configured levels, then the HyperNode tiers there are, lowest first."""
+        return (*configured, *self.hypernodes.levels) if self.hypernodes.levels else configured
 
     def apply_podgroup(self, raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> None:
         record = podgroup_record_from(raw, source)

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app.events import TOPOLOGY_PLACED
 from app.groups import SOURCE_VOLCANO, SOURCE_XK8S
 from app.state import PodRecord
 from app.timestamps import rfc3339
@@ -50,6 +51,16 @@ TERMINAL = frozenset({FINISHED, FAILED})
 
 
 @dataclass(frozen=True, slots=True)
+class TopologyPlacement:
+    """Where a scheduled gang with a topology constraint is: the `TopologyPlaced` condition."""
+
+    # Every bound member in one domain of the gang's levels.
+    in_domain: bool
+    # app/topology.placed_message: the domain, its level and the constraint.
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class GroupStatus:
     phase: str
     scheduled: int = 0
@@ -58,6 +69,8 @@ class GroupStatus:
     failed: int = 0
     # RFC 3339; when the first member started waiting in the gate.
     schedule_start_time: str | None = None
+    # Set once the gang is scheduled, if it has a topology constraint.
+    topology: TopologyPlacement | None = None
 
     def fields(self) -> dict[str, Any]:
         """The upstream scheduler-plugins status fields, as the API spells them."""
@@ -167,6 +180,35 @@ def _condition(
     return out
 
 
+def _topology_conditions(
+    status: GroupStatus, current: Mapping[str, Any], now: str
+) -> list[dict[str, Any]]:
+    """`TopologyPlaced`: the domain and level a scheduled gang was placed in (none if no
+    constraint or not scheduled yet); lastTransitionTime kept while unchanged."""
+    placement = status.topology
+    if placement is None:
+        return []
+    value = "True" if placement.in_domain else "False"
+    old = next(
+        (
+            c
+            for c in current.get("conditions") or ()
+            if isinstance(c, Mapping) and c.get("type") == TOPOLOGY_PLACED
+        ),
+        None,
+    )
+    same = old is not None and old.get("status") == value
+    return [
+        {
+            "type": TOPOLOGY_PLACED,
+            "status": value,
+            "reason": "InOneDomain" if placement.in_domain else "NotInOneDomain",
+            "message": placement.message,
+            "lastTransitionTime": old.get("lastTransitionTime") if same and old else now,
+        }
+    ]
+
+
 class StatusShape(Protocol):
     def render(self, status: GroupStatus, current: Mapping[str, Any], now: str) -> dict[str, Any]:
         """The status fields we own, given what the object's status shows now."""
@@ -188,7 +230,8 @@ class XK8sShape:
         if current.get("scheduleStartTime"):
             fields.pop("scheduleStartTime", None)
         fields["conditions"] = [
-            _condition("Scheduled", status.gang_scheduled, status, current, now)
+            _condition("Scheduled", status.gang_scheduled, status, current, now),
+            *_topology_conditions(status, current, now),
         ]
         if "scheduled" in current:
             fields["scheduled"] = None  # written by gang-extender < 0.2; gone upstream
@@ -233,7 +276,7 @@ class VolcanoShape:
             "running": status.running,
             "succeeded": status.succeeded,
             "failed": status.failed,
-            "conditions": [condition],
+            "conditions": [condition, *_topology_conditions(status, current, now)],
         }
 
     def read(self, obj: Mapping[str, Any]) -> GroupStatus:

@@ -43,11 +43,14 @@ from app.status import (
     GroupStatus,
     GroupView,
     StatusShape,
+    TopologyPlacement,
     compute_status,
     status_from_object,
     status_patch,
 )
 from app.timestamps import rfc3339
+from app.topology import DEFAULT_LEVELS, TopologyConstraint, placed_message
+from app.topology_sources import constraint_of
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +143,11 @@ class PodGroupStatus:
         tick_seconds: float = 0.2,
         apis: Mapping[str, StatusApi] | None = None,
         is_leader: Callable[[], bool] = lambda: True,
+        levels: tuple[str, ...] = DEFAULT_LEVELS,
     ) -> None:
+        """levels: --topology-levels, for the TopologyPlaced condition."""
         self._state = state
+        self._levels = levels
         # source -> its status API; a source without one (native: kube-scheduler's) is not written.
         self._apis: dict[str, StatusApi] = {SOURCE_XK8S: api, **(apis or {})}
         self._is_leader = is_leader
@@ -298,8 +304,27 @@ class PodGroupStatus:
         status = compute_status(min_member, pods, waiting, previous.status if previous else None)
         if tracked.start_time is not None and status.schedule_start_time is None:
             status = dataclasses.replace(status, schedule_start_time=tracked.start_time)
+        if status.gang_scheduled:
+            spec = record.spec if record is not None else None
+            placement = self._placement(key, spec.topology if spec else None, pods)
+            if placement is not None:
+                status = dataclasses.replace(status, topology=placement)
         members = sum(1 for p in pods if p.counts_as_member)
         return GroupView(key, source, min_member, members, status, queue, priority_class)
+
+    def _placement(
+        self, key: str, own: TopologyConstraint | None, pods: list[PodRecord]
+    ) -> TopologyPlacement | None:
+        """The domain its bound members share, for a gang with a topology constraint.
+
+        Derived from where the members are (no history): the same after a restart.
+        """
+        constraint = constraint_of(own, ((p.key, p.topology) for p in pods))
+        if constraint is None:
+            return None
+        nodes = [p.node_name for p in pods if p.node_name]
+        domain = self._state.placed_domain(constraint, self._levels, nodes)
+        return TopologyPlacement(domain is not None, placed_message(key, constraint, domain))
 
     def _forget(self, key: str, tracked: _Tracked) -> None:
         """Nothing to show for `key`: keep only its pods (a PodGroup may come for them later)

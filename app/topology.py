@@ -3,14 +3,11 @@
 A topology *level* is a node label (`kubernetes.io/hostname`,
 `example.com/rack`, `topology.kubernetes.io/zone`, ...); its values are the
 *domains* of that level. The extender is configured once with the levels,
-lowest tier first (`--topology-levels`). A gang asks for a level in one of
-the ways its source knows (read by `constraint_from_*` below):
-
-- native PodGroup: `spec.schedulingConstraints.topology[0].key` (required);
-- Volcano PodGroup: `spec.networkTopology` (`mode: hard|soft`,
-  `highestTierAllowed`); tier N is the N-th configured level above the node;
-- Kueue's annotations `kueue.x-k8s.io/podset-required-topology` /
-  `podset-preferred-topology` on the PodGroup (any source) or on the pods.
+lowest tier first (`--topology-levels`), followed by the tiers of Volcano
+HyperNodes when there are any (app/hypernode.py). A gang asks for a level in
+one of the ways its source knows (read by app/topology_sources.py): a native
+PodGroup's topology key, Volcano's networkTopology (tiers: HyperNode tiers,
+else the configured levels above the node), Kueue's annotations.
 
 Required: every member in one domain of that level (Volcano hard: of a level
 up to `highestTierAllowed`, lowest first). Preferred: the lowest level where
@@ -25,18 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from app.contention import Decision, Gang, Holder, Ruling, decide
+from app.hypernode import tier_of
 from app.packing import Bin
 from app.resources import Resources, format_resources, shortfall, total_of
 
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 DEFAULT_LEVELS = (HOSTNAME, ZONE)
-
-KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
-KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 
 # The label value of nodes outside any domain of a level.
 _NO_DOMAIN = ""
@@ -55,12 +49,18 @@ class TopologyConstraint:
     required: bool
     # Volcano highestTierAllowed: the widest tier allowed (1 = the lowest level above the node).
     tier: int | None = None
+    # Volcano highestTierName: the widest tier allowed, by HyperNode spec.tierName.
+    tier_name: str | None = None
     # Where it was declared, for messages ("PodGroup spec.schedulingConstraints.topology").
     origin: str = ""
 
     def describe(self) -> str:
         kind = "required" if self.required else "preferred"
-        what = f"topology key {self.key}" if self.key else f"network tier {self.tier}"
+        what = (
+            f"topology key {self.key}"
+            if self.key
+            else f"network tier {self.tier_name or self.tier}"
+        )
         return f"{kind} by {what} ({self.origin})" if self.origin else f"{kind} by {what}"
 
 
@@ -79,8 +79,20 @@ class Domain:
 
 
 def short_level(level: str) -> str:
-    """`example.com/rack` -> `rack`, `topology.kubernetes.io/zone` -> `zone`."""
+    """`example.com/rack` -> `rack`, `topology.kubernetes.io/zone` -> `zone`.
+
+    A HyperNode tier (app/hypernode.py) -> `tier-1 hypernode`.
+    """
+    tier = tier_of(level)
+    if tier is not None:
+        return f"tier-{tier} hypernode"
     return level.rsplit("/", 1)[-1]
+
+
+def level_origin(level: str) -> str:
+    """Where a level comes from, for messages: a node label or a HyperNode tier."""
+    tier = tier_of(level)
+    return f"HyperNode tier {tier}" if tier is not None else f"node label {level}"
 
 
 # ---- configuration ---------------------------------------------------------------
@@ -108,93 +120,49 @@ def with_key(levels: Sequence[str], key: str | None) -> tuple[str, ...]:
     return (*levels[:-1], key, levels[-1])
 
 
-# ---- constraints, from every group source ------------------------------------------
-
-
-def constraint_from_annotations(
-    annotations: Mapping[str, Any] | None, where: str
-) -> TopologyConstraint | None:
-    """Kueue's podset required/preferred topology annotations (required wins when both)."""
-    if not annotations:
-        return None
-    for name, required in ((KUEUE_REQUIRED, True), (KUEUE_PREFERRED, False)):
-        value = annotations.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
-            raise TopologyError(
-                f"annotation {name}={value!r:.80} on the {where} must be a node label key "
-                "(e.g. topology.kubernetes.io/zone)"
-            )
-        return TopologyConstraint(value, required, origin=f"annotation {name} on the {where}")
-    return None
-
-
-def constraint_from_native(spec: Mapping[str, Any]) -> TopologyConstraint | None:
-    """scheduling.k8s.io PodGroup: spec.schedulingConstraints.topology[].key (at most one)."""
-    constraints = spec.get("schedulingConstraints")
-    if not isinstance(constraints, Mapping):
-        return None
-    topology = constraints.get("topology")
-    if not topology:
-        return None
-    if not isinstance(topology, list) or len(topology) != 1 or not isinstance(topology[0], Mapping):
-        raise TopologyError(
-            "spec.schedulingConstraints.topology must list exactly one {key: <node label>}"
-        )
-    key = topology[0].get("key")
-    if not isinstance(key, str) or not key:
-        raise TopologyError("spec.schedulingConstraints.topology[0].key must be a node label key")
-    return TopologyConstraint(key, True, origin="PodGroup spec.schedulingConstraints.topology")
-
-
-def constraint_from_volcano(spec: Mapping[str, Any]) -> TopologyConstraint | None:
-    """Volcano PodGroup: spec.networkTopology {mode: hard|soft, highestTierAllowed: N}."""
-    raw = spec.get("networkTopology")
-    if not raw:
-        return None
-    if not isinstance(raw, Mapping):
-        raise TopologyError("spec.networkTopology must be an object (mode, highestTierAllowed)")
-    mode = raw.get("mode") or "hard"
-    if mode not in ("hard", "soft"):
-        raise TopologyError(f"spec.networkTopology.mode must be hard or soft, got {mode!r:.40}")
-    if raw.get("highestTierName"):
-        raise TopologyError(
-            "spec.networkTopology.highestTierName names a Volcano HyperNode tier, which "
-            "gang-extender does not read: use highestTierAllowed (tier N is the N-th level of "
-            "--topology-levels above the node)"
-        )
-    tier = raw.get("highestTierAllowed", 1)
-    if not isinstance(tier, int) or isinstance(tier, bool) or tier < 1:
-        raise TopologyError(
-            f"spec.networkTopology.highestTierAllowed must be an integer >= 1, got {tier!r:.40}"
-        )
-    return TopologyConstraint(
-        "",
-        mode == "hard",
-        tier=tier,
-        origin=f"PodGroup spec.networkTopology mode {mode}, highestTierAllowed {tier}",
-    )
-
-
-def levels_to_try(constraint: TopologyConstraint, levels: Sequence[str]) -> tuple[list[str], bool]:
+def levels_to_try(
+    constraint: TopologyConstraint,
+    levels: Sequence[str],
+    tier_names: Mapping[str, int] | None = None,
+) -> tuple[list[str], bool]:
     """The levels a gang may be placed in, lowest first, and whether "anywhere" follows.
 
-    Volcano tiers count the configured levels above the node (the hostname
-    level is not a tier); a tier beyond the widest level is the widest level.
+    levels: the configured node labels, then the HyperNode tiers there are
+    (app/hypernode.py). Volcano tiers are the HyperNode tiers when there are
+    any (highestTierAllowed N: tiers 1..N; highestTierName: by spec.tierName),
+    else the configured levels above the node (the hostname level is not a
+    tier; a tier beyond the widest level is the widest level; a tier name is
+    a level's short name, e.g. `rack`). A tier name that names none: no level.
     """
-    if constraint.tier is not None:
-        tiers = [level for level in levels if level != HOSTNAME]
-        if not tiers:
-            return [], not constraint.required
+    hyper = [level for level in levels if tier_of(level) is not None]
+    plain = [level for level in levels if tier_of(level) is None]
+    if constraint.tier is not None or constraint.tier_name:
+        if hyper:
+            tiers = hyper
+            highest = (
+                (tier_names or {}).get(constraint.tier_name)
+                if constraint.tier_name
+                else constraint.tier
+            )
+            allowed = [level for level in hyper if highest and (tier_of(level) or 0) <= highest]
+        else:
+            tiers = [level for level in plain if level != HOSTNAME]
+            if constraint.tier_name:
+                short = [short_level(level) for level in tiers]
+                highest = (
+                    short.index(constraint.tier_name) + 1 if constraint.tier_name in short else 0
+                )
+            else:
+                highest = constraint.tier or 0
+            allowed = tiers[: min(highest, len(tiers))]
         if not constraint.required:
             return tiers, True
-        return tiers[: min(constraint.tier, len(tiers))], False
+        return allowed, False
     key = constraint.key
     if constraint.required:
         return [key], False
-    if key in levels:
-        return list(levels[levels.index(key) :]), True
+    if key in plain:
+        return list(plain[plain.index(key) :]), True
     return [key], True
 
 
@@ -261,13 +229,15 @@ def place(
     aging_seconds: float,
     allocatable: Sequence[Bin] = (),
     placed_nodes: Sequence[str] = (),
+    tier_names: Mapping[str, int] | None = None,
 ) -> Placed:
     """Admit `candidate` in one domain, trying levels lowest first and domains fullest first.
 
     placed_nodes: where the gang's placed members are; they pin the domain of
     each level (a restarted member goes back to its siblings' rack).
+    tier_names: HyperNode spec.tierName -> tier, for Volcano's highestTierName.
     """
-    tried, anywhere = levels_to_try(constraint, levels)
+    tried, anywhere = levels_to_try(constraint, levels, tier_names)
     labels = {b.name: b.labels for b in (*free, *allocatable)}
 
     def labels_of(node: str) -> Mapping[str, str]:
@@ -330,6 +300,7 @@ def fits_one_domain(
     levels: Sequence[str],
     free: Sequence[Bin],
     placed_nodes: Sequence[str] = (),
+    tier_names: Mapping[str, int] | None = None,
 ) -> bool:
     """Could the gang be admitted in one domain of its levels with the room free now?
 
@@ -337,8 +308,40 @@ def fits_one_domain(
     domain can hold now must not be counted as taking the room it would
     take anywhere, nor, once aged, hold back the gangs behind it.
     """
-    placed = place(candidate, constraint, levels, free, [], [], 0.0, 0.0, (), placed_nodes)
+    placed = place(
+        candidate, constraint, levels, free, [], [], 0.0, 0.0, (), placed_nodes, tier_names
+    )
     return placed.decision.verdict is Ruling.ADMIT
+
+
+def placed_domain(
+    constraint: TopologyConstraint,
+    levels: Sequence[str],
+    nodes: Sequence[str],
+    labels_of: Callable[[str], Mapping[str, str]],
+    tier_names: Mapping[str, int] | None = None,
+) -> Domain | None:
+    """The lowest domain of the gang's levels that every node in `nodes` is in; None: none."""
+    if not nodes:
+        return None
+    for level in levels_to_try(constraint, levels, tier_names)[0]:
+        value = common_domain(nodes, labels_of, level)
+        if value is not None:
+            return Domain(level, value)
+    return None
+
+
+def placed_message(key: str, constraint: TopologyConstraint, domain: Domain | None) -> str:
+    """Where a gang with a topology constraint was placed (Event, log, PodGroup condition)."""
+    if domain is None:
+        return (
+            f"gang {key} is placed anywhere: no single domain of its levels has room for it "
+            f"now ({constraint.describe()})"
+        )
+    return (
+        f"gang {key} is placed in {domain.describe()} "
+        f"({short_level(domain.level)} = {level_origin(domain.level)}), {constraint.describe()}"
+    )
 
 
 def _no_domain_message(
@@ -357,13 +360,18 @@ def _no_domain_message(
     )
     if placed_nodes:
         text += f", with its members already placed on {', '.join(sorted(set(placed_nodes))[:5])}"
+    if not tried and constraint.tier_name:
+        return text + (
+            f"; highestTierName {constraint.tier_name} names no tier: no HyperNode has "
+            f"spec.tierName {constraint.tier_name} and no level of --topology-levels is called so"
+        )
     if not tried:
         return text + "; no topology level is configured above the node (--topology-levels)"
     if closest is None:
         return (
-            text + f"; no {where} has that much free now (nodes without the label "
-            f"{tried[-1]} belong to none); it stays pending, nothing is reserved, and is "
-            "retried as capacity frees"
+            text + f"; no {where} has that much free now (nodes without the "
+            f"{level_origin(tried[-1])} belong to none); it stays pending, nothing is "
+            "reserved, and is retried as capacity frees"
         )
     domain, decision = closest
     return (
@@ -376,28 +384,10 @@ def domain_message(
     group_key: str, domain: Domain, constraint: TopologyConstraint, node_value: str | None
 ) -> str:
     """What a node outside the gang's domain is told (kubectl describe pod)."""
-    where = (
-        f"this node is in {short_level(domain.level)} {node_value}"
-        if node_value
-        else f"this node has no label {domain.level}"
-    )
+    if node_value:
+        where = f"this node is in {short_level(domain.level)} {node_value}"
+    elif tier_of(domain.level) is not None:
+        where = f"this node is in no {short_level(domain.level)}"
+    else:
+        where = f"this node has no label {domain.level}"
     return f"gang {group_key} is placed in {domain.describe()}, {constraint.describe()}; {where}"
-
-
-def constraint_of(
-    own: TopologyConstraint | None,
-    member_constraints: Iterable[tuple[str, TopologyConstraint | None]],
-    pod: TopologyConstraint | None = None,
-) -> TopologyConstraint | None:
-    """A gang's constraint: its group object's (`own`), else its members' annotations.
-
-    member_constraints: (pod key, its annotations' constraint); the first pod
-    by name that has one decides, so every member agrees.
-    """
-    if own is not None:
-        return own
-    for _, constraint in sorted(
-        ((k, c) for k, c in member_constraints if c is not None), key=lambda kc: kc[0]
-    ):
-        return constraint
-    return pod

@@ -26,11 +26,12 @@ from app.admission import Admission, WaitPolicy
 from app.arbiter import Arbiter
 from app.extender import GangExtender
 from app.gate import PermitGate
-from app.groups import POD_GROUP_LABEL
+from app.groups import POD_GROUP_LABEL, SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS
 from app.metrics import Metrics
 from app.routes import create_app
 from app.state import ClusterState
-from app.topology import HOSTNAME, KUEUE_PREFERRED, KUEUE_REQUIRED, ZONE
+from app.topology import HOSTNAME, ZONE
+from app.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
 
 
 def node(i: int) -> dict[str, Any]:
@@ -386,6 +387,14 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     whole-gang check over every node, then per candidate domain.
     """
     rack, block = "example.com/rack", "example.com/block"
+
+    def member(group: str, i: int) -> dict[str, Any]:
+        if group != "hypernode":
+            return pod(f"{group}-{i}", group=group)
+        raw = pod(f"{group}-{i}")
+        raw["metadata"]["annotations"] = {VOLCANO_GROUP_ANNOTATIONS[0]: group}
+        return raw
+
     state = ClusterState()
     labelled = []
     for i in range(nodes):
@@ -399,16 +408,57 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
         labelled.append(raw)
     state.replace_nodes(labelled)
     state.replace_pods([pod(f"p{i}", node_name=f"node-{i % nodes}") for i in range(pods)])
-    constraints = {"flat": None, "required": KUEUE_REQUIRED, "preferred": KUEUE_PREFERRED}
+    constraints = {
+        "flat": None,
+        "required": KUEUE_REQUIRED,
+        "preferred": KUEUE_PREFERRED,
+        "hypernode": None,
+    }
     for name, annotation in constraints.items():
         meta: dict[str, Any] = {"name": name, "namespace": "bench", "uid": f"pg-{name}"}
         if annotation:
             meta["annotations"] = {annotation: rack}
-        state.apply_podgroup({"metadata": meta, "spec": {"minMember": 8}})
+        if name == "hypernode":
+            # Volcano hard, tier 1: the tier-1 HyperNodes below (one per rack).
+            spec = {"minMember": 8, "networkTopology": {"mode": "hard", "highestTierAllowed": 1}}
+            state.apply_podgroup({"metadata": meta, "spec": spec}, SOURCE_VOLCANO)
+        else:
+            state.apply_podgroup({"metadata": meta, "spec": {"minMember": 8}})
         for i in range(8):
-            raw = pod(f"{name}-{i}", group=name)
+            raw = member(name, i)
             raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "40"
             state.apply_pod(raw)
+    # The racks and blocks again as Volcano HyperNodes (tier 1: a rack's 20 nodes by
+    # exact name; tier 2: a block's racks), read as the watch would deliver them.
+    hypernodes = [
+        {
+            "metadata": {"name": f"hn-r{r}"},
+            "spec": {
+                "tier": 1,
+                "members": [
+                    {"type": "Node", "selector": {"exactMatch": {"name": f"node-{i}"}}}
+                    for i in range(r * 20, min(nodes, (r + 1) * 20))
+                ],
+            },
+        }
+        for r in range((nodes + 19) // 20)
+    ] + [
+        {
+            "metadata": {"name": f"hn-b{b}"},
+            "spec": {
+                "tier": 2,
+                "members": [
+                    {"type": "HyperNode", "selector": {"exactMatch": {"name": f"hn-r{r}"}}}
+                    for r in range(b * 10, min((nodes + 19) // 20, (b + 1) * 10))
+                ],
+            },
+        }
+        for b in range((nodes + 199) // 200)
+    ]
+    began = time.perf_counter()
+    state.replace_hypernodes(hypernodes)
+    relabel_ms = (time.perf_counter() - began) * 1000
+    print(f"  {'HyperNodes read, every node relabelled':<58} {relabel_ms:8.1f} ms")
     metrics = Metrics()
     admission = Admission(3)
     gate = PermitGate(state, admission, NullApi(), metrics)
@@ -426,8 +476,7 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     ) as client:
         for name in constraints:
             bodies = [
-                json.dumps({"Pod": pod(f"{name}-{i}", group=name), "NodeNames": names}).encode()
-                for i in range(2)
+                json.dumps({"Pod": member(name, i), "NodeNames": names}).encode() for i in range(2)
             ]
             samples: list[float] = []
             for i in range(runs):
@@ -438,6 +487,7 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
             out[f"filter_gang_admit_topology_{name}"] = report(
                 f"filter, fresh gang of 8, topology {name} (rack of 20)", samples
             )
+    out["hypernodes_relabel_ms"] = relabel_ms
     out["ratio_filter_p99_topology_required_vs_flat"] = (
         out["filter_gang_admit_topology_required"]["p99_ms"]
         / out["filter_gang_admit_topology_flat"]["p99_ms"]

@@ -12,6 +12,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from app import hypernode
 from app.config import Settings
 from app.groups import (
     GROUP_APIS,
@@ -44,37 +45,8 @@ def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozen
         if mode == "off":
             log.info("%s PodGroups (%s) are off: %s off", source, api.api_version, flag)
             continue
-        try:
-            response: Any = custom.list_cluster_custom_object(
-                api.group,
-                api.version,
-                api.plural,
-                limit=1,
-                _preload_content=False,
-                _request_timeout=10,
-            )
-            response.release_conn()
-        except ApiException as err:
-            if err.status == 404:
-                log.info(
-                    "%s PodGroups are off: the API server does not serve %s %s",
-                    source,
-                    api.api_version,
-                    api.plural,
-                )
-                continue
-            if err.status == 403:
-                log.warning(
-                    "%s PodGroups are off: listing %s %s is forbidden; grant get, list and "
-                    "watch on it to this ServiceAccount, or set %s off",
-                    source,
-                    api.api_version,
-                    api.plural,
-                    flag,
-                )
-                continue
-            raise
-        sources.add(source)
+        if _served(custom, api.group, api.version, api.plural, f"{source} PodGroups", flag):
+            sources.add(source)
     if SOURCE_NATIVE in sources:
         log.info(
             "native PodGroups are gated by gang-extender: the kube-scheduler profile that "
@@ -83,3 +55,59 @@ def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozen
         )
     log.info("group sources in use: %s", ", ".join(sorted(sources)) or "none")
     return frozenset(sources)
+
+
+def hypernodes_served(custom: k8s.CustomObjectsApi, sources: frozenset[str]) -> bool:
+    """Read Volcano HyperNodes: Volcano PodGroups are in use and the API server serves them.
+
+    Blocking (start-up). Without them Volcano's networkTopology tiers are the
+    levels of --topology-levels above the node.
+    """
+    if SOURCE_VOLCANO not in sources:
+        return False
+    served = _served(
+        custom,
+        hypernode.API_GROUP,
+        hypernode.API_VERSION,
+        hypernode.PLURAL,
+        "Volcano HyperNodes",
+        "--volcano-podgroups",
+    )
+    if served:
+        log.info("Volcano HyperNodes are read: their tiers are the levels of networkTopology")
+    return served
+
+
+def _served(
+    custom: k8s.CustomObjectsApi, group: str, version: str, plural: str, what: str, flag: str
+) -> bool:
+    """Does the API server answer a list of these objects (404: not installed; 403: no RBAC)?"""
+    try:
+        response: Any = custom.list_cluster_custom_object(
+            group,
+            version,
+            plural,
+            limit=1,
+            _preload_content=False,
+            _request_timeout=10,
+        )
+        response.release_conn()
+    except ApiException as err:
+        if err.status == 404:
+            log.info(
+                "%s are off: the API server does not serve %s/%s %s", what, group, version, plural
+            )
+            return False
+        if err.status == 403:
+            log.warning(
+                "%s are off: listing %s/%s %s is forbidden; grant get, list and watch on it to "
+                "this ServiceAccount, or set %s off",
+                what,
+                group,
+                version,
+                plural,
+                flag,
+            )
+            return False
+        raise
+    return True

@@ -7,12 +7,18 @@ levels hostname, rack, block, zone.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import time
+import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
+from app import hypernode
 from app.groups import (
     KUEUE_GROUP_LABEL,
     KUEUE_TOTAL_COUNT_ANNOTATION,
@@ -22,8 +28,10 @@ from app.groups import (
     VOLCANO_API,
     VOLCANO_GROUP_ANNOTATIONS,
     XK8S_API,
+    GroupApi,
 )
-from app.topology import HOSTNAME, KUEUE_PREFERRED, KUEUE_REQUIRED, ZONE
+from app.topology import HOSTNAME, ZONE
+from app.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
 from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import Extender
@@ -98,6 +106,14 @@ def x_k8s_gang(
         kube.create_pod(namespace, f"{name}-{i}", group=name, cpu=cpu)
 
 
+def placed_condition(kube: Kube, api: GroupApi, namespace: str, name: str) -> dict[str, Any] | None:
+    """The PodGroup's TopologyPlaced condition, once gang-extender wrote it."""
+    status = kube.group_object(api, namespace, name).get("status") or {}
+    return next(
+        (c for c in status.get("conditions") or () if c.get("type") == "TopologyPlaced"), None
+    )
+
+
 def test_required_rack_gang_lands_in_one_rack(
     kube: Kube, namespace: str, racks: list[str], extender: Extender
 ) -> None:
@@ -109,6 +125,37 @@ def test_required_rack_gang_lands_in_one_rack(
     )
     assert f"gang {namespace}/train is placed in rack {rack}" in event
     assert extender.sample("gang_extender_topology_placements_total", level=RACK) >= 1
+    condition = wait_for(
+        functools.partial(placed_condition, kube, XK8S_API, namespace, "train"),
+        30,
+        "the PodGroup's TopologyPlaced condition",
+    )
+    assert condition["status"] == "True" and condition["reason"] == "InOneDomain", condition
+    assert f"placed in rack {rack} (rack = node label {RACK})" in condition["message"]
+
+
+def test_without_gang_feasibility_required_rack_is_still_honoured(
+    kube: Kube, namespace: str, racks: list[str], extender: Extender
+) -> None:
+    """--gang-feasibility=false: a gang with a required rack is still placed as a whole in
+    one rack, and one no rack can hold stays pending with nothing bound."""
+    extender.restart(*extender.extra_args, "--gang-feasibility", "false")
+    try:
+        x_k8s_gang(kube, namespace, "train", 4, "1", {KUEUE_REQUIRED: RACK})
+        bound = wait_bound(kube, namespace, "train-", 4)
+        assert len(domains(bound, RACK)) == 1, bound
+        x_k8s_gang(kube, namespace, "wide", 5, "1", {KUEUE_REQUIRED: RACK})
+        wait_for(
+            functools.partial(told, kube, namespace, f"gang {namespace}/wide needs its 5"),
+            30,
+            "the wide gang's FailedScheduling message",
+        )
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert not [p for p in kube.bound(namespace) if p.startswith("wide-")]
+            time.sleep(0.3)
+    finally:
+        extender.restart(*extender.extra_args[:-2])
 
 
 def test_gang_no_rack_can_hold_stays_pending_with_the_message(
@@ -322,3 +369,114 @@ def test_a_member_created_later_follows_its_bound_siblings_rack(
     kube.create_pod(namespace, "train-4", group="train", cpu="1")
     again = wait_bound(kube, namespace, "train-", 4)
     assert domains(again, RACK) == {"z0b0r1"}, again
+
+
+# ---- Volcano HyperNodes ------------------------------------------------------------------
+
+# Three nodes that no rack label groups (two of rack z0b0r0, one of z0b0r1), by exact name.
+WIDE_LEAF = [node_name(0, 0, 0, 0), node_name(0, 0, 0, 1), node_name(0, 0, 1, 0)]
+
+
+def hypernode_body(name: str, tier: int, tier_name: str, members: list[Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{hypernode.API_GROUP}/{hypernode.API_VERSION}",
+        "kind": "HyperNode",
+        "metadata": {"name": name},
+        "spec": {"tier": tier, "tierName": tier_name, "members": members},
+    }
+
+
+def extender_hypernodes(extender: Extender) -> dict[str, int]:
+    with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=10) as response:
+        cached: dict[str, int] = json.loads(response.read())["hypernodes"]
+        return cached
+
+
+@pytest.fixture
+def hypernodes(kube: Kube, racks: list[str], extender: Extender) -> Iterator[dict[str, int]]:
+    """A tier-1 leaf over WIDE_LEAF (exact names), one over rack z1b1r1 (node labels), and
+    a tier-2 spine over both (regex on hypernode names). Deleted afterwards: the other
+    tests' Volcano tiers are the rack labels."""
+    bodies = [
+        hypernode_body(
+            "leaf-wide",
+            1,
+            "leaf",
+            [{"type": "Node", "selector": {"exactMatch": {"name": n}}} for n in WIDE_LEAF],
+        ),
+        hypernode_body(
+            "leaf-z1b1r1",
+            1,
+            "leaf",
+            [{"type": "Node", "selector": {"labelMatch": {"matchLabels": {RACK: "z1b1r1"}}}}],
+        ),
+        hypernode_body(
+            "spine",
+            2,
+            "spine",
+            [{"type": "HyperNode", "selector": {"regexMatch": {"pattern": "^leaf-"}}}],
+        ),
+    ]
+    api = (hypernode.API_GROUP, hypernode.API_VERSION, hypernode.PLURAL)
+    expected = {"leaf-wide": 1, "leaf-z1b1r1": 1, "spine": 2}
+    try:
+        for body in bodies:
+            kube.custom.create_cluster_custom_object(*api, body)
+        wait_for(lambda: extender_hypernodes(extender) == expected, 30, "the extender's HyperNodes")
+        yield expected
+    finally:
+        for body in bodies:
+            with contextlib.suppress(ApiException):
+                kube.custom.delete_cluster_custom_object(*api, body["metadata"]["name"])
+        wait_for(lambda: extender_hypernodes(extender) == {}, 30, "the HyperNodes gone")
+
+
+def volcano_gang(
+    kube: Kube, namespace: str, name: str, size: int, topology: dict[str, Any]
+) -> None:
+    create_group(
+        kube.custom,
+        VOLCANO_API,
+        namespace,
+        name,
+        {"minMember": size, "queue": "default", "networkTopology": topology},
+    )
+    for i in range(size):
+        kube.create_pod(
+            namespace, f"{name}-{i}", cpu="1", annotations={VOLCANO_GROUP_ANNOTATIONS[0]: name}
+        )
+
+
+def test_volcano_hard_gang_is_placed_inside_one_tier_1_hypernode(
+    kube: Kube, namespace: str, hypernodes: dict[str, int]
+) -> None:
+    """5 x 1 CPU: no rack (4 CPUs) holds it, the 3-node leaf (6 CPUs) does. A 5-member gang
+    asking for tier `leaf` by name then finds no leaf with room (1 + 4 CPUs left) and
+    stays pending, with nothing bound, though the spine would hold it."""
+    volcano_gang(kube, namespace, "wide", 5, {"mode": "hard", "highestTierAllowed": 1})
+    bound = wait_bound(kube, namespace, "wide-", 5)
+    assert set(bound.values()) <= set(WIDE_LEAF), bound
+    event = wait_for(
+        functools.partial(told, kube, namespace, "TopologyPlaced"), 30, "the TopologyPlaced event"
+    )
+    assert f"gang volcano:{namespace}/wide is placed in tier-1 hypernode leaf-wide" in event
+    condition = wait_for(
+        functools.partial(placed_condition, kube, VOLCANO_API, namespace, "wide"),
+        30,
+        "the Volcano PodGroup's TopologyPlaced condition",
+    )
+    assert condition["status"] == "True", condition
+    assert (
+        "tier-1 hypernode leaf-wide (tier-1 hypernode = HyperNode tier 1)" in condition["message"]
+    )
+    volcano_gang(kube, namespace, "next", 5, {"mode": "hard", "highestTierName": "leaf"})
+    message = wait_for(
+        functools.partial(told, kube, namespace, f"gang volcano:{namespace}/next needs its 5"),
+        30,
+        "the pending gang's FailedScheduling message",
+    )
+    assert "in one tier-1 hypernode" in message and "stays pending" in message, message
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        assert not [p for p in kube.bound(namespace) if p.startswith("next-")]
+        time.sleep(0.3)

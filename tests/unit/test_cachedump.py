@@ -27,4 +27,6 @@ def test_snapshot_holds_identity_version_and_placement_of_every_object() -> None
         },
         "nodes": ["n1", "n2"],
         "podgroups": {"default/g": "pg-g"},
+        "hypernodes": {},
+        "hypernode_errors": {},
     }

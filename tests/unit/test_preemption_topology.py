@@ -8,7 +8,8 @@ from app.observer import NullObserver
 from app.packing import Demand
 from app.preemption import Candidate, PreemptionPlans, Preemptor, VictimPolicy
 from app.state import ClusterState
-from app.topology import HOSTNAME, KUEUE_REQUIRED, ZONE
+from app.topology import HOSTNAME, ZONE
+from app.topology_sources import KUEUE_REQUIRED
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
 

@@ -23,21 +23,23 @@ from app.preemption_planner import Evictable, plan_in_domains
 from app.state import pod_record_from, podgroup_record_from
 from app.topology import (
     DEFAULT_LEVELS,
-    KUEUE_PREFERRED,
-    KUEUE_REQUIRED,
     Domain,
     TopologyConstraint,
     TopologyError,
-    constraint_from_annotations,
-    constraint_from_native,
-    constraint_from_volcano,
-    constraint_of,
     domain_message,
     fullest_first,
     levels_to_try,
     parse_levels,
     place,
     with_key,
+)
+from app.topology_sources import (
+    KUEUE_PREFERRED,
+    KUEUE_REQUIRED,
+    constraint_from_annotations,
+    constraint_from_native,
+    constraint_from_volcano,
+    constraint_of,
 )
 
 RACK = "example.com/rack"
@@ -121,8 +123,14 @@ def test_volcano_network_topology_hard_and_soft() -> None:
         constraint_from_volcano({"networkTopology": {"mode": "strict"}})
     with pytest.raises(TopologyError, match="highestTierAllowed"):
         constraint_from_volcano({"networkTopology": {"highestTierAllowed": 0}})
-    with pytest.raises(TopologyError, match="use highestTierAllowed"):
-        constraint_from_volcano({"networkTopology": {"mode": "hard", "highestTierName": "spine"}})
+    named = constraint_from_volcano(
+        {"networkTopology": {"mode": "hard", "highestTierName": "spine"}}
+    )
+    assert named is not None and named.required and named.tier_name == "spine"
+    with pytest.raises(TopologyError, match="set one"):
+        constraint_from_volcano(
+            {"networkTopology": {"highestTierAllowed": 1, "highestTierName": "spine"}}
+        )
 
 
 def test_kueue_annotations_required_wins_over_preferred() -> None:

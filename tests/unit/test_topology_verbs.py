@@ -8,9 +8,11 @@ from app.admission import Admission, WaitPolicy
 from app.arbiter import Arbiter
 from app.extender import GangExtender
 from app.gate import PermitGate
+from app.groups import SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS
 from app.metrics import Metrics
 from app.state import ClusterState
-from app.topology import HOSTNAME, KUEUE_REQUIRED, ZONE
+from app.topology import HOSTNAME, ZONE
+from app.topology_sources import KUEUE_REQUIRED
 from app.wire import ExtenderArgs
 from tests.unit.builders import node, pod
 from tests.unit.fakes import FakePodApi
@@ -22,7 +24,8 @@ NODES = ("a1", "a2", "b1", "b2")
 class World:
     """Racks a (a1, a2) and b (b1, b2) of two 4-CPU nodes; a1 runs a 2-CPU pod."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_gang: bool = True) -> None:
+        """every_gang: --gang-feasibility."""
         self.state = ClusterState()
         nodes = []
         for name in NODES:
@@ -42,6 +45,7 @@ class World:
             lambda spec: 30.0,
             levels=(HOSTNAME, RACK, ZONE),
             metrics=self.metrics,
+            every_gang=every_gang,
         )
         self.extender = GangExtender(
             self.state, admission, gate, api, self.metrics, WaitPolicy(60, 80), arbiter=self.arbiter
@@ -124,3 +128,68 @@ def test_a_gang_no_rack_can_hold_takes_no_room_from_the_gangs_behind_it() -> Non
     admitted = world.filter(raw)
     assert admitted["NodeNames"] == list(NODES)
     assert "default/y" in world.arbiter.claims
+
+
+def test_without_gang_feasibility_a_topology_gang_is_still_placed_in_one_rack() -> None:
+    """--gang-feasibility=false: a gang with a required rack is still placed as a whole in
+    one rack (or turned away naming the level); a gang without one goes member by member."""
+    world = World(every_gang=False)
+    for i in range(2):
+        world.state.apply_pod(world.member(f"train-{i}"))
+    held = world.filter(world.member("train-0"))
+    assert held["NodeNames"] == ["a1", "a2"] and "default/train" in world.arbiter.claims
+    too_big = World(every_gang=False)
+    for i in range(2):
+        raw = too_big.member(f"train-{i}")
+        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "5"
+        too_big.state.apply_pod(raw)
+    refused = too_big.filter(raw)
+    assert refused["NodeNames"] == []
+    assert "in one rack (required by topology key" in next(
+        iter(refused["FailedAndUnresolvableNodes"].values())
+    )
+    # The same 5-CPU gang without a constraint: no whole-gang check, every node passes on.
+    plain = World(every_gang=False)
+    for i in range(2):
+        raw = pod(f"big-{i}", light=("big", "2"), cpu="5")
+        plain.state.apply_pod(raw)
+    assert plain.filter(raw)["NodeNames"] == list(NODES)
+    assert not plain.arbiter.claims and not plain.arbiter.waiting
+
+
+def test_a_volcano_gang_is_held_to_its_hypernode_with_full_node_objects_in_the_request() -> None:
+    """nodeCacheCapable=false: the request's Node objects carry no HyperNode tier label;
+    the filter reads the tier from its own records."""
+    world = World()
+    world.state.replace_hypernodes(
+        [
+            {
+                "metadata": {"name": "leaf-x"},
+                "spec": {
+                    "tier": 1,
+                    "members": [
+                        {"type": "Node", "selector": {"regexMatch": {"pattern": "^(a2|b1)$"}}}
+                    ],
+                },
+            }
+        ]
+    )
+    world.state.apply_podgroup(
+        {
+            "metadata": {"namespace": "default", "name": "job", "uid": "pg-job"},
+            "spec": {"minMember": 2, "networkTopology": {"mode": "hard"}},
+        },
+        SOURCE_VOLCANO,
+    )
+    members = []
+    for i in range(2):
+        raw = pod(f"job-{i}", cpu="2")
+        raw["metadata"]["annotations"] = {VOLCANO_GROUP_ANNOTATIONS[0]: "job"}
+        world.state.apply_pod(raw)
+        members.append(raw)
+    nodes = [node(name) for name in NODES]
+    result = world.extender.filter(ExtenderArgs(members[0], None, nodes))
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["a2", "b1"]
+    assert result["FailedAndUnresolvableNodes"]["a1"].endswith(
+        "this node is in no tier-1 hypernode"
+    )
