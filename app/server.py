@@ -40,7 +40,7 @@ from app.groups import (
 )
 from app.kube.aio import AsyncApiClient, uses_proxy
 from app.kube.client import ThreadedRequests, api_client
-from app.kube.discovery import discover_sources
+from app.kube.discovery import discover_queues, discover_sources
 from app.kube.events import KubeEventWriter
 from app.kube.pods import PodApi
 from app.kube.reflector import Reflector, Sink
@@ -56,6 +56,9 @@ from app.leader import (
 from app.metrics import Metrics
 from app.observer import Observers
 from app.preemption import PreemptionPlans, VictimPolicy
+from app.queue_book import QueueBook
+from app.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
+from app.reclaimer import Reclaimer
 from app.routes import ExtenderApp, VerbGuard, create_app
 from app.scoring import ScoringPolicy
 from app.state import ClusterState
@@ -125,6 +128,19 @@ def _podgroup_sink(
         delete,
         lambda: sum(1 for r in state.podgroups.values() if r.source == source),
     )
+
+
+def _queue_sink(book: QueueBook, changed: Callable[[], None]) -> Sink:
+    """Queue objects into the book; any change may let gangs in line in (or hold them)."""
+
+    def then(apply: Callable[[Any], None]) -> Callable[[Any], None]:
+        def run(arg: Any) -> None:
+            apply(arg)
+            changed()
+
+        return run
+
+    return Sink(then(book.replace), then(book.upsert), then(book.delete), lambda: len(book.specs))
 
 
 async def freeze_heap_when_synced(
@@ -256,6 +272,9 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         deleter=api,
         victims=plans,
     )
+    # Teams' shares and reclaim: idle until a Queue object exists (app/queue_book.py).
+    queues = QueueBook(state, overcommit=settings.queue_overcommit_factor, metrics=metrics)
+    reclaimer = Reclaimer(state, api, observer, metrics=metrics)
     arbiter = (
         Arbiter(
             state,
@@ -267,6 +286,8 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             aging_seconds=settings.gang_aging_seconds,
             levels=settings.levels,
             metrics=metrics,
+            queues=queues,
+            reclaimer=reclaimer,
         )
         if settings.gang_feasibility
         else None
@@ -354,6 +375,16 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             path = f"/apis/{group_api.group}/{group_api.version}/{group_api.plural}"
             sink = _podgroup_sink(state, admission, source, waker)
             reflectors.append(Reflector(reflector_kind(group_api), path, sink, requests, metrics))
+        if arbiter is not None and await asyncio.to_thread(discover_queues, custom, settings):
+            reflectors.append(
+                Reflector(
+                    "volcano-queues",
+                    f"/apis/{QUEUE_GROUP}/{QUEUE_VERSION}/{QUEUE_PLURAL}",
+                    _queue_sink(queues, arbiter.on_queues_changed),
+                    requests,
+                    metrics,
+                )
+            )
         if election is not None and settings.leader_election_lease:
             lease_ns, _sep, lease_name = settings.leader_election_lease.partition("/")
             reflectors.append(
@@ -379,6 +410,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             await gate.drain()
             await waker.drain()
             await follower.drain()
+            await reclaimer.drain()
             await status.stop()
             observer_executor.shutdown(wait=False, cancel_futures=True)
             await asyncio.gather(*(reflector.stop() for reflector in reflectors))

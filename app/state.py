@@ -30,6 +30,7 @@ from app.groups import (
     spec_from_labels,
 )
 from app.packing import Bin, Placement, Taint, placement_of, taints_of
+from app.queues import QUEUE_ANNOTATION
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
 from app.timestamps import parse_rfc3339
 from app.topology import TopologyConstraint, TopologyError, constraint_from_annotations
@@ -73,6 +74,8 @@ class PodRecord:
     nominated_node: str = ""
     # Kueue's podset topology annotations on the pod (app/topology.py), None: none.
     topology: TopologyConstraint | None = None
+    # The queue its gang joins (annotation scheduling.volcano.sh/queue-name), "": none named.
+    queue: str = ""
 
     @property
     def key(self) -> str:
@@ -473,10 +476,13 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
     group: GroupRef | None = None
     group_error: str | None = None
     topology: TopologyConstraint | None = None
+    queue = ""
     try:
         group = group_ref_of_pod(namespace, meta, spec, sources)
         if group is not None:
-            topology = constraint_from_annotations(meta.get("annotations"), "pod")
+            annotations = meta.get("annotations") or {}
+            queue = str(annotations.get(QUEUE_ANNOTATION) or "")
+            topology = constraint_from_annotations(annotations, "pod")
     except (GroupLabelError, TopologyError) as err:
         group_error = str(err)
     try:
@@ -512,6 +518,7 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
         placement=placement_of(spec),
         nominated_node=status.get("nominatedNodeName") or "",
         topology=topology,
+        queue=queue,
     )
 
 
@@ -567,6 +574,9 @@ def podgroup_record_from(raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> P
             annotated = constraint_from_annotations(meta.get("annotations"), "PodGroup")
             if annotated is not None:
                 spec = dataclasses.replace(spec, topology=annotated)
+        queue = (meta.get("annotations") or {}).get(QUEUE_ANNOTATION)
+        if spec is not None and spec.queue is None and isinstance(queue, str) and queue:
+            spec = dataclasses.replace(spec, queue=queue)
     except TopologyError as err:
         spec, error = None, f"PodGroup {key}: {err}"
     except PodGroupSpecError as err:

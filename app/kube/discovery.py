@@ -21,6 +21,7 @@ from app.groups import (
     SOURCE_VOLCANO,
     SOURCE_XK8S,
 )
+from app.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +84,37 @@ def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozen
         )
     log.info("group sources in use: %s", ", ".join(sorted(sources)) or "none")
     return frozenset(sources)
+
+
+def discover_queues(custom: k8s.CustomObjectsApi, settings: Settings) -> bool:
+    """Whether to watch Volcano Queues: --queues auto and the API server serves them.
+
+    Blocking (runs on a thread at start-up), like discover_sources.
+    """
+    if settings.queues == "off":
+        log.info("Volcano Queues are off: --queues off")
+        return False
+    try:
+        response: Any = custom.list_cluster_custom_object(
+            QUEUE_GROUP,
+            QUEUE_VERSION,
+            QUEUE_PLURAL,
+            limit=1,
+            _preload_content=False,
+            _request_timeout=10,
+        )
+        response.release_conn()
+    except ApiException as err:
+        if err.status in (403, 404):
+            log.info(
+                "Volcano Queues are off: listing %s/%s %s answered %d (not served, or not "
+                "granted get, list and watch)",
+                QUEUE_GROUP,
+                QUEUE_VERSION,
+                QUEUE_PLURAL,
+                err.status,
+            )
+            return False
+        raise
+    log.info("Volcano Queues watched: the cluster is shared by weight once a Queue exists")
+    return True

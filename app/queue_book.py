@@ -1,0 +1,269 @@
+"""Plumbing for queues: the Queue objects we watch, and each queue's share at this moment.
+
+The arbiter (app/arbiter.py) asks `assess()` on a gang's filter call: what
+every queue holds (placed members of its gangs, plus what admitted gangs
+were promised and have not placed yet), what its gangs in line ask for, and
+so what it deserves (app/queues.py). The answer says whether the gang may be
+admitted now, which gangs in line may, and the views reclaim works from.
+Queue objects arrive through a reflector (app/server.py wires it); with none
+at all `active` is False and the arbiter never calls here.
+
+No I/O: the reflector feeds `replace`/`upsert`/`delete`, metrics are set in
+memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.contention import Gang, Holder
+from app.groups import GroupSpec
+from app.metrics import Metrics
+from app.queues import (
+    DEFAULT_QUEUE,
+    QueueSpec,
+    QueueSpecError,
+    QueueView,
+    Running,
+    deserved_shares,
+    dims,
+    dominant_share,
+    enqueue,
+    queue_from,
+)
+from app.resources import Resources, add, format_resources, subtract
+from app.state import ClusterState, PodRecord
+
+log = logging.getLogger(__name__)
+
+# Metrics are set at most this often: a storm of filter calls costs one update.
+_PUBLISH_SECONDS = 1.0
+
+
+@dataclass(slots=True)
+class Assessment:
+    """The queues at one filter call: the candidate's answer and the line it may join."""
+
+    views: dict[str, QueueView]
+    capacity: Resources
+    # Why the candidate waits (None: its queue lets it in).
+    message: str | None
+    # The gangs in line whose queue lets them in (others cannot take room).
+    line: list[Gang]
+    queue: str
+    running: list[Running] = field(default_factory=list)
+
+
+class QueueBook:
+    def __init__(
+        self,
+        state: ClusterState,
+        *,
+        overcommit: float = 1.2,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._state = state
+        self.overcommit = overcommit
+        self._metrics = metrics
+        self._clock = clock
+        self.specs: dict[str, QueueSpec] = {}
+        self._published = -_PUBLISH_SECONDS
+        self.last: dict[str, QueueView] = {}
+
+    # ---- the reflector's sink ------------------------------------------------------
+
+    def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        self.specs = {}
+        for obj in objects:
+            self.upsert(obj)
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        try:
+            spec = queue_from(obj)
+        except QueueSpecError as err:
+            log.warning("%s; the queue is left out until it is fixed", err, extra={"verb": None})
+            return
+        self.specs[spec.name] = spec
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        self.specs.pop(str((obj.get("metadata") or {}).get("name") or ""), None)
+
+    @property
+    def active(self) -> bool:
+        """Queues count only once a Queue object exists."""
+        return bool(self.specs)
+
+    # ---- which queue -----------------------------------------------------------------
+
+    def queue_of(self, spec: GroupSpec | None, members: Sequence[PodRecord]) -> str:
+        """The group's spec.queue (or annotation), else a member's annotation, else default."""
+        if spec is not None and spec.queue:
+            return spec.queue
+        return next((p.queue for p in members if p.queue), DEFAULT_QUEUE)
+
+    def _queue_of_key(self, key: str, pod: PodRecord) -> str:
+        record = self._state.podgroups.get(key)
+        if record is not None and record.spec is not None and record.spec.queue:
+            return record.spec.queue
+        return pod.queue or DEFAULT_QUEUE
+
+    def _queues(self) -> dict[str, QueueSpec]:
+        queues = dict(self.specs)
+        queues.setdefault(DEFAULT_QUEUE, QueueSpec(DEFAULT_QUEUE))
+        return queues
+
+    # ---- the filter's question ---------------------------------------------------------
+
+    def assess(
+        self,
+        candidate: Gang | None,
+        queue: str,
+        line: Sequence[tuple[Gang, str]],
+        holders: Sequence[Holder],
+    ) -> Assessment:
+        """May `candidate` (of `queue`) be admitted, and which gangs of `line` may?
+
+        Without a candidate (waking the line) only the line is judged.
+        """
+        queues = self._queues()
+        capacity, allocated, running = self._tally(holders)
+        requests: dict[str, Resources] = {n: dict(v) for n, v in allocated.items()}
+        waiting: dict[str, list[Gang]] = {}
+        for gang, name in line:
+            add(requests.setdefault(name, {}), _request(gang))
+            waiting.setdefault(name, []).append(gang)
+        if candidate is not None:
+            add(requests.setdefault(queue, {}), _request(candidate))
+        deserved = deserved_shares(queues, requests, capacity)
+        views: dict[str, QueueView] = {}
+        for name, spec in queues.items():
+            mine = sorted(waiting.get(name, ()), key=_order)
+            views[name] = QueueView(
+                spec,
+                allocated.get(name, {}),
+                deserved[name],
+                _request(mine[0]) if mine else None,
+                len(mine),
+            )
+        self._publish(views)
+        message: str | None = None
+        if candidate is None:
+            pass
+        elif queue not in queues:
+            message = (
+                f"gang {candidate.key} names queue {queue}, which does not exist; create the "
+                f"Queue (scheduling.volcano.sh/v1beta1) or name another, the gang waits until then"
+            )
+        else:
+            message = enqueue(queue, _request(candidate), views, capacity, self.overcommit)
+            if message is not None:
+                message = f"gang {candidate.key} waits in its queue: {message}"
+        allowed = [
+            gang
+            for gang, name in line
+            if name in views
+            and enqueue(name, _request(gang), views, capacity, self.overcommit) is None
+        ]
+        return Assessment(views, capacity, message, allowed, queue, list(running.values()))
+
+    def share(self, placed: Iterable[PodRecord]) -> float:
+        """DRF: the dominant share of the cluster a gang's placed members hold."""
+        held: Resources = {}
+        for pod in placed:
+            add(held, pod.requests)
+        return dominant_share(held, self._state.total_allocatable())
+
+    def _tally(
+        self, holders: Sequence[Holder]
+    ) -> tuple[Resources, dict[str, Resources], dict[str, Running]]:
+        """(the capacity queues share, what each queue holds, the gangs holding nodes).
+
+        Pods in no gang are in no queue: what they take is not the queues' to share.
+        """
+        state = self._state
+        capacity = state.total_allocatable()
+        allocated: dict[str, Resources] = {}
+        held: dict[str, dict[str, Resources]] = {}
+        meta: dict[str, tuple[str, int, float]] = {}
+        for pod in state.pods.values():
+            if not pod.placed_node or pod.terminal or pod.key in state.leaving:
+                continue
+            if pod.group is None:
+                subtract(capacity, pod.requests)
+                continue
+            key = pod.group.key
+            name = self._queue_of_key(key, pod)
+            add(allocated.setdefault(name, {}), pod.requests)
+            add(held.setdefault(key, {}).setdefault(pod.placed_node, {}), pod.requests)
+            _, priority, created = meta.get(key, (name, pod.priority, pod.created))
+            meta[key] = (name, max(priority, pod.priority), max(created, pod.created))
+        for holder in holders:
+            members = state.members(holder.key)
+            name = self._queue_of_key(holder.key, members[0]) if members else DEFAULT_QUEUE
+            for amounts in holder.remaining.values():
+                add(allocated.setdefault(name, {}), amounts)
+        running: dict[str, Running] = {}
+        for key, (name, priority, latest) in meta.items():
+            record = state.podgroups.get(key)
+            created = record.created if record is not None and record.created else latest
+            total: Resources = {}
+            for amounts in held[key].values():
+                add(total, amounts)
+            running[key] = Running(key, name, priority, created, held[key], total)
+        return capacity, allocated, running
+
+    # ---- what users see ----------------------------------------------------------------
+
+    def _publish(self, views: Mapping[str, QueueView]) -> None:
+        self.last = dict(views)
+        now = self._clock()
+        if self._metrics is None or now - self._published < _PUBLISH_SECONDS:
+            return
+        self._published = now
+        m = self._metrics
+        for gauge in (m.queue_weight, m.queue_deserved, m.queue_allocated, m.queue_pending_gangs):
+            gauge.clear()
+        for name, view in views.items():
+            m.queue_weight.labels(name).set(view.spec.weight)
+            m.queue_pending_gangs.labels(name).set(view.waiting)
+            for r, amount in view.deserved.items():
+                m.queue_deserved.labels(name, r).set(amount / 1000)
+                m.queue_allocated.labels(name, r).set(view.allocated.get(r, 0) / 1000)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """For /debug/gangs: every queue as of the last filter call that looked at queues."""
+        capacity = self._state.total_allocatable()
+        return [
+            {
+                "queue": name,
+                "weight": view.spec.weight,
+                "state": view.spec.state,
+                "reclaimable": view.spec.reclaimable,
+                "capability": format_resources(view.spec.capability or {}) or None,
+                "guarantee": format_resources(view.spec.guarantee) or None,
+                "deserved": format_resources(view.deserved),
+                "allocated": format_resources(
+                    {r: v for r, v in view.allocated.items() if r in dims(capacity)}
+                ),
+                "pendingGangs": view.waiting,
+            }
+            for name, view in sorted(self.last.items())
+        ]
+
+
+def _request(gang: Gang) -> Resources:
+    """What a gang in line asks for: every member it has not placed yet."""
+    total: Resources = {}
+    for demand in gang.demands:
+        add(total, demand.requests)
+    return total
+
+
+def _order(gang: Gang) -> tuple[int, float, float, str]:
+    """Inside a queue: priority, then DRF (the gang holding less first), then age."""
+    return (-gang.priority, gang.share, gang.created, gang.key)
