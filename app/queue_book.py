@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.contention import Gang, Holder
-from app.groups import GroupSpec
+from app.groups import GroupSpec, PodGroupSpecError
 from app.metrics import Metrics
 from app.queues import (
     DEFAULT_QUEUE,
@@ -36,7 +36,7 @@ from app.queues import (
     queue_from,
 )
 from app.resources import Resources, add, format_resources, subtract
-from app.state import ClusterState, PodRecord
+from app.state import ClusterState, GroupNotFound, PodRecord
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,18 @@ class Assessment:
     line: list[Gang]
     queue: str
     running: list[Running] = field(default_factory=list)
+
+
+# A gang waiting: (-priority, created, key, what it asks for); sorts in queue order.
+_Waiting = tuple[int, float, str, Resources]
+
+
+@dataclass(slots=True)
+class _Tally:
+    capacity: Resources
+    allocated: dict[str, Resources]
+    running: dict[str, Running]
+    pending: dict[str, list[_Waiting]]
 
 
 class QueueBook:
@@ -131,23 +143,23 @@ class QueueBook:
         Without a candidate (waking the line) only the line is judged.
         """
         queues = self._queues()
-        capacity, allocated, running = self._tally(holders)
+        tally = self._tally(holders, candidate.key if candidate is not None else "")
+        capacity, allocated, running = tally.capacity, tally.allocated, tally.running
         requests: dict[str, Resources] = {n: dict(v) for n, v in allocated.items()}
-        waiting: dict[str, list[Gang]] = {}
-        for gang, name in line:
-            add(requests.setdefault(name, {}), _request(gang))
-            waiting.setdefault(name, []).append(gang)
+        for name, gangs in tally.pending.items():
+            for waiting in gangs:
+                add(requests.setdefault(name, {}), waiting[-1])
         if candidate is not None:
             add(requests.setdefault(queue, {}), _request(candidate))
         deserved = deserved_shares(queues, requests, capacity)
         views: dict[str, QueueView] = {}
         for name, spec in queues.items():
-            mine = sorted(waiting.get(name, ()), key=_order)
+            mine = sorted(tally.pending.get(name, ()), key=lambda w: w[:3])
             views[name] = QueueView(
                 spec,
                 allocated.get(name, {}),
                 deserved[name],
-                _request(mine[0]) if mine else None,
+                mine[0][-1] if mine else None,
                 len(mine),
             )
         self._publish(views)
@@ -178,25 +190,36 @@ class QueueBook:
             add(held, pod.requests)
         return dominant_share(held, self._state.total_allocatable())
 
-    def _tally(
-        self, holders: Sequence[Holder]
-    ) -> tuple[Resources, dict[str, Resources], dict[str, Running]]:
-        """(the capacity queues share, what each queue holds, the gangs holding nodes).
+    def _tally(self, holders: Sequence[Holder], candidate: str) -> _Tally:
+        """The capacity queues share, what each queue holds and waits for, who holds nodes.
 
-        Pods in no gang are in no queue: what they take is not the queues' to share.
+        Pods in no gang are in no queue: what they take is not the queues' to
+        share. Gangs waiting are every gang with pods not placed, enough of
+        them to be whole, no claim, not yet at minMember (kube-scheduler may
+        not have asked about them yet; they still count as their queue's demand).
         """
         state = self._state
         capacity = state.total_allocatable()
         allocated: dict[str, Resources] = {}
         held: dict[str, dict[str, Resources]] = {}
         meta: dict[str, tuple[str, int, float]] = {}
+        unplaced: dict[str, list[PodRecord]] = {}
+        placed: dict[str, int] = {}
         for pod in state.pods.values():
-            if not pod.placed_node or pod.terminal or pod.key in state.leaving:
+            if not pod.placed_node:
+                if pod.group is not None and pod.counts_as_member:
+                    unplaced.setdefault(pod.group.key, []).append(pod)
                 continue
+            if pod.terminal or pod.key in state.leaving:
+                continue
+            node = state.nodes.get(pod.placed_node)
+            if node is None or node.unschedulable:
+                continue  # outside the capacity as well
             if pod.group is None:
                 subtract(capacity, pod.requests)
                 continue
             key = pod.group.key
+            placed[key] = placed.get(key, 0) + 1
             name = self._queue_of_key(key, pod)
             add(allocated.setdefault(name, {}), pod.requests)
             add(held.setdefault(key, {}).setdefault(pod.placed_node, {}), pod.requests)
@@ -207,6 +230,33 @@ class QueueBook:
             name = self._queue_of_key(holder.key, members[0]) if members else DEFAULT_QUEUE
             for amounts in holder.remaining.values():
                 add(allocated.setdefault(name, {}), amounts)
+        claimed = {h.key for h in holders}
+        pending: dict[str, list[_Waiting]] = {}
+        for key, pods in unplaced.items():
+            if key in claimed or key == candidate:
+                continue
+            ref = pods[0].group
+            assert ref is not None
+            try:
+                spec = state.group_spec(ref)
+            except (GroupNotFound, PodGroupSpecError):
+                continue
+            have = placed.get(key, 0)
+            if have >= spec.min_member or have + len(pods) < spec.min_member:
+                continue  # whole already, or cannot be yet
+            request: Resources = {}
+            for pod in pods:
+                add(request, pod.requests)
+            record = state.podgroups.get(key)
+            created = record.created if record is not None and record.created else 0.0
+            pending.setdefault(self.queue_of(spec, pods), []).append(
+                (
+                    -max(p.priority for p in pods),
+                    created or min(p.created for p in pods),
+                    key,
+                    request,
+                )
+            )
         running: dict[str, Running] = {}
         for key, (name, priority, latest) in meta.items():
             record = state.podgroups.get(key)
@@ -215,7 +265,7 @@ class QueueBook:
             for amounts in held[key].values():
                 add(total, amounts)
             running[key] = Running(key, name, priority, created, held[key], total)
-        return capacity, allocated, running
+        return _Tally(capacity, allocated, running, pending)
 
     # ---- what users see ----------------------------------------------------------------
 
@@ -262,8 +312,3 @@ def _request(gang: Gang) -> Resources:
     for demand in gang.demands:
         add(total, demand.requests)
     return total
-
-
-def _order(gang: Gang) -> tuple[int, float, float, str]:
-    """Inside a queue: priority, then DRF (the gang holding less first), then age."""
-    return (-gang.priority, gang.share, gang.created, gang.key)
