@@ -42,7 +42,7 @@ from app.gate import PermitGate, SettleOutcome
 from app.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.metrics import Metrics
 from app.observer import GangObserver, NullObserver
-from app.packing import Bin, Demand, placement_of
+from app.packing import Bin, Demand, pack, placement_of
 from app.queue_book import Assessment, QueueBook
 from app.queues import starving
 from app.reclaimer import Reclaimer
@@ -137,6 +137,9 @@ class Arbiter:
         self._reclaimer = reclaimer
         # group key -> its queue, for the gangs of the latest line.
         self._queue_of: dict[str, str] = {}
+        # Gangs kube-scheduler found no node for (its own filters, before ours): may reclaim.
+        self._unplaced: dict[str, GroupRef] = {}
+        self._reclaim_check: asyncio.TimerHandle | None = None
         self.levels = levels
         self._metrics = metrics
         self._admission = admission
@@ -582,6 +585,16 @@ class Arbiter:
             self._schedule_reconsider()
         if new is None or old is None or new.group is None or new.uid != old.uid:
             return
+        if (
+            self.queues is not None
+            and self.queues.active
+            and new.unschedulable_message
+            and new.unschedulable_message != old.unschedulable_message
+            and not new.placed_node
+            and new.group.key not in self.claims
+        ):
+            self._unplaced[new.group.key] = new.group
+            self._schedule_reclaim_check()
         claim = self.claims.get(new.group.key)
         message = new.unschedulable_message
         if (
@@ -616,6 +629,56 @@ class Arbiter:
         if self.waker is not None:
             self.waker.wake_after(key, ttl + 0.1)
         self._schedule_reconsider()
+
+    # ---- reclaim for gangs kube-scheduler turned away itself ----------------------------
+
+    def _schedule_reclaim_check(self) -> None:
+        if self._reclaim_check is not None or self._reclaimer is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._reclaim_check = loop.call_later(0.1, self.check_reclaims)
+
+    def check_reclaims(self) -> None:
+        """Gangs kube-scheduler found no node for: reclaim for those of queues below their share.
+
+        When the cluster is full, kube-scheduler's own resource filter turns a
+        member away before our filter verb is asked, so the verb alone would
+        never see a gang that only reclaim can place. They join the line too,
+        to be woken when room frees.
+        """
+        self._reclaim_check = None
+        pending, self._unplaced = self._unplaced, {}
+        if self.queues is None or not self.queues.active:
+            return
+        now = self._clock()
+        for key, ref in pending.items():
+            if key in self.claims or key in self._admission.denied:
+                continue
+            try:
+                spec = self._state.group_spec(ref)
+            except (GroupNotFound, PodGroupSpecError):
+                continue
+            members = self._state.members(key)
+            if wholeness(spec, len(members)).missing:
+                continue
+            gang = self._gang(spec, None)
+            if gang.need <= 0:
+                continue
+            if key not in self.waiting:
+                self.waiting[key] = _Waiting(ref, now)
+                self._version += 1
+            free, _allocatable = self._bins()
+            holders = [self._holder(k, c) for k, c in self.claims.items()]
+            queue = self.queues.queue_of(spec, members)
+            queued = self._assess(gang, queue, self._line(exclude=key, free=free), holders)
+            if queued.message is not None:
+                continue
+            room, _index = room_left(free, holders)
+            if not pack(gang.demands, room, gang.need).fits:
+                self._reclaim(gang, queued, free, holders)
 
     # ---- waking the line -------------------------------------------------------------------
 

@@ -172,9 +172,7 @@ class QueueBook:
                 f"Queue (scheduling.volcano.sh/v1beta1) or name another, the gang waits until then"
             )
         else:
-            message = enqueue(queue, _request(candidate), views, capacity, self.overcommit)
-            if message is not None:
-                message = f"gang {candidate.key} waits in its queue: {message}"
+            message = self._in_turn(candidate, queue, tally.pending.get(queue, ()), views, capacity)
         allowed = [
             gang
             for gang, name in line
@@ -182,6 +180,42 @@ class QueueBook:
             and enqueue(name, _request(gang), views, capacity, self.overcommit) is None
         ]
         return Assessment(views, capacity, message, allowed, queue, list(running.values()))
+
+    def _in_turn(
+        self,
+        candidate: Gang,
+        queue: str,
+        pending: Sequence[_Waiting],
+        views: Mapping[str, QueueView],
+        capacity: Resources,
+    ) -> str | None:
+        """Why `candidate` waits, None: its queue lets it in, in its turn.
+
+        The gangs ahead of it in its own queue (priority, then age) that the
+        queue would admit come first: a younger gang must not take the
+        queue's last room while an older one waits for it.
+        """
+        request = _request(candidate)
+        alone = enqueue(queue, request, views, capacity, self.overcommit)
+        if alone is not None:
+            return f"gang {candidate.key} waits in its queue: {alone}"
+        mine = (-candidate.priority, candidate.created, candidate.key)
+        ahead = [
+            w
+            for w in pending
+            if w[:3] < mine and enqueue(queue, w[3], views, capacity, self.overcommit) is None
+        ]
+        together = dict(request)
+        for waiting in ahead:
+            add(together, waiting[3])
+        if not ahead or enqueue(queue, together, views, capacity, self.overcommit) is None:
+            return None
+        names = ", ".join(w[2] for w in sorted(ahead)[:3])
+        return (
+            f"gang {candidate.key} waits behind {len(ahead)} older or higher-priority gang(s) "
+            f"of queue {queue} ({names}{', ...' if len(ahead) > 3 else ''}): the queue's "
+            f"share has room for them first ({views[queue].describe()})"
+        )
 
     def share(self, placed: Iterable[PodRecord]) -> float:
         """DRF: the dominant share of the cluster a gang's placed members hold."""

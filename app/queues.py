@@ -16,8 +16,8 @@ a Volcano PodGroup's `spec.queue`, else the annotation
   that takes it up to deserved x overcommit (gangs come whole, so the last one
   may overshoot a little); a queue at or above its share admits more only
   while no other queue below its share has a gang waiting that it could admit
-  (work conserving). Never beyond the capability, nor into the guarantees
-  other queues have not used. A Closed queue admits nothing new.
+  (work conserving). Never beyond the capability, nor into the other
+  queues' guarantees. A Closed queue admits nothing new.
 - **Order inside a queue** (`dominant_share`): priority, then the job's
   dominant resource share (DRF: the gang that holds less goes first), then age.
 - **Reclaim** (`choose_victims`): for a gang of a queue below its share that
@@ -193,7 +193,14 @@ class QueueView:
     waiting: int = 0
 
     def below_share(self) -> bool:
-        return any(self.allocated.get(r, 0) < v for r, v in self.deserved.items() if v > 0)
+        """Below its deserved share in every resource it deserves some of.
+
+        Not "in any": where the cluster has plenty (memory, often) a queue
+        deserves all it asks for, and holds less of it whenever a gang waits;
+        the resource it is short of by its weight is what decides.
+        """
+        deserved = [(r, v) for r, v in self.deserved.items() if v > 0]
+        return bool(deserved) and all(self.allocated.get(r, 0) < v for r, v in deserved)
 
     def describe(self) -> str:
         held = format_resources({r: v for r, v in self.allocated.items() if r in self.deserved})
@@ -215,7 +222,9 @@ def _plus(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
 
 
 def ceiling(name: str, views: Mapping[str, QueueView], capacity: Mapping[str, int]) -> Resources:
-    """The most queue `name` may hold now: its capability, less others' unused guarantees."""
+    """The most queue `name` may hold: its capability, and the capacity less the
+    other queues' guarantees (Volcano's realCapability: a guarantee is kept
+    for its queue whether it uses it or not)."""
     spec = views[name].spec
     top = {r: capacity.get(r, 0) for r in dims(capacity)}
     for other, view in views.items():
@@ -223,7 +232,7 @@ def ceiling(name: str, views: Mapping[str, QueueView], capacity: Mapping[str, in
             continue
         for r, floor in view.spec.guarantee.items():
             if r in top:
-                top[r] -= max(floor - view.allocated.get(r, 0), 0)
+                top[r] -= floor
     if spec.capability is not None:
         for r, cap in spec.capability.items():
             top[r] = min(top.get(r, cap), cap)
@@ -265,7 +274,7 @@ def enqueue(
         why = "its capability" if view.spec.capability is not None else "the cluster"
         return (
             f"{view.describe()}; with this gang ({format_resources(_visible(request))}) it "
-            f"would exceed {format_resources(over)} ({why}, less other queues' unused "
+            f"would exceed {format_resources(over)} ({why}, less other queues' "
             f"guarantees); the gang waits until the queue's gangs finish"
         )
     if view.below_share() and _within(after, view.deserved, factor):
