@@ -247,6 +247,10 @@ class Arbiter:
             self._placed(spec.key, constraint, domain, pod.key)
         if self.waker is not None:
             self.waker.wake(spec.key, exclude_uid=pod.uid)
+        if queued is not None:
+            # Its queue's share grew: a gang of another queue that was waiting
+            # for this one to reach its share may go now, into room left free.
+            self._schedule_reconsider()
         return Verdict(True, FilterReason.CLAIMED)
 
     def _turn_away(

@@ -143,14 +143,20 @@ class QueueBook:
         Without a candidate (waking the line) only the line is judged.
         """
         queues = self._queues()
-        tally = self._tally(holders, candidate.key if candidate is not None else "")
+        tally = self._tally(holders)
         capacity, allocated, running = tally.capacity, tally.allocated, tally.running
         requests: dict[str, Resources] = {n: dict(v) for n, v in allocated.items()}
+        if candidate is not None:
+            # The candidate waits too (its queue may be the one others give way
+            # to); counted once, with what it asks for now.
+            mine = tally.pending.setdefault(queue, [])
+            mine[:] = [w for w in mine if w[2] != candidate.key]
+            mine.append(
+                (-candidate.priority, candidate.created, candidate.key, _request(candidate))
+            )
         for name, gangs in tally.pending.items():
             for waiting in gangs:
                 add(requests.setdefault(name, {}), waiting[-1])
-        if candidate is not None:
-            add(requests.setdefault(queue, {}), _request(candidate))
         deserved = deserved_shares(queues, requests, capacity)
         views: dict[str, QueueView] = {}
         for name, spec in queues.items():
@@ -224,7 +230,7 @@ class QueueBook:
             add(held, pod.requests)
         return dominant_share(held, self._state.total_allocatable())
 
-    def _tally(self, holders: Sequence[Holder], candidate: str) -> _Tally:
+    def _tally(self, holders: Sequence[Holder]) -> _Tally:
         """The capacity queues share, what each queue holds and waits for, who holds nodes.
 
         Pods in no gang are in no queue: what they take is not the queues' to
@@ -267,7 +273,7 @@ class QueueBook:
         claimed = {h.key for h in holders}
         pending: dict[str, list[_Waiting]] = {}
         for key, pods in unplaced.items():
-            if key in claimed or key == candidate:
+            if key in claimed:
                 continue
             ref = pods[0].group
             assert ref is not None

@@ -59,6 +59,8 @@ class Reclaimer:
         self._tasks = TaskSet()
         # needy gang key -> (until when, what is being reclaimed for it).
         self._under_way: dict[str, tuple[float, str]] = {}
+        # victim gang key -> until when: chosen once, not again while its pods leave.
+        self._evicting: dict[str, float] = {}
 
     async def drain(self) -> None:
         await self._tasks.drain()
@@ -79,6 +81,8 @@ class Reclaimer:
         under_way = self._under_way.get(gang.key)
         if under_way is not None and now < under_way[0]:
             return under_way[1]
+        self._evicting = {k: t for k, t in self._evicting.items() if t > now}
+        running = [r for r in running if r.key not in self._evicting]
         victims = choose_victims(queue, gang.demands, gang.need, room, running, views)
         if not victims:
             return None
@@ -89,6 +93,7 @@ class Reclaimer:
         if len(self._under_way) > 1000:
             self._under_way = {k: v for k, v in self._under_way.items() if v[0] > now}
         for key in victims:
+            self._evicting[key] = now + RECLAIM_WAIT_SECONDS
             pods = [p for p in self._state.members(key) if p.placed_node and not p.terminal]
             victim_queue = by_key[key].queue
             message = (

@@ -53,6 +53,22 @@ class Cluster:
             counts[gang] = counts.get(gang, 0) + 1
         return counts
 
+    def revive(self, done: set[str]) -> int:
+        """Recreate the pods of gangs reclaim evicted, as their Job's controller would."""
+        present = {p.metadata.name.rsplit("-", 1)[0] for p in self.kube.pods(self.namespace)}
+        revived = 0
+        for gang in self.gangs:
+            if gang not in done and gang not in present:
+                for i in range(MEMBERS):
+                    self.kube.create_pod(
+                        self.namespace,
+                        f"{gang}-{i}",
+                        annotations={VOLCANO_GROUP_ANNOTATIONS[0]: gang},
+                        cpu="1",
+                    )
+                revived += 1
+        return revived
+
     def finish(self, gang: str) -> None:
         for i in range(MEMBERS):
             self.kube.core.delete_namespaced_pod(
@@ -112,25 +128,35 @@ class Partials:
 def run_shares(world: Cluster, fit: int, per_queue: dict[str, int]) -> list[float]:
     """Submit the queues' gangs interleaved; each round let the cluster fill, then finish
     the oldest running gang. Returns the first queue's share of the bound pods at every
-    full round while both queues still had gangs waiting."""
+    full round while both queues still had gangs waiting.
+
+    Gangs arrive one by one, so a queue may run ahead of its share before the
+    other's demand is known; reclaim then evicts its latest gangs, which are
+    recreated here (bare pods have no controller to do it)."""
     first, second = list(per_queue)
     for i in range(max(per_queue.values())):
         for queue in (first, second):
             if i < per_queue[queue]:
                 world.gang(f"{queue}-{i}", queue)
     done: set[str] = set()
+    revived = 0
     partials = Partials()
     shares: list[float] = []
     while len(done) < len(world.gangs):
         left = len(world.gangs) - len(done)
 
         def full(left: int = left) -> dict[str, int] | None:
+            nonlocal revived
+            revived += world.revive(done)
             bound = world.bound_members()
             partials.look(bound)
             whole = [g for g, n in bound.items() if n == MEMBERS and g not in done]
             return bound if len(whole) == min(fit, left) else None
 
-        bound = wait_for(full, 60, f"{min(fit, left)} gangs bound whole ({left} left)")
+        try:
+            bound = wait_for(full, 60, f"{min(fit, left)} gangs bound whole ({left} left)")
+        except TimeoutError as err:
+            raise AssertionError(f"{err}; bound: {world.bound_members()}, done: {done}") from None
         waiting = {q for g, q in world.gangs.items() if g not in done and g not in bound}
         if waiting == {first, second}:
             mine = sum(n for g, n in bound.items() if world.gangs[g] == first)
@@ -139,6 +165,7 @@ def run_shares(world: Cluster, fit: int, per_queue: dict[str, int]) -> list[floa
         world.finish(oldest)
         done.add(oldest)
     assert partials.longest <= PERMIT_WAIT_SECONDS, f"a gang partly bound {partials.longest}s"
+    print(f"\n{revived} gang(s) reclaimed and recreated on the way")
     return shares
 
 
