@@ -18,13 +18,13 @@ RECLAIM_WAIT_SECONDS), no second one is started for it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from app.contention import Gang
+from app.evictor import evict_each
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef
 from app.packing import Bin
@@ -113,18 +113,12 @@ class Reclaimer:
         self._under_way.pop(gang_key, None)
 
     async def _evict(self, group_key: str, pods: list[PodRecord]) -> None:
-        results = await asyncio.gather(
-            *(self._api.evict_through_api(p.namespace, p.name, p.uid) for p in pods),
-            return_exceptions=True,
+        await evict_each(
+            self._api.evict_through_api,
+            group_key,
+            pods,
+            " (reclaim; a PodDisruptionBudget may forbid it now)",
         )
-        for pod, result in zip(pods, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning(
-                    "reclaim: evicting %s failed (a PodDisruptionBudget may forbid it now): %s",
-                    pod.key,
-                    result,
-                    extra={"pod": pod.key, "podgroup": group_key},
-                )
 
 
 def _ref(pod: PodRecord) -> MemberRef:
