@@ -253,6 +253,10 @@ class Arbiter:
             self._schedule_reconsider()
         return Verdict(True, FilterReason.CLAIMED)
 
+    def holders(self) -> list[Holder]:
+        """What every admitted gang holds now (the queue status counts them)."""
+        return [self._holder(k, c) for k, c in self.claims.items()]
+
     def _turn_away(
         self, key: str, ref: GroupRef, now: float, reason: FilterReason, message: str
     ) -> Verdict:

@@ -68,6 +68,8 @@ class _Tally:
     allocated: dict[str, Resources]
     running: dict[str, Running]
     pending: dict[str, list[_Waiting]]
+    # queue -> gangs holding a claim (admitted, their members on the way through the gate).
+    admitted: dict[str, int] = field(default_factory=dict)
 
 
 class QueueBook:
@@ -265,9 +267,11 @@ class QueueBook:
             add(held.setdefault(key, {}).setdefault(pod.placed_node, {}), pod.requests)
             _, priority, created = meta.get(key, (name, pod.priority, pod.created))
             meta[key] = (name, max(priority, pod.priority), max(created, pod.created))
+        admitted: dict[str, int] = {}
         for holder in holders:
             members = state.members(holder.key)
             name = self._queue_of_key(holder.key, members[0]) if members else DEFAULT_QUEUE
+            admitted[name] = admitted.get(name, 0) + 1
             for amounts in holder.remaining.values():
                 add(allocated.setdefault(name, {}), amounts)
         claimed = {h.key for h in holders}
@@ -305,9 +309,33 @@ class QueueBook:
             for amounts in held[key].values():
                 add(total, amounts)
             running[key] = Running(key, name, priority, created, held[key], total)
-        return _Tally(capacity, allocated, running, pending)
+        return _Tally(capacity, allocated, running, pending, admitted)
 
     # ---- what users see ----------------------------------------------------------------
+
+    def statuses(self, holders: Sequence[Holder]) -> dict[str, dict[str, Any]]:
+        """Each Queue object's status counts, as Volcano's Queue status has them.
+
+        pending: gangs waiting; inqueue: gangs admitted, on their way through
+        the gate; running: gangs holding nodes; allocated: what they hold.
+        """
+        tally = self._tally(holders)
+        running: dict[str, int] = {}
+        for gang in tally.running.values():
+            running[gang.queue] = running.get(gang.queue, 0) + 1
+        return {
+            name: {
+                "pending": len(tally.pending.get(name, ())),
+                "inqueue": tally.admitted.get(name, 0),
+                "running": running.get(name, 0),
+                "allocated": {
+                    r: _quantity(v)
+                    for r, v in sorted(tally.allocated.get(name, {}).items())
+                    if v > 0
+                },
+            }
+            for name in self.specs
+        }
 
     def _publish(self, views: Mapping[str, QueueView]) -> None:
         self.last = dict(views)
@@ -344,6 +372,11 @@ class QueueBook:
             }
             for name, view in sorted(self.last.items())
         ]
+
+
+def _quantity(milli: int) -> str:
+    """A Kubernetes quantity string for a milli-unit amount."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
 def _request(gang: Gang) -> Resources:

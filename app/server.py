@@ -44,7 +44,7 @@ from app.kube.discovery import discover_queues, discover_sources
 from app.kube.events import KubeEventWriter
 from app.kube.pods import PodApi
 from app.kube.reflector import Reflector, Sink
-from app.kube.status import KubeStatusApi
+from app.kube.status import KubeStatusApi, QueueStatusApi
 from app.kube.webhook import WebhookApi
 from app.leader import (
     AlwaysLeader,
@@ -57,6 +57,7 @@ from app.metrics import Metrics
 from app.observer import Observers
 from app.preemption import PreemptionPlans, VictimPolicy
 from app.queue_book import QueueBook
+from app.queue_status import QueueStatusWriter
 from app.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from app.reclaimer import Reclaimer
 from app.routes import ExtenderApp, VerbGuard, create_app
@@ -311,6 +312,13 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         arbiter=arbiter,
         plans=plans,
     )
+    queue_status = (
+        QueueStatusWriter(
+            queues, arbiter.holders, QueueStatusApi(custom), observer_executor, leader.is_leader
+        )
+        if arbiter is not None
+        else None
+    )
     follower = PreemptionFollower(
         state,
         pod_writes,
@@ -385,6 +393,8 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
                     metrics,
                 )
             )
+            if queue_status is not None:
+                queue_status.start()
         if election is not None and settings.leader_election_lease:
             lease_ns, _sep, lease_name = settings.leader_election_lease.partition("/")
             reflectors.append(
@@ -411,6 +421,8 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             await waker.drain()
             await follower.drain()
             await reclaimer.drain()
+            if queue_status is not None:
+                await queue_status.stop()
             await status.stop()
             observer_executor.shutdown(wait=False, cancel_futures=True)
             await asyncio.gather(*(reflector.stop() for reflector in reflectors))

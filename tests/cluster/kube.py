@@ -92,6 +92,12 @@ class Kube:
             },
         )
 
+    def queue_object(self, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_cluster_custom_object(
+            QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, name
+        )
+        return obj
+
     def delete_queue(self, name: str) -> None:
         try:
             self.custom.delete_cluster_custom_object(QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, name)

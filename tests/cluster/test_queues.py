@@ -214,6 +214,16 @@ def test_a_capability_caps_a_queue_even_when_the_other_is_idle(
         30,
         "the third gang told it waits for its queue's capability",
     )
+    # The Queue's status subresource counts its gangs (written every 2 s).
+    wait_for(
+        lambda: (
+            (cluster.kube.queue_object("capped").get("status") or {}).get("running") == 2
+            and cluster.kube.queue_object("capped")["status"].get("pending") == 2
+        ),
+        10,
+        "Queue capped's status: 2 running, 2 pending",
+    )
+    assert cluster.kube.queue_object("capped")["status"]["allocated"]["cpu"] == "4"
     # Still capped a while later, with 8 CPUs free.
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:

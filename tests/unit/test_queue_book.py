@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from app.admission import Admission, FilterReason
@@ -11,6 +12,7 @@ from app.groups import GroupRef, GroupSpec
 from app.metrics import Metrics
 from app.observer import NullObserver
 from app.queue_book import QueueBook
+from app.queue_status import QueueStatusWriter
 from app.queues import QUEUE_ANNOTATION
 from app.reclaimer import Reclaimer
 from app.state import ClusterState
@@ -164,3 +166,41 @@ async def test_no_reclaim_from_a_queue_that_is_not_reclaimable() -> None:
     assert "reclaiming" not in verdict.message
     await world.reclaimer.drain()
     assert world.evictions.evicted == []
+
+
+class StatusPatches:
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    def patch(self, name: str, status: dict[str, Any]) -> None:
+        self.patches.append((name, status))
+
+
+async def test_queue_status_counts_are_written_by_the_leader_only_when_they_change() -> None:
+    world = World()
+    world.book.replace([queue("team-a"), queue("team-b")])
+    world.gang("a0", "team-a", bound_on="n0")
+    world.gang("a1", "team-a")
+    api = StatusPatches()
+    leading = [False]
+    writer = QueueStatusWriter(
+        world.book, world.arbiter.holders, api, ThreadPoolExecutor(1), lambda: leading[0]
+    )
+    await writer.tick()
+    assert api.patches == []
+    leading[0] = True
+    await writer.tick()
+    assert sorted(api.patches, key=lambda p: p[0]) == [
+        (
+            "team-a",
+            {
+                "pending": 1,
+                "inqueue": 0,
+                "running": 1,
+                "allocated": {"cpu": "2", "memory": "2147483648", "pods": "2"},
+            },
+        ),
+        ("team-b", {"pending": 0, "inqueue": 0, "running": 0, "allocated": {}}),
+    ]
+    await writer.tick()
+    assert len(api.patches) == 2
