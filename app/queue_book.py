@@ -226,10 +226,15 @@ class QueueBook:
         )
 
     def share(self, placed: Iterable[PodRecord]) -> float:
-        """DRF: the dominant share of the cluster a gang's placed members hold."""
+        """DRF: the dominant share of the cluster a gang's placed members hold.
+
+        Most gangs in line hold nothing: no walk over the nodes for them.
+        """
         held: Resources = {}
         for pod in placed:
             add(held, pod.requests)
+        if not held:
+            return 0.0
         return dominant_share(held, self._state.total_allocatable())
 
     def _tally(self, holders: Sequence[Holder]) -> _Tally:
