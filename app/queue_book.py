@@ -211,7 +211,10 @@ class QueueBook:
         ahead = [
             w
             for w in pending
-            if w[:3] < mine and enqueue(queue, w[3], views, capacity, self.overcommit) is None
+            if w[:3] < mine
+            # A gang larger than the whole cluster never runs: it holds no one back.
+            and all(v <= capacity.get(r, 0) for r, v in w[3].items() if r in capacity)
+            and enqueue(queue, w[3], views, capacity, self.overcommit) is None
         ]
         together = dict(request)
         for waiting in ahead:

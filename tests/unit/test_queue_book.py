@@ -204,3 +204,17 @@ async def test_queue_status_counts_are_written_by_the_leader_only_when_they_chan
     ]
     await writer.tick()
     assert len(api.patches) == 2
+
+
+def test_a_younger_gang_does_not_take_the_queue_room_an_older_one_waits_for() -> None:
+    world = World()
+    world.book.replace([queue("team-a", capability={"cpu": "4"})])
+    world.gang("a0", "team-a", bound_on="n0")
+    world.gang("a1", "team-a")  # older: the queue's last 2 CPUs are its
+    younger = world.gang("a2", "team-a")
+    verdict = world.filter(younger, "a2-0")
+    assert verdict.reason == FilterReason.QUEUE_SHARE
+    assert verdict.message.startswith(
+        "gang default/a2 waits behind 1 older or higher-priority gang(s) of queue team-a "
+        "(default/a1): the queue's share has room for them first"
+    )
