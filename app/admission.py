@@ -49,6 +49,8 @@ class FilterReason(StrEnum):
     COMPLETE = "complete"
     WAITING_BEHIND = "waiting-behind"
     INSUFFICIENT_CAPACITY = "insufficient-capacity"
+    # Its queue is at its share while another queue below its share waits (app/queues.py).
+    QUEUE_SHARE = "queue-share"
 
 
 class DenyReason(StrEnum):

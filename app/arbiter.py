@@ -31,18 +31,21 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cachetools import TTLCache
 
 from app.admission import Admission, DenyReason, FilterReason, Verdict, wholeness
-from app.contention import Gang, Holder, Ruling, decide, order_line, wake_order
+from app.contention import Gang, Holder, Ruling, decide, order_line, room_left, wake_order
 from app.gate import PermitGate, SettleOutcome
 from app.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.metrics import Metrics
 from app.observer import GangObserver, NullObserver
-from app.packing import Bin, Demand, placement_of
+from app.packing import Bin, Demand, pack, placement_of
+from app.queue_book import Assessment, QueueBook
+from app.queues import starving
+from app.reclaimer import Reclaimer
 from app.resources import QuantityError, Resources, add, pod_requests
 from app.state import ClusterState, GroupNotFound, PodRecord
 from app.topology import (
@@ -124,10 +127,20 @@ class Arbiter:
         levels: tuple[str, ...] = DEFAULT_LEVELS,
         metrics: Metrics | None = None,
         every_gang: bool = True,
+        queues: QueueBook | None = None,
+        reclaimer: Reclaimer | None = None,
     ) -> None:
         """every_gang: --gang-feasibility; False: only gangs with a topology constraint."""
         self._state = state
         self.every_gang = every_gang
+        # Teams' shares (app/queue_book.py): consulted only once a Queue object exists.
+        self.queues = queues
+        self._reclaimer = reclaimer
+        # group key -> its queue, for the gangs of the latest line.
+        self._queue_of: dict[str, str] = {}
+        # Gangs kube-scheduler found no node for (its own filters, before ours): may reclaim.
+        self._unplaced: dict[str, GroupRef] = {}
+        self._reclaim_check: asyncio.TimerHandle | None = None
         self.levels = levels
         self._metrics = metrics
         self._admission = admission
@@ -179,6 +192,13 @@ class Arbiter:
         free, allocatable = self._bins()
         holders = [self._holder(k, c) for k, c in self.claims.items()]
         line = self._line(exclude=spec.key, free=free)
+        queued: Assessment | None = None
+        if self.queues is not None and self.queues.active:
+            queue = self.queues.queue_of(spec, self._state.members(spec.key))
+            queued = self._assess(gang, queue, line, holders)
+            if queued.message is not None:
+                return self._turn_away(spec.key, ref, now, FilterReason.QUEUE_SHARE, queued.message)
+            line = queued.line
         constraint = self.constraint(spec, pod.topology)
         domain: Domain | None = None
         if constraint is None:
@@ -199,15 +219,13 @@ class Arbiter:
             )
             decision, domain = placed.decision, placed.domain
         if decision.verdict is not Ruling.ADMIT:
-            if spec.key not in self.waiting:
-                self.waiting[spec.key] = _Waiting(ref, now)
-                self._version += 1
-            verdict = Verdict(False, _REASONS[decision.verdict], decision.message)
-            if len(self._memo) > 10_000:
-                self._memo.clear()
-            self._memo[spec.key] = (self._version, int(now), verdict)
-            return verdict
+            message = decision.message
+            if queued is not None:
+                message += self._reclaim(gang, queued, free, holders)
+            return self._turn_away(spec.key, ref, now, _REASONS[decision.verdict], message)
         self._version += 1
+        if self._reclaimer is not None:
+            self._reclaimer.forget(spec.key)
         for key in decision.release:
             self._give_way(key, spec.key, gang.priority)
         since = self.waiting.pop(spec.key, None)
@@ -236,7 +254,52 @@ class Arbiter:
             self._placed(spec.key, constraint, domain, pod.key)
         if self.waker is not None:
             self.waker.wake(spec.key, exclude_uid=pod.uid)
+        if queued is not None:
+            # Its queue's share grew: a gang of another queue that was waiting
+            # for this one to reach its share may go now, into room left free.
+            self._schedule_reconsider()
         return Verdict(True, FilterReason.CLAIMED)
+
+    def holders(self) -> list[Holder]:
+        """What every admitted gang holds now (the queue status counts them)."""
+        return [self._holder(k, c) for k, c in self.claims.items()]
+
+    def _turn_away(
+        self, key: str, ref: GroupRef, now: float, reason: FilterReason, message: str
+    ) -> Verdict:
+        """The gang waits in line: remembered for aging, its answer reused while nothing moves."""
+        if key not in self.waiting:
+            self.waiting[key] = _Waiting(ref, now)
+            self._version += 1
+        verdict = Verdict(False, reason, message)
+        if len(self._memo) > 10_000:
+            self._memo.clear()
+        self._memo[key] = (self._version, int(now), verdict)
+        return verdict
+
+    def _assess(
+        self, gang: Gang | None, queue: str, line: list[Gang], holders: list[Holder]
+    ) -> Assessment:
+        assert self.queues is not None
+        return self.queues.assess(
+            gang, queue, [(g, self._queue_of.get(g.key, queue)) for g in line], holders
+        )
+
+    def _reclaim(
+        self, gang: Gang, queued: Assessment, free: list[Bin], holders: list[Holder]
+    ) -> str:
+        """A gang of a queue below its share does not fit: take room back (app/reclaimer.py)."""
+        view = queued.views.get(queued.queue)
+        if self._reclaimer is None or view is None or self.queues is None:
+            return ""
+        request: dict[str, int] = {}
+        for demand in gang.demands:
+            add(request, demand.requests)
+        if not starving(replace(view, head=request), self.queues.overcommit):
+            return ""
+        room, _index = room_left(free, holders)
+        text = self._reclaimer.reclaim(gang, queued.queue, queued.views, room, queued.running)
+        return f"; {text}" if text else ""
 
     def constraint(
         self, spec: GroupSpec, pod_topology: TopologyConstraint | None = None
@@ -313,6 +376,9 @@ class Arbiter:
         if not created:
             created = min((p.created for p in members if p.created), default=time.time())
         waiting = self.waiting.get(spec.key)
+        share = 0.0
+        if self.queues is not None and self.queues.active:
+            share = self.queues.share(p for p in members if p.placed_node)
         return Gang(
             key=spec.key,
             priority=priority,
@@ -320,6 +386,7 @@ class Arbiter:
             demands=tuple(demands),
             need=min(len(demands), placed.missing),
             waiting_since=waiting.since if waiting is not None else None,
+            share=share,
         )
 
     def _line(self, exclude: str, free: list[Bin] | None = None) -> list[Gang]:
@@ -352,6 +419,10 @@ class Arbiter:
                     free = self._state.room()
                 if not self._fits_one_domain(gang, constraint, free):
                     continue
+            if self.queues is not None and self.queues.active:
+                if len(self._queue_of) > 10_000:
+                    self._queue_of.clear()
+                self._queue_of[key] = self.queues.queue_of(spec, self._state.members(key))
             line.append(gang)
         return line
 
@@ -484,6 +555,11 @@ class Arbiter:
         self._version += 1
         self._schedule_reconsider()
 
+    def on_queues_changed(self) -> None:
+        """A Queue was added, changed or deleted: shares move, the line may move."""
+        self._version += 1
+        self._schedule_reconsider()
+
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """Wake the line when capacity frees, fail a claim fast."""
         if (
@@ -510,6 +586,16 @@ class Arbiter:
             self._schedule_reconsider()
         if new is None or old is None or new.group is None or new.uid != old.uid:
             return
+        if (
+            self.queues is not None
+            and self.queues.active
+            and new.unschedulable_message
+            and new.unschedulable_message != old.unschedulable_message
+            and not new.placed_node
+            and new.group.key not in self.claims
+        ):
+            self._unplaced[new.group.key] = new.group
+            self._schedule_reclaim_check()
         claim = self.claims.get(new.group.key)
         message = new.unschedulable_message
         if (
@@ -545,6 +631,56 @@ class Arbiter:
             self.waker.wake_after(key, ttl + 0.1)
         self._schedule_reconsider()
 
+    # ---- reclaim for gangs kube-scheduler turned away itself ----------------------------
+
+    def _schedule_reclaim_check(self) -> None:
+        if self._reclaim_check is not None or self._reclaimer is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._reclaim_check = loop.call_later(0.1, self.check_reclaims)
+
+    def check_reclaims(self) -> None:
+        """Gangs kube-scheduler found no node for: reclaim for those of queues below their share.
+
+        When the cluster is full, kube-scheduler's own resource filter turns a
+        member away before our filter verb is asked, so the verb alone would
+        never see a gang that only reclaim can place. They join the line too,
+        to be woken when room frees.
+        """
+        self._reclaim_check = None
+        pending, self._unplaced = self._unplaced, {}
+        if self.queues is None or not self.queues.active:
+            return
+        now = self._clock()
+        for key, ref in pending.items():
+            if key in self.claims or key in self._admission.denied:
+                continue
+            try:
+                spec = self._state.group_spec(ref)
+            except (GroupNotFound, PodGroupSpecError):
+                continue
+            members = self._state.members(key)
+            if wholeness(spec, len(members)).missing:
+                continue
+            gang = self._gang(spec, None)
+            if gang.need <= 0:
+                continue
+            if key not in self.waiting:
+                self.waiting[key] = _Waiting(ref, now)
+                self._version += 1
+            free, _allocatable = self._bins()
+            holders = [self._holder(k, c) for k, c in self.claims.items()]
+            queue = self.queues.queue_of(spec, members)
+            queued = self._assess(gang, queue, self._line(exclude=key, free=free), holders)
+            if queued.message is not None:
+                continue
+            room, _index = room_left(free, holders)
+            if not pack(gang.demands, room, gang.need).fits:
+                self._reclaim(gang, queued, free, holders)
+
     # ---- waking the line -------------------------------------------------------------------
 
     def _schedule_reconsider(self) -> None:
@@ -564,15 +700,22 @@ class Arbiter:
         free, allocatable = self._bins()
         holders = [self._holder(k, c) for k, c in self.claims.items()]
         line = self._line(exclude="", free=free)
+        if self.queues is not None and self.queues.active:
+            line = self._assess(None, "", line, holders).line
         for key in wake_order(
             line, free, holders, now, self.aging_seconds, allocatable=allocatable
         ):
             self.waker.wake(key)
 
     def snapshot(self) -> dict[str, Any]:
-        """For /debug/gangs: who holds capacity, who waits, in line order."""
+        """For /debug/gangs: who holds capacity, who waits, in line order (and each queue)."""
         now = self._clock()
-        return {
+        queues = (
+            {"queues": self.queues.snapshot()}
+            if self.queues is not None and self.queues.active
+            else {}
+        )
+        return queues | {
             "claims": [
                 {"group": k, "priority": c.priority, "members": len(c.plan)}
                 # The topology domain, only for gangs placed in one (app/topology.py).

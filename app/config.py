@@ -59,6 +59,8 @@ class Settings:
     shutdown_grace_seconds: float = 10.0
     gang_feasibility: bool = True
     gang_aging_seconds: float = 60.0
+    queues: str = "auto"
+    queue_overcommit_factor: float = 1.2
     webhook_port: int | None = None
     webhook_host: str | None = None
     webhook_cert_file: str | None = None
@@ -90,6 +92,13 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not 0 < value < float("inf"):
         raise ValueError("must be a number of seconds > 0")
+    return value
+
+
+def _overcommit(text: str) -> float:
+    value = float(text)
+    if not 1 <= value <= 10:
+        raise ValueError("must be a factor between 1 and 10")
     return value
 
 
@@ -380,6 +389,20 @@ _OPTIONS = (
         "a gang that has waited this long for capacity is no longer overtaken by gangs of "
         "equal or lower priority behind it",
         "SECONDS",
+    ),
+    _Option(
+        "queues",
+        _choice(("auto", "off")),
+        "Volcano Queues (scheduling.volcano.sh/v1beta1 queues): auto shares the cluster "
+        "among them by weight once one exists; off ignores them",
+        "MODE",
+    ),
+    _Option(
+        "queue_overcommit_factor",
+        _overcommit,
+        "a queue below its deserved share may admit a gang that takes it up to this "
+        "multiple of the share (gangs come whole)",
+        "FACTOR",
     ),
     _Option(
         "webhook_port",

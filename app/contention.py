@@ -10,7 +10,8 @@ released. Gangs that do not fit wait in a line:
 
 - **Order in line**: higher pod priority first; then gangs that have *aged*
   (waited longer than the aging period since they were first turned away)
-  before those that have not; then older PodGroups (creation time; for
+  before those that have not; with queues, the gang holding the smaller
+  dominant share of the cluster (DRF, app/queues.py); then older PodGroups (creation time; for
   label-only groups the earliest member's) first; then by name.
 - **Backfill**: a gang further back may be admitted while one ahead of it
   does not fit yet, if it fits in what is left once every gang ahead that
@@ -56,6 +57,9 @@ class Gang:
     need: int
     # When it was first turned away for capacity (None: never, it is new).
     waiting_since: float | None = None
+    # DRF: the dominant share of the cluster its placed members hold (0 without
+    # queues, app/queues.py): within a priority, the gang holding less goes first.
+    share: float = 0.0
 
     def aged(self, now: float, aging_seconds: float) -> bool:
         return self.waiting_since is not None and now - self.waiting_since >= aging_seconds
@@ -86,9 +90,10 @@ class Decision:
     message: str = ""
 
 
-def line_key(gang: Gang, now: float, aging_seconds: float) -> tuple[int, int, float, str]:
+def line_key(gang: Gang, now: float, aging_seconds: float) -> tuple[int, int, float, float, str]:
     """Sort key of the line (smallest first); the module docstring states the rule."""
-    return (-gang.priority, 0 if gang.aged(now, aging_seconds) else 1, gang.created, gang.key)
+    aged = 0 if gang.aged(now, aging_seconds) else 1
+    return (-gang.priority, aged, gang.share, gang.created, gang.key)
 
 
 def order_line(gangs: Sequence[Gang], now: float, aging_seconds: float) -> list[Gang]:
@@ -118,7 +123,7 @@ def decide(
     keeps it out.
     """
     holders = [h for h in holders if h.key != candidate.key]
-    bins, index = _room_left(free, holders)
+    bins, index = room_left(free, holders)
     mine = line_key(candidate, now, aging_seconds)
     blocker: tuple[str, int] | None = None
     for other in order_line([g for g in line if g.key != candidate.key], now, aging_seconds):
@@ -167,7 +172,7 @@ def decide(
     return _wait(candidate, blocker, "holds the capacity it needs")
 
 
-def _room_left(free: Sequence[Bin], holders: Sequence[Holder]) -> tuple[list[Bin], dict[str, Bin]]:
+def room_left(free: Sequence[Bin], holders: Sequence[Holder]) -> tuple[list[Bin], dict[str, Bin]]:
     """A copy of `free` less what `holders` were promised and have not placed yet; its index."""
     bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
     index = index_of(bins)
@@ -203,7 +208,7 @@ def wake_order(
     allocatable: Sequence[Bin] = (),
 ) -> list[str]:
     """The waiting gangs that would be admitted now, in line order (to wake their pods)."""
-    bins, index = _room_left(free, holders)
+    bins, index = room_left(free, holders)
     chosen: list[str] = []
     for gang in order_line(waiting, now, aging_seconds):
         packing: Packing = pack(gang.demands, bins, gang.need)

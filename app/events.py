@@ -49,6 +49,7 @@ INVALID_POD_GROUP = "InvalidPodGroup"
 INSUFFICIENT_RESOURCES = "InsufficientResources"
 GANG_QUEUED = "GangQueued"
 GANG_RELEASED = "GangReleased"
+GANG_RECLAIMED = "GangReclaimed"
 PREEMPTED = "Preempted"
 PREEMPTION_PLANNED = "PreemptionPlanned"
 TOPOLOGY_PLACED = "TopologyPlaced"
@@ -336,6 +337,13 @@ class GangEvents:
             self._recorder.record(podgroup_ref(record), WARNING, GANG_RELEASED, message)
         for member in released:
             self._recorder.record(pod_ref(member), WARNING, GANG_RELEASED, message)
+
+    def gang_reclaimed(self, group_key: str, evicted: Sequence[MemberRef], message: str) -> None:
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), WARNING, GANG_RECLAIMED, message)
+        for member in evicted:
+            self._recorder.record(pod_ref(member), WARNING, GANG_RECLAIMED, message)
 
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
         if by in self._state.podgroups or self._state.members(by):

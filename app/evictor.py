@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from app.observer import GangObserver, MemberRef
@@ -104,20 +105,37 @@ class PreemptionFollower:
             await self._evict(group_key, left, by)
 
     async def _evict(self, group_key: str, pods: list[PodRecord], by: str) -> None:
-        results = await asyncio.gather(
-            *(self._api.evict_pod(p.namespace, p.name, p.uid) for p in pods),
-            return_exceptions=True,
-        )
-        for pod, result in zip(pods, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning(
-                    "evicting %s failed: %s",
-                    pod.key,
-                    result,
-                    extra={"pod": pod.key, "podgroup": group_key},
-                )
-                continue
+        for pod in await evict_each(self._api.evict_pod, group_key, pods):
             self._observer.victim_preempted(_ref(pod), group_key, by)
+
+
+async def evict_each(
+    evict: Callable[[str, str, str], Awaitable[None]],
+    group_key: str,
+    pods: list[PodRecord],
+    why_failed: str = "",
+) -> list[PodRecord]:
+    """Evict a gang's pods at once (`evict(namespace, name, uid)`); the ones that went.
+
+    A failure is logged with the pod and gang (and `why_failed`, a hint) and
+    leaves the others be.
+    """
+    results = await asyncio.gather(
+        *(evict(p.namespace, p.name, p.uid) for p in pods), return_exceptions=True
+    )
+    evicted: list[PodRecord] = []
+    for pod, result in zip(pods, results, strict=True):
+        if isinstance(result, BaseException):
+            log.warning(
+                "evicting %s failed%s: %s",
+                pod.key,
+                why_failed,
+                result,
+                extra={"pod": pod.key, "podgroup": group_key},
+            )
+        else:
+            evicted.append(pod)
+    return evicted
 
 
 def _ref(pod: PodRecord) -> MemberRef:

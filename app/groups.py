@@ -118,7 +118,8 @@ class GroupSpec:
     source: str = SOURCE_XK8S
     # Volcano minTaskMember: (task, minimum) pairs, sorted; each task needs its own minimum.
     min_task_member: tuple[tuple[str, int], ...] = ()
-    # Volcano queue and priorityClassName: shown in /debug/gangs, not enforced.
+    # Volcano queue (or annotation scheduling.volcano.sh/queue-name on the group object):
+    # the queue the gang shares the cluster in (app/queues.py). priorityClassName: shown only.
     queue: str | None = None
     priority_class_name: str | None = None
     # Where the whole gang must (or should) be placed together (app/topology.py).

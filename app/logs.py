@@ -1,4 +1,4 @@
-"""Structured logging: one JSON object per line, with pod/podgroup/node/verb keys.
+"""Structured logging: one JSON object per line, with pod/podgroup/node/verb/queue keys.
 
 Call sites pass context as `extra={"pod": ..., "podgroup": ...}`; the
 formatter lifts those keys into the object so log pipelines can filter by
@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-CONTEXT_KEYS = ("pod", "podgroup", "node", "verb", "reason")
+CONTEXT_KEYS = ("pod", "podgroup", "node", "verb", "reason", "queue")
 
 
 class JsonFormatter(logging.Formatter):

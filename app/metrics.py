@@ -173,3 +173,35 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        # ---- queues (app/queue_book.py, app/reclaimer.py); the queue label is a
+        # Queue object's name: admins create a handful, not one per job ----
+        self.queue_weight = Gauge(
+            "gang_extender_queue_weight", "Each queue's spec.weight.", ["queue"], registry=r
+        )
+        self.queue_deserved = Gauge(
+            "gang_extender_queue_deserved",
+            "Each queue's deserved share of the cluster, by resource (cores for cpu, bytes "
+            "for memory), as of the last filter call of a gang.",
+            ["queue", "resource"],
+            registry=r,
+        )
+        self.queue_allocated = Gauge(
+            "gang_extender_queue_allocated",
+            "What each queue's gangs hold (placed members and admitted gangs' promised room), "
+            "by resource.",
+            ["queue", "resource"],
+            registry=r,
+        )
+        self.queue_pending_gangs = Gauge(
+            "gang_extender_queue_pending_gangs",
+            "Gangs waiting in line, by queue.",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_reclaimed_gangs = Counter(
+            "gang_extender_queue_reclaimed_gangs",
+            "Gangs evicted whole to give a queue below its share its room back, by the queue "
+            "they were taken from.",
+            ["queue"],
+            registry=r,
+        )

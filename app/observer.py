@@ -59,6 +59,9 @@ class GangObserver(Protocol):
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         """The gang's reservations were released before its timeout (fail fast, gave way)."""
 
+    def gang_reclaimed(self, group_key: str, evicted: Sequence[MemberRef], message: str) -> None:
+        """The whole gang is being evicted so that another queue gets its share back."""
+
     def preemption_planned(self, group_key: str, message: str) -> None:
         """The gang's preemption plan was made: `message` names its nodes and victims."""
 
@@ -99,6 +102,9 @@ class NullObserver:
         return None
 
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        return None
+
+    def gang_reclaimed(self, group_key: str, evicted: Sequence[MemberRef], message: str) -> None:
         return None
 
     def preemption_planned(self, group_key: str, message: str) -> None:
@@ -153,6 +159,10 @@ class Observers:
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         for o in self._observers:
             o.gang_released(group_key, released, message)
+
+    def gang_reclaimed(self, group_key: str, evicted: Sequence[MemberRef], message: str) -> None:
+        for o in self._observers:
+            o.gang_reclaimed(group_key, evicted, message)
 
     def preemption_planned(self, group_key: str, message: str) -> None:
         for o in self._observers:

@@ -41,11 +41,11 @@ from app.groups import (
 )
 from app.kube.aio import AsyncApiClient, uses_proxy
 from app.kube.client import ThreadedRequests, api_client
-from app.kube.discovery import discover_sources, hypernodes_served
+from app.kube.discovery import discover_queues, discover_sources, hypernodes_served
 from app.kube.events import KubeEventWriter
 from app.kube.pods import PodApi
 from app.kube.reflector import Reflector, Sink
-from app.kube.status import KubeStatusApi
+from app.kube.status import KubeStatusApi, QueueStatusApi
 from app.kube.webhook import WebhookApi
 from app.leader import (
     AlwaysLeader,
@@ -57,6 +57,10 @@ from app.leader import (
 from app.metrics import Metrics
 from app.observer import Observers
 from app.preemption import PreemptionPlans, VictimPolicy
+from app.queue_book import QueueBook
+from app.queue_status import QueueStatusWriter
+from app.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
+from app.reclaimer import Reclaimer
 from app.routes import ExtenderApp, VerbGuard, create_app
 from app.scoring import ScoringPolicy
 from app.state import ClusterState
@@ -156,6 +160,19 @@ def _podgroup_sink(
         delete,
         lambda: sum(1 for r in state.podgroups.values() if r.source == source),
     )
+
+
+def _queue_sink(book: QueueBook, changed: Callable[[], None]) -> Sink:
+    """Queue objects into the book; any change may let gangs in line in (or hold them)."""
+
+    def then(apply: Callable[[Any], None]) -> Callable[[Any], None]:
+        def run(arg: Any) -> None:
+            apply(arg)
+            changed()
+
+        return run
+
+    return Sink(then(book.replace), then(book.upsert), then(book.delete), lambda: len(book.specs))
 
 
 async def freeze_heap_when_synced(
@@ -288,6 +305,9 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         deleter=api,
         victims=plans,
     )
+    # Teams' shares and reclaim: idle until a Queue object exists (app/queue_book.py).
+    queues = QueueBook(state, overcommit=settings.queue_overcommit_factor, metrics=metrics)
+    reclaimer = Reclaimer(state, api, observer, metrics=metrics)
     # With --gang-feasibility=false it still places the gangs that have a
     # topology constraint (one domain, as a whole); the others go member by member.
     arbiter = Arbiter(
@@ -301,6 +321,8 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         levels=settings.levels,
         metrics=metrics,
         every_gang=settings.gang_feasibility,
+        queues=queues,
+        reclaimer=reclaimer,
     )
     extender = GangExtender(
         state,
@@ -320,6 +342,13 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         ),
         arbiter=arbiter,
         plans=plans,
+    )
+    queue_status = (
+        QueueStatusWriter(
+            queues, arbiter.holders, QueueStatusApi(custom), observer_executor, leader.is_leader
+        )
+        if settings.gang_feasibility
+        else None
     )
     follower = PreemptionFollower(
         state,
@@ -395,6 +424,18 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             reflectors.append(
                 Reflector("hypernodes", path, _hypernode_sink(state), requests, metrics)
             )
+        if settings.gang_feasibility and await asyncio.to_thread(discover_queues, custom, settings):
+            reflectors.append(
+                Reflector(
+                    "volcano-queues",
+                    f"/apis/{QUEUE_GROUP}/{QUEUE_VERSION}/{QUEUE_PLURAL}",
+                    _queue_sink(queues, arbiter.on_queues_changed),
+                    requests,
+                    metrics,
+                )
+            )
+            if queue_status is not None:
+                queue_status.start()
         if election is not None and settings.leader_election_lease:
             lease_ns, _sep, lease_name = settings.leader_election_lease.partition("/")
             reflectors.append(
@@ -420,6 +461,9 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
             await gate.drain()
             await waker.drain()
             await follower.drain()
+            await reclaimer.drain()
+            if queue_status is not None:
+                await queue_status.stop()
             await status.stop()
             observer_executor.shutdown(wait=False, cancel_futures=True)
             await asyncio.gather(*(reflector.stop() for reflector in reflectors))

@@ -32,6 +32,7 @@ from app.groups import (
 from app.hypernode import HyperNode, HyperNodeError, HyperNodeIndex, hypernode_from
 from app.marking import is_marked
 from app.packing import Bin, Placement, Taint, placement_of, taints_of
+from app.queues import QUEUE_ANNOTATION
 from app.resources import QuantityError, Resources, add, parse_resource_list, pod_requests, subtract
 from app.timestamps import parse_rfc3339
 from app.topology import Domain, TopologyConstraint, TopologyError, placed_domain
@@ -82,6 +83,8 @@ class PodRecord:
     # A group member carrying the member mark (app/marking.py), which the
     # gang-only mode needs for kube-scheduler to call us; False for plain pods.
     marked: bool = False
+    # The queue its gang joins (annotation scheduling.volcano.sh/queue-name), "": none named.
+    queue: str = ""
 
     @property
     def key(self) -> str:
@@ -584,10 +587,13 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
     group: GroupRef | None = None
     group_error: str | None = None
     topology: TopologyConstraint | None = None
+    queue = ""
     try:
         group = group_ref_of_pod(namespace, meta, spec, sources)
         if group is not None:
-            topology = constraint_from_annotations(meta.get("annotations"), "pod")
+            annotations = meta.get("annotations") or {}
+            queue = str(annotations.get(QUEUE_ANNOTATION) or "")
+            topology = constraint_from_annotations(annotations, "pod")
     except (GroupLabelError, TopologyError) as err:
         group_error = str(err)
     try:
@@ -624,6 +630,7 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
         nominated_node=status.get("nominatedNodeName") or "",
         topology=topology,
         marked=group is not None and is_marked(raw),
+        queue=queue,
     )
 
 
@@ -679,6 +686,9 @@ def podgroup_record_from(raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> P
             annotated = constraint_from_annotations(meta.get("annotations"), "PodGroup")
             if annotated is not None:
                 spec = dataclasses.replace(spec, topology=annotated)
+        queue = (meta.get("annotations") or {}).get(QUEUE_ANNOTATION)
+        if spec is not None and spec.queue is None and isinstance(queue, str) and queue:
+            spec = dataclasses.replace(spec, queue=queue)
     except TopologyError as err:
         spec, error = None, f"PodGroup {key}: {err}"
     except PodGroupSpecError as err:

@@ -221,6 +221,9 @@ class PodGroupStatus:
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         self._dirty.add(group_key)
 
+    def gang_reclaimed(self, group_key: str, evicted: Sequence[MemberRef], message: str) -> None:
+        self._dirty.add(group_key)
+
     def preemption_planned(self, group_key: str, message: str) -> None:
         return None
 

@@ -22,6 +22,7 @@ from app.groups import (
     SOURCE_VOLCANO,
     SOURCE_XK8S,
 )
+from app.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -111,3 +112,17 @@ def _served(
             return False
         raise
     return True
+
+
+def discover_queues(custom: k8s.CustomObjectsApi, settings: Settings) -> bool:
+    """Whether to watch Volcano Queues: --queues auto and the API server serves them.
+
+    Blocking (runs on a thread at start-up), like discover_sources.
+    """
+    if settings.queues == "off":
+        log.info("Volcano Queues are off: --queues off")
+        return False
+    served = _served(custom, QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, "Volcano Queues", "--queues")
+    if served:
+        log.info("Volcano Queues watched: the cluster is shared by weight once a Queue exists")
+    return served

@@ -1,4 +1,4 @@
-"""The PodGroup status writer: read a group object, merge-patch its status.
+"""The PodGroup and Queue status writers: read a group object, merge-patch its status.
 
 app/status_reconciler.py decides what to write and when; this is only the
 API side, for one source's objects (coordinates from app/groups.py).
@@ -15,6 +15,7 @@ from kubernetes import client as k8s
 from app.groups import XK8S_API, GroupApi
 from app.kube.client import raw_request
 from app.kube.errors import NotFound
+from app.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 
 
 class KubeStatusApi:
@@ -61,6 +62,25 @@ class KubeStatusApi:
             "PATCH",
             self._path(namespace, name),
             body,
+            content_type="application/merge-patch+json",
+            timeout=self._timeout,
+        )
+
+
+class QueueStatusApi:
+    """Volcano Queues' status subresource (cluster-scoped): merge-patched counts. Blocking."""
+
+    def __init__(self, custom: k8s.CustomObjectsApi, *, timeout_seconds: float = 10) -> None:
+        self._client: k8s.ApiClient = custom.api_client
+        self._timeout = timeout_seconds
+
+    def patch(self, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch `status`; NotFound when the Queue is gone."""
+        raw_request(
+            self._client,
+            "PATCH",
+            f"/apis/{QUEUE_GROUP}/{QUEUE_VERSION}/{QUEUE_PLURAL}/{quote(name, safe='')}/status",
+            {"status": status},
             content_type="application/merge-patch+json",
             timeout=self._timeout,
         )

@@ -10,6 +10,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from app.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, XK8S_API, GroupApi
+from app.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from hack.clusterkit import create_group, pause_pod
 
 
@@ -48,8 +49,9 @@ class Kube:
         min_member: int,
         *,
         min_task_member: dict[str, int] | None = None,
+        queue: str = "default",
     ) -> None:
-        spec: dict[str, Any] = {"minMember": min_member, "queue": "default"}
+        spec: dict[str, Any] = {"minMember": min_member, "queue": queue}
         if min_task_member:
             spec["minTaskMember"] = min_task_member
         create_group(self.custom, VOLCANO_API, namespace, name, spec)
@@ -62,6 +64,46 @@ class Kube:
             name,
             {"schedulingPolicy": {"gang": {"minCount": min_count}}},
         )
+
+    def create_queue(
+        self,
+        name: str,
+        weight: int = 1,
+        *,
+        capability: dict[str, str] | None = None,
+        guarantee: dict[str, str] | None = None,
+        reclaimable: bool = True,
+    ) -> None:
+        """A Volcano Queue (cluster-scoped); delete_queue() when done, other tests share it."""
+        spec: dict[str, Any] = {"weight": weight, "reclaimable": reclaimable}
+        if capability:
+            spec["capability"] = capability
+        if guarantee:
+            spec["guarantee"] = {"resource": guarantee}
+        self.custom.create_cluster_custom_object(
+            QUEUE_GROUP,
+            QUEUE_VERSION,
+            QUEUE_PLURAL,
+            {
+                "apiVersion": f"{QUEUE_GROUP}/{QUEUE_VERSION}",
+                "kind": "Queue",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+
+    def queue_object(self, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_cluster_custom_object(
+            QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, name
+        )
+        return obj
+
+    def delete_queue(self, name: str) -> None:
+        try:
+            self.custom.delete_cluster_custom_object(QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
 
     def group_object(self, api: GroupApi, namespace: str, name: str) -> dict[str, Any]:
         obj: dict[str, Any] = self.custom.get_namespaced_custom_object(

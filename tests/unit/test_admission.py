@@ -170,5 +170,6 @@ def test_reasons_keep_their_metric_label_values() -> None:
         "complete",
         "waiting-behind",
         "insufficient-capacity",
+        "queue-share",
     ]
     assert [str(r) for r in DenyReason] == ["min-resources", "timeout", "bind-failed", "capacity"]

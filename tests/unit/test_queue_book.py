@@ -1,0 +1,220 @@
+"""Queues in the arbiter: Queue objects from the watch, shares at filter time, reclaim."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from app.admission import Admission, FilterReason
+from app.arbiter import Arbiter, Candidate
+from app.gate import PermitGate
+from app.groups import GroupRef, GroupSpec
+from app.metrics import Metrics
+from app.observer import NullObserver
+from app.queue_book import QueueBook
+from app.queue_status import QueueStatusWriter
+from app.queues import QUEUE_ANNOTATION
+from app.reclaimer import Reclaimer
+from app.state import ClusterState
+from tests.unit.builders import node, pod, podgroup
+from tests.unit.fakes import Clock, RecordingBinder
+
+
+def queue(name: str, weight: int = 1, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"weight": weight, **spec}}
+
+
+class Evictions:
+    def __init__(self) -> None:
+        self.evicted: list[str] = []
+
+    async def evict_through_api(self, namespace: str, name: str, uid: str) -> None:
+        self.evicted.append(f"{namespace}/{name}")
+
+
+class Reclaimed(NullObserver):
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, list[str], str]] = []
+
+    def gang_reclaimed(self, group_key: str, evicted: Any, message: str) -> None:
+        self.messages.append((group_key, sorted(m.name for m in evicted), message))
+
+
+class World:
+    """3 nodes of 4 CPUs; gangs of 2 one-CPU pods whose PodGroup names a queue."""
+
+    def __init__(self) -> None:
+        self.state = ClusterState()
+        self.state.replace_nodes([node(f"n{i}", cpu="4", memory="64Gi") for i in range(3)])
+        admission = Admission(3)
+        self.gate = PermitGate(self.state, admission, RecordingBinder(), Metrics())
+        self.book = QueueBook(self.state, metrics=Metrics())
+        self.evictions = Evictions()
+        self.observer = Reclaimed()
+        self.reclaimer = Reclaimer(self.state, self.evictions, self.observer)
+        self.arbiter = Arbiter(
+            self.state,
+            admission,
+            self.gate,
+            lambda spec: 30.0,
+            observer=self.observer,
+            clock=Clock(100.0),
+            queues=self.book,
+            reclaimer=self.reclaimer,
+        )
+        self.state.add_pod_listener(self.arbiter.on_pod_change)
+
+    def gang(self, name: str, queue: str, *, bound_on: str = "") -> GroupSpec:
+        group = podgroup(name, 2)
+        group["metadata"]["annotations"] = {QUEUE_ANNOTATION: queue}
+        group["metadata"]["creationTimestamp"] = (
+            f"2026-01-01T00:00:{len(self.state.podgroups):02d}Z"
+        )
+        self.state.apply_podgroup(group)
+        for i in range(2):
+            self.state.apply_pod(pod(f"{name}-{i}", group=name, cpu="1", node=bound_on))
+        spec = self.state.podgroups[f"default/{name}"].spec
+        assert spec is not None and spec.queue == queue
+        return spec
+
+    def filter(self, spec: GroupSpec, member: str) -> Any:
+        record = self.state.pods[f"default/{member}"]
+        return self.arbiter.admit(
+            spec,
+            GroupRef("default", spec.key.split("/")[1]),
+            Candidate(record.key, record.uid, record.priority, {}),
+        )
+
+
+def test_without_queue_objects_nothing_changes() -> None:
+    world = World()
+    spec = world.gang("a", "team-a")
+    assert not world.book.active
+    assert world.filter(spec, "a-0").reason == FilterReason.CLAIMED
+    assert "queues" not in world.arbiter.snapshot()
+
+
+def test_a_queue_at_its_share_waits_while_the_other_queue_below_it_waits() -> None:
+    world = World()
+    world.book.replace([queue("team-a"), queue("team-b")])
+    for i in range(3):  # team-a holds 6 of 12 CPUs: its deserved half
+        world.gang(f"a{i}", "team-a", bound_on=f"n{i}")
+    more = world.gang("a3", "team-a")
+    for i in range(3):  # team-b asks for its half too
+        world.gang(f"b{i}", "team-b")
+    verdict = world.filter(more, "a3-0")
+    assert verdict.reason == FilterReason.QUEUE_SHARE
+    assert verdict.message.startswith(
+        "gang default/a3 waits in its queue: queue team-a (weight 1) holds cpu 6, "
+        "memory 6Gi of its deserved cpu 6"
+    )
+    assert "queue team-b (weight 1) holds nothing" in verdict.message
+    assert "with 3 gang(s) waiting" in verdict.message
+    debug = {q["queue"]: q for q in world.arbiter.snapshot()["queues"]}
+    assert debug["team-a"]["allocated"] == "cpu 6, memory 6Gi"
+    assert debug["team-b"]["pendingGangs"] == 3
+
+
+def test_work_conserving_a_queue_may_exceed_its_share_while_no_other_waits() -> None:
+    world = World()
+    world.book.replace([queue("team-a"), queue("team-b")])
+    for i in range(3):
+        world.gang(f"a{i}", "team-a", bound_on=f"n{i}")
+    more = world.gang("a3", "team-a")
+    assert world.filter(more, "a3-0").reason == FilterReason.CLAIMED
+
+
+def test_a_queue_that_does_not_exist_holds_its_gangs_with_a_message() -> None:
+    world = World()
+    world.book.replace([queue("team-a")])
+    spec = world.gang("x", "typo")
+    verdict = world.filter(spec, "x-0")
+    assert verdict.reason == FilterReason.QUEUE_SHARE
+    assert "names queue typo, which does not exist" in verdict.message
+
+
+async def test_reclaim_evicts_the_latest_gang_of_the_queue_above_its_share() -> None:
+    world = World()
+    world.book.replace([queue("team-a"), queue("team-b")])
+    for i in range(6):  # team-a fills the cluster while team-b is idle
+        world.gang(f"a{i}", "team-a", bound_on=f"n{i // 2}")
+    needy = world.gang("b0", "team-b")
+    verdict = world.filter(needy, "b0-0")
+    assert verdict.reason == FilterReason.INSUFFICIENT_CAPACITY
+    assert verdict.message.endswith(
+        "reclaiming 1 gang(s) for it from queues above their share: default/a5 (queue team-a)"
+    )
+    await world.reclaimer.drain()
+    assert sorted(world.evictions.evicted) == ["default/a5-0", "default/a5-1"]
+    [(key, members, message)] = world.observer.messages
+    assert (key, members) == ("default/a5", ["a5-0", "a5-1"])
+    assert "queue team-b is below its deserved share" in message
+    # Asked again before the evictions show: nothing more is evicted.
+    world.filter(needy, "b0-1")
+    await world.reclaimer.drain()
+    assert len(world.evictions.evicted) == 2
+
+
+async def test_no_reclaim_from_a_queue_that_is_not_reclaimable() -> None:
+    world = World()
+    world.book.replace([queue("team-a", reclaimable=False), queue("team-b")])
+    for i in range(6):
+        world.gang(f"a{i}", "team-a", bound_on=f"n{i // 2}")
+    needy = world.gang("b0", "team-b")
+    verdict = world.filter(needy, "b0-0")
+    assert verdict.reason == FilterReason.INSUFFICIENT_CAPACITY
+    assert "reclaiming" not in verdict.message
+    await world.reclaimer.drain()
+    assert world.evictions.evicted == []
+
+
+class StatusPatches:
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    def patch(self, name: str, status: dict[str, Any]) -> None:
+        self.patches.append((name, status))
+
+
+async def test_queue_status_counts_are_written_by_the_leader_only_when_they_change() -> None:
+    world = World()
+    world.book.replace([queue("team-a"), queue("team-b")])
+    world.gang("a0", "team-a", bound_on="n0")
+    world.gang("a1", "team-a")
+    api = StatusPatches()
+    leading = [False]
+    writer = QueueStatusWriter(
+        world.book, world.arbiter.holders, api, ThreadPoolExecutor(1), lambda: leading[0]
+    )
+    await writer.tick()
+    assert api.patches == []
+    leading[0] = True
+    await writer.tick()
+    assert sorted(api.patches, key=lambda p: p[0]) == [
+        (
+            "team-a",
+            {
+                "pending": 1,
+                "inqueue": 0,
+                "running": 1,
+                "allocated": {"cpu": "2", "memory": "2147483648", "pods": "2"},
+            },
+        ),
+        ("team-b", {"pending": 0, "inqueue": 0, "running": 0, "allocated": {}}),
+    ]
+    await writer.tick()
+    assert len(api.patches) == 2
+
+
+def test_a_younger_gang_does_not_take_the_queue_room_an_older_one_waits_for() -> None:
+    world = World()
+    world.book.replace([queue("team-a", capability={"cpu": "4"})])
+    world.gang("a0", "team-a", bound_on="n0")
+    world.gang("a1", "team-a")  # older: the queue's last 2 CPUs are its
+    younger = world.gang("a2", "team-a")
+    verdict = world.filter(younger, "a2-0")
+    assert verdict.reason == FilterReason.QUEUE_SHARE
+    assert verdict.message.startswith(
+        "gang default/a2 waits behind 1 older or higher-priority gang(s) of queue team-a "
+        "(default/a1): the queue's share has room for them first"
+    )
