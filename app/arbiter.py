@@ -642,6 +642,15 @@ class Arbiter:
             return
         self._reclaim_check = loop.call_later(0.1, self.check_reclaims)
 
+    def retry_reclaim(self, gang_key: str) -> None:
+        """The gang's reclaim was refused (a disruption budget): look for other victims soon."""
+        waiting = self.waiting.get(gang_key)
+        if waiting is None:
+            return
+        self._version += 1
+        self._unplaced[gang_key] = waiting.ref
+        self._schedule_reclaim_check()
+
     def check_reclaims(self) -> None:
         """Gangs kube-scheduler found no node for: reclaim for those of queues below their share.
 

@@ -18,6 +18,7 @@ RECLAIM_WAIT_SECONDS), no second one is started for it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +39,12 @@ RECLAIM_WAIT_SECONDS = 30.0
 
 
 class PodEvictions(Protocol):
-    async def evict_through_api(self, namespace: str, name: str, uid: str) -> None: ...
+    async def evict_through_api(
+        self, namespace: str, name: str, uid: str, *, dry_run: bool = False
+    ) -> None: ...
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the pod (uid-guarded), no budget asked."""
 
 
 class Reclaimer:
@@ -57,9 +63,12 @@ class Reclaimer:
         self._metrics = metrics
         self._clock = clock
         self._tasks = TaskSet()
+        # Told the needy gang's key when its victims' budgets refused: look again.
+        self._on_refused: Callable[[str], None] = lambda _key: None
         # needy gang key -> (until when, what is being reclaimed for it).
         self._under_way: dict[str, tuple[float, str]] = {}
-        # victim gang key -> until when: chosen once, not again while its pods leave.
+        # victim gang key -> until when: chosen once, not again while its pods
+        # leave (or while a PodDisruptionBudget keeps it).
         self._evicting: dict[str, float] = {}
 
     async def drain(self) -> None:
@@ -101,23 +110,74 @@ class Reclaimer:
                 f"its deserved share ({views[queue].describe()}) and its gang {gang.key} needs "
                 f"the room; {views[victim_queue].describe()}"
             )
-            log.info(message, extra={"podgroup": key, "verb": "filter", "queue": victim_queue})
-            if self._metrics is not None:
-                self._metrics.queue_reclaimed_gangs.labels(victim_queue).inc()
-            self._observer.gang_reclaimed(key, [_ref(p) for p in pods], message)
-            self._tasks.spawn(self._evict(key, pods))
+            self._tasks.spawn(self._evict(key, victim_queue, pods, message, gang.key))
         return text
+
+    def when_refused(self, retry: Callable[[str], None]) -> None:
+        """Who looks for other victims once a budget protected the chosen ones (the arbiter)."""
+        self._on_refused = retry
 
     def forget(self, gang_key: str) -> None:
         """The gang was admitted: a later shortfall may reclaim again."""
         self._under_way.pop(gang_key, None)
 
-    async def _evict(self, group_key: str, pods: list[PodRecord]) -> None:
-        await evict_each(
+    async def _evict(
+        self, group_key: str, queue: str, pods: list[PodRecord], message: str, needy: str
+    ) -> None:
+        """Evict the gang whole, or not at all when a PodDisruptionBudget forbids it now.
+
+        Every member's eviction is asked first as a dry run: a budget that
+        refuses one keeps the whole gang running (it is not chosen again for
+        RECLAIM_WAIT_SECONDS, and the needy gang's next filter call looks for
+        other victims). Dry runs do not count against a budget, so one that
+        allows fewer disruptions than the gang has members can still refuse a
+        later real eviction: the members left are then deleted all the same,
+        since a gang below minMember would only hold its nodes idle.
+        """
+        refused = await self._refusals(pods)
+        if refused:
+            log.warning(
+                "gang %s is not reclaimed: %s; it keeps running and another gang is chosen",
+                group_key,
+                refused,
+                extra={"podgroup": group_key, "queue": queue},
+            )
+            # Not chosen again for a while (it stays in _evicting).
+            self._evicting[group_key] = self._clock() + RECLAIM_WAIT_SECONDS
+            self._under_way.pop(needy, None)
+            self._on_refused(needy)
+            return
+        log.info(message, extra={"podgroup": group_key, "verb": "filter", "queue": queue})
+        if self._metrics is not None:
+            self._metrics.queue_reclaimed_gangs.labels(queue).inc()
+        self._observer.gang_reclaimed(group_key, [_ref(p) for p in pods], message)
+        evicted = await evict_each(
             self._api.evict_through_api,
             group_key,
             pods,
-            " (reclaim; a PodDisruptionBudget may forbid it now)",
+            " (reclaim; a PodDisruptionBudget refused it after its dry run allowed it)",
+        )
+        rest = [p for p in pods if p not in evicted]
+        if rest:
+            log.warning(
+                "deleting the %d member(s) of gang %s whose eviction was refused: the rest of "
+                "the gang is evicted already",
+                len(rest),
+                group_key,
+                extra={"podgroup": group_key, "queue": queue},
+            )
+            await evict_each(self._api.evict_pod, group_key, rest)
+
+    async def _refusals(self, pods: Sequence[PodRecord]) -> str:
+        """Why some member may not be evicted now ("" when every dry run is allowed)."""
+        results = await asyncio.gather(
+            *(self._api.evict_through_api(p.namespace, p.name, p.uid, dry_run=True) for p in pods),
+            return_exceptions=True,
+        )
+        return "; ".join(
+            f"evicting {pod.key} is refused ({result})"
+            for pod, result in zip(pods, results, strict=True)
+            if isinstance(result, Exception)
         )
 
 

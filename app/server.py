@@ -367,6 +367,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     state.add_pod_listener(status.on_pod_change)
     state.add_pod_listener(gate.on_pod_change)
     gate.add_settle_listener(arbiter.on_settled)
+    reclaimer.when_refused(arbiter.retry_reclaim)
     state.add_pod_listener(arbiter.on_pod_change)
     state.add_node_listener(arbiter.on_nodes_changed)
     state.add_pod_listener(follower.on_pod_change)

@@ -83,17 +83,24 @@ class PodApi:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         await self._run("DELETE", _pod_path(namespace, name), body, absent=(NotFound, Conflict))
 
-    async def evict_through_api(self, namespace: str, name: str, uid: str) -> None:
+    async def evict_through_api(
+        self, namespace: str, name: str, uid: str, *, dry_run: bool = False
+    ) -> None:
         """POST pods/eviction (policy/v1): the API server honours PodDisruptionBudgets.
 
         A budget that allows no disruption now answers 429, raised as
-        Transient; the pod being gone already is nothing to do.
+        Transient; the pod being gone already is nothing to do. `dry_run`:
+        only ask whether the eviction would be allowed now (the budgets are
+        checked, nothing is deleted or counted).
         """
+        options: dict[str, Any] = {"preconditions": {"uid": uid}}
+        if dry_run:
+            options["dryRun"] = ["All"]
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
-            "deleteOptions": {"preconditions": {"uid": uid}},
+            "deleteOptions": options,
         }
         await self._run(
             "POST", _pod_path(namespace, name, "/eviction"), body, absent=(NotFound, Conflict)

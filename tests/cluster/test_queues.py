@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from kubernetes import client as k8s
 
 from app.groups import VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS
 from hack.clusterkit import wait_for
@@ -41,6 +42,7 @@ class Cluster:
                 self.namespace,
                 f"{name}-{i}",
                 annotations={VOLCANO_GROUP_ANNOTATIONS[0]: name},
+                labels={"gang": name},
                 cpu="1",
             )
         self.gangs[name] = queue
@@ -300,6 +302,49 @@ def test_reclaim_evicts_the_most_recent_gang_of_the_queue_above_its_share(
         for e in events
     ), events
     print(f"\nlate's gang bound {elapsed:.1f}s after creation ({last} reclaimed)")
+
+
+def test_reclaim_spares_a_gang_its_disruption_budget_protects(
+    cluster: Cluster, nodes: list[str]
+) -> None:
+    fit = add_nodes(cluster.kube, nodes, 3)
+    cluster.queue("owner", 1)
+    cluster.queue("late", 1)
+    for i in range(fit):
+        cluster.gang(f"owner-{i}", "owner")
+        # The last two in seconds of their own: the most recent, then the one before.
+        time.sleep(1.05 if i >= fit - 3 else 0)
+    kept, next_one = f"owner-{fit - 1}", f"owner-{fit - 2}"
+    policy = k8s.PolicyV1Api(cluster.kube.client)
+    budget = k8s.V1PodDisruptionBudget(
+        metadata=k8s.V1ObjectMeta(name=kept),
+        spec=k8s.V1PodDisruptionBudgetSpec(
+            min_available=MEMBERS, selector=k8s.V1LabelSelector(match_labels={"gang": kept})
+        ),
+    )
+    policy.create_namespaced_pod_disruption_budget(cluster.namespace, budget)
+    wait_for(
+        lambda: sum(cluster.bound_members().values()) == fit * MEMBERS,
+        30,
+        "owner's gangs fill the cluster while late is idle",
+    )
+
+    def guarded() -> bool:
+        status = policy.read_namespaced_pod_disruption_budget(kept, cluster.namespace).status
+        return status is not None and status.current_healthy == MEMBERS
+
+    wait_for(guarded, 30, f"the disruption controller counts {kept}'s pods (none may go)")
+    cluster.gang("late-0", "late")
+    wait_for(
+        lambda: cluster.bound_members().get("late-0") == MEMBERS,
+        30,
+        "late's gang bound once room was reclaimed from another gang",
+    )
+    bound = cluster.bound_members()
+    assert bound.get(kept) == MEMBERS, bound  # its budget kept it whole
+    assert next_one not in bound, bound
+    assert any(e.startswith("GangReclaimed:") for e in cluster.gang_events(next_one))
+    assert not any(e.startswith("GangReclaimed:") for e in cluster.gang_events(kept))
 
 
 def test_a_queue_that_is_not_reclaimable_is_never_reclaimed_from(

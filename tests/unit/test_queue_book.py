@@ -9,6 +9,7 @@ from app.admission import Admission, FilterReason
 from app.arbiter import Arbiter, Candidate
 from app.gate import PermitGate
 from app.groups import GroupRef, GroupSpec
+from app.kube.errors import Transient
 from app.metrics import Metrics
 from app.observer import NullObserver
 from app.queue_book import QueueBook
@@ -25,11 +26,25 @@ def queue(name: str, weight: int = 1, **spec: Any) -> dict[str, Any]:
 
 
 class Evictions:
+    """The Eviction API as PodDisruptionBudgets answer it: `refuse` pods, dry run or real."""
+
     def __init__(self) -> None:
         self.evicted: list[str] = []
+        self.deleted: list[str] = []
+        self.refuse: set[str] = set()  # refused in the dry run and for real
+        self.refuse_for_real: set[str] = set()  # allowed in the dry run only
 
-    async def evict_through_api(self, namespace: str, name: str, uid: str) -> None:
-        self.evicted.append(f"{namespace}/{name}")
+    async def evict_through_api(
+        self, namespace: str, name: str, uid: str, *, dry_run: bool = False
+    ) -> None:
+        key = f"{namespace}/{name}"
+        if key in self.refuse or (not dry_run and key in self.refuse_for_real):
+            raise Transient("Cannot evict pod as it would violate the pod's disruption budget.")
+        if not dry_run:
+            self.evicted.append(key)
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.deleted.append(f"{namespace}/{name}")
 
 
 class Reclaimed(NullObserver):
@@ -63,6 +78,7 @@ class World:
             reclaimer=self.reclaimer,
         )
         self.state.add_pod_listener(self.arbiter.on_pod_change)
+        self.reclaimer.when_refused(self.arbiter.retry_reclaim)
 
     def gang(self, name: str, queue: str, *, bound_on: str = "") -> GroupSpec:
         group = podgroup(name, 2)
@@ -153,6 +169,40 @@ async def test_reclaim_evicts_the_latest_gang_of_the_queue_above_its_share() -> 
     world.filter(needy, "b0-1")
     await world.reclaimer.drain()
     assert len(world.evictions.evicted) == 2
+
+
+async def test_a_gang_a_disruption_budget_protects_is_not_reclaimed_another_is() -> None:
+    world = World()
+    world.book.replace([queue("team-a"), queue("team-b")])
+    for i in range(6):
+        world.gang(f"a{i}", "team-a", bound_on=f"n{i // 2}")
+    world.evictions.refuse = {"default/a5-1"}
+    needy = world.gang("b0", "team-b")
+    world.filter(needy, "b0-0")
+    await world.reclaimer.drain()
+    # One member's budget says no: none of a5 goes, and no Event says it did.
+    assert world.evictions.evicted == [] and world.evictions.deleted == []
+    assert world.observer.messages == []
+    # The arbiter was told to look again (its reclaim check, a moment later):
+    # another victim, the most recent of the others.
+    world.arbiter.check_reclaims()
+    await world.reclaimer.drain()
+    assert sorted(world.evictions.evicted) == ["default/a4-0", "default/a4-1"]
+    [(key, _members, _message)] = world.observer.messages
+    assert key == "default/a4"
+
+
+async def test_a_member_refused_after_its_dry_run_is_deleted_not_left_alone() -> None:
+    """A budget allowing one disruption passes both dry runs, then refuses the second."""
+    world = World()
+    world.book.replace([queue("team-a"), queue("team-b")])
+    for i in range(6):
+        world.gang(f"a{i}", "team-a", bound_on=f"n{i // 2}")
+    world.evictions.refuse_for_real = {"default/a5-1"}
+    world.filter(world.gang("b0", "team-b"), "b0-0")
+    await world.reclaimer.drain()
+    assert world.evictions.evicted == ["default/a5-0"]
+    assert world.evictions.deleted == ["default/a5-1"]
 
 
 async def test_no_reclaim_from_a_queue_that_is_not_reclaimable() -> None:
