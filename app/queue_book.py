@@ -86,6 +86,8 @@ class QueueBook:
         self._metrics = metrics
         self._clock = clock
         self.specs: dict[str, QueueSpec] = {}
+        # name -> the status counts its object shows, to patch only what differs.
+        self._observed: dict[str, dict[str, Any]] = {}
         self._published = -_PUBLISH_SECONDS
         self.last: dict[str, QueueView] = {}
 
@@ -93,6 +95,7 @@ class QueueBook:
 
     def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
         self.specs = {}
+        self._observed = {}
         for obj in objects:
             self.upsert(obj)
 
@@ -103,9 +106,22 @@ class QueueBook:
             log.warning("%s; the queue is left out until it is fixed", err, extra={"verb": None})
             return
         self.specs[spec.name] = spec
+        status = obj.get("status") or {}
+        self._observed[spec.name] = {
+            "pending": status.get("pending"),
+            "inqueue": status.get("inqueue"),
+            "running": status.get("running"),
+            "allocated": status.get("allocated") or {},
+        }
 
     def delete(self, obj: Mapping[str, Any]) -> None:
-        self.specs.pop(str((obj.get("metadata") or {}).get("name") or ""), None)
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        self.specs.pop(name, None)
+        self._observed.pop(name, None)
+
+    def observed_status(self, name: str) -> dict[str, Any] | None:
+        """The counts the Queue's status shows now (from the watch), as statuses() has them."""
+        return self._observed.get(name)
 
     @property
     def active(self) -> bool:

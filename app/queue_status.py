@@ -3,8 +3,10 @@
 Volcano's Queue CRD has a status subresource; without Volcano's controller
 nobody else fills it, and `kubectl get queue -o yaml` is where an admin
 looks first. Every INTERVAL_SECONDS the counts are taken from the queue book
-(app/queue_book.py) and only a Queue whose counts changed is patched
-(`status.state` is left to its owner). Writes run on the observers' threads.
+(app/queue_book.py) and only a Queue whose status, as the watch shows it,
+differs is patched (`status.state` is left to its owner): a Queue deleted and
+created again under the same name, or edited by hand, is written again.
+Writes run on the observers' threads.
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ class QueueStatusWriter:
         self._executor = executor
         self._is_leader = is_leader
         self._interval = interval_seconds
-        self._written: dict[str, dict[str, Any]] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -66,17 +67,14 @@ class QueueStatusWriter:
             await self.tick()
 
     async def tick(self) -> None:
-        """Patch every Queue whose counts changed since they were last written."""
+        """Patch every Queue whose status shows other counts than the book's."""
         if not self._book.active or not self._is_leader():
-            self._written.clear()  # a new leader writes everything once
             return
         loop = asyncio.get_running_loop()
         for name, status in self._book.statuses(self._holders()).items():
-            if self._written.get(name) == status:
+            if self._book.observed_status(name) == status:
                 continue
             try:
                 await loop.run_in_executor(self._executor, self._api.patch, name, status)
             except ApiError as err:  # logged; tried again on the next tick
                 log.warning("Queue %s status not written: %s", name, err, extra={"queue": name})
-                continue
-            self._written[name] = status

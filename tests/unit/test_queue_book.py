@@ -219,11 +219,15 @@ async def test_no_reclaim_from_a_queue_that_is_not_reclaimable() -> None:
 
 
 class StatusPatches:
-    def __init__(self) -> None:
+    """The status subresource; each patch comes back through the watch, as the API server's."""
+
+    def __init__(self, book: QueueBook) -> None:
+        self.book = book
         self.patches: list[tuple[str, dict[str, Any]]] = []
 
     def patch(self, name: str, status: dict[str, Any]) -> None:
         self.patches.append((name, status))
+        self.book.upsert({**queue(name), "status": status})
 
 
 async def test_queue_status_counts_are_written_by_the_leader_only_when_they_change() -> None:
@@ -231,7 +235,7 @@ async def test_queue_status_counts_are_written_by_the_leader_only_when_they_chan
     world.book.replace([queue("team-a"), queue("team-b")])
     world.gang("a0", "team-a", bound_on="n0")
     world.gang("a1", "team-a")
-    api = StatusPatches()
+    api = StatusPatches(world.book)
     leading = [False]
     writer = QueueStatusWriter(
         world.book, world.arbiter.holders, api, ThreadPoolExecutor(1), lambda: leading[0]
@@ -254,6 +258,11 @@ async def test_queue_status_counts_are_written_by_the_leader_only_when_they_chan
     ]
     await writer.tick()
     assert len(api.patches) == 2
+    # team-b deleted and created again under its name: its new object is written.
+    world.book.delete(queue("team-b"))
+    world.book.upsert(queue("team-b"))
+    await writer.tick()
+    assert [name for name, _ in api.patches[2:]] == ["team-b"]
 
 
 def test_a_younger_gang_does_not_take_the_queue_room_an_older_one_waits_for() -> None:
