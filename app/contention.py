@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from app.packing import Bin, Demand, Packing, give, index_of, pack, take
+from app.packing import AllowedNodes, Bin, Demand, Packing, give, index_of, pack, take
 
 
 class Ruling(StrEnum):
@@ -124,22 +124,28 @@ def decide(
     """
     holders = [h for h in holders if h.key != candidate.key]
     bins, index = room_left(free, holders)
+    # Every packing below over `bins` (or `allocatable`) allows the same nodes.
+    on_bins: AllowedNodes = {}
+    on_allocatable: AllowedNodes = {}
     mine = line_key(candidate, now, aging_seconds)
     blocker: tuple[str, int] | None = None
     for other in order_line([g for g in line if g.key != candidate.key], now, aging_seconds):
         if line_key(other, now, aging_seconds) >= mine:
             break
-        ahead = pack(other.demands, bins, other.need)
+        ahead = pack(other.demands, bins, other.need, allowed_nodes=on_bins)
         if ahead.fits:
             take(bins, ahead.plan, other.demands, index=index)
             blocker = blocker or (other.key, other.priority)
         elif (
             other.aged(now, aging_seconds)
             and other.priority >= candidate.priority
-            and (not allocatable or pack(other.demands, allocatable, other.need).fits)
+            and (
+                not allocatable
+                or pack(other.demands, allocatable, other.need, allowed_nodes=on_allocatable).fits
+            )
         ):
             return _wait(candidate, (other.key, other.priority), "has waited longest")
-    packing = pack(candidate.demands, bins, candidate.need)
+    packing = pack(candidate.demands, bins, candidate.need, allowed_nodes=on_bins)
     if packing.fits:
         return Decision(Ruling.ADMIT, packing.plan)
     # Precedence: release lower-priority gangs still collecting, lowest first.
@@ -151,7 +157,7 @@ def decide(
         give(bins, holder.remaining, index=index)
         give(bins, holder.reserved, index=index)
         released.append(holder.key)
-        packing = pack(candidate.demands, bins, candidate.need)
+        packing = pack(candidate.demands, bins, candidate.need, allowed_nodes=on_bins)
         if packing.fits:
             return Decision(Ruling.ADMIT, packing.plan, tuple(released))
     # Without any other gang holding anything: if it does not fit even so, the
@@ -209,16 +215,19 @@ def wake_order(
 ) -> list[str]:
     """The waiting gangs that would be admitted now, in line order (to wake their pods)."""
     bins, index = room_left(free, holders)
+    on_bins: AllowedNodes = {}
+    on_allocatable: AllowedNodes = {}
     chosen: list[str] = []
     for gang in order_line(waiting, now, aging_seconds):
-        packing: Packing = pack(gang.demands, bins, gang.need)
+        packing: Packing = pack(gang.demands, bins, gang.need, allowed_nodes=on_bins)
         if packing.fits:
             take(bins, packing.plan, gang.demands, index=index)
             chosen.append(gang.key)
             if len(chosen) >= limit:
                 break
         elif gang.aged(now, aging_seconds) and (
-            not allocatable or pack(gang.demands, allocatable, gang.need).fits
+            not allocatable
+            or pack(gang.demands, allocatable, gang.need, allowed_nodes=on_allocatable).fits
         ):
             break
     return chosen

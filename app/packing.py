@@ -211,7 +211,17 @@ class Packing:
         return text
 
 
-def pack(demands: Sequence[Demand], bins: Sequence[Bin], need: int | None = None) -> Packing:
+AllowedNodes = dict[Placement | None, list[int]]
+"""Per placement rule, the indexes of the bins it allows: shared by packings over one bin list."""
+
+
+def pack(
+    demands: Sequence[Demand],
+    bins: Sequence[Bin],
+    need: int | None = None,
+    *,
+    allowed_nodes: AllowedNodes | None = None,
+) -> Packing:
     """First-fit decreasing: largest members first, each on the first node with room.
 
     Stops once `need` members are placed (default: all). `bins` are not
@@ -223,7 +233,11 @@ def pack(demands: Sequence[Demand], bins: Sequence[Bin], need: int | None = None
     capacity is copied only when a member lands on it, the nodes a placement
     allows are found once per distinct placement (a gang's members share
     one), and members that all ask alike are ordered by name without
-    summing the cluster's capacity.
+    summing the cluster's capacity. `allowed_nodes`: pass one dict to every
+    packing over the same `bins` (same nodes, labels and taints; free room
+    may change between them), so each placement's nodes are found once for
+    all of them: the line's gangs share the placement "any node", and
+    finding it anew for each of 1,000 gangs at 5,000 nodes took seconds.
     """
     wanted = len(demands) if need is None else min(need, len(demands))
     if wanted <= 0:
@@ -231,7 +245,7 @@ def pack(demands: Sequence[Demand], bins: Sequence[Bin], need: int | None = None
     order = _largest_first(demands, bins)
     # Bin index -> what is left on it once members landed there (the rest: bin.free).
     landed: dict[int, Resources] = {}
-    allowed_by_rules: dict[Placement | None, list[int]] = {}
+    allowed_by_rules: AllowedNodes = {} if allowed_nodes is None else allowed_nodes
     plan: dict[str, str] = {}
     left: list[Demand] = []
     no_node: list[str] = []

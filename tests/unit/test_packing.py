@@ -241,6 +241,23 @@ def test_pack_places_exactly_as_plain_first_fit_decreasing(
     assert [(b.name, b.free) for b in bins] == before  # the bins are not touched
 
 
+@settings(max_examples=200, deadline=None)
+@given(gangs=st.lists(_DEMANDS, max_size=6), bins=_BINS)
+def test_packings_sharing_allowed_nodes_place_as_packings_that_do_not(
+    gangs: list[list[Demand]], bins: list[Bin]
+) -> None:
+    """The contention line's use: gang after gang over one bin list, each taking its room."""
+    shared: dict[Placement | None, list[int]] = {}
+    cached = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in bins]
+    fresh = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in bins]
+    for demands in gangs:
+        packing = pack(demands, cached, allowed_nodes=shared)
+        assert packing == pack(demands, fresh)
+        if packing.fits:
+            take(cached, packing.plan, demands)
+            take(fresh, packing.plan, demands)
+
+
 def test_identical_members_are_ordered_by_name_whatever_the_capacity() -> None:
     demands = [Demand(k, cpu(1)) for k in ("c", "a", "b")]
     assert list(pack(demands, nodes(1, 1, 1)).plan.items()) == [
