@@ -221,7 +221,7 @@ class Arbiter:
         if decision.verdict is not Ruling.ADMIT:
             message = decision.message
             if queued is not None:
-                message += self._reclaim(gang, queued, free, holders)
+                message += self._reclaim(gang, ref, queued, free, holders)
             return self._turn_away(spec.key, ref, now, _REASONS[decision.verdict], message)
         self._version += 1
         if self._reclaimer is not None:
@@ -286,7 +286,12 @@ class Arbiter:
         )
 
     def _reclaim(
-        self, gang: Gang, queued: Assessment, free: list[Bin], holders: list[Holder]
+        self,
+        gang: Gang,
+        ref: GroupRef,
+        queued: Assessment,
+        free: list[Bin],
+        holders: list[Holder],
     ) -> str:
         """A gang of a queue below its share does not fit: take room back (app/reclaimer.py)."""
         view = queued.views.get(queued.queue)
@@ -298,7 +303,7 @@ class Arbiter:
         if not starving(replace(view, head=request), self.queues.overcommit):
             return ""
         room, _index = room_left(free, holders)
-        text = self._reclaimer.reclaim(gang, queued.queue, queued.views, room, queued.running)
+        text = self._reclaimer.reclaim(gang, ref, queued.queue, queued.views, room, queued.running)
         return f"; {text}" if text else ""
 
     def constraint(
@@ -688,7 +693,7 @@ class Arbiter:
                 continue
             room, _index = room_left(free, holders)
             if not pack(gang.demands, room, gang.need).fits:
-                self._reclaim(gang, queued, free, holders)
+                self._reclaim(gang, ref, queued, free, holders)
 
     # ---- waking the line -------------------------------------------------------------------
 

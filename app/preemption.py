@@ -73,6 +73,11 @@ class VictimPolicy(StrEnum):
     WHOLE_GANG = "whole-gang"
 
 
+class PlanKind(StrEnum):
+    PREEMPTION = "preemption"  # made by the preempt verb: slots on nodes, victims per slot
+    RECLAIM = "reclaim"  # queue reclaim (app/reclaimer.py): whole gangs evicted, no slots
+
+
 class PlanPhase(StrEnum):
     PLANNED = "planned"  # made; no victim handed to kube-scheduler yet
     EVICTING = "evicting"  # victims handed, some still on their nodes
@@ -220,12 +225,16 @@ class Plan:
     handed: set[str] = field(default_factory=set)
     # The topology domain every slot is in (None: the gang has no topology constraint).
     domain: Domain | None = None
+    kind: PlanKind = PlanKind.PREEMPTION
 
     @property
     def group(self) -> str:
         return self.ref.key
 
     def describe(self) -> str:
+        if self.kind is PlanKind.RECLAIM:
+            names = sorted(key for key, _node in self.victims.values())
+            return f"{self.evictions} eviction(s) by queue reclaim: {', '.join(names)}"
         by_node: dict[str, list[str]] = {}
         members: dict[str, int] = {}
         for slot in self.slots:
@@ -246,6 +255,7 @@ class Plan:
     def to_json(self, now: float) -> dict[str, Any]:
         return {
             "group": self.group,
+            "kind": self.kind.value,
             "phase": self.phase.value,
             "priority": self.priority,
             "evictions": self.evictions,
@@ -342,6 +352,37 @@ class PreemptionPlans:
                 return made
             current = made
         return self._serve(current, preemptor, own, candidates)
+
+    def reclaim(self, ref: GroupRef, priority: int, victims: Sequence[PodRecord]) -> None:
+        """Queue reclaim evicts `victims` (a whole gang) so that gang `ref` gets room.
+
+        Recorded as the gang's plan: its own preempt calls then wait for this
+        room instead of evicting more, /debug shows it, and its members are
+        woken once the victims are gone. A preemption plan it had gives way.
+        """
+        now = self._clock()
+        current = self.plans.get(ref.key)
+        if current is not None and current.kind is not PlanKind.RECLAIM:
+            self._end(current, PlanPhase.CANCELLED, "queue reclaim makes the room instead")
+            current = None
+        if current is None:
+            current = Plan(
+                ref,
+                priority,
+                now,
+                now + self._plan_seconds,
+                [],
+                {},
+                0,
+                PlanPhase.EVICTING,
+                kind=PlanKind.RECLAIM,
+            )
+            self.plans[ref.key] = current
+        for pod in victims:
+            current.victims[pod.uid] = (pod.key, pod.placed_node)
+            current.handed.add(pod.uid)
+        current.evictions = len(current.victims)
+        self._note_victims([p.uid for p in victims], ref.key)
 
     def refuse(self, group_key: str, message: str) -> None:
         """The verb found the gang cannot preempt at all (too few members, denied, ...)."""
@@ -621,6 +662,12 @@ class PreemptionPlans:
     def _serve(
         self, current: Plan, preemptor: Preemptor, own: Demand, candidates: Sequence[Candidate]
     ) -> Answer:
+        if current.kind is PlanKind.RECLAIM:
+            return Answer(
+                [],
+                f"gang {current.group} gets its room by queue reclaim ({current.describe()}); "
+                "the member waits for it",
+            )
         slot = next((s for s in current.slots if s.member == preemptor.uid), None)
         if slot is None:
             open_slots = [s for s in current.slots if not s.member and s.requests == own.requests]

@@ -26,9 +26,11 @@ from typing import Protocol
 
 from app.contention import Gang
 from app.evictor import evict_each
+from app.groups import GroupRef
 from app.metrics import Metrics
 from app.observer import GangObserver, MemberRef
 from app.packing import Bin
+from app.preemption import PreemptionPlans
 from app.queues import QueueView, Running, choose_victims
 from app.state import ClusterState, PodRecord
 from app.tasks import TaskSet
@@ -56,8 +58,10 @@ class Reclaimer:
         *,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        plans: PreemptionPlans | None = None,
     ) -> None:
         self._state = state
+        self._plans = plans
         self._api = api
         self._observer = observer
         self._metrics = metrics
@@ -77,6 +81,7 @@ class Reclaimer:
     def reclaim(
         self,
         gang: Gang,
+        ref: GroupRef,
         queue: str,
         views: Mapping[str, QueueView],
         room: Sequence[Bin],
@@ -91,7 +96,9 @@ class Reclaimer:
         if under_way is not None and now < under_way[0]:
             return under_way[1]
         self._evicting = {k: t for k, t in self._evicting.items() if t > now}
-        running = [r for r in running if r.key not in self._evicting]
+        running = [
+            r for r in running if r.key not in self._evicting and not self._planned_victim(r.key)
+        ]
         victims = choose_victims(queue, gang.demands, gang.need, room, running, views)
         if not victims:
             return None
@@ -110,7 +117,7 @@ class Reclaimer:
                 f"its deserved share ({views[queue].describe()}) and its gang {gang.key} needs "
                 f"the room; {views[victim_queue].describe()}"
             )
-            self._tasks.spawn(self._evict(key, victim_queue, pods, message, gang.key))
+            self._tasks.spawn(self._evict(key, victim_queue, pods, message, gang, ref))
         return text
 
     def when_refused(self, retry: Callable[[str], None]) -> None:
@@ -121,8 +128,20 @@ class Reclaimer:
         """The gang was admitted: a later shortfall may reclaim again."""
         self._under_way.pop(gang_key, None)
 
+    def _planned_victim(self, group_key: str) -> bool:
+        """A member of this gang is a victim of a live preemption plan already."""
+        return self._plans is not None and any(
+            self._plans.is_victim(p.uid) for p in self._state.members(group_key)
+        )
+
     async def _evict(
-        self, group_key: str, queue: str, pods: list[PodRecord], message: str, needy: str
+        self,
+        group_key: str,
+        queue: str,
+        pods: list[PodRecord],
+        message: str,
+        needy: Gang,
+        ref: GroupRef,
     ) -> None:
         """Evict the gang whole, or not at all when a PodDisruptionBudget forbids it now.
 
@@ -144,10 +163,14 @@ class Reclaimer:
             )
             # Not chosen again for a while (it stays in _evicting).
             self._evicting[group_key] = self._clock() + RECLAIM_WAIT_SECONDS
-            self._under_way.pop(needy, None)
-            self._on_refused(needy)
+            self._under_way.pop(needy.key, None)
+            self._on_refused(needy.key)
             return
         log.info(message, extra={"podgroup": group_key, "verb": "filter", "queue": queue})
+        if self._plans is not None:
+            # The one owner of evictions: /debug shows it, the needy gang's own
+            # preempt calls wait for it, its members are woken once the victims left.
+            self._plans.reclaim(ref, needy.priority, pods)
         if self._metrics is not None:
             self._metrics.queue_reclaimed_gangs.labels(queue).inc()
         self._observer.gang_reclaimed(group_key, [_ref(p) for p in pods], message)

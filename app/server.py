@@ -307,7 +307,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
     )
     # Teams' shares and reclaim: idle until a Queue object exists (app/queue_book.py).
     queues = QueueBook(state, overcommit=settings.queue_overcommit_factor, metrics=metrics)
-    reclaimer = Reclaimer(state, api, observer, metrics=metrics)
+    reclaimer = Reclaimer(state, api, observer, metrics=metrics, plans=plans)
     # With --gang-feasibility=false it still places the gangs that have a
     # topology constraint (one domain, as a whole); the others go member by member.
     arbiter = Arbiter(

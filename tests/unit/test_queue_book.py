@@ -12,6 +12,8 @@ from app.groups import GroupRef, GroupSpec
 from app.kube.errors import Transient
 from app.metrics import Metrics
 from app.observer import NullObserver
+from app.preemption import Candidate as Offered
+from app.preemption import PlanKind, PlanPhase, PreemptionPlans, Preemptor, VictimPolicy
 from app.queue_book import QueueBook
 from app.queue_status import QueueStatusWriter
 from app.queues import QUEUE_ANNOTATION
@@ -66,7 +68,9 @@ class World:
         self.book = QueueBook(self.state, metrics=Metrics())
         self.evictions = Evictions()
         self.observer = Reclaimed()
-        self.reclaimer = Reclaimer(self.state, self.evictions, self.observer)
+        self.plans = PreemptionPlans(self.state, VictimPolicy.PROTECT, Metrics())
+        self.reclaimer = Reclaimer(self.state, self.evictions, self.observer, plans=self.plans)
+        self.state.add_pod_listener(self.plans.on_pod_change)
         self.arbiter = Arbiter(
             self.state,
             admission,
@@ -203,6 +207,39 @@ async def test_a_member_refused_after_its_dry_run_is_deleted_not_left_alone() ->
     await world.reclaimer.drain()
     assert world.evictions.evicted == ["default/a5-0"]
     assert world.evictions.deleted == ["default/a5-1"]
+
+
+async def test_a_reclaim_is_the_needy_gangs_preemption_plan_until_it_is_placed() -> None:
+    world = World()
+    world.book.replace([queue("team-a"), queue("team-b")])
+    for i in range(6):
+        world.gang(f"a{i}", "team-a", bound_on=f"n{i // 2}")
+    needy = world.gang("b0", "team-b")
+    world.filter(needy, "b0-0")
+    await world.reclaimer.drain()
+    plan = world.plans.plans["default/b0"]
+    assert (plan.kind, plan.phase) == (PlanKind.RECLAIM, PlanPhase.EVICTING)
+    assert plan.describe() == "2 eviction(s) by queue reclaim: default/a5-0, default/a5-1"
+    assert [p["kind"] for p in world.plans.snapshot()] == ["reclaim"]
+    assert world.plans.beneficiary("uid-default-a5-0") == "default/b0"
+    # The needy gang's own preempt call evicts nothing more: it waits for this room.
+    own = world.state.pods["default/b0-1"]
+    answer = world.plans.answer(
+        needy,
+        GroupRef("default", "b0"),
+        Preemptor(own.key, own.uid, own.priority, "default/b0"),
+        world.arbiter._gang(needy, None).demands[0],
+        [Offered("n0", ["uid-default-a0-0"], 0)],
+    )
+    assert answer.candidates == [] and "queue reclaim" in answer.message
+    # The victims leave, the gang is placed: the plan ends done.
+    for i in range(2):
+        world.state.delete_pod("default", f"a5-{i}")
+    assert plan.phase is PlanPhase.PLACING
+    for i in range(2):
+        world.state.apply_pod(pod(f"b0-{i}", group="b0", cpu="1", node="n2"))
+    world.plans.snapshot()
+    assert plan.phase.value == "done" and "default/b0" not in world.plans.plans
 
 
 async def test_no_reclaim_from_a_queue_that_is_not_reclaimable() -> None:
