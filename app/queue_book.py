@@ -271,6 +271,8 @@ class QueueBook:
         meta: dict[str, tuple[str, int, float]] = {}
         unplaced: dict[str, list[PodRecord]] = {}
         placed: dict[str, int] = {}
+        # Gangs still being admitted (a member in the gate): not running, never reclaimed.
+        admitting: set[str] = set()
         for pod in state.pods.values():
             if not pod.placed_node:
                 if pod.group is not None and pod.counts_as_member:
@@ -285,6 +287,8 @@ class QueueBook:
                 subtract(capacity, pod.requests)
                 continue
             key = pod.group.key
+            if not pod.node_name:
+                admitting.add(key)  # reserved in the gate, not bound yet
             placed[key] = placed.get(key, 0) + 1
             name = self._queue_of_key(key, pod)
             add(allocated.setdefault(name, {}), pod.requests)
@@ -327,6 +331,8 @@ class QueueBook:
             )
         running: dict[str, Running] = {}
         for key, (name, priority, latest) in meta.items():
+            if key in claimed or key in admitting:
+                continue
             record = state.podgroups.get(key)
             created = record.created if record is not None and record.created else latest
             total: Resources = {}

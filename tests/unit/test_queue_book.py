@@ -242,6 +242,21 @@ async def test_a_reclaim_is_the_needy_gangs_preemption_plan_until_it_is_placed()
     assert plan.phase.value == "done" and "default/b0" not in world.plans.plans
 
 
+async def test_a_gang_still_in_the_gate_is_not_reclaimed() -> None:
+    """Admitted but not bound yet: evicting it would cut it in the middle of its binding."""
+    world = World()
+    world.book.replace([queue("team-a"), queue("team-b")])
+    for i in range(5):
+        world.gang(f"a{i}", "team-a", bound_on=f"n{i // 2}")
+    world.gang("a5", "team-a")
+    for i in range(2):
+        world.state.reserve(f"default/a5-{i}", "n2")  # the most recent, held in the gate
+    verdict = world.filter(world.gang("b0", "team-b"), "b0-0")
+    assert verdict.message.endswith("default/a4 (queue team-a)")
+    await world.reclaimer.drain()
+    assert sorted(world.evictions.evicted) == ["default/a4-0", "default/a4-1"]
+
+
 async def test_no_reclaim_from_a_queue_that_is_not_reclaimable() -> None:
     world = World()
     world.book.replace([queue("team-a", reclaimable=False), queue("team-b")])
