@@ -316,8 +316,16 @@ class GangExtender:
         preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key if spec else None)
         if spec is None or pod.ref is None:
             return preempt_result(self.plans.plain(preemptor, args.candidates))
-        blocker = self.admission.preemption_blocker(
-            spec, self._siblings(spec, pod.ref, pod.uid), self.state.total_allocatable()
+        # A gang whose plan lives is answered from it: the plan was made when the
+        # gang could start, and our watch may not have delivered a sibling that
+        # kube-scheduler already knows (refusing then left the plan's other
+        # slots without a member to take them until it expired).
+        blocker = (
+            None
+            if spec.key in self.plans.plans
+            else self.admission.preemption_blocker(
+                spec, self._siblings(spec, pod.ref, pod.uid), self.state.total_allocatable()
+            )
         )
         if blocker is not None:
             log.info(

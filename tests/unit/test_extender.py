@@ -211,6 +211,34 @@ async def test_preemptor_not_yet_in_the_cache_still_counts_toward_the_gangs_need
     assert list(r.json()["NodeNameToMetaVictims"]) == ["n2"]
 
 
+async def test_members_are_served_from_the_plan_while_the_watch_lags_a_sibling(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    """The sequence of a CI failure: the third member, not delivered by our watch yet,
+    makes the plan; its siblings' calls came before the watch caught up and were
+    refused as 'too few pods', so the plan's other node never got its members."""
+    w, client = world  # 2 nodes x 4 CPUs
+    w.state.apply_pod(pod("low-1", node="n1", cpu="3"))
+    w.state.apply_pod(pod("low-2", node="n2", cpu="3"))
+    w.state.apply_podgroup(podgroup("g", 3))
+    members = []
+    for i in range(3):
+        member = pod(f"g-{i}", group="g", cpu="2")
+        member["spec"]["priority"] = 1000
+        members.append(member)
+    for member in members[:2]:
+        w.state.apply_pod(member)  # g-2 is not in our cache yet
+    victims = {
+        "n1": {"Pods": [{"UID": "uid-default-low-1"}], "NumPDBViolations": 0},
+        "n2": {"Pods": [{"UID": "uid-default-low-2"}], "NumPDBViolations": 0},
+    }
+    r = await post(client, "preempt", {"Pod": members[2], "NodeNameToMetaVictims": victims})
+    first = set(r.json()["NodeNameToMetaVictims"])
+    assert len(first) == 1
+    r = await post(client, "preempt", {"Pod": members[0], "NodeNameToMetaVictims": victims})
+    assert set(r.json()["NodeNameToMetaVictims"]) == {"n1", "n2"} - first
+
+
 async def test_gang_members_preempting_in_a_row_evict_no_more_than_the_gang_needs(
     world: tuple[World, httpx.AsyncClient],
 ) -> None:
