@@ -76,6 +76,10 @@ _REASONS = {
 _PREEMPTING = "preemption: found a potential placement"
 
 
+# How long a claim that made other gangs give way is not failed fast (see _Claim).
+_GIVE_WAY_GRACE_SECONDS = 3.0
+
+
 @dataclass(slots=True)
 class _Claim:
     ref: GroupRef
@@ -92,6 +96,12 @@ class _Claim:
     # The topology domain the whole gang was admitted in (None: no constraint, or anywhere).
     domain: Domain | None = None
     constraint: TopologyConstraint | None = None
+    # Made by taking room from gangs that gave way: until then, a member that
+    # kube-scheduler finds no node for is not failed fast (its own cache still
+    # holds the released members until it handles their refused binds, and
+    # forgetting them retries the member; a NodeResourcesFit rejection is not
+    # retried by anything else).
+    released_others_until: float = 0.0
 
 
 @dataclass(slots=True)
@@ -243,6 +253,7 @@ class Arbiter:
                 if not p.placed_node
             },
             domain=domain,
+            released_others_until=now + _GIVE_WAY_GRACE_SECONDS if decision.release else 0.0,
             constraint=constraint,
         )
         log.info(
@@ -613,6 +624,7 @@ class Arbiter:
             # kube-scheduler is evicting pods to make room for it: it will be placed.
             or new.nominated_node
             or _PREEMPTING in message
+            or self._clock() < claim.released_others_until
         ):
             return
         self._fail_fast(new.group.key, claim, new, message)
