@@ -200,7 +200,7 @@ class Arbiter:
             # Already whole (extra members beyond minMember): nothing to hold.
             return Verdict(True, FilterReason.COMPLETE)
         free, allocatable = self._bins()
-        holders = [self._holder(k, c) for k, c in self.claims.items()]
+        holders = self.holders()
         line = self._line(exclude=spec.key, free=free)
         queued: Assessment | None = None
         if self.queues is not None and self.queues.active:
@@ -303,8 +303,12 @@ class Arbiter:
         queued: Assessment,
         free: list[Bin],
         holders: list[Holder],
+        room: list[Bin] | None = None,
     ) -> str:
-        """A gang of a queue below its share does not fit: take room back (app/reclaimer.py)."""
+        """A gang of a queue below its share does not fit: take room back (app/reclaimer.py).
+
+        `room`: free less the holders' promises, when the caller has it already.
+        """
         view = queued.views.get(queued.queue)
         if self._reclaimer is None or view is None or self.queues is None:
             return ""
@@ -313,7 +317,8 @@ class Arbiter:
             add(request, demand.requests)
         if not starving(replace(view, head=request), self.queues.overcommit):
             return ""
-        room, _index = room_left(free, holders)
+        if room is None:
+            room, _index = room_left(free, holders)
         text = self._reclaimer.reclaim(gang, ref, queued.queue, queued.views, room, queued.running)
         return f"; {text}" if text else ""
 
@@ -698,14 +703,14 @@ class Arbiter:
                 self.waiting[key] = _Waiting(ref, now)
                 self._version += 1
             free, _allocatable = self._bins()
-            holders = [self._holder(k, c) for k, c in self.claims.items()]
+            holders = self.holders()
             queue = self.queues.queue_of(spec, members)
             queued = self._assess(gang, queue, self._line(exclude=key, free=free), holders)
             if queued.message is not None:
                 continue
             room, _index = room_left(free, holders)
             if not pack(gang.demands, room, gang.need).fits:
-                self._reclaim(gang, ref, queued, free, holders)
+                self._reclaim(gang, ref, queued, free, holders, room)
 
     # ---- waking the line -------------------------------------------------------------------
 
@@ -724,7 +729,7 @@ class Arbiter:
             return
         now = self._clock()
         free, allocatable = self._bins()
-        holders = [self._holder(k, c) for k, c in self.claims.items()]
+        holders = self.holders()
         line = self._line(exclude="", free=free)
         if self.queues is not None and self.queues.active:
             line = self._assess(None, "", line, holders).line

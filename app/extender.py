@@ -322,7 +322,7 @@ class GangExtender:
         # slots without a member to take them until it expired).
         blocker = (
             None
-            if spec.key in self.plans.plans
+            if self.plans.lives(spec.key)
             else self.admission.preemption_blocker(
                 spec, self._siblings(spec, pod.ref, pod.uid), self.state.total_allocatable()
             )

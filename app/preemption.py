@@ -353,6 +353,14 @@ class PreemptionPlans:
             current = made
         return self._serve(current, preemptor, own, candidates)
 
+    def lives(self, group_key: str) -> bool:
+        """Has this gang a plan that still holds (checked against the cluster now)?"""
+        current = self.plans.get(group_key)
+        if current is None:
+            return False
+        self._check(current, self._clock())
+        return group_key in self.plans
+
     def reclaim(self, ref: GroupRef, priority: int, victims: Sequence[PodRecord]) -> None:
         """Queue reclaim evicts `victims` (a whole gang) so that gang `ref` gets room.
 

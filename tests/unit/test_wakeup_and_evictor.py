@@ -93,11 +93,12 @@ def preempted(name: str, node_name: str) -> dict[str, object]:
     return victim
 
 
-async def test_whole_gang_policy_evicts_the_rest_of_a_preempted_gang() -> None:
+def whole_gang_after_preemption() -> tuple[ClusterState, FakeApi, Recorder, PreemptionFollower]:
+    """Gang g on n1 (m0, m1) and n2 (m2); kube-scheduler was handed m0 on n1 as a victim
+    (the whole-gang policy adds m1 there), the follower listening."""
     state = gang_state()
     for i, n in enumerate(["n1", "n1", "n2"]):
         state.apply_pod(pod(f"m{i}", group="g", node=n))
-    state.apply_pod(pod("waiting", group="g"))
     api, recorder = FakeApi(), Recorder()
     plans = PreemptionPlans(state, VictimPolicy.WHOLE_GANG, Metrics())
     hi = Preemptor("ns/hi", "uid-hi", 1000, None)
@@ -106,6 +107,12 @@ async def test_whole_gang_policy_evicts_the_rest_of_a_preempted_gang() -> None:
         state, api, recorder, VictimPolicy.WHOLE_GANG, plans, scheduler_deletes_within_seconds=0.05
     )
     state.add_pod_listener(follower.on_pod_change)
+    return state, api, recorder, follower
+
+
+async def test_whole_gang_policy_evicts_the_rest_of_a_preempted_gang() -> None:
+    state, api, recorder, follower = whole_gang_after_preemption()
+    state.apply_pod(pod("waiting", group="g"))
     state.apply_pod(preempted("m0", "n1"))
     state.apply_pod(preempted("m0", "n1"))  # the same mark seen twice acts once
     await follower.drain()
@@ -118,17 +125,7 @@ async def test_whole_gang_policy_evicts_the_rest_of_a_preempted_gang() -> None:
 
 async def test_whole_gang_policy_leaves_kube_schedulers_own_victims_to_it() -> None:
     """Its last victim's deletion must be its own: that is what retries the preemptor."""
-    state = gang_state()
-    for i, n in enumerate(["n1", "n1", "n2"]):
-        state.apply_pod(pod(f"m{i}", group="g", node=n))
-    api, recorder = FakeApi(), Recorder()
-    plans = PreemptionPlans(state, VictimPolicy.WHOLE_GANG, Metrics())
-    hi = Preemptor("ns/hi", "uid-hi", 1000, None)
-    assert plans.plain(hi, [Candidate("n1", ["uid-default-m0"], 0)])
-    follower = PreemptionFollower(
-        state, api, recorder, VictimPolicy.WHOLE_GANG, plans, scheduler_deletes_within_seconds=0.05
-    )
-    state.add_pod_listener(follower.on_pod_change)
+    state, api, _recorder, follower = whole_gang_after_preemption()
     state.apply_pod(preempted("m0", "n1"))
     state.delete_pod("default", "m1")  # kube-scheduler's deletion of its other victim
     await follower.drain()
