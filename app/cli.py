@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(args: argparse.Namespace) -> int:
     # Imported here so `--help` stays fast and works without the runtime deps.
     from app.kube.client import KubeConfigError
-    from app.logs import configure
+    from app.ops.logs import configure
     from app.server import build_apps
 
     try:
@@ -98,7 +98,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 async def _run(settings: Settings, apps: Apps) -> None:
     import uvicorn
 
-    from app.verb_protocol import verb_protocol
+    from app.web.verb_protocol import verb_protocol
 
     common: dict[str, Any] = {
         "log_config": None,
@@ -128,7 +128,7 @@ async def _run(settings: Settings, apps: Apps) -> None:
                 apps.main,
                 host=settings.host,
                 port=settings.port,
-                # The verbs are answered by the HTTP protocol itself (app/verb_protocol.py).
+                # The verbs are answered by the HTTP protocol itself (app/web/verb_protocol.py).
                 http=verb_protocol(apps.main.verb_paths),
                 **common,
                 **tls,

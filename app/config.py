@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from app.topology import DEFAULT_LEVELS, parse_levels, with_key
+from app.core.topology import DEFAULT_LEVELS, parse_levels, with_key
 
 ENV_PREFIX = "GANG_EXTENDER_"
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -20,18 +20,12 @@ from urllib.parse import quote
 from fastapi import FastAPI
 from kubernetes import client as k8s
 
-from app import hypernode
-from app.admission import Admission, WaitPolicy
-from app.arbiter import Arbiter
-from app.cachedump import add_cache_route
 from app.config import Settings
-from app.debug import GangDebug
-from app.event_recorder import EventRecorder
-from app.events import GangEvents
-from app.evictor import PreemptionFollower
-from app.extender import GangExtender
-from app.gate import PartialBindPolicy, PermitGate
-from app.groups import (
+from app.core import hypernode
+from app.core.admission import Admission, WaitPolicy
+from app.core.clock import monotonic
+from app.core.events import GangEvents
+from app.core.groups import (
     GROUP_APIS,
     SOURCE_VOLCANO,
     SOURCE_XK8S,
@@ -39,6 +33,10 @@ from app.groups import (
     GroupApi,
     group_key,
 )
+from app.core.observer import Observers
+from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
+from app.core.scoring import ScoringPolicy
+from app.core.state import ClusterState
 from app.kube.aio import AsyncApiClient, uses_proxy
 from app.kube.client import ThreadedRequests, api_client
 from app.kube.discovery import discover_queues, discover_sources, hypernodes_served
@@ -47,27 +45,30 @@ from app.kube.pods import PodApi
 from app.kube.reflector import Reflector, Sink
 from app.kube.status import KubeStatusApi, QueueStatusApi
 from app.kube.webhook import WebhookApi
-from app.leader import (
+from app.ops.cachedump import add_cache_route
+from app.ops.debug import GangDebug
+from app.ops.event_recorder import EventRecorder
+from app.ops.leader import (
     AlwaysLeader,
     LeaderCheck,
     LeaderElection,
     LeaderOnlyPodWrites,
     LeaderOnlyRecorder,
 )
-from app.metrics import Metrics
-from app.observer import Observers
-from app.preemption import PreemptionPlans, VictimPolicy
-from app.queue_book import QueueBook
-from app.queue_status import QueueStatusWriter
-from app.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
-from app.reclaimer import Reclaimer
-from app.routes import ExtenderApp, VerbGuard, create_app
-from app.scoring import ScoringPolicy
-from app.state import ClusterState
-from app.status_reconciler import PodGroupStatus
-from app.unmarked import UnmarkedMembers
-from app.wakeup import SiblingWaker
-from app.webhook import WebhookApp, WebhookCerts
+from app.ops.metrics import Metrics
+from app.ops.queue_status import QueueStatusWriter
+from app.ops.status_reconciler import PodGroupStatus
+from app.runtime.arbiter import Arbiter
+from app.runtime.evictor import PreemptionFollower
+from app.runtime.gate import PartialBindPolicy, PermitGate
+from app.runtime.preemption import PreemptionPlans, VictimPolicy
+from app.runtime.queue_book import QueueBook
+from app.runtime.reclaimer import Reclaimer
+from app.runtime.unmarked import UnmarkedMembers
+from app.runtime.wakeup import SiblingWaker
+from app.web.extender import GangExtender
+from app.web.routes import ExtenderApp, VerbGuard, create_app
+from app.web.webhook import WebhookApp, WebhookCerts
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +190,9 @@ async def freeze_heap_when_synced(
     for good, so freezing again and again would keep cyclic garbage of
     requests in flight at each freeze.
     """
-    deadline = asyncio.get_running_loop().time() + give_up_seconds
+    deadline = monotonic() + give_up_seconds
     while not all(r.synced for r in reflectors):
-        if asyncio.get_running_loop().time() > deadline:
+        if monotonic() > deadline:
             return
         await asyncio.sleep(poll_seconds)
     gc.collect()
@@ -305,7 +306,7 @@ def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
         deleter=api,
         victims=plans,
     )
-    # Teams' shares and reclaim: idle until a Queue object exists (app/queue_book.py).
+    # Teams' shares and reclaim: idle until a Queue object exists (app/runtime/queue_book.py).
     queues = QueueBook(state, overcommit=settings.queue_overcommit_factor, metrics=metrics)
     reclaimer = Reclaimer(state, api, observer, metrics=metrics, plans=plans)
     # With --gang-feasibility=false it still places the gangs that have a

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.groups import POD_GROUP_LABEL, XK8S_API
+from app.core.groups import POD_GROUP_LABEL, XK8S_API
 from hack.clusterkit import (
     REPO,
     api_client,

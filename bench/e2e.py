@@ -65,15 +65,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.groups import (
+from app.core.groups import (
     GROUP_APIS,
     LIGHT_MIN_AVAILABLE_LABEL,
     LIGHT_NAME_LABEL,
     POD_GROUP_LABEL,
     SOURCE_XK8S,
 )
+from app.core.resources import MEMBER_RESOURCE
 from app.kube.client import read_and_release
-from app.resources import MEMBER_RESOURCE
 
 # Run by path (`python bench/e2e.py`), sys.path[0] is bench/: the repository root makes hack/
 # importable (app/ comes from the editable install).

@@ -22,19 +22,19 @@ from typing import Any
 
 import httpx
 
-from app.admission import Admission, WaitPolicy
-from app.arbiter import Arbiter
-from app.arbiter import _Waiting as Waiting
-from app.extender import GangExtender
-from app.gate import PermitGate
-from app.groups import POD_GROUP_LABEL, SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS, GroupRef
-from app.metrics import Metrics
-from app.queue_book import QueueBook
-from app.queues import QUEUE_ANNOTATION
-from app.routes import create_app
-from app.state import ClusterState
-from app.topology import HOSTNAME, ZONE
-from app.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
+from app.core.admission import Admission, WaitPolicy
+from app.core.groups import POD_GROUP_LABEL, SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS, GroupRef
+from app.core.queues import QUEUE_ANNOTATION
+from app.core.state import ClusterState
+from app.core.topology import HOSTNAME, ZONE
+from app.core.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
+from app.ops.metrics import Metrics
+from app.runtime.arbiter import Arbiter
+from app.runtime.arbiter import _Waiting as Waiting
+from app.runtime.gate import PermitGate
+from app.runtime.queue_book import QueueBook
+from app.web.extender import GangExtender
+from app.web.routes import create_app
 
 
 def node(i: int) -> dict[str, Any]:

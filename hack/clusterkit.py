@@ -11,7 +11,7 @@ root is on sys.path: pytest puts it there, `python -m bench...` runs from
 it, and the scripts run by path insert it). mypy checks it through its
 importers: listing the file in pyproject's `files` would name it
 `clusterkit`, not `hack.clusterkit`. Standard library, the kubernetes client,
-prometheus-client's parser and app.groups (the API coordinates) only.
+prometheus-client's parser and app.core.groups (the API coordinates) only.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.groups import GroupApi
-from app.resources import MEMBER_RESOURCE
+from app.core.groups import GroupApi
+from app.core.resources import MEMBER_RESOURCE
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"

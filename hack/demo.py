@@ -20,7 +20,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from app.groups import POD_GROUP_LABEL
+from app.core.groups import POD_GROUP_LABEL
 
 # Run by path (`python hack/demo.py`), sys.path[0] is hack/: the repository root makes
 # hack.clusterkit importable.

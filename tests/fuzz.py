@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from app.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL, POD_GROUP_LABEL
+from app.core.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL, POD_GROUP_LABEL
 
 VERBS = ("filter", "prioritize", "preempt", "bind")
 PREFIX = "/scheduler"

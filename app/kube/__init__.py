@@ -7,5 +7,5 @@ bind, read, wake up, evict), `reflector` (list-then-watch into the cluster
 state), `events` (the Events writer) and `status` (the PodGroup status
 writer). The decisions (admission, packing, contention, scoring,
 preemption, groups, resources) import nothing from here; the runners that
-use these writers are app/event_recorder.py and app/status_reconciler.py.
+use these writers are app/ops/event_recorder.py and app/ops/status_reconciler.py.
 """

@@ -53,6 +53,7 @@ import httptools
 from kubernetes import client as k8s
 from kubernetes.client.rest import should_bypass_proxies
 
+from app.core.clock import monotonic
 from app.kube.client import LineBuffer, request_parts
 from app.kube.errors import Transient, error_for
 
@@ -501,7 +502,7 @@ class AsyncApiClient:
         return connection
 
     def _take_idle(self) -> _Connection | None:
-        now = asyncio.get_running_loop().time()
+        now = monotonic()
         idle = self._idle
         # The oldest sit at the left: drop those past their age first.
         while idle and now - idle[0].idle_since > self._idle_seconds:
@@ -518,5 +519,5 @@ class AsyncApiClient:
         if self._closed or not connection.reusable or len(self._idle) >= self._max_idle:
             connection.close()
             return
-        connection.idle_since = asyncio.get_running_loop().time()
+        connection.idle_since = monotonic()
         self._idle.append(connection)

@@ -1,7 +1,7 @@
 """Which PodGroup sources the API server serves: asked once, at start-up.
 
 A source is used when its flag is on (auto) and the API server answers a
-list of its objects; the coordinates come from app/groups.py.
+list of its objects; the coordinates come from app/core/groups.py.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from app import hypernode
 from app.config import Settings
-from app.groups import (
+from app.core import hypernode
+from app.core.groups import (
     GROUP_APIS,
     SOURCE_KUEUE,
     SOURCE_LABELS,
@@ -22,7 +22,7 @@ from app.groups import (
     SOURCE_VOLCANO,
     SOURCE_XK8S,
 )
-from app.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
+from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 
 log = logging.getLogger(__name__)
 

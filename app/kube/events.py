@@ -1,4 +1,4 @@
-"""The Events writer: core/v1 Events, created and patched (app/event_recorder.py calls it)."""
+"""The Events writer: core/v1 Events, created and patched (app/ops/event_recorder.py calls it)."""
 
 from __future__ import annotations
 

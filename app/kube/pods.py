@@ -23,7 +23,7 @@ from app.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
 log = logging.getLogger(__name__)
 
 WAKEUP_ANNOTATION = "gang-extender.dev/wakeup"
-"""Written on pending siblings to make kube-scheduler retry them (see app/wakeup.py)."""
+"""Written on pending siblings to make kube-scheduler retry them (see app/runtime/wakeup.py)."""
 
 _RETRIES = 3
 _RETRY_DELAY_SECONDS = 0.2
@@ -51,7 +51,7 @@ class PodApi:
             try:
                 await self._run("POST", _pod_path(namespace, name, "/binding"), body)
                 # Debug: one JSON line per pod was 6% of the extender's time under a
-                # stream of plain pods; a gang's binding is logged once (app/gate.py).
+                # stream of plain pods; a gang's binding is logged once (app/runtime/gate.py).
                 log.debug(
                     "pod bound", extra={"pod": f"{namespace}/{name}", "node": node, "verb": "bind"}
                 )

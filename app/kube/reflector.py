@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,9 +27,10 @@ from urllib.parse import urlencode
 
 import orjson
 
+from app.core.clock import monotonic
 from app.kube.client import Requests
 from app.kube.errors import ApiError, Gone
-from app.metrics import Metrics
+from app.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +96,9 @@ class Reflector:
         self._watching: asyncio.Task[None] | None = None
         self._synced = False
         self._last_error: str | None = None
-        self._last_event = time.time()
+        self._last_event = monotonic()
         self.resource_version = ""
-        metrics.watch_lag.labels(kind).set_function(lambda: time.time() - self._last_event)
+        metrics.watch_lag.labels(kind).set_function(lambda: monotonic() - self._last_event)
         metrics.cache_objects.labels(kind).set_function(lambda: float(self._sink.count()))
 
     # ---- lifecycle ---------------------------------------------------------------
@@ -189,7 +189,7 @@ class Reflector:
         self._sink.replace(items)
         self._synced = True
         self._last_error = None
-        self._last_event = time.time()
+        self._last_event = monotonic()
         log.info(
             "%s listed: %d objects at resourceVersion %s",
             self.kind,
@@ -230,7 +230,7 @@ class Reflector:
     def _opened(self) -> None:
         """The API server accepted the watch: the cache is being kept current again."""
         self._last_error = None
-        self._last_event = time.time()
+        self._last_event = monotonic()
 
     def _on_line(self, line: bytes) -> None:
         """One watch event, applied at once (on the loop, inside the read of the stream)."""
@@ -241,7 +241,7 @@ class Reflector:
             if obj.get("code") == 410:
                 raise ResourceExpired(obj.get("message", ""))
             raise WatchError(obj.get("code"), obj.get("message"))
-        self._last_event = time.time()
+        self._last_event = monotonic()
         if kind in ("ADDED", "MODIFIED"):
             self._apply(self._sink.upsert, obj)
         elif kind == "DELETED":

@@ -1,7 +1,7 @@
 """The PodGroup and Queue status writers: read a group object, merge-patch its status.
 
-app/status_reconciler.py decides what to write and when; this is only the
-API side, for one source's objects (coordinates from app/groups.py).
+app/ops/status_reconciler.py decides what to write and when; this is only the
+API side, for one source's objects (coordinates from app/core/groups.py).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from urllib.parse import quote
 
 from kubernetes import client as k8s
 
-from app.groups import XK8S_API, GroupApi
+from app.core.groups import XK8S_API, GroupApi
+from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from app.kube.client import raw_request
 from app.kube.errors import NotFound
-from app.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 
 
 class KubeStatusApi:

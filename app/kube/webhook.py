@@ -1,8 +1,8 @@
 """The admission webhook's API calls: its configuration's caBundle and its certificate Secret.
 
-Blocking, on the official client's connection pool (app/webhook.py runs them
-in a thread, a few times a minute at most). app/webhook.py decides what to
-write; app/certs.py makes the certificates.
+Blocking, on the official client's connection pool (app/web/webhook.py runs them
+in a thread, a few times a minute at most). app/web/webhook.py decides what to
+write; app/core/certs.py makes the certificates.
 """
 
 from __future__ import annotations

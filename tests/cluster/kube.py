@@ -9,8 +9,8 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from app.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, XK8S_API, GroupApi
-from app.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
+from app.core.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, XK8S_API, GroupApi
+from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from hack.clusterkit import create_group, pause_pod
 
 

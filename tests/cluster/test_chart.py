@@ -23,7 +23,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from app.groups import POD_GROUP_LABEL, XK8S_API
+from app.core.groups import POD_GROUP_LABEL, XK8S_API
 from hack.clusterkit import api_client, stop_process, wait_for
 from tests.cluster.chart_pod import lease_holder, run_chart_pod, schedule_gang
 from tests.cluster.kube import Kube

@@ -33,7 +33,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from app.groups import XK8S_API
+from app.core.groups import XK8S_API
 from hack.clusterkit import (
     local_cluster,
     start_extender,

@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from app.groups import (
+from app.core.groups import (
     KUEUE_GROUP_LABEL,
     KUEUE_TOTAL_COUNT_ANNOTATION,
     LIGHT_MIN_AVAILABLE_LABEL,
     LIGHT_NAME_LABEL,
 )
-from app.marking import refusal_message
-from app.resources import MEMBER_RESOURCE
+from app.core.marking import refusal_message
+from app.core.resources import MEMBER_RESOURCE
 from bench import e2e
 from hack.clusterkit import wait_for
 from tests.cluster.chart_pod import free_port

@@ -17,7 +17,7 @@ from typing import Any
 
 from local_cluster.podsim import EXIT_AFTER_ANNOTATION, EXIT_PHASE_ANNOTATION
 
-from app.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL, XK8S_API
+from app.core.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL, XK8S_API
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import DENIED_SECONDS, PERMIT_WAIT_SECONDS, Extender

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from kubernetes import client as k8s
 
-from app.groups import VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS
+from app.core.groups import VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import PERMIT_WAIT_SECONDS, Extender

@@ -9,7 +9,7 @@ from typing import Any
 
 from app.kube.aio import AsyncApiClient
 from app.kube.reflector import Reflector, Sink
-from app.metrics import Metrics
+from app.ops.metrics import Metrics
 from tests.cluster.kube import Kube
 
 

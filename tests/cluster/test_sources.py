@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.groups import NATIVE_API, VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS, XK8S_API, GroupApi
+from app.core.groups import NATIVE_API, VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS, XK8S_API, GroupApi
 from hack.clusterkit import REPO, wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import PERMIT_WAIT_SECONDS, Extender

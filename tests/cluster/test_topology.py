@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from app import hypernode
-from app.groups import (
+from app.core import hypernode
+from app.core.groups import (
     KUEUE_GROUP_LABEL,
     KUEUE_TOTAL_COUNT_ANNOTATION,
     LIGHT_MIN_AVAILABLE_LABEL,
@@ -30,8 +30,8 @@ from app.groups import (
     XK8S_API,
     GroupApi,
 )
-from app.topology import HOSTNAME, ZONE
-from app.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
+from app.core.topology import HOSTNAME, ZONE
+from app.core.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
 from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import Extender

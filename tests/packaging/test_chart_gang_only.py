@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.marking import member_expression, refusal_message
-from app.resources import MEMBER_RESOURCE
+from app.core.marking import member_expression, refusal_message
+from app.core.resources import MEMBER_RESOURCE
 from tests.packaging.helm import CHART, container, find, render, run_helm, scheduler_config
 from tests.packaging.test_chart import flags
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL, POD_GROUP_LABEL, XK8S_API
-from app.state import ClusterState
+from app.core.groups import LIGHT_MIN_AVAILABLE_LABEL, LIGHT_NAME_LABEL, POD_GROUP_LABEL, XK8S_API
+from app.core.state import ClusterState
 
 
 def pod(

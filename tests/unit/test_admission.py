@@ -1,4 +1,4 @@
-from app.admission import (
+from app.core.admission import (
     Admission,
     DenyReason,
     FilterReason,
@@ -7,8 +7,8 @@ from app.admission import (
     permit,
     wholeness,
 )
-from app.groups import GroupSpec
-from app.resources import Resources
+from app.core.groups import GroupSpec
+from app.core.resources import Resources
 from tests.unit.fakes import Clock
 
 

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from app.admission import Admission, FilterReason, wholeness
-from app.arbiter import Arbiter, Candidate
-from app.gate import GateError, PermitGate
-from app.groups import GroupRef, GroupSpec
-from app.metrics import Metrics
-from app.observer import NullObserver
-from app.state import ClusterState
-from app.wakeup import SiblingWaker
+from app.core.admission import Admission, FilterReason, wholeness
+from app.core.groups import GroupRef, GroupSpec
+from app.core.observer import NullObserver
+from app.core.state import ClusterState
+from app.ops.metrics import Metrics
+from app.runtime.arbiter import Arbiter, Candidate
+from app.runtime.gate import GateError, PermitGate
+from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock, RecordingBinder
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.groups import LIGHT_MIN_AVAILABLE_LABEL, POD_GROUP_LABEL
+from app.core.groups import LIGHT_MIN_AVAILABLE_LABEL, POD_GROUP_LABEL
 from bench import e2e
 from bench.roundtrips import RoundTrips
 

@@ -1,7 +1,7 @@
 """/debug/caches: the cached pods, nodes and PodGroups, as compared with a fresh list."""
 
-from app.cachedump import cache_snapshot
-from app.state import ClusterState
+from app.core.state import ClusterState
+from app.ops.cachedump import cache_snapshot
 from tests.unit.builders import node, pod, podgroup
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from app import certs
+from app.core import certs
 
 NOW = datetime.datetime(2026, 11, 25, 3, 0, tzinfo=datetime.UTC)
 HOSTS = ["gang-extender-webhook.gang-extender.svc", "127.0.0.1"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.groups import VOLCANO_API
+from app.core.groups import VOLCANO_API
 from hack.clusterkit import create_group, kubeconfig_of, parse_metrics, pause_pod, sample, wait_for
 
 PAGE = """\

@@ -1,4 +1,4 @@
-from app.contention import (
+from app.core.contention import (
     Gang,
     Holder,
     Ruling,
@@ -7,7 +7,7 @@ from app.contention import (
     order_line,
     wake_order,
 )
-from app.packing import Bin, Demand
+from app.core.packing import Bin, Demand
 
 
 def cpu(cores: float) -> dict[str, int]:

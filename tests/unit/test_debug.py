@@ -4,13 +4,13 @@ import json
 import httpx
 from fastapi import FastAPI
 
-from app.admission import Admission, DenyReason
-from app.debug import GangDebug, add_debug_routes
-from app.gate import PermitGate
-from app.groups import GroupSpec
-from app.metrics import Metrics
-from app.state import ClusterState
-from app.status import PENDING, SCHEDULING, GroupStatus, GroupView
+from app.core.admission import Admission, DenyReason
+from app.core.groups import GroupSpec
+from app.core.state import ClusterState
+from app.core.status import PENDING, SCHEDULING, GroupStatus, GroupView
+from app.ops.debug import GangDebug, add_debug_routes
+from app.ops.metrics import Metrics
+from app.runtime.gate import PermitGate
 from tests.unit.builders import cluster
 from tests.unit.fakes import Clock
 

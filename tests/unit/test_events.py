@@ -1,9 +1,8 @@
 from collections.abc import Callable
 from typing import Any
 
-from app.admission import FilterReason, WaitPolicy
-from app.event_recorder import EventRecorder
-from app.events import (
+from app.core.admission import FilterReason, WaitPolicy
+from app.core.events import (
     AGGREGATED,
     CREATED,
     GANG_ADMITTED,
@@ -28,11 +27,12 @@ from app.events import (
     ObjectRef,
     TokenBucket,
 )
-from app.groups import XK8S_API
+from app.core.groups import XK8S_API
+from app.core.observer import MemberRef
+from app.core.state import ClusterState
 from app.kube.errors import NotFound
-from app.metrics import Metrics
-from app.observer import MemberRef
-from app.state import ClusterState
+from app.ops.event_recorder import EventRecorder
+from app.ops.metrics import Metrics
 from tests.unit.builders import pod, podgroup
 from tests.unit.fakes import Clock
 

@@ -8,13 +8,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.admission import Admission, WaitPolicy
-from app.extender import GangExtender
-from app.gate import PermitGate
-from app.groups import POD_GROUP_LABEL, VOLCANO_GROUP_ANNOTATIONS, VOLCANO_TASK_ANNOTATION
-from app.metrics import Metrics
-from app.routes import create_app
-from app.state import ClusterState
+from app.core.admission import Admission, WaitPolicy
+from app.core.groups import POD_GROUP_LABEL, VOLCANO_GROUP_ANNOTATIONS, VOLCANO_TASK_ANNOTATION
+from app.core.state import ClusterState
+from app.ops.metrics import Metrics
+from app.runtime.gate import PermitGate
+from app.web.extender import GangExtender
+from app.web.routes import create_app
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import FakePodApi
 

@@ -2,12 +2,12 @@ import asyncio
 
 import pytest
 
-from app.admission import Admission, FilterReason, wholeness
-from app.gate import GateError, PermitGate
-from app.groups import GroupSpec
+from app.core.admission import Admission, FilterReason, wholeness
+from app.core.groups import GroupSpec
+from app.core.state import ClusterState
 from app.kube.errors import Conflict
-from app.metrics import Metrics
-from app.state import ClusterState
+from app.ops.metrics import Metrics
+from app.runtime.gate import GateError, PermitGate
 from tests.unit.builders import cluster, node, pod
 from tests.unit.fakes import RecordingBinder, gauge
 
@@ -158,7 +158,7 @@ async def test_release_all_answers_every_waiter() -> None:
 
 
 class Victims(set[str]):
-    """The preempt verb's victims, as the gate asks for them (app/preemption.py)."""
+    """The preempt verb's victims, as the gate asks for them (app/runtime/preemption.py)."""
 
     def is_victim(self, uid: str) -> bool:
         return uid in self

@@ -11,11 +11,11 @@ import asyncio
 import threading
 import tracemalloc
 
-from app.admission import Admission
-from app.gate import GateError, PermitGate
-from app.groups import GroupSpec
-from app.metrics import Metrics
-from app.state import ClusterState
+from app.core.admission import Admission
+from app.core.groups import GroupSpec
+from app.core.state import ClusterState
+from app.ops.metrics import Metrics
+from app.runtime.gate import GateError, PermitGate
 from tests.unit.builders import node, pod
 from tests.unit.fakes import RecordingBinder
 

@@ -2,7 +2,7 @@ from typing import Any
 
 import pytest
 
-from app.groups import (
+from app.core.groups import (
     ALL_SOURCES,
     LIGHT_MIN_AVAILABLE_LABEL,
     LIGHT_NAME_LABEL,
@@ -23,7 +23,7 @@ from app.groups import (
     spec_from_volcano,
     task_shortfall,
 )
-from app.groups import (
+from app.core.groups import (
     VOLCANO_TASK_ANNOTATION as VOLCANO_TASK,
 )
 

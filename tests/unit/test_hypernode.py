@@ -1,4 +1,4 @@
-"""Volcano HyperNodes as topology levels (app/hypernode.py) and their use in placement."""
+"""Volcano HyperNodes as topology levels (app/core/hypernode.py) and their use in placement."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ from typing import Any
 
 import pytest
 
-from app.contention import Gang, Ruling
-from app.hypernode import (
+from app.core.contention import Gang, Ruling
+from app.core.hypernode import (
     HyperNodeError,
     HyperNodeIndex,
     hypernode_from,
     tier_level,
     tier_of,
 )
-from app.packing import Bin, Demand
-from app.state import ClusterState
-from app.topology import (
+from app.core.packing import Bin, Demand
+from app.core.state import ClusterState
+from app.core.topology import (
     DEFAULT_LEVELS,
     Domain,
     TopologyConstraint,
@@ -25,7 +25,7 @@ from app.topology import (
     levels_to_try,
     place,
 )
-from app.topology_sources import (
+from app.core.topology_sources import (
     KUEUE_PREFERRED,
     VOLCANO_HIGHEST_TIER,
     VOLCANO_MODE,

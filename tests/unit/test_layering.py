@@ -1,34 +1,97 @@
-"""The pure core stays pure: it loads no Kubernetes I/O (README, Code map)."""
+"""The layers of app/ (README, Code map): each loads only the layers beneath it.
 
+core (the rules) <- runtime (state over time) <- web (the HTTP face);
+app/kube (Kubernetes I/O) and app/ops (metrics, writers) serve them; app/server.py
+assembles everything. The rules load nothing else, so they stay testable
+without a cluster, a loop or a socket.
+"""
+
+from __future__ import annotations
+
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
-CORE = (
-    "app.groups",
-    "app.admission",
-    "app.resources",
-    "app.packing",
-    "app.contention",
-    "app.scoring",
-    "app.preemption_planner",
-    "app.status",
-    "app.events",
-)
+APP = Path(__file__).resolve().parents[2] / "app"
+
+# What each layer must never import (a prefix of a module name).
+FORBIDDEN = {
+    "core": (
+        "app.runtime",
+        "app.web",
+        "app.ops",
+        "app.kube",
+        "app.server",
+        "app.cli",
+        "app.config",
+    ),
+    "runtime": ("app.web", "app.server", "app.cli"),
+    "kube": ("app.runtime", "app.web", "app.server", "app.cli"),
+    "ops": ("app.web", "app.server", "app.cli"),
+}
+# Third-party I/O the rules must not load either.
+IO_LIBRARIES = ("kubernetes", "urllib3", "aiohttp", "fastapi", "starlette", "uvicorn")
 
 
-def test_core_modules_load_no_kubernetes_io() -> None:
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (lazy imports in functions count too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _modules(layer: str) -> list[Path]:
+    return sorted((APP / layer).glob("*.py"))
+
+
+def test_every_module_lives_in_a_layer() -> None:
+    # Top level: the entry points and the one configuration (a newcomer starts here).
+    top = {p.name for p in APP.glob("*.py")}
+    assert top == {"__init__.py", "__main__.py", "cli.py", "config.py", "server.py"}
+    assert {p.name for p in APP.iterdir() if p.is_dir() and p.name != "__pycache__"} == {
+        "core",
+        "runtime",
+        "web",
+        "ops",
+        "kube",
+    }
+
+
+def test_each_layer_imports_only_what_lies_beneath_it() -> None:
+    broken = [
+        f"{path.relative_to(APP.parent)} imports {name}"
+        for layer, forbidden in FORBIDDEN.items()
+        for path in _modules(layer)
+        for name in sorted(_imports(path))
+        if name.startswith(forbidden) or (layer == "core" and name.split(".")[0] in IO_LIBRARIES)
+    ]
+    assert broken == []
+
+
+def test_the_rules_load_no_io_at_run_time() -> None:
     # A fresh interpreter: this test session has long imported everything.
+    core = [f"app.core.{p.stem}" for p in _modules("core") if p.stem != "__init__"]
     program = (
-        f"import sys\nimport {', '.join(CORE)}\n"
-        "print('\\n'.join(sorted(m for m in sys.modules if m.startswith(('app.', 'kubernetes', "
-        "'urllib3')))))"
+        f"import sys\nimport {', '.join(core)}\n"
+        "print('\\n'.join(sorted(m for m in sys.modules if m.startswith(('app', *sys.argv[1:])))))"
     )
     loaded = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+        [sys.executable, "-c", program, *IO_LIBRARIES],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
-    assert set(CORE) <= set(loaded)
-    io = [m for m in loaded if m.startswith(("app.kube", "kubernetes", "urllib3"))]
-    assert io == [], f"the pure core loads Kubernetes I/O: {io}"
-    # Nor the plumbing that runs the verbs.
-    plumbing = {"app.extender", "app.gate", "app.arbiter", "app.routes", "app.server"}
-    assert plumbing.isdisjoint(loaded)
+    assert set(core) <= set(loaded)
+    io = [
+        m
+        for m in loaded
+        if (m.startswith("app.") and not m.startswith("app.core"))
+        or m.split(".")[0] in IO_LIBRARIES
+    ]
+    assert io == [], f"the rules load the runtime, the HTTP face or Kubernetes I/O: {io}"

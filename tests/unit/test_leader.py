@@ -1,8 +1,8 @@
 import asyncio
 from typing import Any
 
-from app.events import ObjectRef
-from app.leader import LeaderElection, LeaderOnlyPodWrites, LeaderOnlyRecorder, holds_lease
+from app.core.events import ObjectRef
+from app.ops.leader import LeaderElection, LeaderOnlyPodWrites, LeaderOnlyRecorder, holds_lease
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 

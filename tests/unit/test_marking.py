@@ -8,14 +8,14 @@ from typing import Any
 import orjson
 import pytest
 
-from app.marking import (
+from app.core.marking import (
     applies_to,
     is_marked,
     member_patch,
     names_a_group,
     review_response,
 )
-from app.resources import MEMBER_RESOURCE, pod_requests
+from app.core.resources import MEMBER_RESOURCE, pod_requests
 
 
 def pod(
@@ -177,7 +177,7 @@ def test_deploy_webhook_yaml_carries_the_expressions_and_message_of_marking() ->
 
     import yaml
 
-    from app.marking import member_expression, refusal_message
+    from app.core.marking import member_expression, refusal_message
 
     docs = list(yaml.safe_load_all(Path("deploy/webhook.yaml").read_text()))
     webhook, policy = docs[0]["webhooks"][0], docs[1]["spec"]

@@ -3,7 +3,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.packing import (
+from app.core.packing import (
     Bin,
     Demand,
     Packing,
@@ -18,7 +18,7 @@ from app.packing import (
     taints_of,
     take,
 )
-from app.resources import Resources, shortfall, subtract, total_of
+from app.core.resources import Resources, shortfall, subtract, total_of
 
 
 def cpu(cores: float, pods: int = 1) -> dict[str, int]:

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 
 import pytest
 
-from app.admission import Admission, FilterReason, wholeness
-from app.gate import GateError, PartialBindPolicy, PermitGate
-from app.groups import GroupSpec
+from app.core.admission import Admission, FilterReason, wholeness
+from app.core.groups import GroupSpec
+from app.core.observer import MemberRef, NullObserver
+from app.core.state import ClusterState
 from app.kube.errors import NotFound, Rejected, Transient
-from app.metrics import Metrics
-from app.observer import MemberRef, NullObserver
-from app.state import ClusterState
+from app.ops.metrics import Metrics
+from app.runtime.gate import GateError, PartialBindPolicy, PermitGate
 from tests.unit.builders import cluster
 from tests.unit.fakes import RecordingBinder, gauge
 

@@ -1,9 +1,9 @@
 """Plain preemptors' candidates (select_victims) and the gang-agnostic blocker."""
 
-from app.admission import Admission, wholeness
-from app.groups import GroupSpec
-from app.preemption import Candidate, Preemptor, VictimPolicy, select_victims
-from app.state import ClusterState
+from app.core.admission import Admission, wholeness
+from app.core.groups import GroupSpec
+from app.core.state import ClusterState
+from app.runtime.preemption import Candidate, Preemptor, VictimPolicy, select_victims
 from tests.unit.builders import node, pod, podgroup
 
 

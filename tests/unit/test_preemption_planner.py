@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from app.packing import Bin, Demand, Placement
-from app.preemption_planner import Evictable, PlanResult, cheapest_victims, plan
+from app.core.packing import Bin, Demand, Placement
+from app.core.preemption_planner import Evictable, PlanResult, cheapest_victims, plan
 from tests.preemption_oracle import Running, fewest_evictions
 
 CPU4 = {"cpu": 4000, "pods": 110_000}

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.groups import GroupRef
-from app.metrics import Metrics
-from app.observer import NullObserver
-from app.packing import Demand
-from app.preemption import Candidate, PlanPhase, PreemptionPlans, Preemptor, VictimPolicy
-from app.state import ClusterState
-from app.wakeup import SiblingWaker
+from app.core.groups import GroupRef
+from app.core.observer import NullObserver
+from app.core.packing import Demand
+from app.core.state import ClusterState
+from app.ops.metrics import Metrics
+from app.runtime.preemption import Candidate, PlanPhase, PreemptionPlans, Preemptor, VictimPolicy
+from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
 

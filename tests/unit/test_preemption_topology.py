@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from app.groups import GroupRef
-from app.metrics import Metrics
-from app.observer import NullObserver
-from app.packing import Demand
-from app.preemption import Candidate, PreemptionPlans, Preemptor, VictimPolicy
-from app.state import ClusterState
-from app.topology import HOSTNAME, ZONE
-from app.topology_sources import KUEUE_REQUIRED
+from app.core.groups import GroupRef
+from app.core.observer import NullObserver
+from app.core.packing import Demand
+from app.core.state import ClusterState
+from app.core.topology import HOSTNAME, ZONE
+from app.core.topology_sources import KUEUE_REQUIRED
+from app.ops.metrics import Metrics
+from app.runtime.preemption import Candidate, PreemptionPlans, Preemptor, VictimPolicy
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
 

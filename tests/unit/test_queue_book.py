@@ -5,20 +5,20 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from app.admission import Admission, FilterReason
-from app.arbiter import Arbiter, Candidate
-from app.gate import PermitGate
-from app.groups import GroupRef, GroupSpec
+from app.core.admission import Admission, FilterReason
+from app.core.groups import GroupRef, GroupSpec
+from app.core.observer import NullObserver
+from app.core.queues import QUEUE_ANNOTATION
+from app.core.state import ClusterState
 from app.kube.errors import Transient
-from app.metrics import Metrics
-from app.observer import NullObserver
-from app.preemption import Candidate as Offered
-from app.preemption import PlanKind, PlanPhase, PreemptionPlans, Preemptor, VictimPolicy
-from app.queue_book import QueueBook
-from app.queue_status import QueueStatusWriter
-from app.queues import QUEUE_ANNOTATION
-from app.reclaimer import Reclaimer
-from app.state import ClusterState
+from app.ops.metrics import Metrics
+from app.ops.queue_status import QueueStatusWriter
+from app.runtime.arbiter import Arbiter, Candidate
+from app.runtime.gate import PermitGate
+from app.runtime.preemption import Candidate as Offered
+from app.runtime.preemption import PlanKind, PlanPhase, PreemptionPlans, Preemptor, VictimPolicy
+from app.runtime.queue_book import QueueBook
+from app.runtime.reclaimer import Reclaimer
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock, RecordingBinder
 

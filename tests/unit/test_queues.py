@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.packing import Bin, Demand
-from app.queues import (
+from app.core.packing import Bin, Demand
+from app.core.queues import (
     QueueSpec,
     QueueSpecError,
     QueueView,

@@ -19,7 +19,7 @@ import pytest
 
 from app.kube.errors import Gone, Transient
 from app.kube.reflector import Reflector, Sink
-from app.metrics import Metrics
+from app.ops.metrics import Metrics
 
 HANG = object()  # a watch step: stay open until cancelled
 

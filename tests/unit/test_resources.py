@@ -1,6 +1,6 @@
 import pytest
 
-from app.resources import (
+from app.core.resources import (
     QuantityError,
     format_resources,
     parse_quantity,

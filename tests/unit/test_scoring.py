@@ -1,10 +1,10 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.resources import Resources
-from app.scoring import NodeScorer, ScoringPolicy, binpack, binpack_all, binpack_request
-from app.state import ClusterState, node_record_from
-from app.wire import host_priorities
+from app.core.resources import Resources
+from app.core.scoring import NodeScorer, ScoringPolicy, binpack, binpack_all, binpack_request
+from app.core.state import ClusterState, node_record_from
+from app.web.wire import host_priorities
 from tests.unit.builders import node, pod
 
 CPU1 = {"cpu": 1000, "memory": 1024**3 * 1000, "pods": 1000}

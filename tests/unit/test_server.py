@@ -7,12 +7,12 @@ from kubernetes import client as k8s
 from pytest import MonkeyPatch
 
 from app.config import Settings
-from app.gate import PermitGate
-from app.groups import GROUP_APIS, SOURCE_NATIVE, SOURCE_VOLCANO, SOURCE_XK8S
+from app.core.groups import GROUP_APIS, SOURCE_NATIVE, SOURCE_VOLCANO, SOURCE_XK8S
+from app.core.state import ClusterState
 from app.kube.aio import AsyncApiClient
 from app.kube.client import ThreadedRequests
+from app.runtime.gate import PermitGate
 from app.server import build_apps, reflector_kind, verb_requests
-from app.state import ClusterState
 
 
 def paths(app: object) -> set[str]:

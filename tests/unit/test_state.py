@@ -1,4 +1,4 @@
-from app.state import ClusterState
+from app.core.state import ClusterState
 from tests.unit.builders import cluster, node, pod, podgroup
 
 GI = 2**30 * 1000

@@ -5,12 +5,10 @@ from typing import Any
 
 import pytest
 
-from app.groups import SOURCE_NATIVE, SOURCE_VOLCANO, VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS
-from app.kube.errors import Conflict
-from app.metrics import Metrics
-from app.observer import MemberRef
-from app.state import ClusterState, PodRecord, pod_record_from
-from app.status import (
+from app.core.groups import SOURCE_NATIVE, SOURCE_VOLCANO, VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS
+from app.core.observer import MemberRef
+from app.core.state import ClusterState, PodRecord, pod_record_from
+from app.core.status import (
     FAILED,
     FINISHED,
     PENDING,
@@ -26,7 +24,9 @@ from app.status import (
     compute_status,
     status_patch,
 )
-from app.status_reconciler import (
+from app.kube.errors import Conflict
+from app.ops.metrics import Metrics
+from app.ops.status_reconciler import (
     CONFLICT,
     GONE,
     KEPT,
@@ -209,7 +209,7 @@ def test_patch_is_none_when_the_object_already_shows_the_status() -> None:
 
 def test_patch_keeps_an_existing_schedule_start_time() -> None:
     current = podgroup_object({**shown(GroupStatus(PENDING)), "scheduleStartTime": "earlier"})
-    assert status_patch(current, GroupStatus(PENDING, schedule_start_time="later")) is None
+    assert status_patch(current, GroupStatus(PENDING, schedule_start_time="later"), now=NOW) is None
 
 
 def test_volcano_status_uses_volcanos_phases_and_conditions() -> None:
@@ -224,7 +224,7 @@ def test_volcano_status_uses_volcanos_phases_and_conditions() -> None:
     assert condition["transitionID"] != pending["conditions"][0]["transitionID"]
     # Unchanged condition: same transition, so no write.
     obj = {"metadata": {"uid": "u", "resourceVersion": "1"}, "status": running}
-    assert status_patch(obj, GroupStatus(RUNNING, 2, 2), volcano, NOW) is None
+    assert status_patch(obj, GroupStatus(RUNNING, 2, 2), volcano, now=NOW) is None
     assert volcano.render(GroupStatus(FINISHED, 2, 0, 2), running, NOW)["phase"] == "Completed"
     assert volcano.read({"status": {"phase": "Completed", "succeeded": 2}}).phase == FINISHED
 

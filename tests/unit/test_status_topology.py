@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.metrics import Metrics
-from app.state import ClusterState
-from app.status import (
+from app.core.state import ClusterState
+from app.core.status import (
     RUNNING,
     GroupStatus,
     TopologyPlacement,
@@ -18,9 +17,10 @@ from app.status import (
     XK8sShape,
     status_patch,
 )
-from app.status_reconciler import PodGroupStatus
-from app.topology import HOSTNAME, ZONE
-from app.topology_sources import KUEUE_REQUIRED
+from app.core.topology import HOSTNAME, ZONE
+from app.core.topology_sources import KUEUE_REQUIRED
+from app.ops.metrics import Metrics
+from app.ops.status_reconciler import PodGroupStatus
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
 from tests.unit.test_status import MemoryStatusApi, podgroup_object, settle

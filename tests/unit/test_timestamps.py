@@ -1,4 +1,4 @@
-from app.timestamps import parse_rfc3339, rfc3339, wakeup_stamp
+from app.core.timestamps import parse_rfc3339, rfc3339, wakeup_stamp
 
 
 def test_rfc3339_is_whole_seconds_in_utc() -> None:
@@ -21,6 +21,6 @@ def test_parse_of_anything_else_is_none() -> None:
 
 
 def test_wakeup_stamps_differ_and_start_with_the_time() -> None:
-    first, second = wakeup_stamp(), wakeup_stamp()
+    first, second = wakeup_stamp(1e9, 1), wakeup_stamp(1e9, 2)
     assert first != second
     assert parse_rfc3339(first.partition("#")[0]) is not None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.contention import Gang, Holder, Ruling
-from app.groups import (
+from app.core.contention import Gang, Holder, Ruling
+from app.core.groups import (
     ALL_SOURCES,
     KUEUE_GROUP_LABEL,
     KUEUE_TOTAL_COUNT_ANNOTATION,
@@ -18,10 +18,10 @@ from app.groups import (
     spec_from_native,
     spec_from_volcano,
 )
-from app.packing import Bin, Demand
-from app.preemption_planner import Evictable, plan_in_domains
-from app.state import pod_record_from, podgroup_record_from
-from app.topology import (
+from app.core.packing import Bin, Demand
+from app.core.preemption_planner import Evictable, plan_in_domains
+from app.core.state import pod_record_from, podgroup_record_from
+from app.core.topology import (
     DEFAULT_LEVELS,
     Domain,
     TopologyConstraint,
@@ -33,7 +33,7 @@ from app.topology import (
     place,
     with_key,
 )
-from app.topology_sources import (
+from app.core.topology_sources import (
     KUEUE_PREFERRED,
     KUEUE_REQUIRED,
     constraint_from_annotations,

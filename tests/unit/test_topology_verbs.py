@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.admission import Admission, WaitPolicy
-from app.arbiter import Arbiter
-from app.extender import GangExtender
-from app.gate import PermitGate
-from app.groups import SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS
-from app.metrics import Metrics
-from app.state import ClusterState
-from app.topology import HOSTNAME, ZONE
-from app.topology_sources import KUEUE_REQUIRED
-from app.wire import ExtenderArgs
+from app.core.admission import Admission, WaitPolicy
+from app.core.groups import SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS
+from app.core.state import ClusterState
+from app.core.topology import HOSTNAME, ZONE
+from app.core.topology_sources import KUEUE_REQUIRED
+from app.ops.metrics import Metrics
+from app.runtime.arbiter import Arbiter
+from app.runtime.gate import PermitGate
+from app.web.extender import GangExtender
+from app.web.wire import ExtenderArgs
 from tests.unit.builders import node, pod
 from tests.unit.fakes import FakePodApi
 

@@ -1,4 +1,4 @@
-"""The verbs' HTTP fast path (app/verb_protocol.py) on a real uvicorn server and socket."""
+"""The verbs' HTTP fast path (app/web/verb_protocol.py) on a real uvicorn server and socket."""
 
 import asyncio
 from collections.abc import AsyncIterator
@@ -9,10 +9,10 @@ import orjson
 import pytest
 import uvicorn
 
-from app.metrics import Metrics
-from app.routes import VerbEndpoint, VerbGuard, create_app
-from app.verb_protocol import verb_protocol
-from app.wire import WireError
+from app.ops.metrics import Metrics
+from app.web.routes import VerbEndpoint, VerbGuard, create_app
+from app.web.verb_protocol import verb_protocol
+from app.web.wire import WireError
 
 LIMIT = 1000
 

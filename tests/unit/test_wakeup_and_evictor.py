@@ -1,11 +1,11 @@
 import asyncio
 
-from app.evictor import PreemptionFollower
-from app.metrics import Metrics
-from app.observer import MemberRef, NullObserver
-from app.preemption import Candidate, PreemptionPlans, Preemptor, VictimPolicy
-from app.state import ClusterState
-from app.wakeup import SiblingWaker
+from app.core.observer import MemberRef, NullObserver
+from app.core.state import ClusterState
+from app.ops.metrics import Metrics
+from app.runtime.evictor import PreemptionFollower
+from app.runtime.preemption import Candidate, PreemptionPlans, Preemptor, VictimPolicy
+from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 
 

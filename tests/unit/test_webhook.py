@@ -18,10 +18,10 @@ import orjson
 import pytest
 from cryptography import x509
 
-from app import certs
+from app.core import certs
 from app.kube.errors import Conflict, Forbidden, NotFound
-from app.metrics import Metrics
-from app.webhook import WEBHOOK_PATH, WebhookApp, WebhookCerts
+from app.ops.metrics import Metrics
+from app.web.webhook import WEBHOOK_PATH, WebhookApp, WebhookCerts
 
 NOW = datetime.datetime(2026, 11, 25, 3, 0, tzinfo=datetime.UTC)
 HOSTS = ["svc.ns.svc", "127.0.0.1"]

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from app.wire import (
+from app.web.wire import (
     ExtenderArgsReader,
     WireError,
     filter_result,

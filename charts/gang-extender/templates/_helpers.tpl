@@ -113,7 +113,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $names | join "," -}}
 {{- end -}}
 
-{{/* CEL, the same as app/marking.py's member_expression() (tests/packaging/test_chart.py compares). */}}
+{{/* CEL, the same as app/core/marking.py's member_expression() (tests/packaging/test_chart.py compares). */}}
 {{- define "gang-extender.isMember" -}}
 (has(object.metadata.labels) && 'scheduling.x-k8s.io/pod-group' in object.metadata.labels) || (has(object.metadata.labels) && 'pod-group.scheduling.sigs.k8s.io/name' in object.metadata.labels) || (has(object.metadata.labels) && 'kueue.x-k8s.io/pod-group-name' in object.metadata.labels) || (has(object.metadata.annotations) && 'scheduling.k8s.io/group-name' in object.metadata.annotations) || (has(object.metadata.annotations) && 'scheduling.volcano.sh/group-name' in object.metadata.annotations) || (has(object.spec.schedulingGroup) && has(object.spec.schedulingGroup.podGroupName) && object.spec.schedulingGroup.podGroupName != '')
 {{- end -}}

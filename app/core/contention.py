@@ -1,0 +1,233 @@
+"""Gangs under contention: who gets the capacity, in which order. Pure decisions.
+
+Members of two gangs that are admitted one pod at a time can each reserve
+part of the cluster, and then both wait in the permit gate until they time
+out (the deadlock users of every gang scheduler report). Here a gang is
+admitted as a whole: when its first member passes filter, the capacity for
+all the members it still needs is *claimed* (a packing plan, app/core/packing.py)
+and other gangs see that capacity as taken until the gang is bound or
+released. Gangs that do not fit wait in a line:
+
+- **Order in line**: higher pod priority first; then gangs that have *aged*
+  (waited longer than the aging period since they were first turned away)
+  before those that have not; with queues, the gang holding the smaller
+  dominant share of the cluster (DRF, app/core/queues.py); then older PodGroups (creation time; for
+  label-only groups the earliest member's) first; then by name.
+- **Backfill**: a gang further back may be admitted while one ahead of it
+  does not fit yet, if it fits in what is left once every gang ahead that
+  does fit has its share set aside.
+- **Aging**: an aged gang is not overtaken any more: while it does not fit,
+  no gang of equal or lower priority behind it is admitted (unless the aged
+  gang could not fit even in the empty cluster). The cluster then drains
+  until it fits, so a large gang is never starved by a stream of small ones.
+- **Precedence**: a gang of strictly higher priority that does not fit may
+  take the capacity of lower-priority gangs that hold a claim but are still
+  collecting members in the gate: their reservations are released.
+
+Nothing here does I/O or reads a clock: callers pass `now`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from app.core.packing import AllowedNodes, Bin, Demand, Packing, give, index_of, pack, take
+
+
+class Ruling(StrEnum):
+    """What decide() says about a gang that passed the Coscheduling rules."""
+
+    ADMIT = "admit"
+    WAIT = "wait"
+    SHORT = "short"
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """A gang that wants capacity now (its members that are not placed yet)."""
+
+    key: str
+    priority: int
+    # Seconds since the epoch: PodGroup creation (label-only: earliest member).
+    created: float
+    demands: tuple[Demand, ...]
+    # How many of `demands` must be placed for the gang to reach minMember.
+    need: int
+    # When it was first turned away for capacity (None: never, it is new).
+    waiting_since: float | None = None
+    # DRF: the dominant share of the cluster its placed members hold (0 without
+    # queues, app/core/queues.py): within a priority, the gang holding less goes first.
+    share: float = 0.0
+
+    def aged(self, now: float, aging_seconds: float) -> bool:
+        return self.waiting_since is not None and now - self.waiting_since >= aging_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A gang holding a claim: admitted, its members on their way through the gate."""
+
+    key: str
+    priority: int
+    created: float
+    # Capacity promised to members not placed yet, per node.
+    remaining: Mapping[str, Mapping[str, int]]
+    # Capacity its members hold in the gate (reserved, not bound), per node.
+    reserved: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Ruling
+    # ADMIT: member key -> node, the capacity now claimed for the gang.
+    plan: Mapping[str, str] = field(default_factory=dict)
+    # ADMIT: lower-priority holders whose reservations must be released first.
+    release: tuple[str, ...] = ()
+    # WAIT: the gang ahead (key, priority).
+    behind: tuple[str, int] | None = None
+    message: str = ""
+
+
+def line_key(gang: Gang, now: float, aging_seconds: float) -> tuple[int, int, float, float, str]:
+    """Sort key of the line (smallest first); the module docstring states the rule."""
+    aged = 0 if gang.aged(now, aging_seconds) else 1
+    return (-gang.priority, aged, gang.share, gang.created, gang.key)
+
+
+def order_line(gangs: Sequence[Gang], now: float, aging_seconds: float) -> list[Gang]:
+    return sorted(gangs, key=lambda g: line_key(g, now, aging_seconds))
+
+
+def decide(
+    candidate: Gang,
+    free: Sequence[Bin],
+    holders: Sequence[Holder],
+    line: Sequence[Gang],
+    now: float,
+    aging_seconds: float,
+    allocatable: Sequence[Bin] = (),
+) -> Decision:
+    """Admit `candidate`, or say which gang it waits behind, or what the cluster lacks.
+
+    `free`: per node, allocatable minus every placed pod (bound, or reserved
+    in the gate by any gang). `holders`: other gangs with a claim. `line`:
+    other gangs waiting (any order). `allocatable`: the empty cluster, to
+    tell an aged gang that may fit one day from one that never can.
+
+    SHORT (with the shortfall) when the members would not fit even if no
+    other gang held or was promised anything: waiting in line cannot help,
+    only capacity freed by pods outside the gate can. WAIT (naming the gang
+    ahead) when other gangs' claims, reservations or places in line are what
+    keeps it out.
+    """
+    holders = [h for h in holders if h.key != candidate.key]
+    bins, index = room_left(free, holders)
+    # Every packing below over `bins` (or `allocatable`) allows the same nodes.
+    on_bins: AllowedNodes = {}
+    on_allocatable: AllowedNodes = {}
+    mine = line_key(candidate, now, aging_seconds)
+    blocker: tuple[str, int] | None = None
+    for other in order_line([g for g in line if g.key != candidate.key], now, aging_seconds):
+        if line_key(other, now, aging_seconds) >= mine:
+            break
+        ahead = pack(other.demands, bins, other.need, allowed_nodes=on_bins)
+        if ahead.fits:
+            take(bins, ahead.plan, other.demands, index=index)
+            blocker = blocker or (other.key, other.priority)
+        elif (
+            other.aged(now, aging_seconds)
+            and other.priority >= candidate.priority
+            and (
+                not allocatable
+                or pack(other.demands, allocatable, other.need, allowed_nodes=on_allocatable).fits
+            )
+        ):
+            return _wait(candidate, (other.key, other.priority), "has waited longest")
+    packing = pack(candidate.demands, bins, candidate.need, allowed_nodes=on_bins)
+    if packing.fits:
+        return Decision(Ruling.ADMIT, packing.plan)
+    # Precedence: release lower-priority gangs still collecting, lowest first.
+    released: list[str] = []
+    for holder in sorted(
+        (h for h in holders if h.priority < candidate.priority),
+        key=lambda h: (h.priority, -h.created, h.key),
+    ):
+        give(bins, holder.remaining, index=index)
+        give(bins, holder.reserved, index=index)
+        released.append(holder.key)
+        packing = pack(candidate.demands, bins, candidate.need, allowed_nodes=on_bins)
+        if packing.fits:
+            return Decision(Ruling.ADMIT, packing.plan, tuple(released))
+    # Without any other gang holding anything: if it does not fit even so, the
+    # cluster itself is short (not a matter of waiting in line). Packed only
+    # here: most gangs are admitted above, and this is a second whole packing.
+    unheld = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
+    unheld_index = index_of(unheld)
+    for holder in holders:
+        give(unheld, holder.reserved, index=unheld_index)
+    alone = pack(candidate.demands, unheld, candidate.need)
+    if not alone.fits:
+        return Decision(Ruling.SHORT, message=alone.describe(candidate.key, candidate.demands))
+    if blocker is None and holders:
+        top = min(holders, key=lambda h: (-h.priority, h.created, h.key))
+        blocker = (top.key, top.priority)
+    if blocker is None:  # fits alone, so a holder or a gang ahead took the room
+        return Decision(Ruling.SHORT, message=packing.describe(candidate.key, candidate.demands))
+    return _wait(candidate, blocker, "holds the capacity it needs")
+
+
+def room_left(free: Sequence[Bin], holders: Sequence[Holder]) -> tuple[list[Bin], dict[str, Bin]]:
+    """A copy of `free` less what `holders` were promised and have not placed yet; its index."""
+    bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
+    index = index_of(bins)
+    for holder in holders:
+        give(
+            bins,
+            {n: {k: -v for k, v in r.items()} for n, r in holder.remaining.items()},
+            index=index,
+        )
+    return bins, index
+
+
+def _wait(candidate: Gang, behind: tuple[str, int], why: str) -> Decision:
+    key, priority = behind
+    return Decision(
+        Ruling.WAIT,
+        behind=behind,
+        message=(
+            f"gang {candidate.key} (priority {candidate.priority}) is waiting behind {key} "
+            f"(priority {priority}), which {why}; it is admitted as a whole once its "
+            f"{candidate.need} member(s) fit (nothing is reserved meanwhile)"
+        ),
+    )
+
+
+def wake_order(
+    waiting: Sequence[Gang],
+    free: Sequence[Bin],
+    holders: Sequence[Holder],
+    now: float,
+    aging_seconds: float,
+    limit: int = 10,
+    allocatable: Sequence[Bin] = (),
+) -> list[str]:
+    """The waiting gangs that would be admitted now, in line order (to wake their pods)."""
+    bins, index = room_left(free, holders)
+    on_bins: AllowedNodes = {}
+    on_allocatable: AllowedNodes = {}
+    chosen: list[str] = []
+    for gang in order_line(waiting, now, aging_seconds):
+        packing: Packing = pack(gang.demands, bins, gang.need, allowed_nodes=on_bins)
+        if packing.fits:
+            take(bins, packing.plan, gang.demands, index=index)
+            chosen.append(gang.key)
+            if len(chosen) >= limit:
+                break
+        elif gang.aged(now, aging_seconds) and (
+            not allocatable
+            or pack(gang.demands, allocatable, gang.need, allowed_nodes=on_allocatable).fits
+        ):
+            break
+    return chosen

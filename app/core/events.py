@@ -1,0 +1,411 @@
+"""Kubernetes Events for gangs, the rules: what each Event says, and when one repeats.
+
+kube-scheduler already puts FailedScheduling and Scheduled events on pods;
+these add what only the extender knows, on the PodGroup (so `kubectl
+describe podgroup` tells the gang's story) and, where a single pod is
+affected, on that pod. Label-only groups have no object: their events go on
+the pods.
+
+Three modules make an Event, one job each: this one (pure) decides what an
+Event says (GangEvents turns the gate's and filter's reports into reasons
+and messages), how repeats aggregate and which are dropped
+(EventAggregator), and the body written; app/ops/event_recorder.py sends them
+from worker threads; app/kube/events.py is the API writer.
+
+Aggregation behaves like client-go's: an identical (object, type, reason,
+message) seen again within `window_seconds` raises `count` and
+`lastTimestamp` of the Event already written instead of creating another;
+and a per-object token bucket (client-go's spam filter: burst 25, one more
+every 5 minutes) drops events of a hot loop before they reach the API
+server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cachetools import LRUCache
+
+from app.core.admission import FilterReason, WaitPolicy
+from app.core.groups import GROUP_APIS, GroupSpec
+from app.core.observer import MemberRef
+from app.core.state import ClusterState, PodGroupRecord
+from app.core.timestamps import rfc3339
+
+COMPONENT = "gang-extender"
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+WAITING_FOR_SIBLINGS = "WaitingForSiblings"
+GANG_WAITING = "GangWaiting"
+GANG_ADMITTED = "GangAdmitted"
+GANG_TIMED_OUT = "GangTimedOut"
+GANG_BIND_ROLLED_BACK = "GangBindRolledBack"
+GANG_PARTLY_BOUND = "GangPartlyBound"
+INVALID_POD_GROUP = "InvalidPodGroup"
+INSUFFICIENT_RESOURCES = "InsufficientResources"
+GANG_QUEUED = "GangQueued"
+GANG_RELEASED = "GangReleased"
+GANG_RECLAIMED = "GangReclaimed"
+PREEMPTED = "Preempted"
+PREEMPTION_PLANNED = "PreemptionPlanned"
+TOPOLOGY_PLACED = "TopologyPlaced"
+PREEMPTION_ENDED = "PreemptionPlanEnded"
+PREEMPTION_REFUSED = "PreemptionRefused"
+GANG_MEMBER_NOT_MARKED = "GangMemberNotMarked"
+
+# events.k8s.io caps notes at 1 kB; core/v1 accepts more, but kubectl shows
+# one line per event and nobody reads further.
+_MAX_MESSAGE = 1024
+_MAX_NAMES = 10
+
+
+# ---- what an Event is about ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The Event's involvedObject."""
+
+    kind: str
+    api_version: str
+    namespace: str
+    name: str
+    uid: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "kind": self.kind,
+            "apiVersion": self.api_version,
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+        }
+
+
+def pod_ref(member: MemberRef) -> ObjectRef:
+    return ObjectRef("Pod", "v1", member.namespace, member.name, member.uid)
+
+
+def podgroup_ref(record: PodGroupRecord) -> ObjectRef:
+    api = GROUP_APIS[record.source]
+    return ObjectRef(api.kind, api.api_version, record.namespace, record.name, record.uid)
+
+
+# ---- rate limiting and aggregation (pure, clock injected) -------------------------------
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """`burst` tokens, one more every `refill_seconds`; each event takes one."""
+
+    burst: float
+    refill_seconds: float
+    tokens: float
+    updated: float
+
+    def take(self, now: float) -> bool:
+        elapsed = max(0.0, now - self.updated)
+        self.tokens = min(self.burst, self.tokens + elapsed / self.refill_seconds)
+        self.updated = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+@dataclass(slots=True)
+class EventEntry:
+    """One Event object: what it says, and (kept by the recorder) what was sent of it."""
+
+    ref: ObjectRef
+    type: str
+    reason: str
+    message: str
+    name: str
+    first: float
+    last: float
+    count: int = 1
+    sent_count: int = 0
+    created: bool = False
+    in_flight: bool = False
+
+
+# What became of one occurrence (the label of gang_extender_events_total).
+CREATED, AGGREGATED, RATE_LIMITED = "created", "aggregated", "rate-limited"
+
+
+class EventAggregator:
+    """Which Event an occurrence becomes: a new one, a count on a recent one, or none."""
+
+    def __init__(
+        self, *, window_seconds: float, burst: int, refill_seconds: float, cache_size: int
+    ) -> None:
+        self._window = window_seconds
+        self._burst = burst
+        self._refill = refill_seconds
+        self._entries: LRUCache[tuple[ObjectRef, str, str, str], EventEntry] = LRUCache(cache_size)
+        self._buckets: LRUCache[tuple[ObjectRef, str], TokenBucket] = LRUCache(cache_size)
+        self._last_ns = 0
+
+    def add(
+        self, ref: ObjectRef, type_: str, reason: str, message: str, now: float
+    ) -> tuple[str, EventEntry | None]:
+        """The outcome, and the Event to write (None when rate-limited)."""
+        message = _truncate(message)
+        # The spam filter is per object and reason: a hot loop of one reason
+        # (WaitingForSiblings on every scheduling attempt) cannot starve the
+        # rare ones (GangTimedOut) of the same PodGroup.
+        bucket = self._buckets.get((ref, reason))
+        if bucket is None:
+            bucket = TokenBucket(self._burst, self._refill, float(self._burst), now)
+            self._buckets[(ref, reason)] = bucket
+        if not bucket.take(now):
+            return RATE_LIMITED, None
+        key = (ref, type_, reason, message)
+        entry = self._entries.get(key)
+        if entry is not None and now - entry.last <= self._window:
+            entry.count += 1
+            entry.last = now
+            return AGGREGATED, entry
+        entry = EventEntry(ref, type_, reason, message, self._new_name(ref, now), now, now)
+        self._entries[key] = entry
+        return CREATED, entry
+
+    def _new_name(self, ref: ObjectRef, now: float) -> str:
+        # client-go's naming: <object>.<hex nanoseconds>, kept unique within this process.
+        ns = max(int(now * 1e9), self._last_ns + 1)
+        self._last_ns = ns
+        return f"{ref.name[:200]}.{ns:x}"
+
+
+def event_body(entry: EventEntry) -> dict[str, Any]:
+    """The core/v1 Event as written (created whole, or its count and lastTimestamp patched)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": entry.name, "namespace": entry.ref.namespace},
+        "involvedObject": entry.ref.as_dict(),
+        "type": entry.type,
+        "reason": entry.reason,
+        "message": entry.message,
+        "source": {"component": COMPONENT},
+        "count": entry.count,
+        "firstTimestamp": rfc3339(entry.first),
+        "lastTimestamp": rfc3339(entry.last),
+    }
+
+
+def _truncate(message: str) -> str:
+    return message if len(message) <= _MAX_MESSAGE else message[: _MAX_MESSAGE - 3] + "..."
+
+
+# ---- the observer ----------------------------------------------------------------------
+
+
+class Recorder(Protocol):
+    def record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None: ...
+
+
+# Bound on the groups GangEvents remembers as told GangWaiting.
+_MAX_TOLD = 10_000
+
+
+class GangEvents:
+    """GangObserver: turns the gate's and filter's reports into Events users can act on."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        recorder: Recorder,
+        wait: WaitPolicy,
+        retry_after_seconds: float,
+    ) -> None:
+        self._state = state
+        self._recorder = recorder
+        self._wait = wait
+        self._retry = retry_after_seconds
+        # Groups told GangWaiting in their current admission (until admitted,
+        # timed out or released): one event per admission, not one per member.
+        # Per member, it was an Event write per gang pod, as costly as the
+        # binding itself (bench/e2e.py's profile); the PodGroup's status counts
+        # the members as they come.
+        self._waiting_told: set[str] = set()
+
+    def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
+        if reason == FilterReason.TOO_FEW_SIBLINGS:
+            self._on_group(
+                group_key,
+                [member],
+                NORMAL,
+                WAITING_FOR_SIBLINGS,
+                f"{message}; create the missing pods, or lower minMember",
+            )
+        elif reason == FilterReason.BAD_GROUP:
+            self._on_group(
+                group_key,
+                [member],
+                WARNING,
+                INVALID_POD_GROUP,
+                f"{message}; its pods are turned away until the PodGroup is fixed",
+            )
+        elif reason == FilterReason.MIN_RESOURCES:
+            self._on_group(
+                group_key,
+                [member],
+                WARNING,
+                INSUFFICIENT_RESOURCES,
+                f"{message}; checked again in {self._retry:g}s: free that much capacity "
+                "(or lower spec.minResources) for the gang to start",
+            )
+        elif reason == FilterReason.WAITING_BEHIND:
+            self._on_group(group_key, [member], NORMAL, GANG_QUEUED, message)
+        elif reason == FilterReason.INSUFFICIENT_CAPACITY:
+            self._on_group(
+                group_key,
+                [member],
+                WARNING,
+                INSUFFICIENT_RESOURCES,
+                f"{message}; nothing is reserved until all of them fit: free capacity, or "
+                "lower minMember",
+            )
+
+    def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
+        if group_key in self._waiting_told:
+            return
+        if len(self._waiting_told) >= _MAX_TOLD:
+            self._waiting_told.clear()  # groups deleted mid-admission never end theirs
+        self._waiting_told.add(group_key)
+        wait = self._wait_seconds(group_key, needed)
+        self._on_group(
+            group_key,
+            [member],
+            NORMAL,
+            GANG_WAITING,
+            f"{present} of minMember {needed} members placed; waiting up to {wait:g}s in the "
+            f"permit gate for the rest (all are bound together once {needed} are placed)",
+        )
+
+    def gang_admitted(self, group_key: str, bound: Sequence[MemberRef]) -> None:
+        self._waiting_told.discard(group_key)
+        longest = max((m.waited_seconds for m in bound), default=0.0)
+        self._on_group(
+            group_key,
+            bound,
+            NORMAL,
+            GANG_ADMITTED,
+            f"gang {group_key} admitted: {len(bound)} member(s) bound together "
+            f"({_names(bound)}) after up to {longest:.1f}s in the permit gate",
+        )
+
+    def bind_failed(self, member: MemberRef, group_key: str | None, message: str) -> None:
+        # kube-scheduler already reports the failed binding on the pod (FailedScheduling).
+        return None
+
+    def gang_timed_out(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        self._waiting_told.discard(group_key)
+        text = (
+            f"{message}; the group is retried in {self._retry:g}s. If it never completes, "
+            "check that minMember pods exist and that the cluster can hold all of them at once "
+            "(kubectl describe pods)"
+        )
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), WARNING, GANG_TIMED_OUT, text)
+        for member in released:
+            self._recorder.record(pod_ref(member), WARNING, GANG_TIMED_OUT, text)
+
+    def gang_partly_bound(
+        self, group_key: str, bound: Sequence[MemberRef], message: str, rolled_back: bool
+    ) -> None:
+        self._waiting_told.discard(group_key)
+        reason = GANG_BIND_ROLLED_BACK if rolled_back else GANG_PARTLY_BOUND
+        text = f"gang {group_key} was admitted but {message}"
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), WARNING, reason, text)
+        for member in bound:
+            self._recorder.record(pod_ref(member), WARNING, reason, text)
+
+    def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        self._waiting_told.discard(group_key)
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), WARNING, GANG_RELEASED, message)
+        for member in released:
+            self._recorder.record(pod_ref(member), WARNING, GANG_RELEASED, message)
+
+    def gang_reclaimed(self, group_key: str, evicted: Sequence[MemberRef], message: str) -> None:
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), WARNING, GANG_RECLAIMED, message)
+        for member in evicted:
+            self._recorder.record(pod_ref(member), WARNING, GANG_RECLAIMED, message)
+
+    def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
+        if by in self._state.podgroups or self._state.members(by):
+            beneficiary = f"gang {by}"
+        elif by in self._state.pods:
+            beneficiary = f"pod {by}"
+        else:
+            beneficiary = by
+        text = f"evicted by kube-scheduler's preemption so that {beneficiary} can be placed"
+        if victim_group is not None:
+            text += f" (this pod was a member of gang {victim_group})"
+        self._recorder.record(pod_ref(victim), WARNING, PREEMPTED, text)
+
+    def preemption_planned(self, group_key: str, message: str) -> None:
+        self._on_group(group_key, self._pending(group_key), NORMAL, PREEMPTION_PLANNED, message)
+
+    def preemption_ended(self, group_key: str, message: str) -> None:
+        self._on_group(group_key, self._pending(group_key), WARNING, PREEMPTION_ENDED, message)
+
+    def preemption_refused(self, group_key: str, message: str) -> None:
+        self._on_group(group_key, self._pending(group_key), WARNING, PREEMPTION_REFUSED, message)
+
+    def gang_placed(self, group_key: str, message: str) -> None:
+        self._on_group(group_key, self._pending(group_key), NORMAL, TOPOLOGY_PLACED, message)
+
+    def member_not_marked(self, member: MemberRef, group_key: str, message: str) -> None:
+        """A member kube-scheduler will not send us (app/runtime/unmarked.py): on the pod itself."""
+        self._recorder.record(pod_ref(member), WARNING, GANG_MEMBER_NOT_MARKED, message)
+
+    # ---- helpers -----------------------------------------------------------------------
+
+    def _pending(self, group_key: str) -> list[MemberRef]:
+        """A label-only gang's Events go on its members still waiting for a node."""
+        return [
+            MemberRef(p.namespace, p.name, p.uid)
+            for p in self._state.members(group_key)
+            if not p.placed_node
+        ]
+
+    def _on_group(
+        self,
+        group_key: str,
+        members: Sequence[MemberRef],
+        type_: str,
+        reason: str,
+        message: str,
+    ) -> None:
+        """On the PodGroup; for a label-only group (no object) on the pods concerned."""
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), type_, reason, message)
+            return
+        for member in members:
+            self._recorder.record(pod_ref(member), type_, reason, message)
+
+    def _wait_seconds(self, group_key: str, needed: int) -> float:
+        record = self._state.podgroups.get(group_key)
+        spec = record.spec if record is not None and record.spec is not None else None
+        return self._wait.for_group(spec or GroupSpec(group_key, needed))
+
+
+def _names(members: Sequence[MemberRef]) -> str:
+    names = sorted(m.name for m in members)
+    shown = ", ".join(names[:_MAX_NAMES])
+    return shown if len(names) <= _MAX_NAMES else f"{shown} and {len(names) - _MAX_NAMES} more"

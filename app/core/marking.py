@@ -1,0 +1,230 @@
+"""The member mark: the extended resource that makes kube-scheduler call us for gang members only.
+
+In the gang-only deployment mode (README "Deployment modes") kube-scheduler
+calls the filter, prioritize and bind verbs only for pods that request the
+managed resource MEMBER_RESOURCE (`HTTPExtender.IsInterested`), so every pod
+of a group must carry it. The admission webhook (app/web/webhook.py) adds it to
+each container of a pod that names a group, from any group source;
+this module decides which pods and builds the JSONPatch. Everything here is
+pure: pods in, patch operations and AdmissionReview answers out.
+
+A pod that names a group through a source the extender has switched off is
+marked too: it then reaches the verbs as an ordinary pod (a few round trips),
+and the ValidatingAdmissionPolicy that refuses unmarked members
+(`member_expression`) stays a simple statement about labels, annotations and
+spec that needs no knowledge of the extender's flags.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from app.core.groups import (
+    KUEUE_GROUP_LABEL,
+    LIGHT_NAME_LABEL,
+    POD_GROUP_LABEL,
+    VOLCANO_GROUP_ANNOTATIONS,
+)
+
+# Extended resource names need a domain that is not kubernetes.io; this
+# project's annotations already live under gang-extender.dev.
+from app.core.resources import MEMBER_RESOURCE
+
+MEMBER_QUANTITY = "1"
+
+JsonPatch = list[dict[str, Any]]
+
+
+def names_a_group(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod names a group through any source, usable or not.
+
+    Deliberately broader than app.core.groups.group_ref_of_pod: an empty label
+    (which the filter refuses with a message) still marks the pod, so it
+    reaches the filter that explains what is wrong instead of being bound
+    by kube-scheduler's own binder.
+    """
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    if any(label in labels for label in (POD_GROUP_LABEL, LIGHT_NAME_LABEL, KUEUE_GROUP_LABEL)):
+        return True
+    if any(annotation in annotations for annotation in VOLCANO_GROUP_ANNOTATIONS):
+        return True
+    group = (pod.get("spec") or {}).get("schedulingGroup")
+    return isinstance(group, Mapping) and bool(group.get("podGroupName"))
+
+
+def is_marked(pod: Mapping[str, Any], resource: str = MEMBER_RESOURCE) -> bool:
+    """Whether kube-scheduler's IsInterested() would be true for a pod managing `resource`.
+
+    True when any container or init container requests or limits it (exactly
+    what kube-scheduler looks at; ephemeral containers and pod-level
+    resources are not).
+    """
+    spec = pod.get("spec") or {}
+    for kind in ("containers", "initContainers"):
+        for container in spec.get(kind) or ():
+            resources = container.get("resources") or {}
+            if resource in (resources.get("requests") or {}) or resource in (
+                resources.get("limits") or {}
+            ):
+                return True
+    return False
+
+
+def applies_to(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
+    """Whether the webhook marks this pod: it names a group and one of our schedulers.
+
+    An empty `scheduler_names` means every scheduler (the local control
+    plane, where every kube-scheduler calls the extender). Another scheduler
+    would count the resource in NodeResourcesFit (it is only ignored where an
+    extender declares it `ignoredByScheduler`) and find no node for the pod.
+    """
+    if not names_a_group(pod):
+        return False
+    if not scheduler_names:
+        return True
+    name = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+    return name in scheduler_names
+
+
+def _pointer(token: str) -> str:
+    """One JSON Pointer reference token (RFC 6901): `~` and `/` escaped."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def member_patch(pod: Mapping[str, Any], resource: str = MEMBER_RESOURCE) -> JsonPatch:
+    """JSONPatch operations giving every app container `resource: 1` in requests and limits.
+
+    Idempotent: a container that already requests and limits exactly 1 gets
+    no operation, so marking a marked pod returns []. Another amount is set
+    to 1 (an extended resource's request must equal its limit, and one is
+    what kube-scheduler needs to see). Only `spec.containers`: one container
+    is enough for IsInterested(), and init containers' requests would only
+    add to the pod's effective requests elsewhere.
+    """
+    ops: JsonPatch = []
+    containers: Sequence[Mapping[str, Any]] = (pod.get("spec") or {}).get("containers") or ()
+    key = _pointer(resource)
+    for index, container in enumerate(containers):
+        base = f"/spec/containers/{index}/resources"
+        resources = container.get("resources")
+        if not isinstance(resources, Mapping):
+            ops.append(
+                {
+                    "op": "add",
+                    "path": base,
+                    "value": {
+                        "requests": {resource: MEMBER_QUANTITY},
+                        "limits": {resource: MEMBER_QUANTITY},
+                    },
+                }
+            )
+            continue
+        for part in ("requests", "limits"):
+            values = resources.get(part)
+            if not isinstance(values, Mapping):
+                ops.append(
+                    {"op": "add", "path": f"{base}/{part}", "value": {resource: MEMBER_QUANTITY}}
+                )
+            elif str(values.get(resource)) != MEMBER_QUANTITY:
+                # "add" on an existing member replaces it (RFC 6902 4.1).
+                ops.append({"op": "add", "path": f"{base}/{part}/{key}", "value": MEMBER_QUANTITY})
+    return ops
+
+
+def review_response(
+    review: Mapping[str, Any],
+    scheduler_names: Collection[str] = (),
+    resource: str = MEMBER_RESOURCE,
+) -> tuple[dict[str, Any], str]:
+    """The AdmissionReview answer to a pod CREATE review, and what was done.
+
+    Always allowed (the webhook marks, it never refuses: refusing unmarked
+    members is the ValidatingAdmissionPolicy's job, which runs even when this
+    process does not). The second value is the metric label: `marked`,
+    `unchanged` (a member already marked), `skipped` (not a member of ours)
+    or `invalid` (no pod in the request).
+    """
+    request = review.get("request") or {}
+    uid = request.get("uid") or ""
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    answer = {
+        "apiVersion": review.get("apiVersion") or "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": response,
+    }
+    pod = request.get("object")
+    if not isinstance(pod, Mapping) or request.get("operation", "CREATE") != "CREATE":
+        return answer, "invalid"
+    if not applies_to(pod, scheduler_names):
+        return answer, "skipped"
+    ops = member_patch(pod, resource)
+    if not ops:
+        return answer, "unchanged"
+    response["patchType"] = "JSONPatch"
+    response["patch"] = base64.b64encode(orjson.dumps(ops)).decode()
+    return answer, "marked"
+
+
+def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
+    """CEL of the ValidatingAdmissionPolicy that refuses gang members without the mark.
+
+    `isMember` mirrors names_a_group(), `isMarked` mirrors is_marked() for
+    app and init containers, on the pod being written. `valid` is the
+    policy's validation: a member must be marked, except an UPDATE of a pod
+    that was a member already (one created before the policy existed keeps
+    working); so a pod created plain cannot join a group later by a label
+    or annotation change (container resources are immutable, the webhook
+    cannot mark it then). The chart and hack/local-cluster carry the same
+    expressions (tests/unit/test_marking.py and tests/packaging compare them
+    with these; the cluster tests run them in the real kube-apiserver).
+    """
+
+    def member(obj: str) -> str:
+        def label(key: str) -> str:
+            return f"(has({obj}.metadata.labels) && '{key}' in {obj}.metadata.labels)"
+
+        def annotation(key: str) -> str:
+            return f"(has({obj}.metadata.annotations) && '{key}' in {obj}.metadata.annotations)"
+
+        return " || ".join(
+            [
+                label(POD_GROUP_LABEL),
+                label(LIGHT_NAME_LABEL),
+                label(KUEUE_GROUP_LABEL),
+                *(annotation(a) for a in VOLCANO_GROUP_ANNOTATIONS),
+                f"(has({obj}.spec.schedulingGroup) && has({obj}.spec.schedulingGroup.podGroupName)"
+                f" && {obj}.spec.schedulingGroup.podGroupName != '')",
+            ]
+        )
+
+    def marked(kind: str) -> str:
+        return (
+            f"(has(object.spec.{kind}) && object.spec.{kind}.exists(c, has(c.resources) && ("
+            f"(has(c.resources.requests) && '{resource}' in c.resources.requests) || "
+            f"(has(c.resources.limits) && '{resource}' in c.resources.limits))))"
+        )
+
+    is_marked = f"{marked('containers')} || {marked('initContainers')}"
+    return {
+        "isMember": member("object"),
+        "isMarked": is_marked,
+        "valid": f"{is_marked} || (request.operation == 'UPDATE' && ({member('oldObject')}))",
+    }
+
+
+def refusal_message(resource: str = MEMBER_RESOURCE) -> str:
+    """What a refused pod's creator sees (a controller's FailedCreate event, kubectl's error)."""
+    return (
+        f"gang member without the {resource} resource: gang-extender's admission webhook did "
+        "not mark this pod (is the extender running and its MutatingWebhookConfiguration "
+        "registered?), and an unmarked member would be bound by kube-scheduler without the "
+        "gang gate; create the pod again once the webhook answers (controllers retry on their "
+        "own). A pod cannot join a group after its creation either: create it with the group's "
+        "label, annotation or schedulingGroup"
+    )

@@ -1,0 +1,362 @@
+"""Whole-gang feasibility: can every member a gang still needs be placed at once?
+
+A gang whose members are reserved one by one discovers only at the end
+that the last ones do not fit, after holding part of the cluster for the
+whole gate wait (and keeping other gangs out). This module answers the
+question before the first reservation, with a first-fit-decreasing packing
+of the members' requests onto each node's free capacity, honouring what
+decides where a pod may go in kube-scheduler's own filters: nodeSelector,
+required node affinity, taints and tolerations, and pods per node (the
+"pods" resource every request carries). FFD is a heuristic: it can say "no"
+for a set that an exhaustive search would place, but what it places is a
+real placement, so a "yes" is never wrong. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core.resources import Resources, add, format_resources, shortfall, subtract, total_of
+
+# ---- where a pod may go -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str
+    operator: str
+    value: str
+    effect: str
+
+    def tolerates(self, taint: Taint) -> bool:
+        """core/v1 Toleration.ToleratesTaint."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...]
+    # matchFields (only metadata.name exists) instead of matchExpressions.
+    field: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The parts of a pod spec that restrict its nodes (None on a pod means: any node)."""
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    # Required node affinity: ORed terms of ANDed requirements; () = no affinity.
+    terms: tuple[tuple[Requirement, ...], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+    def allows(self, node: str, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
+        for key, value in self.node_selector:
+            if labels.get(key) != value:
+                return False
+        if self.terms and not any(_term_matches(t, node, labels) for t in self.terms):
+            return False
+        return all(
+            taint.effect not in ("NoSchedule", "NoExecute")
+            or any(t.tolerates(taint) for t in self.tolerations)
+            for taint in taints
+        )
+
+
+_ANY = Placement()
+
+
+def _term_matches(term: Sequence[Requirement], node: str, labels: Mapping[str, str]) -> bool:
+    # An empty term matches nothing (kube-scheduler's nodeaffinity semantics).
+    return bool(term) and all(requirement_matches(r, node, labels) for r in term)
+
+
+def requirement_matches(req: Requirement, node: str, labels: Mapping[str, str]) -> bool:
+    """One node-affinity (or label-selector) requirement against a node's name and labels."""
+    if req.field:
+        value: str | None = node if req.key == "metadata.name" else None
+    else:
+        value = labels.get(req.key)
+    if req.operator == "In":
+        return value is not None and value in req.values
+    if req.operator == "NotIn":
+        return value is None or value not in req.values
+    if req.operator == "Exists":
+        return value is not None
+    if req.operator == "DoesNotExist":
+        return value is None
+    if req.operator in ("Gt", "Lt") and value is not None and len(req.values) == 1:
+        try:
+            have, bound = int(value), int(req.values[0])
+        except ValueError:
+            return False
+        return have > bound if req.operator == "Gt" else have < bound
+    return False
+
+
+def placement_of(spec: Mapping[str, Any]) -> Placement | None:
+    """The pod's node restrictions, None when it has none (most pods: saves memory)."""
+    selector = tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = tuple(
+        tuple(
+            [_requirement(e, False) for e in term.get("matchExpressions") or ()]
+            + [_requirement(e, True) for e in term.get("matchFields") or ()]
+        )
+        for term in affinity.get("nodeSelectorTerms") or ()
+        if isinstance(term, Mapping)
+    )
+    tolerations = tuple(
+        Toleration(
+            str(t.get("key") or ""),
+            str(t.get("operator") or "Equal"),
+            str(t.get("value") or ""),
+            str(t.get("effect") or ""),
+        )
+        for t in spec.get("tolerations") or ()
+        if isinstance(t, Mapping)
+    )
+    if not selector and not terms and not tolerations:
+        return None
+    return Placement(selector, terms, tolerations)
+
+
+def _requirement(raw: Mapping[str, Any], is_field: bool) -> Requirement:
+    return Requirement(
+        str(raw.get("key") or ""),
+        str(raw.get("operator") or ""),
+        tuple(str(v) for v in raw.get("values") or ()),
+        is_field,
+    )
+
+
+def taints_of(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
+    return tuple(
+        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        for t in spec.get("taints") or ()
+        if isinstance(t, Mapping)
+    )
+
+
+# ---- the packing ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """One member still to be placed."""
+
+    key: str
+    requests: Resources
+    placement: Placement | None = None
+
+
+@dataclass(slots=True)
+class Bin:
+    """A node with what is left on it for this gang."""
+
+    name: str
+    free: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Packing:
+    # member key -> node, for the members placed.
+    plan: dict[str, str]
+    need: int
+    # Members left over, and why the first of them fit nowhere.
+    unplaced: tuple[str, ...] = ()
+    shortfall: Resources = field(default_factory=dict)
+    no_node: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return len(self.plan) >= self.need
+
+    def describe(self, group_key: str, demands: Sequence[Demand]) -> str:
+        """Why the gang does not fit, for its members' FailedScheduling events."""
+        need_total = total_of(d.requests for d in demands)
+        text = (
+            f"gang {group_key} needs {self.need} more member(s) placed at once "
+            f"({format_resources(_visible(need_total))} in all) but only {len(self.plan)} fit "
+            "in the free capacity (nodes' allocatable minus bound pods and members other "
+            "gangs hold)"
+        )
+        if self.no_node:
+            text += (
+                f"; {', '.join(self.no_node[:5])} match no schedulable node "
+                "(nodeSelector, node affinity or taints)"
+            )
+        elif self.shortfall:
+            text += f"; short by {format_resources(_visible(self.shortfall))}"
+        return text
+
+
+AllowedNodes = dict[Placement | None, list[int]]
+"""Per placement rule, the indexes of the bins it allows: shared by packings over one bin list."""
+
+
+def pack(
+    demands: Sequence[Demand],
+    bins: Sequence[Bin],
+    need: int | None = None,
+    *,
+    allowed_nodes: AllowedNodes | None = None,
+) -> Packing:
+    """First-fit decreasing: largest members first, each on the first node with room.
+
+    Stops once `need` members are placed (default: all). `bins` are not
+    modified. Members are ordered by their dominant share of the total free
+    capacity, so "largest" means largest where the cluster is tightest.
+
+    The contention line packs gang after gang over every node for one
+    admission, so this does no per-node work it can avoid: a node's free
+    capacity is copied only when a member lands on it, the nodes a placement
+    allows are found once per distinct placement (a gang's members share
+    one), and members that all ask alike are ordered by name without
+    summing the cluster's capacity. `allowed_nodes`: pass one dict to every
+    packing over the same `bins` (same nodes, labels and taints; free room
+    may change between them), so each placement's nodes are found once for
+    all of them: the line's gangs share the placement "any node", and
+    finding it anew for each of 1,000 gangs at 5,000 nodes took seconds.
+    """
+    wanted = len(demands) if need is None else min(need, len(demands))
+    if wanted <= 0:
+        return Packing({}, 0)
+    order = _largest_first(demands, bins)
+    # Bin index -> what is left on it once members landed there (the rest: bin.free).
+    landed: dict[int, Resources] = {}
+    allowed_by_rules: AllowedNodes = {} if allowed_nodes is None else allowed_nodes
+    plan: dict[str, str] = {}
+    left: list[Demand] = []
+    no_node: list[str] = []
+    for demand in order:
+        if len(plan) >= wanted:
+            break
+        allowed = allowed_by_rules.get(demand.placement)
+        if allowed is None:
+            rules = demand.placement or _ANY
+            allowed = [i for i, b in enumerate(bins) if rules.allows(b.name, b.labels, b.taints)]
+            allowed_by_rules[demand.placement] = allowed
+        if not allowed:
+            no_node.append(demand.key)
+            left.append(demand)
+            continue
+        requests = demand.requests
+        target = next(
+            (i for i in allowed if not shortfall(requests, landed.get(i, bins[i].free))), None
+        )
+        if target is None:
+            left.append(demand)
+            continue
+        free = landed.get(target)
+        if free is None:
+            free = landed[target] = dict(bins[target].free)
+        subtract(free, requests)
+        plan[demand.key] = bins[target].name
+    gap: Resources = {}
+    if len(plan) < wanted and left:
+        after = [
+            Bin(b.name, landed[i], b.labels, b.taints) if i in landed else b
+            for i, b in enumerate(bins)
+        ]
+        # What is missing, in the aggregate, for the members still to place.
+        missing = total_of(d.requests for d in left[: wanted - len(plan)])
+        gap = shortfall(missing, total_of(b.free for b in after))
+        if not gap:
+            # Enough in total but fragmented: name the first member's need.
+            gap = _largest_gap(left[0].requests, after)
+    return Packing(plan, wanted, tuple(d.key for d in left), gap, tuple(no_node))
+
+
+def _largest_first(demands: Sequence[Demand], bins: Sequence[Bin]) -> list[Demand]:
+    """The members by dominant share of the cluster's free capacity, largest first, then name."""
+    first = demands[0].requests
+    if all(d.requests == first for d in demands):
+        return sorted(demands, key=lambda d: d.key)  # equal shares: the name decides
+    total = total_of(b.free for b in bins)
+    return sorted(demands, key=lambda d: (-_dominant_share(d.requests, total), d.key))
+
+
+def _dominant_share(requests: Mapping[str, int], total: Mapping[str, int]) -> float:
+    shares = [
+        amount / total[name] if total.get(name) else float(amount > 0)
+        for name, amount in requests.items()
+        if name != "pods"
+    ]
+    return max(shares, default=0.0)
+
+
+def _largest_gap(requests: Mapping[str, int], bins: Sequence[Bin]) -> Resources:
+    best: Resources | None = None
+    for b in bins:
+        gap = shortfall(requests, b.free)
+        if best is None or sum(gap.values()) < sum(best.values()):
+            best = gap
+    return best or dict(requests)
+
+
+def _visible(resources: Mapping[str, int]) -> Resources:
+    """Pods slots count in the packing but read oddly in a message unless short."""
+    return {k: v for k, v in resources.items() if v}
+
+
+def index_of(bins: Sequence[Bin]) -> dict[str, Bin]:
+    """`bins` by node name, for callers that give or take many times over the same bins."""
+    return {b.name: b for b in bins}
+
+
+def take(
+    bins: Sequence[Bin],
+    plan: Mapping[str, str],
+    demands: Sequence[Demand],
+    *,
+    index: Mapping[str, Bin] | None = None,
+) -> None:
+    """Subtract a plan's members from `bins` in place (capacity promised to that gang).
+
+    index: index_of(bins), when the caller has it.
+    """
+    by_name = index if index is not None else index_of(bins)
+    by_key = {d.key: d for d in demands}
+    for key, node in plan.items():
+        target = by_name.get(node)
+        demand = by_key.get(key)
+        if target is not None and demand is not None:
+            subtract(target.free, demand.requests)
+
+
+def give(
+    bins: Sequence[Bin],
+    held: Mapping[str, Mapping[str, int]],
+    *,
+    index: Mapping[str, Bin] | None = None,
+) -> None:
+    """Add capacity back to `bins` in place (a released gang's holdings, per node).
+
+    index: index_of(bins), when the caller has it.
+    """
+    by_name = index if index is not None else index_of(bins)
+    for node, amount in held.items():
+        target = by_name.get(node)
+        if target is not None:
+            add(target.free, amount)

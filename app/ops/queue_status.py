@@ -1,0 +1,80 @@
+"""Volcano Queues' status counts (pending, inqueue, running, allocated), written by the leader.
+
+Volcano's Queue CRD has a status subresource; without Volcano's controller
+nobody else fills it, and `kubectl get queue -o yaml` is where an admin
+looks first. Every INTERVAL_SECONDS the counts are taken from the queue book
+(app/runtime/queue_book.py) and only a Queue whose status, as the watch shows it,
+differs is patched (`status.state` is left to its owner): a Queue deleted and
+created again under the same name, or edited by hand, is written again.
+Writes run on the observers' threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any, Protocol
+
+from app.core.contention import Holder
+from app.kube.errors import ApiError
+from app.runtime.queue_book import QueueBook
+
+log = logging.getLogger(__name__)
+
+INTERVAL_SECONDS = 2.0
+
+
+class QueueStatusPatch(Protocol):
+    def patch(self, name: str, status: dict[str, Any]) -> None: ...
+
+
+class QueueStatusWriter:
+    def __init__(
+        self,
+        book: QueueBook,
+        holders: Callable[[], Sequence[Holder]],
+        api: QueueStatusPatch,
+        executor: Executor,
+        is_leader: Callable[[], bool],
+        *,
+        interval_seconds: float = INTERVAL_SECONDS,
+    ) -> None:
+        self._book = book
+        self._holders = holders
+        self._api = api
+        self._executor = executor
+        self._is_leader = is_leader
+        self._interval = interval_seconds
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="queue-status")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            await self.tick()
+
+    async def tick(self) -> None:
+        """Patch every Queue whose status shows other counts than the book's."""
+        if not self._book.active or not self._is_leader():
+            return
+        loop = asyncio.get_running_loop()
+        for name, status in self._book.statuses(self._holders()).items():
+            if self._book.observed_status(name) == status:
+                continue
+            try:
+                await loop.run_in_executor(self._executor, self._api.patch, name, status)
+            except ApiError as err:  # logged; tried again on the next tick
+                log.warning("Queue %s status not written: %s", name, err, extra={"queue": name})

@@ -1,0 +1,396 @@
+"""The PodGroup status runner: which groups to write, when, and the write itself.
+
+Writes are JSON merge patches carrying metadata.resourceVersion (on 409 we
+read again and retry) and only the fields we own: never occupiedBy or
+anything else another controller keeps there. They are batched: pod changes
+and gate reports only mark a group dirty; a tick computes dirty groups and
+writes one when its status differs from what we last wrote and its previous
+write is at least `min_interval_seconds` old, so a gang of 100 pods starting
+at once costs a few writes, not 100 per second. A periodic resync marks
+every group dirty, which writes the first status of new PodGroups and
+repairs anything a missed report left behind. Only the leader writes (see
+app/ops/leader.py). Label-only groups have no object: their status is kept in
+memory, for /debug/gangs and the gang_extender_podgroups metric.
+
+What the status is (phase, shapes, patch) is app/core/status.py; the API writer
+is app/kube/status.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.core.clock import Clock, wall
+from app.core.groups import SOURCE_LABELS, SOURCE_XK8S
+from app.core.observer import MemberRef
+from app.core.state import ClusterState, PodRecord
+from app.core.status import (
+    PHASES,
+    PRE_SCHEDULING,
+    SHAPES,
+    TERMINAL,
+    GroupStatus,
+    GroupView,
+    StatusShape,
+    TopologyPlacement,
+    compute_status,
+    status_from_object,
+    status_patch,
+)
+from app.core.timestamps import rfc3339
+from app.core.topology import DEFAULT_LEVELS, TopologyConstraint, placed_message
+from app.core.topology_sources import constraint_of
+from app.kube.errors import Conflict
+from app.ops.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+_STOP_WAIT_SECONDS = 5.0
+
+
+class StatusApi(Protocol):
+    """Blocking calls on a group object's status (run on worker threads)."""
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object as JSON, None if it does not exist."""
+
+    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        """JSON merge patch of the status; Conflict (app/kube/errors.py) on 409."""
+
+
+WRITTEN, UNCHANGED, KEPT, GONE, CONFLICT = "written", "unchanged", "kept", "gone", "conflict"
+
+
+def write_status(
+    api: StatusApi,
+    namespace: str,
+    name: str,
+    uid: str,
+    wanted: GroupStatus,
+    *,
+    shape: StatusShape | None = None,
+    keep_terminal: bool = False,
+    attempts: int = 3,
+    clock: Clock = wall,
+) -> tuple[str, GroupStatus | None]:
+    """Read, compare, patch; re-read and retry on a conflict. Blocking.
+
+    keep_terminal (no member left that could run): a Finished or Failed
+    status on the object stays, and is returned with KEPT. This is how a
+    restarted extender, which never saw the gang's pods, learns the outcome.
+    """
+    for _ in range(attempts):
+        current = api.read(namespace, name)
+        if current is None or (current.get("metadata") or {}).get("uid") != uid:
+            return GONE, None
+        shown = status_from_object(current, shape)
+        if keep_terminal and shown.phase in TERMINAL:
+            return KEPT, shown
+        patch = status_patch(current, wanted, shape, now=rfc3339(clock()))
+        if patch is None:
+            return UNCHANGED, wanted
+        try:
+            api.patch(namespace, name, patch)
+        except Conflict:
+            continue
+        return WRITTEN, wanted
+    return CONFLICT, None
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """What the reconciler keeps of one group between ticks."""
+
+    # pod key -> record, every phase (ClusterState.members skips finished ones).
+    pods: dict[str, PodRecord] = field(default_factory=dict)
+    # The PodGroup object's uid: another one means it was recreated under the same name.
+    uid: str | None = None
+    # RFC 3339; when the first member started waiting in the gate.
+    start_time: str | None = None
+    # What the object shows, as we last wrote (or kept) it.
+    written: GroupStatus | None = None
+    in_flight: bool = False
+    last_write: float = -math.inf
+
+
+class PodGroupStatus:
+    """GangObserver and periodic reconciler of PodGroup status (see the module docstring).
+
+    Per group it keeps one _Tracked record; besides them, `groups` publishes
+    each group's current view (read by /debug/gangs and the metric) and
+    `_dirty` is the work queue of a tick, so a tick looks at the groups that
+    changed, not at all of them.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        api: StatusApi,
+        executor: Executor,
+        metrics: Metrics,
+        *,
+        clock: Clock = wall,
+        min_interval_seconds: float = 1.0,
+        resync_seconds: float = 10.0,
+        tick_seconds: float = 0.2,
+        apis: Mapping[str, StatusApi] | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+        levels: tuple[str, ...] = DEFAULT_LEVELS,
+    ) -> None:
+        """levels: --topology-levels, for the TopologyPlaced condition."""
+        self._state = state
+        self._levels = levels
+        # source -> its status API; a source without one (native: kube-scheduler's) is not written.
+        self._apis: dict[str, StatusApi] = {SOURCE_XK8S: api, **(apis or {})}
+        self._is_leader = is_leader
+        self._was_leader = False
+        self._executor = executor
+        self._metrics = metrics
+        self._clock = clock
+        self._min_interval = min_interval_seconds
+        self._resync = resync_seconds
+        self._tick = tick_seconds
+        self._tracked: dict[str, _Tracked] = {}
+        self.groups: dict[str, GroupView] = {}
+        self._dirty: set[str] = set()
+        self._next_resync = -math.inf
+        self._task: asyncio.Task[None] | None = None
+        self._writes: set[asyncio.Future[tuple[str, GroupStatus | None]]] = set()
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop ticking and let writes in flight finish, for a few seconds at most: an
+        unreachable API server must not hold shutdown up for the client's retries."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._writes:
+            await asyncio.wait(list(self._writes), timeout=_STOP_WAIT_SECONDS)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                self.reconcile()
+            except Exception:
+                log.exception("PodGroup status reconcile failed")
+            await asyncio.sleep(self._tick)
+
+    # ---- observer: reports only mark groups dirty -----------------------------------------
+
+    def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
+        self._dirty.add(group_key)
+
+    def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
+        tracked = self._tracked.setdefault(group_key, _Tracked())
+        if tracked.start_time is None:
+            tracked.start_time = rfc3339(self._clock())
+        self._dirty.add(group_key)
+
+    def gang_admitted(self, group_key: str, bound: Sequence[MemberRef]) -> None:
+        self._dirty.add(group_key)
+
+    def bind_failed(self, member: MemberRef, group_key: str | None, message: str) -> None:
+        if group_key is not None:
+            self._dirty.add(group_key)
+
+    def gang_timed_out(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        self._dirty.add(group_key)
+
+    def gang_partly_bound(
+        self, group_key: str, bound: Sequence[MemberRef], message: str, rolled_back: bool
+    ) -> None:
+        self._dirty.add(group_key)
+
+    def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
+        if victim_group is not None:
+            self._dirty.add(victim_group)
+
+    def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        self._dirty.add(group_key)
+
+    def gang_reclaimed(self, group_key: str, evicted: Sequence[MemberRef], message: str) -> None:
+        self._dirty.add(group_key)
+
+    def preemption_planned(self, group_key: str, message: str) -> None:
+        return None
+
+    def preemption_ended(self, group_key: str, message: str) -> None:
+        return None
+
+    def preemption_refused(self, group_key: str, message: str) -> None:
+        return None
+
+    def gang_placed(self, group_key: str, message: str) -> None:
+        return None
+
+    def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        if old is not None and old.group is not None:
+            tracked = self._tracked.get(old.group.key)
+            if tracked is not None and tracked.pods.get(old.key) is old:
+                del tracked.pods[old.key]
+            self._dirty.add(old.group.key)
+        if new is not None and new.group is not None:
+            self._tracked.setdefault(new.group.key, _Tracked()).pods[new.key] = new
+            self._dirty.add(new.group.key)
+
+    # ---- reconcile ----------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """Compute dirty groups; write those that changed and may be written now."""
+        now = self._clock()
+        leader = self._is_leader()
+        if leader and not self._was_leader:
+            # Newly elected: the standby wrote nothing, so look at every group now.
+            self._next_resync = -math.inf
+        self._was_leader = leader
+        if now >= self._next_resync:
+            self._next_resync = now + self._resync
+            self._dirty.update(self._state.podgroups, self._tracked, self.groups)
+        for key in list(self._dirty):
+            tracked = self._tracked.setdefault(key, _Tracked())
+            view = self._compute(key, tracked)
+            if view is None:
+                self._forget(key, tracked)
+                continue
+            self.groups[key] = view
+            if view.source not in self._apis or not leader or tracked.written == view.status:
+                self._dirty.discard(key)
+                continue
+            if tracked.in_flight or now - tracked.last_write < self._min_interval:
+                continue  # stays dirty: written on a later tick
+            self._dirty.discard(key)
+            self._write(key, tracked, view, now)
+        counts = dict.fromkeys(PHASES, 0)
+        for view in self.groups.values():
+            counts[view.status.phase] = counts.get(view.status.phase, 0) + 1
+        for phase, count in counts.items():
+            self._metrics.podgroups.labels(phase).set(count)
+
+    def _compute(self, key: str, tracked: _Tracked) -> GroupView | None:
+        pods = list(tracked.pods.values())
+        record = self._state.podgroups.get(key)
+        if record is not None:
+            if record.spec is None:
+                return None
+            if tracked.uid != record.uid:
+                # Recreated under the same name: nothing of the old object applies.
+                if tracked.uid is not None:
+                    tracked.start_time = None
+                tracked.written = None
+                self.groups.pop(key, None)
+                tracked.uid = record.uid
+            source, min_member = record.source, record.spec.min_member
+            queue, priority_class = record.spec.queue, record.spec.priority_class_name
+        else:
+            label_min = [p.group.min_available for p in pods if p.group and p.group.min_available]
+            if not label_min:
+                return None  # no such group, or pods naming a PodGroup that does not exist
+            # Objectless: label-only or Kueue pod groups, as the pods say.
+            source = next((p.group.source for p in pods if p.group), SOURCE_LABELS)
+            min_member = max(label_min)
+            queue = priority_class = None
+        waiting = any(p.reserved_node and not p.node_name for p in pods)
+        previous = self.groups.get(key)
+        status = compute_status(min_member, pods, waiting, previous.status if previous else None)
+        if tracked.start_time is not None and status.schedule_start_time is None:
+            status = dataclasses.replace(status, schedule_start_time=tracked.start_time)
+        if status.gang_scheduled:
+            spec = record.spec if record is not None else None
+            placement = self._placement(key, spec.topology if spec else None, pods)
+            if placement is not None:
+                status = dataclasses.replace(status, topology=placement)
+        members = sum(1 for p in pods if p.counts_as_member)
+        return GroupView(key, source, min_member, members, status, queue, priority_class)
+
+    def _placement(
+        self, key: str, own: TopologyConstraint | None, pods: list[PodRecord]
+    ) -> TopologyPlacement | None:
+        """The domain its bound members share, for a gang with a topology constraint.
+
+        Derived from where the members are (no history): the same after a restart.
+        """
+        constraint = constraint_of(own, ((p.key, p.topology) for p in pods))
+        if constraint is None:
+            return None
+        nodes = [p.node_name for p in pods if p.node_name]
+        domain = self._state.placed_domain(constraint, self._levels, nodes)
+        return TopologyPlacement(domain is not None, placed_message(key, constraint, domain))
+
+    def _forget(self, key: str, tracked: _Tracked) -> None:
+        """Nothing to show for `key`: keep only its pods (a PodGroup may come for them later)
+        and a write in flight (so none starts next to it)."""
+        self._dirty.discard(key)
+        self.groups.pop(key, None)
+        if tracked.pods or tracked.in_flight:
+            self._tracked[key] = _Tracked(pods=tracked.pods, in_flight=tracked.in_flight)
+        else:
+            del self._tracked[key]
+
+    def _write(self, key: str, tracked: _Tracked, view: GroupView, now: float) -> None:
+        record = self._state.podgroups[key]
+        tracked.in_flight = True
+        tracked.last_write = now
+        # Nothing left that could run: a Finished/Failed outcome on the object stays.
+        keep_terminal = view.members == 0 and view.status.phase not in (
+            PRE_SCHEDULING,
+            *TERMINAL,
+        )
+        write = functools.partial(
+            write_status,
+            self._apis[record.source],
+            record.namespace,
+            record.name,
+            record.uid,
+            view.status,
+            shape=SHAPES[record.source],
+            keep_terminal=keep_terminal,
+            clock=self._clock,
+        )
+        future = asyncio.get_running_loop().run_in_executor(self._executor, write)
+        self._writes.add(future)
+        future.add_done_callback(lambda f: self._written_back(key, record.uid, f))
+
+    def _written_back(
+        self, key: str, uid: str, future: asyncio.Future[tuple[str, GroupStatus | None]]
+    ) -> None:
+        self._writes.discard(future)
+        tracked = self._tracked.get(key)
+        if tracked is not None:
+            tracked.in_flight = False
+        if future.cancelled():
+            return
+        error = future.exception()
+        outcome, shown = future.result() if error is None else ("failed", None)
+        if outcome in ("failed", CONFLICT):
+            self._metrics.status_writes.labels(outcome).inc()
+            log.warning(
+                "writing status of PodGroup %s failed, retrying: %s",
+                key,
+                error or "conflicting updates",
+                extra={"podgroup": key},
+            )
+            self._dirty.add(key)  # retried after min_interval
+            return
+        if shown is None or tracked is None or tracked.uid != uid:
+            return  # gone, or recreated meanwhile
+        tracked.written = shown
+        view = self.groups.get(key)
+        if outcome == KEPT and view is not None:
+            self.groups[key] = dataclasses.replace(view, status=shown)
+        if outcome == WRITTEN:
+            self._metrics.status_writes.labels(WRITTEN).inc()
+            log.debug("PodGroup status: %s", shown.phase, extra={"podgroup": key})

@@ -1,0 +1,417 @@
+"""Plumbing for queues: the Queue objects we watch, and each queue's share at this moment.
+
+The arbiter (app/runtime/arbiter.py) asks `assess()` on a gang's filter call: what
+every queue holds (placed members of its gangs, plus what admitted gangs
+were promised and have not placed yet), what its gangs in line ask for, and
+so what it deserves (app/core/queues.py). The answer says whether the gang may be
+admitted now, which gangs in line may, and the views reclaim works from.
+Queue objects arrive through a reflector (app/server.py wires it); with none
+at all `active` is False and the arbiter never calls here.
+
+No I/O: the reflector feeds `replace`/`upsert`/`delete`, metrics are set in
+memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core.clock import Clock, monotonic
+from app.core.contention import Gang, Holder
+from app.core.groups import GroupSpec, PodGroupSpecError
+from app.core.queues import (
+    DEFAULT_QUEUE,
+    QueueSpec,
+    QueueSpecError,
+    QueueView,
+    Running,
+    deserved_shares,
+    dims,
+    dominant_share,
+    enqueue,
+    queue_from,
+)
+from app.core.resources import Resources, add, format_resources, subtract
+from app.core.state import ClusterState, GroupNotFound, PodRecord
+from app.ops.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+# Metrics are set at most this often: a storm of filter calls costs one update.
+_PUBLISH_SECONDS = 1.0
+
+
+@dataclass(slots=True)
+class Assessment:
+    """The queues at one filter call: the candidate's answer and the line it may join."""
+
+    views: dict[str, QueueView]
+    capacity: Resources
+    # Why the candidate waits (None: its queue lets it in).
+    message: str | None
+    # The gangs in line whose queue lets them in (others cannot take room).
+    line: list[Gang]
+    queue: str
+    running: list[Running] = field(default_factory=list)
+
+
+# A gang waiting: (-priority, created, key, what it asks for); sorts in queue order.
+_Waiting = tuple[int, float, str, Resources]
+
+
+@dataclass(slots=True)
+class _Tally:
+    capacity: Resources
+    allocated: dict[str, Resources]
+    running: dict[str, Running]
+    pending: dict[str, list[_Waiting]]
+    # queue -> gangs holding a claim (admitted, their members on the way through the gate).
+    admitted: dict[str, int] = field(default_factory=dict)
+
+
+class QueueBook:
+    def __init__(
+        self,
+        state: ClusterState,
+        *,
+        overcommit: float = 1.2,
+        metrics: Metrics | None = None,
+        clock: Clock = monotonic,
+    ) -> None:
+        self._state = state
+        self.overcommit = overcommit
+        self._metrics = metrics
+        self._clock = clock
+        self.specs: dict[str, QueueSpec] = {}
+        # name -> the status counts its object shows, to patch only what differs.
+        self._observed: dict[str, dict[str, Any]] = {}
+        self._published = -_PUBLISH_SECONDS
+        self.last: dict[str, QueueView] = {}
+
+    # ---- the reflector's sink ------------------------------------------------------
+
+    def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        self.specs = {}
+        self._observed = {}
+        for obj in objects:
+            self.upsert(obj)
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        try:
+            spec = queue_from(obj)
+        except QueueSpecError as err:
+            log.warning("%s; the queue is left out until it is fixed", err, extra={"verb": None})
+            return
+        self.specs[spec.name] = spec
+        status = obj.get("status") or {}
+        self._observed[spec.name] = {
+            "pending": status.get("pending"),
+            "inqueue": status.get("inqueue"),
+            "running": status.get("running"),
+            "allocated": status.get("allocated") or {},
+        }
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        self.specs.pop(name, None)
+        self._observed.pop(name, None)
+
+    def observed_status(self, name: str) -> dict[str, Any] | None:
+        """The counts the Queue's status shows now (from the watch), as statuses() has them."""
+        return self._observed.get(name)
+
+    @property
+    def active(self) -> bool:
+        """Queues count only once a Queue object exists."""
+        return bool(self.specs)
+
+    # ---- which queue -----------------------------------------------------------------
+
+    def queue_of(self, spec: GroupSpec | None, members: Sequence[PodRecord]) -> str:
+        """The group's spec.queue (or annotation), else a member's annotation, else default."""
+        if spec is not None and spec.queue:
+            return spec.queue
+        return next((p.queue for p in members if p.queue), DEFAULT_QUEUE)
+
+    def _queue_of_key(self, key: str, pod: PodRecord) -> str:
+        record = self._state.podgroups.get(key)
+        if record is not None and record.spec is not None and record.spec.queue:
+            return record.spec.queue
+        return pod.queue or DEFAULT_QUEUE
+
+    def _queues(self) -> dict[str, QueueSpec]:
+        queues = dict(self.specs)
+        queues.setdefault(DEFAULT_QUEUE, QueueSpec(DEFAULT_QUEUE))
+        return queues
+
+    # ---- the filter's question ---------------------------------------------------------
+
+    def assess(
+        self,
+        candidate: Gang | None,
+        queue: str,
+        line: Sequence[tuple[Gang, str]],
+        holders: Sequence[Holder],
+    ) -> Assessment:
+        """May `candidate` (of `queue`) be admitted, and which gangs of `line` may?
+
+        Without a candidate (waking the line) only the line is judged.
+        """
+        queues = self._queues()
+        tally = self._tally(holders)
+        capacity, allocated, running = tally.capacity, tally.allocated, tally.running
+        requests: dict[str, Resources] = {n: dict(v) for n, v in allocated.items()}
+        if candidate is not None:
+            # The candidate waits too (its queue may be the one others give way
+            # to); counted once, with what it asks for now.
+            mine = tally.pending.setdefault(queue, [])
+            mine[:] = [w for w in mine if w[2] != candidate.key]
+            mine.append(
+                (-candidate.priority, candidate.created, candidate.key, _request(candidate))
+            )
+        for name, gangs in tally.pending.items():
+            for waiting in gangs:
+                add(requests.setdefault(name, {}), waiting[-1])
+        deserved = deserved_shares(queues, requests, capacity)
+        views: dict[str, QueueView] = {}
+        for name, spec in queues.items():
+            mine = sorted(tally.pending.get(name, ()), key=lambda w: w[:3])
+            views[name] = QueueView(
+                spec,
+                allocated.get(name, {}),
+                deserved[name],
+                mine[0][-1] if mine else None,
+                len(mine),
+            )
+        self._publish(views)
+        message: str | None = None
+        if candidate is None:
+            pass
+        elif queue not in queues:
+            message = (
+                f"gang {candidate.key} names queue {queue}, which does not exist; create the "
+                f"Queue (scheduling.volcano.sh/v1beta1) or name another, the gang waits until then"
+            )
+        else:
+            message = self._in_turn(candidate, queue, tally.pending.get(queue, ()), views, capacity)
+        allowed = [
+            gang
+            for gang, name in line
+            if name in views
+            and enqueue(name, _request(gang), views, capacity, self.overcommit) is None
+        ]
+        return Assessment(views, capacity, message, allowed, queue, list(running.values()))
+
+    def _in_turn(
+        self,
+        candidate: Gang,
+        queue: str,
+        pending: Sequence[_Waiting],
+        views: Mapping[str, QueueView],
+        capacity: Resources,
+    ) -> str | None:
+        """Why `candidate` waits, None: its queue lets it in, in its turn.
+
+        The gangs ahead of it in its own queue (priority, then age) that the
+        queue would admit come first: a younger gang must not take the
+        queue's last room while an older one waits for it.
+        """
+        request = _request(candidate)
+        alone = enqueue(queue, request, views, capacity, self.overcommit)
+        if alone is not None:
+            return f"gang {candidate.key} waits in its queue: {alone}"
+        mine = (-candidate.priority, candidate.created, candidate.key)
+        ahead = [
+            w
+            for w in pending
+            if w[:3] < mine
+            # A gang larger than the whole cluster never runs: it holds no one back.
+            and all(v <= capacity.get(r, 0) for r, v in w[3].items() if r in capacity)
+            and enqueue(queue, w[3], views, capacity, self.overcommit) is None
+        ]
+        together = dict(request)
+        for waiting in ahead:
+            add(together, waiting[3])
+        if not ahead or enqueue(queue, together, views, capacity, self.overcommit) is None:
+            return None
+        names = ", ".join(w[2] for w in sorted(ahead)[:3])
+        return (
+            f"gang {candidate.key} waits behind {len(ahead)} older or higher-priority gang(s) "
+            f"of queue {queue} ({names}{', ...' if len(ahead) > 3 else ''}): the queue's "
+            f"share has room for them first ({views[queue].describe()})"
+        )
+
+    def share(self, placed: Iterable[PodRecord]) -> float:
+        """DRF: the dominant share of the cluster a gang's placed members hold.
+
+        Most gangs in line hold nothing: no walk over the nodes for them.
+        """
+        held: Resources = {}
+        for pod in placed:
+            add(held, pod.requests)
+        if not held:
+            return 0.0
+        return dominant_share(held, self._state.total_allocatable())
+
+    def _tally(self, holders: Sequence[Holder]) -> _Tally:
+        """The capacity queues share, what each queue holds and waits for, who holds nodes.
+
+        Pods in no gang are in no queue: what they take is not the queues' to
+        share. Gangs waiting are every gang with pods not placed, enough of
+        them to be whole, no claim, not yet at minMember (kube-scheduler may
+        not have asked about them yet; they still count as their queue's demand).
+        """
+        state = self._state
+        capacity = state.total_allocatable()
+        allocated: dict[str, Resources] = {}
+        held: dict[str, dict[str, Resources]] = {}
+        meta: dict[str, tuple[str, int, float]] = {}
+        unplaced: dict[str, list[PodRecord]] = {}
+        placed: dict[str, int] = {}
+        # Gangs still being admitted (a member in the gate): not running, never reclaimed.
+        admitting: set[str] = set()
+        for pod in state.pods.values():
+            if not pod.placed_node:
+                if pod.group is not None and pod.counts_as_member:
+                    unplaced.setdefault(pod.group.key, []).append(pod)
+                continue
+            if pod.terminal or pod.key in state.leaving:
+                continue
+            node = state.nodes.get(pod.placed_node)
+            if node is None or node.unschedulable:
+                continue  # outside the capacity as well
+            if pod.group is None:
+                subtract(capacity, pod.requests)
+                continue
+            key = pod.group.key
+            if not pod.node_name:
+                admitting.add(key)  # reserved in the gate, not bound yet
+            placed[key] = placed.get(key, 0) + 1
+            name = self._queue_of_key(key, pod)
+            add(allocated.setdefault(name, {}), pod.requests)
+            add(held.setdefault(key, {}).setdefault(pod.placed_node, {}), pod.requests)
+            _, priority, created = meta.get(key, (name, pod.priority, pod.created))
+            meta[key] = (name, max(priority, pod.priority), max(created, pod.created))
+        admitted: dict[str, int] = {}
+        for holder in holders:
+            members = state.members(holder.key)
+            name = self._queue_of_key(holder.key, members[0]) if members else DEFAULT_QUEUE
+            admitted[name] = admitted.get(name, 0) + 1
+            for amounts in holder.remaining.values():
+                add(allocated.setdefault(name, {}), amounts)
+        claimed = {h.key for h in holders}
+        pending: dict[str, list[_Waiting]] = {}
+        for key, pods in unplaced.items():
+            if key in claimed:
+                continue
+            ref = pods[0].group
+            assert ref is not None
+            try:
+                spec = state.group_spec(ref)
+            except (GroupNotFound, PodGroupSpecError):
+                continue
+            have = placed.get(key, 0)
+            if have >= spec.min_member or have + len(pods) < spec.min_member:
+                continue  # whole already, or cannot be yet
+            request: Resources = {}
+            for pod in pods:
+                add(request, pod.requests)
+            record = state.podgroups.get(key)
+            created = record.created if record is not None and record.created else 0.0
+            pending.setdefault(self.queue_of(spec, pods), []).append(
+                (
+                    -max(p.priority for p in pods),
+                    created or min(p.created for p in pods),
+                    key,
+                    request,
+                )
+            )
+        running: dict[str, Running] = {}
+        for key, (name, priority, latest) in meta.items():
+            if key in claimed or key in admitting:
+                continue
+            record = state.podgroups.get(key)
+            created = record.created if record is not None and record.created else latest
+            total: Resources = {}
+            for amounts in held[key].values():
+                add(total, amounts)
+            running[key] = Running(key, name, priority, created, held[key], total)
+        return _Tally(capacity, allocated, running, pending, admitted)
+
+    # ---- what users see ----------------------------------------------------------------
+
+    def statuses(self, holders: Sequence[Holder]) -> dict[str, dict[str, Any]]:
+        """Each Queue object's status counts, as Volcano's Queue status has them.
+
+        pending: gangs waiting; inqueue: gangs admitted, on their way through
+        the gate; running: gangs holding nodes; allocated: what they hold.
+        """
+        tally = self._tally(holders)
+        running: dict[str, int] = {}
+        for gang in tally.running.values():
+            running[gang.queue] = running.get(gang.queue, 0) + 1
+        return {
+            name: {
+                "pending": len(tally.pending.get(name, ())),
+                "inqueue": tally.admitted.get(name, 0),
+                "running": running.get(name, 0),
+                "allocated": {
+                    r: _quantity(v)
+                    for r, v in sorted(tally.allocated.get(name, {}).items())
+                    if v > 0
+                },
+            }
+            for name in self.specs
+        }
+
+    def _publish(self, views: Mapping[str, QueueView]) -> None:
+        self.last = dict(views)
+        now = self._clock()
+        if self._metrics is None or now - self._published < _PUBLISH_SECONDS:
+            return
+        self._published = now
+        m = self._metrics
+        for gauge in (m.queue_weight, m.queue_deserved, m.queue_allocated, m.queue_pending_gangs):
+            gauge.clear()
+        for name, view in views.items():
+            m.queue_weight.labels(name).set(view.spec.weight)
+            m.queue_pending_gangs.labels(name).set(view.waiting)
+            for r, amount in view.deserved.items():
+                m.queue_deserved.labels(name, r).set(amount / 1000)
+                m.queue_allocated.labels(name, r).set(view.allocated.get(r, 0) / 1000)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """For /debug/gangs: every queue as of the last filter call that looked at queues."""
+        capacity = self._state.total_allocatable()
+        return [
+            {
+                "queue": name,
+                "weight": view.spec.weight,
+                "state": view.spec.state,
+                "reclaimable": view.spec.reclaimable,
+                "capability": format_resources(view.spec.capability or {}) or None,
+                "guarantee": format_resources(view.spec.guarantee) or None,
+                "deserved": format_resources(view.deserved),
+                "allocated": format_resources(
+                    {r: v for r, v in view.allocated.items() if r in dims(capacity)}
+                ),
+                "pendingGangs": view.waiting,
+            }
+            for name, view in sorted(self.last.items())
+        ]
+
+
+def _quantity(milli: int) -> str:
+    """A Kubernetes quantity string for a milli-unit amount."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def _request(gang: Gang) -> Resources:
+    """What a gang in line asks for: every member it has not placed yet."""
+    total: Resources = {}
+    for demand in gang.demands:
+        add(total, demand.requests)
+    return total

@@ -1,0 +1,69 @@
+"""Gang members that reached the cluster without the member mark, in the gang-only mode.
+
+kube-scheduler calls the gang-only extender entry only for pods that request
+the member resource (app/core/marking.py), so a member the webhook did not mark
+(the extender was down when the pod was created, the
+MutatingWebhookConfiguration was missing, the pod named another scheduler
+then) would be placed and bound by kube-scheduler alone, below minMember.
+The ValidatingAdmissionPolicy refuses such pods at creation; where it is not
+installed, this listener is the alarm: a Warning Event on the pod that says
+what to fix, and a counter an alert can watch. It cannot hold the pod: no
+verb of ours is called for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from typing import Protocol
+
+from app.core.observer import MemberRef
+from app.core.resources import MEMBER_RESOURCE
+from app.core.state import PodRecord
+from app.ops.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class NotMarkedReport(Protocol):
+    def member_not_marked(self, member: MemberRef, group_key: str, message: str) -> None: ...
+
+
+def not_marked_message(group_key: str) -> str:
+    return (
+        f"this pod is a member of gang {group_key} but requests no {MEMBER_RESOURCE}: "
+        "kube-scheduler does not call gang-extender for it and may bind it alone, below "
+        "the gang's minMember. gang-extender's admission webhook did not mark it (was the "
+        "extender down, or its MutatingWebhookConfiguration missing, when the pod was "
+        "created?) and no ValidatingAdmissionPolicy refused it (install the chart's "
+        "gang-extender-member-mark policy). Delete the pod: its controller creates it "
+        "again, and the webhook marks the new one."
+    )
+
+
+class UnmarkedMembers:
+    """Reports each pending gang member of our schedulers that lacks the mark, once."""
+
+    def __init__(
+        self, report: NotMarkedReport, metrics: Metrics, scheduler_names: Collection[str] = ()
+    ) -> None:
+        self._report = report
+        self._metrics = metrics
+        # Empty: every scheduler calls us (as the webhook's --webhook-scheduler-names).
+        self._scheduler_names = frozenset(scheduler_names)
+
+    def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        if new is None or new.group is None or new.marked:
+            return
+        if old is not None and old.uid == new.uid:
+            return  # seen already: one report per pod
+        if new.node_name or new.terminal or new.deleting:
+            return
+        if self._scheduler_names and new.scheduler_name not in self._scheduler_names:
+            return
+        message = not_marked_message(new.group.key)
+        log.warning(message, extra={"pod": new.key, "podgroup": new.group.key})
+        self._metrics.unmarked_members.inc()
+        self._report.member_not_marked(
+            MemberRef(new.namespace, new.name, new.uid), new.group.key, message
+        )
