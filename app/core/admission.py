@@ -8,10 +8,11 @@ Two questions, both without I/O:
   contention arbiter (how many more are needed?);
 - may a member be placed now? `Admission.check()`, the Coscheduling
   PreFilter rules. Given the siblings and (lazily) the cluster's free
-  resources it decides. Its two TTL caches are the seed's lastDeniedPG
-  (keeps a hopeless group from overheating the scheduler) and permittedPG
-  (skips repeating the resource check for every member of a group that just
-  passed it). Time comes from `clock`.
+  resources it decides. Its two TTL caches are those of scheduler-plugins'
+  Coscheduling (pkg/coscheduling/core): lastDeniedPG keeps a hopeless group
+  from overheating the scheduler, permittedPG skips repeating the resource
+  check for every member of a group that just passed it. Time comes from
+  `clock`.
 """
 
 from __future__ import annotations
