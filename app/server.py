@@ -67,7 +67,8 @@ from app.runtime.reclaimer import Reclaimer
 from app.runtime.unmarked import UnmarkedMembers
 from app.runtime.wakeup import SiblingWaker
 from app.web.extender import GangExtender
-from app.web.routes import ExtenderApp, VerbGuard, create_app
+from app.web.routes import create_app
+from app.web.verbs_asgi import VerbGuard
 from app.web.webhook import WebhookApp, WebhookCerts
 
 log = logging.getLogger(__name__)
@@ -213,8 +214,8 @@ def _unhealthy(reflector: Reflector) -> str:
 class Apps:
     """What uvicorn serves: the verbs, and the operations routes when on their own port."""
 
-    main: ExtenderApp
-    ops: ExtenderApp | None
+    main: FastAPI
+    ops: FastAPI | None
     # Called from the SIGTERM/SIGINT handler, before uvicorn stops listening.
     begin_shutdown: Callable[[], None] = lambda: None
     # The admission webhook (--webhook-port) and its certificates.
