@@ -14,7 +14,8 @@ from app.core.state import ClusterState
 from app.kube.aio import AsyncApiClient
 from app.kube.client import ThreadedRequests
 from app.runtime.gate import PermitGate
-from app.server import build_apps, reflector_kind, verb_requests
+from app.runtime.watches import reflector_kind
+from app.server import build_apps, verb_requests
 from app.web.verbs_asgi import VerbRouter
 
 
