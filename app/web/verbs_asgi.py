@@ -192,31 +192,23 @@ class VerbRouter:
         verb = self.verbs.get(scope["path"]) if scope["type"] == "http" else None
         if verb is None:
             await self.app(scope, receive, send)
-        elif scope["method"] == "POST":
-            await self._answer(verb, scope, receive, send)
-        else:
+            return
+        if scope["method"] != "POST":
             # As FastAPI answers a known path with another method.
             await _respond(send, 405, _NOT_ALLOWED, (b"allow", b"POST"))
-
-    async def _answer(self, verb: VerbEndpoint, scope: Scope, receive: Receive, send: Send) -> None:
+            return
         started = monotonic()
         try:
             body = await read_body(scope, receive, verb.guard.max_request_bytes)
         except BodyTooLarge as err:
-            status, payload = verb.too_large(err, started)
-            await _respond(send, status, payload, _CLOSE)
+            await _respond(send, *verb.too_large(err, started), _CLOSE)
             return
         if body is None:
             verb.caller_gone()
-            return
-        if not verb.waits:
-            status, payload = verb.answer_now(body, started)
-        else:
-            answered = await _answer_unless_gone(verb, body, started, receive)
-            if answered is None:
-                return
-            status, payload = answered
-        await _respond(send, status, payload)
+        elif not verb.waits:
+            await _respond(send, *verb.answer_now(body, started))
+        elif (answered := await _answer_unless_gone(verb, body, started, receive)) is not None:
+            await _respond(send, *answered)
 
 
 async def _answer_unless_gone(
