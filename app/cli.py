@@ -9,7 +9,7 @@ import logging
 import os
 import ssl
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +17,11 @@ from app import __version__
 from app.config import ConfigError, Settings, add_arguments, describe, load
 
 if TYPE_CHECKING:
+    import uvicorn
+    from starlette.types import ASGIApp
+
     from app.server import Apps
+    from app.web.webhook import WebhookApp, WebhookCerts
 
 log = logging.getLogger("app")
 
@@ -96,76 +100,23 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 async def _run(settings: Settings, apps: Apps) -> None:
-    import uvicorn
-
-    from app.web.verb_protocol import verb_protocol
-
-    common: dict[str, Any] = {
-        "log_config": None,
-        "access_log": False,
-        "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
-    }
-
-    class Server(uvicorn.Server):
-        """uvicorn, plus: on SIGTERM answer the gate's waiters before waiting for requests.
-
-        Gate waiters are open requests: left alone, uvicorn would wait for
-        them until its graceful timeout and then cut the connections.
-        """
-
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            apps.begin_shutdown()
-            super().handle_exit(sig, frame)
-
-    tls: dict[str, Any] = {}
-    if settings.tls:
-        tls = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
-        if settings.tls_client_ca_file:
-            tls |= {"ssl_ca_certs": settings.tls_client_ca_file, "ssl_cert_reqs": ssl.CERT_REQUIRED}
-    servers = [
-        Server(
-            uvicorn.Config(
-                apps.main,
-                host=settings.host,
-                port=settings.port,
-                # The verbs are answered by the HTTP protocol itself (app/web/verb_protocol.py).
-                http=verb_protocol(apps.main.verb_paths),
-                **common,
-                **tls,
-            )
-        )
-    ]
+    servers = [_verbs_server(settings, apps)]
     if apps.ops is not None:
         servers.append(
-            Server(
-                uvicorn.Config(
-                    apps.ops,
-                    host=settings.ops_host or settings.host,
-                    port=settings.ops_port or 0,
-                    lifespan="off",
-                    **common,
-                )
+            _server(
+                apps,
+                apps.ops,
+                settings,
+                host=settings.ops_host or settings.host,
+                port=settings.ops_port or 0,
+                lifespan="off",
             )
         )
     upkeep: list[asyncio.Task[None]] = []
     if apps.webhook is not None and apps.webhook_certs is not None:
-        certs = apps.webhook_certs
-        # The first certificate (and its caBundle registration) before we listen.
-        await asyncio.to_thread(certs.refresh)
-        config = uvicorn.Config(
-            apps.webhook,
-            host=settings.webhook_host or settings.host,
-            port=settings.webhook_port or 0,
-            lifespan="off",
-            ssl_certfile=certs.cert_file,
-            ssl_keyfile=certs.key_file,
-            **common,
-        )
-        # Loaded now so that renewals can reach the SSLContext the server uses.
-        config.load()
-        assert config.ssl is not None
-        servers.append(Server(config))
-        upkeep.append(asyncio.create_task(certs.maintain(config.ssl)))
+        server, maintain = await _webhook_server(settings, apps, apps.webhook, apps.webhook_certs)
+        servers.append(server)
+        upkeep.append(asyncio.create_task(maintain))
     try:
         await asyncio.gather(*(server.serve() for server in servers))
     finally:
@@ -173,3 +124,54 @@ async def _run(settings: Settings, apps: Apps) -> None:
             task.cancel()
         if apps.webhook_certs is not None:
             apps.webhook_certs.close()
+
+
+def _verbs_server(settings: Settings, apps: Apps) -> uvicorn.Server:
+    tls: dict[str, Any] = {}
+    if settings.tls:
+        tls = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
+        if settings.tls_client_ca_file:
+            tls |= {"ssl_ca_certs": settings.tls_client_ca_file, "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    # kube-scheduler calls the verbs directly: no proxy headers to honour, and the answers
+    # need no Server or Date header; each is work on every filter call.
+    lean = {"proxy_headers": False, "server_header": False, "date_header": False}
+    return _server(apps, apps.main, settings, host=settings.host, port=settings.port, **lean, **tls)
+
+
+async def _webhook_server(
+    settings: Settings, apps: Apps, webhook: WebhookApp, certs: WebhookCerts
+) -> tuple[uvicorn.Server, Coroutine[Any, Any, None]]:
+    """The webhook's server, and the upkeep of its certificate to run alongside it."""
+    # The first certificate (and its caBundle registration) before we listen.
+    await asyncio.to_thread(certs.refresh)
+    server = _server(
+        apps,
+        webhook,
+        settings,
+        host=settings.webhook_host or settings.host,
+        port=settings.webhook_port or 0,
+        lifespan="off",
+        ssl_certfile=certs.cert_file,
+        ssl_keyfile=certs.key_file,
+    )
+    # Loaded now so that renewals can reach the SSLContext the server uses.
+    server.config.load()
+    assert server.config.ssl is not None
+    return server, certs.maintain(server.config.ssl)
+
+
+def _server(apps: Apps, app: ASGIApp, settings: Settings, **config: Any) -> uvicorn.Server:
+    """A uvicorn server that, on SIGTERM, answers the gate's waiters before waiting for requests.
+
+    Gate waiters are open requests: left alone, uvicorn would wait for
+    them until its graceful timeout and then cut the connections.
+    """
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            apps.begin_shutdown()
+            super().handle_exit(sig, frame)
+
+    config |= {"timeout_graceful_shutdown": settings.shutdown_grace_seconds}
+    return Server(uvicorn.Config(app, log_config=None, access_log=False, **config))

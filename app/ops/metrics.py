@@ -38,11 +38,23 @@ _WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 90, 120)
 
 
 class Metrics:
+    """Every metric of the extender, by area; each component gets this one object."""
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
+        self._verbs(r)
+        self._gate(r)
+        self._watches(r)
+        self._topology(r)
+        self._preemption(r)
+        self._lifecycle(r)
+        self._queues(r)
+
+    def _verbs(self, r: CollectorRegistry) -> None:
+        """The verbs and the webhook: calls, their time, and what they decided."""
         self.request_duration = Histogram(
             "gang_extender_request_duration_seconds",
             "Time to answer one extender call, by verb (bind includes the gate wait).",
@@ -83,6 +95,9 @@ class Metrics:
             ["mode"],
             registry=r,
         )
+
+    def _gate(self, r: CollectorRegistry) -> None:
+        """The permit gate: who waits, how long, and how each gang wave ended."""
         self.gate_waiting = Gauge(
             "gang_extender_gate_waiting_pods",
             "Gang members reserved and waiting in the permit gate.",
@@ -107,6 +122,11 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        for result in ("admitted", "timeout", "rejected", "rolled-back"):
+            self.admissions.labels(result)
+
+    def _watches(self, r: CollectorRegistry) -> None:
+        """The watch caches: what they hold and how current they are."""
         self.cache_objects = Gauge(
             "gang_extender_cache_objects",
             "Objects held in the watch caches, by kind.",
@@ -125,9 +145,9 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        for result in ("admitted", "timeout", "rejected", "rolled-back"):
-            self.admissions.labels(result)
-        # ---- topology (app/core/topology.py, app/runtime/arbiter.py) ----
+
+    def _topology(self, r: CollectorRegistry) -> None:
+        """Topology placement (app/core/topology.py, app/runtime/arbiter.py)."""
         self.topology_placements = Counter(
             "gang_extender_topology_placements",
             "Gangs with a topology constraint admitted, by the level of the domain they were "
@@ -136,7 +156,9 @@ class Metrics:
             ["level"],
             registry=r,
         )
-        # ---- preemption (app/runtime/preemption.py) ----
+
+    def _preemption(self, r: CollectorRegistry) -> None:
+        """Preemption plans (app/runtime/preemption.py)."""
         self.preemption_plan_evictions = Histogram(
             "gang_extender_preemption_plan_evictions",
             "Pods a preempting gang's plan evicts (one observation per plan made).",
@@ -152,7 +174,9 @@ class Metrics:
         )
         for phase in ("done", "expired", "cancelled"):
             self.preemption_plans.labels(phase)
-        # ---- lifecycle (app/ops/status_reconciler.py, app/ops/event_recorder.py) ----
+
+    def _lifecycle(self, r: CollectorRegistry) -> None:
+        """Gangs' lifecycle (app/ops/status_reconciler.py, app/ops/event_recorder.py)."""
         self.podgroups = Gauge(
             "gang_extender_podgroups",
             "Gangs by lifecycle phase (Pending, Scheduling, Scheduled, Running, Finished, "
@@ -173,8 +197,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
-        # ---- queues (app/runtime/queue_book.py, app/runtime/reclaimer.py); the queue label is a
-        # Queue object's name: admins create a handful, not one per job ----
+
+    def _queues(self, r: CollectorRegistry) -> None:
+        """Queues (app/runtime/queue_book.py, app/runtime/reclaimer.py).
+
+        The queue label is a Queue object's name: admins create a handful, not
+        one per job.
+        """
         self.queue_weight = Gauge(
             "gang_extender_queue_weight", "Each queue's spec.weight.", ["queue"], registry=r
         )

@@ -36,7 +36,8 @@ from app.core.state import ClusterState, podgroup_record_from
 from app.ops.metrics import Metrics
 from app.runtime.gate import PermitGate
 from app.web.extender import GangExtender
-from app.web.routes import VerbGuard, create_app
+from app.web.routes import create_app
+from app.web.verbs_asgi import VerbGuard
 from app.web.wire import WireError, parse_binding_args, parse_extender_args, parse_preempt_args
 from tests.fuzz import any_json, fuzz_request
 from tests.unit.builders import node, pod, podgroup

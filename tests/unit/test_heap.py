@@ -5,7 +5,7 @@ import gc
 from dataclasses import dataclass
 from typing import Any, cast
 
-from app.server import freeze_heap_when_synced
+from app.ops.heap import freeze_heap_when_synced
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """How build_apps splits routes between the verbs' port and the operations port, and wires."""
 
 from collections.abc import Callable
+from typing import cast
 
 import httpx
+from fastapi import FastAPI
 from kubernetes import client as k8s
 from pytest import MonkeyPatch
 
@@ -12,11 +14,18 @@ from app.core.state import ClusterState
 from app.kube.aio import AsyncApiClient
 from app.kube.client import ThreadedRequests
 from app.runtime.gate import PermitGate
-from app.server import build_apps, reflector_kind, verb_requests
+from app.runtime.watches import reflector_kind
+from app.server import build_apps, verb_requests
+from app.web.verbs_asgi import VerbRouter
 
 
-def paths(app: object) -> set[str]:
-    return {route.path for route in app.routes}  # type: ignore[attr-defined]
+def paths(app: FastAPI) -> set[str]:
+    """The paths an app answers: its routes, and those its VerbRouter answers ahead of them."""
+    verbs: set[str] = set()
+    for middleware in app.user_middleware:
+        if cast(object, middleware.cls) is VerbRouter:
+            verbs |= set(cast(dict[str, object], middleware.kwargs["verbs"]))
+    return {route.path for route in app.routes} | verbs  # type: ignore[attr-defined]
 
 
 def test_one_port_serves_everything() -> None:
