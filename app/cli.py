@@ -143,7 +143,7 @@ async def _webhook_server(
 ) -> tuple[uvicorn.Server, Coroutine[Any, Any, None]]:
     """The webhook's server, and the upkeep of its certificate to run alongside it."""
     # The first certificate (and its caBundle registration) before we listen.
-    await asyncio.to_thread(certs.refresh)
+    await certs.refresh()
     server = _server(
         apps,
         webhook,

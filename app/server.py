@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from fastapi import FastAPI
@@ -25,9 +24,9 @@ from app.core.groups import SOURCE_VOLCANO, VOLCANO_API
 from app.core.observer import Observers
 from app.core.scoring import ScoringPolicy
 from app.core.state import ClusterState
-from app.kube.aio import AsyncApiClient, uses_proxy
-from app.kube.client import ThreadedRequests, api_client
+from app.kube.client import kube_configuration
 from app.kube.events import KubeEventWriter
+from app.kube.http import AsyncApiClient
 from app.kube.pods import PodApi
 from app.kube.status import KubeStatusApi, QueueStatusApi
 from app.kube.webhook import WebhookApi
@@ -60,36 +59,13 @@ from app.web.webhook import WebhookApp, WebhookCerts
 log = logging.getLogger(__name__)
 
 
-def verb_requests(client: k8s.ApiClient, max_in_flight: int) -> AsyncApiClient | ThreadedRequests:
-    """The verbs' requests and the watches: on the event loop, or through a proxy on threads.
-
-    At most `max_in_flight` requests are under way at once (--api-max-in-flight):
-    the slots of AsyncApiClient, or the threads of the pool (see app/kube/aio.py).
-    """
-    if uses_proxy(client.configuration):
-        log.info(
-            "API server behind a proxy: the verbs' requests and the watches run on threads",
-            extra={"verb": None},
-        )
-        executor = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="kube-api")
-        return ThreadedRequests(client, executor)
-    return AsyncApiClient(client, max_in_flight=max_in_flight)
-
-
-def build_clients(settings: Settings, client: k8s.ApiClient | None = None) -> Clients:
-    # Enough connections for the watches, the observers' writes and one per
-    # API thread if the verbs need them (a request finding the pool empty opens
-    # a new TLS connection; the pool keeps no more connections than were used).
-    client = client or api_client(settings.kubeconfig, pool_size=settings.api_max_in_flight + 16)
-    requests = verb_requests(client, settings.api_max_in_flight)
-    return Clients(
-        client,
-        k8s.CoreV1Api(client),
-        k8s.CustomObjectsApi(client),
-        requests,
-        PodApi(requests),
-        ThreadPoolExecutor(max_workers=4, thread_name_prefix="observers"),
+def build_clients(settings: Settings, configuration: k8s.Configuration | None = None) -> Clients:
+    # Every API call (verbs, watches, writers), at most --api-max-in-flight at once.
+    requests = AsyncApiClient(
+        configuration or kube_configuration(settings.kubeconfig),
+        max_in_flight=settings.api_max_in_flight,
     )
+    return Clients(requests, PodApi(requests))
 
 
 def leadership(settings: Settings) -> Leadership:
@@ -103,23 +79,22 @@ def build_writers(
     settings: Settings, cluster: Cluster, clients: Clients, leader: LeaderCheck
 ) -> Writers:
     state, metrics = cluster.state, cluster.metrics
-    writer = EventRecorder(KubeEventWriter(clients.core), clients.observer_executor.submit, metrics)
+    recorder = EventRecorder(KubeEventWriter(clients.requests), metrics)
     events = GangEvents(
         state,
-        LeaderOnlyRecorder(writer, leader),
+        LeaderOnlyRecorder(recorder, leader),
         cluster.wait,
         settings.denied_pg_expiration_seconds,
     )
     status = PodGroupStatus(
         state,
-        KubeStatusApi(clients.custom),
-        clients.observer_executor,
+        KubeStatusApi(clients.requests),
         metrics,
-        apis={SOURCE_VOLCANO: KubeStatusApi(clients.custom, VOLCANO_API)},
+        apis={SOURCE_VOLCANO: KubeStatusApi(clients.requests, VOLCANO_API)},
         is_leader=leader.is_leader,
         levels=settings.levels,
     )
-    return Writers(events, status, Observers(events, status))
+    return Writers(recorder, events, status, Observers(events, status))
 
 
 def build_runtime(
@@ -169,8 +144,10 @@ def build_runtime(
     return Runtime(waker, plans, gate, queues, reclaimer, arbiter, follower)
 
 
-def build_components(settings: Settings, client: k8s.ApiClient | None = None) -> Components:
-    clients = build_clients(settings, client)
+def build_components(
+    settings: Settings, configuration: k8s.Configuration | None = None
+) -> Components:
+    clients = build_clients(settings, configuration)
     wait = WaitPolicy(
         settings.permit_waiting_time_seconds, settings.max_permit_waiting_time_seconds
     )
@@ -184,8 +161,7 @@ def build_components(settings: Settings, client: k8s.ApiClient | None = None) ->
         queue_status = QueueStatusWriter(
             runtime.queues,
             runtime.arbiter.holders,
-            QueueStatusApi(clients.custom),
-            clients.observer_executor,
+            QueueStatusApi(clients.requests),
             lead.leader.is_leader,
         )
     return Components(clients, cluster, lead, writers, runtime, queue_status)
@@ -254,7 +230,7 @@ class Apps:
 
 
 def build_webhook(
-    settings: Settings, metrics: Metrics, client: k8s.ApiClient
+    settings: Settings, metrics: Metrics, requests: AsyncApiClient
 ) -> tuple[WebhookApp | None, WebhookCerts | None]:
     """The admission webhook, when --webhook-port asks for one."""
     if settings.webhook_port is None:
@@ -263,18 +239,18 @@ def build_webhook(
         cert_file=settings.webhook_cert_file,
         key_file=settings.webhook_key_file,
         hosts=settings.webhook_hosts,
-        api=WebhookApi(client),
+        api=WebhookApi(requests),
         configuration=settings.webhook_configuration,
         secret=settings.webhook_cert_secret,
     )
     return WebhookApp(metrics, settings.webhook_scheduler_names), certs
 
 
-def build_apps(settings: Settings, client: k8s.ApiClient | None = None) -> Apps:
+def build_apps(settings: Settings, configuration: k8s.Configuration | None = None) -> Apps:
     """The whole extender, ready for uvicorn."""
-    parts = build_components(settings, client)
+    parts = build_components(settings, configuration)
     metrics = parts.cluster.metrics
-    webhook, webhook_certs = build_webhook(settings, metrics, parts.clients.api)
+    webhook, webhook_certs = build_webhook(settings, metrics, parts.clients.requests)
     extender = build_extender(settings, parts)
     unmarked = None
     if webhook is not None:

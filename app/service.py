@@ -10,23 +10,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from fastapi import FastAPI
-from kubernetes import client as k8s
 
 from app.config import Settings
 from app.core.admission import Admission, WaitPolicy
 from app.core.events import GangEvents
 from app.core.observer import Observers
 from app.core.state import ClusterState
-from app.kube.aio import AsyncApiClient
-from app.kube.client import ThreadedRequests
 from app.kube.discovery import discover_queues, discover_sources, hypernodes_served
+from app.kube.http import AsyncApiClient
 from app.kube.pods import PodApi
 from app.kube.reflector import Reflector
+from app.ops.event_recorder import EventRecorder
 from app.ops.heap import freeze_heap_when_synced
 from app.ops.leader import LeaderCheck, LeaderElection
 from app.ops.metrics import Metrics
@@ -51,14 +49,8 @@ _SHUTTING_DOWN = "gang-extender is shutting down; the pod will be scheduled agai
 class Clients:
     """The ways to the API server: built by build_clients, closed by Service.stop."""
 
-    api: k8s.ApiClient
-    core: k8s.CoreV1Api
-    custom: k8s.CustomObjectsApi
-    requests: AsyncApiClient | ThreadedRequests
+    requests: AsyncApiClient
     pods: PodApi
-    # Events and PodGroup status get their own threads: their writes never
-    # delay a binding.
-    observer_executor: ThreadPoolExecutor
 
 
 @dataclass
@@ -83,6 +75,7 @@ class Leadership:
 class Writers:
     """Events and PodGroup status: what the gangs' progress is written as."""
 
+    recorder: EventRecorder
     events: GangEvents
     status: PodGroupStatus
     observer: Observers
@@ -157,16 +150,14 @@ class Service:
     async def start(self) -> None:
         """Find what the API server serves, then start the writers and the watches."""
         settings, parts = self._settings, self._parts
-        state, custom, rt = parts.cluster.state, parts.clients.custom, parts.runtime
+        state, requests, rt = parts.cluster.state, parts.clients.requests, parts.runtime
         self._loops.append(asyncio.get_running_loop())
-        state.sources = await asyncio.to_thread(discover_sources, custom, settings)
-        hypernodes = await asyncio.to_thread(hypernodes_served, custom, state.sources)
+        state.sources = await discover_sources(requests, settings)
+        hypernodes = await hypernodes_served(requests, state.sources)
         parts.writers.status.start()
-        watches = Watches(
-            state, parts.cluster.admission, rt.waker, parts.clients.requests, parts.cluster.metrics
-        )
+        watches = Watches(state, parts.cluster.admission, rt.waker, requests, parts.cluster.metrics)
         self.reflectors.extend(watches.cluster(state.sources, hypernodes))
-        if settings.gang_feasibility and await asyncio.to_thread(discover_queues, custom, settings):
+        if settings.gang_feasibility and await discover_queues(requests, settings):
             self.reflectors.append(watches.queues(rt.queues, rt.arbiter.on_queues_changed))
             if parts.queue_status is not None:
                 parts.queue_status.start()
@@ -188,7 +179,7 @@ class Service:
         if parts.queue_status is not None:
             await parts.queue_status.stop()
         await parts.writers.status.stop()
-        parts.clients.observer_executor.shutdown(wait=False, cancel_futures=True)
+        await parts.writers.recorder.stop()
         await asyncio.gather(*(reflector.stop() for reflector in self.reflectors))
         await parts.clients.requests.close()
 

@@ -2,7 +2,7 @@
 
 A leaf serves and authenticates clients alike (server auth + client auth, SANs
 127.0.0.1 and localhost): tests/cluster/test_tls.py's chart Secret, and the
-API server and client certificates of tests/unit/test_kube_aio.py.
+API server and client certificates of tests/unit/test_kube_http.py.
 """
 
 from __future__ import annotations

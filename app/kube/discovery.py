@@ -7,10 +7,6 @@ list of its objects; the coordinates come from app/core/groups.py.
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from app.config import Settings
 from app.core import hypernode
@@ -23,14 +19,16 @@ from app.core.groups import (
     SOURCE_XK8S,
 )
 from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
+from app.kube.errors import Forbidden, NotFound
+from app.kube.http import Requests
 
 log = logging.getLogger(__name__)
 
 
-def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozenset[str]:
+async def discover_sources(requests: Requests, settings: Settings) -> frozenset[str]:
     """The group sources to use: switched on by their flag and served by the API server.
 
-    Blocking (runs on a thread at start-up). A source whose API is absent is
+    Asked once, at start-up. A source whose API is absent is
     off, with one info line; a CRD installed later needs a restart.
     """
     sources = {SOURCE_LABELS} if settings.label_groups == "on" else set()
@@ -46,7 +44,7 @@ def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozen
         if mode == "off":
             log.info("%s PodGroups (%s) are off: %s off", source, api.api_version, flag)
             continue
-        if _served(custom, api.group, api.version, api.plural, f"{source} PodGroups", flag):
+        if await _served(requests, api.group, api.version, api.plural, f"{source} PodGroups", flag):
             sources.add(source)
     if SOURCE_NATIVE in sources:
         log.info(
@@ -58,16 +56,16 @@ def discover_sources(custom: k8s.CustomObjectsApi, settings: Settings) -> frozen
     return frozenset(sources)
 
 
-def hypernodes_served(custom: k8s.CustomObjectsApi, sources: frozenset[str]) -> bool:
+async def hypernodes_served(requests: Requests, sources: frozenset[str]) -> bool:
     """Read Volcano HyperNodes: Volcano PodGroups are in use and the API server serves them.
 
-    Blocking (start-up). Without them Volcano's networkTopology tiers are the
+    Asked at start-up. Without them Volcano's networkTopology tiers are the
     levels of --topology-levels above the node.
     """
     if SOURCE_VOLCANO not in sources:
         return False
-    served = _served(
-        custom,
+    served = await _served(
+        requests,
         hypernode.API_GROUP,
         hypernode.API_VERSION,
         hypernode.PLURAL,
@@ -79,50 +77,40 @@ def hypernodes_served(custom: k8s.CustomObjectsApi, sources: frozenset[str]) -> 
     return served
 
 
-def _served(
-    custom: k8s.CustomObjectsApi, group: str, version: str, plural: str, what: str, flag: str
+async def _served(
+    requests: Requests, group: str, version: str, plural: str, what: str, flag: str
 ) -> bool:
     """Does the API server answer a list of these objects (404: not installed; 403: no RBAC)?"""
     try:
-        response: Any = custom.list_cluster_custom_object(
+        await requests.request("GET", f"/apis/{group}/{version}/{plural}?limit=1")
+    except NotFound:
+        log.info("%s are off: the API server does not serve %s/%s %s", what, group, version, plural)
+        return False
+    except Forbidden:
+        log.warning(
+            "%s are off: listing %s/%s %s is forbidden; grant get, list and watch on it to "
+            "this ServiceAccount, or set %s off",
+            what,
             group,
             version,
             plural,
-            limit=1,
-            _preload_content=False,
-            _request_timeout=10,
+            flag,
         )
-        response.release_conn()
-    except ApiException as err:
-        if err.status == 404:
-            log.info(
-                "%s are off: the API server does not serve %s/%s %s", what, group, version, plural
-            )
-            return False
-        if err.status == 403:
-            log.warning(
-                "%s are off: listing %s/%s %s is forbidden; grant get, list and watch on it to "
-                "this ServiceAccount, or set %s off",
-                what,
-                group,
-                version,
-                plural,
-                flag,
-            )
-            return False
-        raise
+        return False
     return True
 
 
-def discover_queues(custom: k8s.CustomObjectsApi, settings: Settings) -> bool:
+async def discover_queues(requests: Requests, settings: Settings) -> bool:
     """Whether to watch Volcano Queues: --queues auto and the API server serves them.
 
-    Blocking (runs on a thread at start-up), like discover_sources.
+    Asked once, at start-up, like discover_sources.
     """
     if settings.queues == "off":
         log.info("Volcano Queues are off: --queues off")
         return False
-    served = _served(custom, QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, "Volcano Queues", "--queues")
+    served = await _served(
+        requests, QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, "Volcano Queues", "--queues"
+    )
     if served:
         log.info("Volcano Queues watched: the cluster is shared by weight once a Queue exists")
     return served

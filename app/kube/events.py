@@ -5,30 +5,29 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes import client as k8s
-
-from app.kube.client import raw_request
+from app.kube.http import Requests
 
 
 class KubeEventWriter:
-    """Blocking; plain requests on the official client's connection pool."""
+    """Plain requests on the API client: the generated models cost more CPU than the call."""
 
-    def __init__(self, core: k8s.CoreV1Api, *, timeout_seconds: float = 10) -> None:
-        self._client: k8s.ApiClient = core.api_client
+    def __init__(self, requests: Requests, *, timeout_seconds: float = 10) -> None:
+        self._requests = requests
         self._timeout = timeout_seconds
 
-    def create(self, namespace: str, body: dict[str, Any]) -> None:
-        raw_request(self._client, "POST", _events_path(namespace), body, timeout=self._timeout)
+    async def create(self, namespace: str, body: dict[str, Any]) -> None:
+        await self._requests.request(
+            "POST", _events_path(namespace), body, timeout_seconds=self._timeout
+        )
 
-    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+    async def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         """Merge-patch; NotFound (app/kube/errors.py) once the Event has expired."""
-        raw_request(
-            self._client,
+        await self._requests.request(
             "PATCH",
             f"{_events_path(namespace)}/{quote(name, safe='')}",
             body,
             content_type="application/merge-patch+json",
-            timeout=self._timeout,
+            timeout_seconds=self._timeout,
         )
 
 

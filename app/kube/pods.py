@@ -1,9 +1,7 @@
 """The verbs' pod calls: bind pods, read a pod, wake or evict pods.
 
-Requests run on the event loop (app/kube/aio.py: no thread competes with
-the loop for the GIL while a binding is in flight), or on threads when the
-API server is behind a proxy (ThreadedRequests, app/kube/client.py);
-app/server.py picks one. Failures raise ApiError (app/kube/errors.py);
+Requests run on the event loop (app/kube/http.py: no thread competes with
+the loop for the GIL while a binding is in flight). Failures raise ApiError (app/kube/errors.py);
 answers that mean "nothing to do" (the pod is gone, or a new pod reuses the
 name) do not.
 """
@@ -17,8 +15,8 @@ from urllib.parse import quote
 
 import orjson
 
-from app.kube.client import Requests
 from app.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
+from app.kube.http import Requests
 
 log = logging.getLogger(__name__)
 

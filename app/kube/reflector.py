@@ -7,13 +7,12 @@ resourceVersion seen, with backoff. Watching from the last applied
 resourceVersion is what makes every event count exactly once.
 
 It all runs on the event loop, as one task per kind: the watch's bytes are
-read by the loop (app/kube/aio.py) and each event is decoded and applied in
-the same callback, so the cache is only ever touched from the loop's thread
-and no reflector thread competes with the verbs for the GIL. (A watch cost a
-thread's chunked reading in urllib3, a wake-up of the loop and a GIL hand-over
-per read; profiles of kube-scheduler calling us put that above the decoding
-itself.) Behind a proxy the watch's reading is on a thread of its own
-(`ThreadedRequests.watch`); the events are applied on the loop all the same.
+read by the loop (app/kube/http.py) and each event is decoded and applied as
+its chunk arrives, so the cache is only ever touched from the loop's thread
+and no reflector thread competes with the verbs for the GIL. (A watch read
+on a thread cost chunked reading in urllib3, a wake-up of the loop and a GIL
+hand-over per read; profiles of kube-scheduler calling us put that above the
+decoding itself.)
 """
 
 from __future__ import annotations
@@ -28,8 +27,8 @@ from urllib.parse import urlencode
 import orjson
 
 from app.core.clock import monotonic
-from app.kube.client import Requests
 from app.kube.errors import ApiError, Gone
+from app.kube.http import Requests
 from app.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -55,7 +54,7 @@ class Sink:
 
 
 class ListWatch(Requests, Protocol):
-    """The requests a reflector makes: app/kube/aio.AsyncApiClient or client.ThreadedRequests."""
+    """The requests a reflector makes: app/kube/http.AsyncApiClient, or a test's script."""
 
     async def watch(
         self,

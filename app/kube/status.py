@@ -6,33 +6,32 @@ API side, for one source's objects (coordinates from app/core/groups.py).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes import client as k8s
+import orjson
 
 from app.core.groups import XK8S_API, GroupApi
 from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
-from app.kube.client import raw_request
 from app.kube.errors import NotFound
+from app.kube.http import Requests
 
 
 class KubeStatusApi:
     """Status of one source's objects: the status subresource, or the object itself (Volcano).
 
-    Blocking; plain requests on the official client's connection pool: the
-    generated client's per-call validation cost more CPU than the request itself.
+    Plain requests on the API client: the generated client's per-call
+    validation cost more CPU than the request itself.
     """
 
     def __init__(
         self,
-        custom: k8s.CustomObjectsApi,
+        requests: Requests,
         api: GroupApi = XK8S_API,
         *,
         timeout_seconds: float = 10,
     ) -> None:
-        self._client: k8s.ApiClient = custom.api_client
+        self._requests = requests
         self._api = api
         self._timeout = timeout_seconds
 
@@ -44,43 +43,41 @@ class KubeStatusApi:
         )
         return path + "/status" if api.status_subresource else path
 
-    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object as JSON, None if it does not exist."""
         try:
-            data = raw_request(
-                self._client, "GET", self._path(namespace, name), timeout=self._timeout
+            data = await self._requests.request(
+                "GET", self._path(namespace, name), timeout_seconds=self._timeout
             )
         except NotFound:
             return None
-        obj: dict[str, Any] = json.loads(data)
+        obj: dict[str, Any] = orjson.loads(data)
         return obj
 
-    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+    async def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         """JSON merge patch; Conflict (app/kube/errors.py) on 409."""
-        raw_request(
-            self._client,
+        await self._requests.request(
             "PATCH",
             self._path(namespace, name),
             body,
             content_type="application/merge-patch+json",
-            timeout=self._timeout,
+            timeout_seconds=self._timeout,
         )
 
 
 class QueueStatusApi:
-    """Volcano Queues' status subresource (cluster-scoped): merge-patched counts. Blocking."""
+    """Volcano Queues' status subresource (cluster-scoped): merge-patched counts."""
 
-    def __init__(self, custom: k8s.CustomObjectsApi, *, timeout_seconds: float = 10) -> None:
-        self._client: k8s.ApiClient = custom.api_client
+    def __init__(self, requests: Requests, *, timeout_seconds: float = 10) -> None:
+        self._requests = requests
         self._timeout = timeout_seconds
 
-    def patch(self, name: str, status: dict[str, Any]) -> None:
+    async def patch(self, name: str, status: dict[str, Any]) -> None:
         """Merge-patch `status`; NotFound when the Queue is gone."""
-        raw_request(
-            self._client,
+        await self._requests.request(
             "PATCH",
             f"/apis/{QUEUE_GROUP}/{QUEUE_VERSION}/{QUEUE_PLURAL}/{quote(name, safe='')}/status",
             {"status": status},
             content_type="application/merge-patch+json",
-            timeout=self._timeout,
+            timeout_seconds=self._timeout,
         )

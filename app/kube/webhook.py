@@ -1,7 +1,6 @@
 """The admission webhook's API calls: its configuration's caBundle and its certificate Secret.
 
-Blocking, on the official client's connection pool (app/web/webhook.py runs them
-in a thread, a few times a minute at most). app/web/webhook.py decides what to
+A few times a minute at most, from app/web/webhook.py, which decides what to
 write; app/core/certs.py makes the certificates.
 """
 
@@ -12,20 +11,22 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
-from kubernetes import client as k8s
 
-from app.kube.client import raw_request
 from app.kube.errors import NotFound
+from app.kube.http import Requests
 
 _WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
 
 class WebhookApi:
-    def __init__(self, client: k8s.ApiClient, *, timeout_seconds: float = 10) -> None:
-        self._client = client
+    def __init__(self, requests: Requests, *, timeout_seconds: float = 10) -> None:
+        self._requests = requests
         self._timeout = timeout_seconds
 
-    def register_ca(self, configuration: str, ca_pem: str) -> bool:
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> bytes:
+        return await self._requests.request(method, path, body, timeout_seconds=self._timeout)
+
+    async def register_ca(self, configuration: str, ca_pem: str) -> bool:
         """Put `ca_pem` in the caBundle of every webhook of the configuration.
 
         Returns whether anything was written (False: already there). NotFound
@@ -33,9 +34,7 @@ class WebhookApi:
         between our read and our write (the caller tries again later).
         """
         path = f"{_WEBHOOKS}/{quote(configuration, safe='')}"
-        obj: dict[str, Any] = orjson.loads(
-            raw_request(self._client, "GET", path, timeout=self._timeout)
-        )
+        obj: dict[str, Any] = orjson.loads(await self._call("GET", path))
         bundle = base64.b64encode(ca_pem.encode()).decode()
         changed = False
         for webhook in obj.get("webhooks") or ():
@@ -45,21 +44,17 @@ class WebhookApi:
                 changed = True
         if changed:
             # PUT with the resourceVersion we read: a concurrent change is a 409.
-            raw_request(self._client, "PUT", path, obj, timeout=self._timeout)
+            await self._call("PUT", path, obj)
         return changed
 
     def _secret_path(self, namespace: str, name: str = "") -> str:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/secrets"
         return f"{path}/{quote(name, safe='')}" if name else path
 
-    def read_secret(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
+    async def read_secret(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
         """The Secret's decoded data and resourceVersion; None when it does not exist."""
         try:
-            obj = orjson.loads(
-                raw_request(
-                    self._client, "GET", self._secret_path(namespace, name), timeout=self._timeout
-                )
-            )
+            obj = orjson.loads(await self._call("GET", self._secret_path(namespace, name)))
         except NotFound:
             return None
         data = {
@@ -68,7 +63,7 @@ class WebhookApi:
         }
         return data, str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
-    def write_secret(
+    async def write_secret(
         self, namespace: str, name: str, data: dict[str, str], resource_version: str | None
     ) -> None:
         """Create the Secret (no resource_version) or replace it; Conflict if another was first."""
@@ -84,11 +79,7 @@ class WebhookApi:
             "data": {key: base64.b64encode(value.encode()).decode() for key, value in data.items()},
         }
         if resource_version is None:
-            raw_request(
-                self._client, "POST", self._secret_path(namespace), body, timeout=self._timeout
-            )
+            await self._call("POST", self._secret_path(namespace), body)
             return
         body["metadata"]["resourceVersion"] = resource_version
-        raw_request(
-            self._client, "PUT", self._secret_path(namespace, name), body, timeout=self._timeout
-        )
+        await self._call("PUT", self._secret_path(namespace, name), body)

@@ -6,7 +6,7 @@ looks first. Every INTERVAL_SECONDS the counts are taken from the queue book
 (app/runtime/queue_book.py) and only a Queue whose status, as the watch shows it,
 differs is patched (`status.state` is left to its owner): a Queue deleted and
 created again under the same name, or edited by hand, is written again.
-Writes run on the observers' threads.
+Writes are awaited on the event loop, one Queue after the other.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from app.core.contention import Holder
@@ -28,7 +27,7 @@ INTERVAL_SECONDS = 2.0
 
 
 class QueueStatusPatch(Protocol):
-    def patch(self, name: str, status: dict[str, Any]) -> None: ...
+    async def patch(self, name: str, status: dict[str, Any]) -> None: ...
 
 
 class QueueStatusWriter:
@@ -37,7 +36,6 @@ class QueueStatusWriter:
         book: QueueBook,
         holders: Callable[[], Sequence[Holder]],
         api: QueueStatusPatch,
-        executor: Executor,
         is_leader: Callable[[], bool],
         *,
         interval_seconds: float = INTERVAL_SECONDS,
@@ -45,7 +43,6 @@ class QueueStatusWriter:
         self._book = book
         self._holders = holders
         self._api = api
-        self._executor = executor
         self._is_leader = is_leader
         self._interval = interval_seconds
         self._task: asyncio.Task[None] | None = None
@@ -70,11 +67,10 @@ class QueueStatusWriter:
         """Patch every Queue whose status shows other counts than the book's."""
         if not self._book.active or not self._is_leader():
             return
-        loop = asyncio.get_running_loop()
         for name, status in self._book.statuses(self._holders()).items():
             if self._book.observed_status(name) == status:
                 continue
             try:
-                await loop.run_in_executor(self._executor, self._api.patch, name, status)
+                await self._api.patch(name, status)
             except ApiError as err:  # logged; tried again on the next tick
                 log.warning("Queue %s status not written: %s", name, err, extra={"queue": name})

@@ -21,11 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,19 +56,19 @@ _STOP_WAIT_SECONDS = 5.0
 
 
 class StatusApi(Protocol):
-    """Blocking calls on a group object's status (run on worker threads)."""
+    """The API calls on a group object's status (app/kube/status.py)."""
 
-    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object as JSON, None if it does not exist."""
 
-    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+    async def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         """JSON merge patch of the status; Conflict (app/kube/errors.py) on 409."""
 
 
 WRITTEN, UNCHANGED, KEPT, GONE, CONFLICT = "written", "unchanged", "kept", "gone", "conflict"
 
 
-def write_status(
+async def write_status(
     api: StatusApi,
     namespace: str,
     name: str,
@@ -82,14 +80,14 @@ def write_status(
     attempts: int = 3,
     clock: Clock = wall,
 ) -> tuple[str, GroupStatus | None]:
-    """Read, compare, patch; re-read and retry on a conflict. Blocking.
+    """Read, compare, patch; re-read and retry on a conflict.
 
     keep_terminal (no member left that could run): a Finished or Failed
     status on the object stays, and is returned with KEPT. This is how a
     restarted extender, which never saw the gang's pods, learns the outcome.
     """
     for _ in range(attempts):
-        current = api.read(namespace, name)
+        current = await api.read(namespace, name)
         if current is None or (current.get("metadata") or {}).get("uid") != uid:
             return GONE, None
         shown = status_from_object(current, shape)
@@ -99,7 +97,7 @@ def write_status(
         if patch is None:
             return UNCHANGED, wanted
         try:
-            api.patch(namespace, name, patch)
+            await api.patch(namespace, name, patch)
         except Conflict:
             continue
         return WRITTEN, wanted
@@ -135,7 +133,6 @@ class PodGroupStatus:
         self,
         state: ClusterState,
         api: StatusApi,
-        executor: Executor,
         metrics: Metrics,
         *,
         clock: Clock = wall,
@@ -153,7 +150,6 @@ class PodGroupStatus:
         self._apis: dict[str, StatusApi] = {SOURCE_XK8S: api, **(apis or {})}
         self._is_leader = is_leader
         self._was_leader = False
-        self._executor = executor
         self._metrics = metrics
         self._clock = clock
         self._min_interval = min_interval_seconds
@@ -164,7 +160,7 @@ class PodGroupStatus:
         self._dirty: set[str] = set()
         self._next_resync = -math.inf
         self._task: asyncio.Task[None] | None = None
-        self._writes: set[asyncio.Future[tuple[str, GroupStatus | None]]] = set()
+        self._writes: set[asyncio.Task[tuple[str, GroupStatus | None]]] = set()
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -349,8 +345,7 @@ class PodGroupStatus:
             PRE_SCHEDULING,
             *TERMINAL,
         )
-        write = functools.partial(
-            write_status,
+        write = write_status(
             self._apis[record.source],
             record.namespace,
             record.name,
@@ -360,12 +355,12 @@ class PodGroupStatus:
             keep_terminal=keep_terminal,
             clock=self._clock,
         )
-        future = asyncio.get_running_loop().run_in_executor(self._executor, write)
+        future = asyncio.get_running_loop().create_task(write)
         self._writes.add(future)
         future.add_done_callback(lambda f: self._written_back(key, record.uid, f))
 
     def _written_back(
-        self, key: str, uid: str, future: asyncio.Future[tuple[str, GroupStatus | None]]
+        self, key: str, uid: str, future: asyncio.Task[tuple[str, GroupStatus | None]]
     ) -> None:
         self._writes.discard(future)
         tracked = self._tracked.get(key)

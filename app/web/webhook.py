@@ -125,8 +125,8 @@ async def _answer(send: Send, status: int, body: bytes) -> None:
 class WebhookCerts:
     """The serving certificate: the operator's files, or our own, kept current.
 
-    `refresh()` (blocking; run it in a thread) brings the files uvicorn loads
-    up to date and returns whether they changed; `reload(context)` then loads
+    `refresh()` brings the files uvicorn loads up to date and returns
+    whether they changed; `reload(context)` then loads
     them into the running server's SSLContext (new connections use them).
     Self-managed: the bundle lives in memory, or in a Secret
     (--webhook-cert-secret) so that every replica serves the same CA; its CA
@@ -167,17 +167,17 @@ class WebhookCerts:
         if self._directory is not None:
             shutil.rmtree(self._directory, ignore_errors=True)
 
-    def refresh(self) -> bool:
+    async def refresh(self) -> bool:
         """Make the files current; True when they changed since the last call."""
         if not self._own:
-            mtimes = (os.path.getmtime(self.cert_file), os.path.getmtime(self.key_file))
+            mtimes = self._file_mtimes()
             changed = self._mtimes is not None and mtimes != self._mtimes
             self._mtimes = mtimes
             return changed
         shared = True
         if self._secret:
             try:
-                bundle = self._shared_bundle()
+                bundle = await self._shared_bundle()
             except ApiError as err:
                 shared = False
                 # Serve something meanwhile (the verbs must not wait for the webhook):
@@ -193,8 +193,11 @@ class WebhookCerts:
         # A stand-in bundle is not registered: the replicas that read the Secret
         # would have their CA replaced with ours every turn.
         if self._configuration and self._api is not None and shared:
-            self._register(bundle.ca_cert)
+            await self._register(bundle.ca_cert)
         return changed
+
+    def _file_mtimes(self) -> tuple[float, float]:
+        return os.path.getmtime(self.cert_file), os.path.getmtime(self.key_file)
 
     def _local_bundle(self) -> certs.CertBundle:
         now = self._now()
@@ -206,12 +209,12 @@ class WebhookCerts:
             log.info("webhook certificate: %s", reason)
         return certs.renewed(self._bundle, self._hosts, now)
 
-    def _shared_bundle(self) -> certs.CertBundle:
+    async def _shared_bundle(self) -> certs.CertBundle:
         """The Secret's bundle, made or renewed by whichever replica sees the need first."""
         assert self._secret is not None and self._api is not None
         namespace, name = self._secret
         for _attempt in range(3):
-            found = self._api.read_secret(namespace, name)
+            found = await self._api.read_secret(namespace, name)
             current = certs.CertBundle.from_secret_data(found[0]) if found else None
             now = self._now()
             if current is not None and certs.renewal_reason(current, self._hosts, now) is None:
@@ -222,7 +225,7 @@ class WebhookCerts:
                 else certs.new_bundle(self._hosts, now)
             )
             try:
-                self._api.write_secret(
+                await self._api.write_secret(
                     namespace, name, bundle.as_secret_data(), found[1] if found else None
                 )
             except Conflict:
@@ -244,10 +247,10 @@ class WebhookCerts:
                 out.write(text)
             os.replace(tmp, path)
 
-    def _register(self, ca_pem: str) -> None:
+    async def _register(self, ca_pem: str) -> None:
         assert self._api is not None and self._configuration is not None
         try:
-            if self._api.register_ca(self._configuration, ca_pem):
+            if await self._api.register_ca(self._configuration, ca_pem):
                 log.info(
                     "webhook: CA registered in MutatingWebhookConfiguration %s",
                     self._configuration,
@@ -276,7 +279,7 @@ class WebhookCerts:
         while True:
             await asyncio.sleep(interval_seconds)
             try:
-                if await asyncio.to_thread(self.refresh):
+                if await self.refresh():
                     self.reload(context)
                     log.info("webhook: serving certificate reloaded")
             except (ApiError, OSError, ssl.SSLError, ValueError) as err:

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from app.kube.aio import AsyncApiClient
+from app.kube.http import AsyncApiClient
 from app.kube.reflector import Reflector, Sink
 from app.ops.metrics import Metrics
 from tests.cluster.kube import Kube
@@ -58,7 +58,7 @@ async def test_watch_resumes_after_drops_and_relists_after_410(kube: Kube, names
     metrics = Metrics()
     sink = Sink(recorder.replace, recorder.upsert, recorder.delete, lambda: len(recorder.objects))
     create(kube, namespace, "before")
-    api = AsyncApiClient(kube.client)
+    api = AsyncApiClient(kube.client.configuration)
     path = f"/api/v1/namespaces/{namespace}/configmaps"
     # Pages of 2: the list is paginated as with thousands of pods.
     reflector = Reflector("configmaps", path, sink, api, metrics, page_size=2)
@@ -107,7 +107,7 @@ async def test_a_watch_the_server_ends_is_opened_again_without_a_list(
     """The API server ends every watch at its timeoutSeconds; nothing is missed or listed."""
     recorder = Recorder()
     sink = Sink(recorder.replace, recorder.upsert, recorder.delete, lambda: len(recorder.objects))
-    api = AsyncApiClient(kube.client)
+    api = AsyncApiClient(kube.client.configuration)
     path = f"/api/v1/namespaces/{namespace}/configmaps"
     reflector = Reflector("configmaps", path, sink, api, Metrics(), watch_timeout_seconds=1)
     reflector.start()

@@ -1,4 +1,3 @@
-from collections.abc import Callable
 from typing import Any
 
 from app.core.admission import FilterReason, WaitPolicy
@@ -47,13 +46,13 @@ class RecordingWriter:
         self.missing: set[str] = set()
         self.fail = False
 
-    def create(self, namespace: str, body: dict[str, Any]) -> None:
+    async def create(self, namespace: str, body: dict[str, Any]) -> None:
         if self.fail:
             raise RuntimeError("API server unreachable")
         self.calls.append(("create", body["metadata"]["name"], body))
         self.missing.discard(body["metadata"]["name"])
 
-    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+    async def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         if self.fail:
             raise RuntimeError("API server unreachable")
         if name in self.missing:
@@ -61,15 +60,9 @@ class RecordingWriter:
         self.calls.append(("patch", name, body))
 
 
-def inline(fn: Callable[[], None]) -> None:
-    fn()
-
-
-def recorder(
-    submit: Callable[[Callable[[], None]], object] = inline,
-) -> tuple[EventRecorder, RecordingWriter, Clock, Metrics]:
+def recorder() -> tuple[EventRecorder, RecordingWriter, Clock, Metrics]:
     writer, clock, metrics = RecordingWriter(), Clock(1_700_000_000.0), Metrics()
-    return EventRecorder(writer, submit, metrics, clock=clock), writer, clock, metrics
+    return EventRecorder(writer, metrics, clock=clock), writer, clock, metrics
 
 
 def counter(metrics: Metrics, result: str) -> float:
@@ -106,9 +99,10 @@ def test_event_names_stay_unique_within_one_nanosecond() -> None:
     assert len({e.name for e in entries if e is not None}) == 3
 
 
-def test_first_event_is_created_with_the_client_go_fields() -> None:
+async def test_first_event_is_created_with_the_client_go_fields() -> None:
     rec, writer, _, _ = recorder()
     rec.record(POD, WARNING, "GangTimedOut", "it timed out")
+    await rec.drain()
     [(verb, name, body)] = writer.calls
     assert verb == "create" and name.startswith("p.")
     assert body["involvedObject"] == {
@@ -128,84 +122,106 @@ def test_first_event_is_created_with_the_client_go_fields() -> None:
     assert body["firstTimestamp"] == body["lastTimestamp"] == "2023-11-14T22:13:20Z"
 
 
-def test_an_identical_event_raises_the_count_of_the_first() -> None:
+async def test_an_identical_event_raises_the_count_of_the_first() -> None:
     rec, writer, clock, metrics = recorder()
     rec.record(POD, NORMAL, "R", "same")
+    await rec.drain()
     clock.now += 5
     rec.record(POD, NORMAL, "R", "same")
+    await rec.drain()
     assert [c[0] for c in writer.calls] == ["create", "patch"]
     assert writer.calls[1][1] == writer.calls[0][1]
     assert writer.calls[1][2] == {"count": 2, "lastTimestamp": "2023-11-14T22:13:25Z"}
     assert counter(metrics, "created") == 1 and counter(metrics, "aggregated") == 1
 
 
-def test_a_different_message_or_object_is_a_new_event() -> None:
+async def test_a_different_message_or_object_is_a_new_event() -> None:
     rec, writer, _, _ = recorder()
     rec.record(POD, NORMAL, "R", "one")
+    await rec.drain()
     rec.record(POD, NORMAL, "R", "two")
+    await rec.drain()
     rec.record(ObjectRef("Pod", "v1", "ns", "q", "uid-q"), NORMAL, "R", "one")
+    await rec.drain()
     assert [c[0] for c in writer.calls] == ["create", "create", "create"]
     assert len({c[1] for c in writer.calls}) == 3
 
 
-def test_after_the_window_an_identical_event_is_new_again() -> None:
+async def test_after_the_window_an_identical_event_is_new_again() -> None:
     rec, writer, clock, _ = recorder()
     rec.record(POD, NORMAL, "R", "same")
+    await rec.drain()
     clock.now += 601
     rec.record(POD, NORMAL, "R", "same")
+    await rec.drain()
     assert [c[0] for c in writer.calls] == ["create", "create"]
 
 
-def test_a_hot_loop_is_cut_off_by_the_per_object_spam_filter() -> None:
+async def test_a_hot_loop_is_cut_off_by_the_per_object_spam_filter() -> None:
     rec, writer, clock, metrics = recorder()
     for _ in range(40):
         rec.record(POD, NORMAL, "WaitingForSiblings", "same")
+        await rec.drain()
     assert len(writer.calls) == 25
     assert counter(metrics, "rate-limited") == 15
     # Another reason on the same object has its own budget.
     rec.record(POD, WARNING, "GangTimedOut", "timed out")
+    await rec.drain()
     assert writer.calls[-1][2]["reason"] == "GangTimedOut"
     # One more token every 5 minutes.
     clock.now += 300
     rec.record(POD, NORMAL, "WaitingForSiblings", "same")
+    await rec.drain()
     rec.record(POD, NORMAL, "WaitingForSiblings", "same")
+    await rec.drain()
     assert len(writer.calls) == 27
 
 
-def test_increments_during_a_write_are_folded_into_one_call() -> None:
-    queued: list[Callable[[], None]] = []
-    rec, writer, _, _ = recorder(submit=queued.append)
+async def test_increments_during_a_write_are_folded_into_one_call() -> None:
+    rec, writer, _, _ = recorder()
     for _ in range(5):
         rec.record(POD, NORMAL, "R", "same")
-    assert len(queued) == 1  # one worker per Event at a time
-    queued.pop()()
+    assert writer.calls == []  # one write per Event at a time, not started yet
+    await rec.drain()
     [(verb, _, body)] = writer.calls
     assert verb == "create" and body["count"] == 5
 
 
-def test_an_expired_event_is_created_again() -> None:
+def test_recording_without_a_running_loop_writes_nothing_and_does_not_raise() -> None:
+    rec, writer, _, metrics = recorder()
+    rec.record(POD, NORMAL, "R", "same")  # e.g. a report after the loop stopped
+    assert writer.calls == []
+    assert counter(metrics, "created") == 1
+
+
+async def test_an_expired_event_is_created_again() -> None:
     rec, writer, _, _ = recorder()
     rec.record(POD, NORMAL, "R", "same")
+    await rec.drain()
     writer.missing.add(writer.calls[0][1])
     rec.record(POD, NORMAL, "R", "same")
+    await rec.drain()
     assert [c[0] for c in writer.calls] == ["create", "create"]
     assert writer.calls[1][2]["count"] == 2
 
 
-def test_a_failed_write_is_counted_not_raised_and_later_events_still_go_out() -> None:
+async def test_a_failed_write_is_counted_not_raised_and_later_events_still_go_out() -> None:
     rec, writer, _, metrics = recorder()
     writer.fail = True
     rec.record(POD, NORMAL, "R", "same")
+    await rec.drain()
     assert counter(metrics, "failed") == 1
     writer.fail = False
     rec.record(POD, NORMAL, "R", "same")
+    await rec.drain()
     assert [c[0] for c in writer.calls] == ["create"]
     assert writer.calls[0][2]["count"] == 2
 
 
-def test_long_messages_are_truncated() -> None:
+async def test_long_messages_are_truncated() -> None:
     rec, writer, _, _ = recorder()
     rec.record(POD, NORMAL, "R", "x" * 5000)
+    await rec.drain()
     assert len(writer.calls[0][2]["message"]) == 1024
 
 

@@ -1,16 +1,14 @@
-"""The watch stream of app/kube/aio.py (on the loop) and client.py (a thread, for proxies).
+"""The watch stream of app/kube/http.py.
 
 Against a real HTTP server started in the test, which answers a watch the
 way the API server does (chunked, one JSON event per line, flushed as events
 happen) from a script: bytes to send, pauses, and where to cut the connection.
-Both implementations are held to the same behaviour.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,9 +16,8 @@ import orjson
 import pytest
 from kubernetes import client as k8s
 
-from app.kube.aio import AsyncApiClient
-from app.kube.client import ThreadedRequests
 from app.kube.errors import Gone, NotFound, Transient
+from app.kube.http import AsyncApiClient
 
 
 class Pause:
@@ -96,11 +93,11 @@ class Watch(Protocol):
 Serve = Callable[[list[Step]], Awaitable[tuple[WatchServer, Watch]]]
 
 
-@pytest.fixture(params=["aio", "threaded"])
-async def serve(request: pytest.FixtureRequest) -> AsyncIterator[Serve]:
-    """Start a WatchServer; the watch call of the implementation under test against it."""
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """Start a WatchServer; the client's watch call against it."""
     listeners: list[asyncio.Server] = []
-    executors: list[ThreadPoolExecutor] = []
+    clients: list[AsyncApiClient] = []
 
     async def start(script: list[Step]) -> tuple[WatchServer, Watch]:
         server = WatchServer(script)
@@ -110,18 +107,15 @@ async def serve(request: pytest.FixtureRequest) -> AsyncIterator[Serve]:
         configuration = k8s.Configuration(host=f"http://127.0.0.1:{server.port}")
         configuration.api_key = {"authorization": "token-1"}
         configuration.api_key_prefix = {"authorization": "Bearer"}
-        client = k8s.ApiClient(configuration)
-        if request.param == "aio":
-            return server, AsyncApiClient(client).watch
-        executor = ThreadPoolExecutor(max_workers=1)
-        executors.append(executor)
-        return server, ThreadedRequests(client, executor).watch
+        client = AsyncApiClient(configuration)
+        clients.append(client)
+        return server, client.watch
 
     yield start
+    for client in clients:
+        await client.close()
     for listener in listeners:
         listener.close()
-    for executor in executors:
-        executor.shutdown(wait=False)
 
 
 class Lines:
@@ -236,16 +230,18 @@ async def test_no_answer_in_time_is_transient() -> None:
     silent = WatchServer([Pause(10)])
     listener = await asyncio.start_server(silent.serve, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
-    api = AsyncApiClient(k8s.ApiClient(k8s.Configuration(host=f"http://127.0.0.1:{port}")))
+    api = AsyncApiClient(k8s.Configuration(host=f"http://127.0.0.1:{port}"))
     with pytest.raises(Transient, match="did not answer or end the watch of /w in time"):
         await api.watch("/w", lambda _: None, timeout_seconds=5, connect_timeout_seconds=0.2)
     endless = WatchServer([HEAD, chunk(event("ADDED", "a", "1")), Pause(10)])
     listener2 = await asyncio.start_server(endless.serve, "127.0.0.1", 0)
     port2 = listener2.sockets[0].getsockname()[1]
-    api2 = AsyncApiClient(k8s.ApiClient(k8s.Configuration(host=f"http://127.0.0.1:{port2}")))
+    api2 = AsyncApiClient(k8s.Configuration(host=f"http://127.0.0.1:{port2}"))
     seen: list[bytes] = []
     with pytest.raises(Transient, match="in time"):
         await api2.watch("/w", seen.append, timeout_seconds=0.3)
     assert len(seen) == 1
+    await api.close()
+    await api2.close()
     listener.close()
     listener2.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from app.core.admission import Admission, FilterReason
@@ -277,7 +276,7 @@ class StatusPatches:
         self.book = book
         self.patches: list[tuple[str, dict[str, Any]]] = []
 
-    def patch(self, name: str, status: dict[str, Any]) -> None:
+    async def patch(self, name: str, status: dict[str, Any]) -> None:
         self.patches.append((name, status))
         self.book.upsert({**queue(name), "status": status})
 
@@ -289,9 +288,7 @@ async def test_queue_status_counts_are_written_by_the_leader_only_when_they_chan
     world.gang("a1", "team-a")
     api = StatusPatches(world.book)
     leading = [False]
-    writer = QueueStatusWriter(
-        world.book, world.arbiter.holders, api, ThreadPoolExecutor(1), lambda: leading[0]
-    )
+    writer = QueueStatusWriter(world.book, world.arbiter.holders, api, lambda: leading[0])
     await writer.tick()
     assert api.patches == []
     leading[0] = True

@@ -94,7 +94,7 @@ class ScriptedApi:
                 raise step
             else:
                 assert isinstance(step, bytes)
-                on_line(step)  # what it raises ends the watch, as in app/kube/aio.py
+                on_line(step)  # what it raises ends the watch, as in app/kube/http.py
             await asyncio.sleep(0)
 
 

@@ -11,11 +11,9 @@ from pytest import MonkeyPatch
 from app.config import Settings
 from app.core.groups import GROUP_APIS, SOURCE_NATIVE, SOURCE_VOLCANO, SOURCE_XK8S
 from app.core.state import ClusterState
-from app.kube.aio import AsyncApiClient
-from app.kube.client import ThreadedRequests
 from app.runtime.gate import PermitGate
 from app.runtime.watches import reflector_kind
-from app.server import build_apps, verb_requests
+from app.server import build_apps
 from app.web.verbs_asgi import VerbRouter
 
 
@@ -29,7 +27,7 @@ def paths(app: FastAPI) -> set[str]:
 
 
 def test_one_port_serves_everything() -> None:
-    apps = build_apps(Settings(), k8s.ApiClient(k8s.Configuration()))
+    apps = build_apps(Settings(), k8s.Configuration())
     assert apps.ops is None
     assert {"/scheduler/filter", "/scheduler/bind", "/metrics", "/debug/gangs", "/readyz"} <= (
         paths(apps.main)
@@ -37,7 +35,7 @@ def test_one_port_serves_everything() -> None:
 
 
 async def test_ops_port_gets_operations_and_no_verbs() -> None:
-    apps = build_apps(Settings(ops_port=9090), k8s.ApiClient(k8s.Configuration()))
+    apps = build_apps(Settings(ops_port=9090), k8s.Configuration())
     assert apps.ops is not None
     assert "/scheduler/bind" not in paths(apps.ops)
     assert {"/metrics", "/debug/gangs", "/healthz", "/readyz"} <= paths(apps.ops)
@@ -68,7 +66,7 @@ def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPa
     monkeypatch.setattr(ClusterState, "add_pod_listener", record("pod"))
     monkeypatch.setattr(ClusterState, "add_node_listener", record("node"))
     monkeypatch.setattr(PermitGate, "add_settle_listener", record("settle"))
-    build_apps(Settings(gang_feasibility=True), k8s.ApiClient(k8s.Configuration()))
+    build_apps(Settings(gang_feasibility=True), k8s.Configuration())
     assert heard == [
         "pod:SiblingWaker",
         "pod:PodGroupStatus",
@@ -80,14 +78,3 @@ def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPa
         "pod:PreemptionPlans",
         "node:PreemptionPlans",
     ]
-
-
-async def test_the_verbs_requests_use_threads_only_behind_a_proxy() -> None:
-    direct = k8s.Configuration(host="https://10.0.0.1:6443")
-    direct.proxy = None
-    assert isinstance(verb_requests(k8s.ApiClient(direct), 32), AsyncApiClient)
-    proxied = k8s.Configuration(host="https://10.0.0.1:6443")
-    proxied.proxy, proxied.no_proxy = "http://proxy.example:3128", ""
-    requests = verb_requests(k8s.ApiClient(proxied), 32)
-    assert isinstance(requests, ThreadedRequests)
-    await requests.close()

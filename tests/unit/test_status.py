@@ -1,9 +1,5 @@
 import asyncio
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-import pytest
 
 from app.core.groups import SOURCE_NATIVE, SOURCE_VOLCANO, VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS
 from app.core.observer import MemberRef
@@ -242,13 +238,13 @@ class MemoryStatusApi:
         self.patches: list[dict[str, Any]] = []
         self.conflicts = 0
 
-    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.reads += 1
         return (
             None if self.obj is None else {**self.obj, "status": dict(self.obj.get("status") or {})}
         )
 
-    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+    async def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         assert self.obj is not None
         if self.conflicts:
             self.conflicts -= 1
@@ -261,10 +257,10 @@ class MemoryStatusApi:
         )
 
 
-def test_write_status_rereads_and_retries_on_conflict() -> None:
+async def test_write_status_rereads_and_retries_on_conflict() -> None:
     api = MemoryStatusApi(podgroup_object())
     api.conflicts = 1
-    assert write_status(api, "default", "g", "pg-g", GroupStatus(PRE_SCHEDULING)) == (
+    assert await write_status(api, "default", "g", "pg-g", GroupStatus(PRE_SCHEDULING)) == (
         WRITTEN,
         GroupStatus(PRE_SCHEDULING),
     )
@@ -272,34 +268,39 @@ def test_write_status_rereads_and_retries_on_conflict() -> None:
     assert api.obj is not None and api.obj["status"]["phase"] == PRE_SCHEDULING
 
 
-def test_write_status_gives_up_after_repeated_conflicts() -> None:
+async def test_write_status_gives_up_after_repeated_conflicts() -> None:
     api = MemoryStatusApi(podgroup_object())
     api.conflicts = 5
-    assert write_status(api, "default", "g", "pg-g", GroupStatus(PRE_SCHEDULING)) == (
+    assert await write_status(api, "default", "g", "pg-g", GroupStatus(PRE_SCHEDULING)) == (
         CONFLICT,
         None,
     )
 
 
-def test_write_status_skips_deleted_or_recreated_objects_and_equal_status() -> None:
+async def test_write_status_skips_deleted_or_recreated_objects_and_equal_status() -> None:
     pending = GroupStatus(PENDING)
-    assert write_status(MemoryStatusApi(None), "default", "g", "pg-g", pending) == (GONE, None)
+    assert await write_status(MemoryStatusApi(None), "default", "g", "pg-g", pending) == (
+        GONE,
+        None,
+    )
     recreated = MemoryStatusApi(podgroup_object())
-    assert write_status(recreated, "default", "g", "other-uid", pending) == (GONE, None)
+    assert await write_status(recreated, "default", "g", "other-uid", pending) == (GONE, None)
     api = MemoryStatusApi(podgroup_object(shown(pending)))
-    assert write_status(api, "default", "g", "pg-g", pending) == (UNCHANGED, pending)
+    assert await write_status(api, "default", "g", "pg-g", pending) == (UNCHANGED, pending)
     assert api.patches == []
 
 
-def test_write_status_keeps_a_finished_outcome_when_no_member_is_left() -> None:
+async def test_write_status_keeps_a_finished_outcome_when_no_member_is_left() -> None:
     # The object shows no bound count (upstream has none): 0 scheduled.
     finished = GroupStatus(FINISHED, 0, 0, 3, 0, "2026-01-01T00:00:00Z")
     api = MemoryStatusApi(podgroup_object(shown(finished)))
-    result = write_status(api, "default", "g", "pg-g", GroupStatus(PENDING), keep_terminal=True)
+    result = await write_status(
+        api, "default", "g", "pg-g", GroupStatus(PENDING), keep_terminal=True
+    )
     assert result == (KEPT, finished)
     assert api.patches == []
     # With members that could run (a new round), the object follows them.
-    assert write_status(api, "default", "g", "pg-g", GroupStatus(PENDING))[0] == WRITTEN
+    assert (await write_status(api, "default", "g", "pg-g", GroupStatus(PENDING)))[0] == WRITTEN
 
 
 def test_a_terminal_phase_is_kept_until_new_members_arrive() -> None:
@@ -318,15 +319,8 @@ def test_a_terminal_phase_is_kept_until_new_members_arrive() -> None:
 # ---- PodGroupStatus: batching and the metric ----------------------------------------------
 
 
-@pytest.fixture
-def executor() -> Iterator[ThreadPoolExecutor]:
-    pool = ThreadPoolExecutor(max_workers=2)
-    yield pool
-    pool.shutdown(wait=True)
-
-
 def setup(
-    executor: ThreadPoolExecutor, min_member: int = 3
+    min_member: int = 3,
 ) -> tuple[ClusterState, MemoryStatusApi, PodGroupStatus, Clock, Metrics]:
     state = ClusterState()
     state.replace_nodes([node("n1"), node("n2")])
@@ -334,7 +328,7 @@ def setup(
     api = MemoryStatusApi(podgroup_object())
     clock = Clock()
     metrics = Metrics()
-    writer = PodGroupStatus(state, api, executor, metrics, clock=clock, min_interval_seconds=1.0)
+    writer = PodGroupStatus(state, api, metrics, clock=clock, min_interval_seconds=1.0)
     state.add_pod_listener(writer.on_pod_change)
     return state, api, writer, clock, metrics
 
@@ -350,8 +344,8 @@ def phase_gauge(metrics: Metrics, phase: str) -> float:
     return metrics.registry.get_sample_value("gang_extender_podgroups", {"phase": phase}) or 0.0
 
 
-async def test_a_new_podgroup_gets_pending_written_once(executor: ThreadPoolExecutor) -> None:
-    _, api, writer, clock, metrics = setup(executor)
+async def test_a_new_podgroup_gets_pending_written_once() -> None:
+    _, api, writer, clock, metrics = setup()
     await settle(writer)
     assert api.obj is not None and api.obj["status"]["phase"] == PENDING
     assert len(api.patches) == 1
@@ -364,10 +358,8 @@ async def test_a_new_podgroup_gets_pending_written_once(executor: ThreadPoolExec
     )
 
 
-async def test_a_burst_of_pod_changes_costs_one_write_per_interval(
-    executor: ThreadPoolExecutor,
-) -> None:
-    state, api, writer, clock, _ = setup(executor, min_member=100)
+async def test_a_burst_of_pod_changes_costs_one_write_per_interval() -> None:
+    state, api, writer, clock, _ = setup(min_member=100)
     await settle(writer)
     for i in range(100):
         state.apply_pod(pod(f"p{i}", group="g", node="n1", phase="Running"))
@@ -380,8 +372,8 @@ async def test_a_burst_of_pod_changes_costs_one_write_per_interval(
     assert api.obj["status"]["phase"] == RUNNING
 
 
-async def test_a_change_within_the_interval_waits_for_it(executor: ThreadPoolExecutor) -> None:
-    state, api, writer, clock, _ = setup(executor, min_member=1)
+async def test_a_change_within_the_interval_waits_for_it() -> None:
+    state, api, writer, clock, _ = setup(min_member=1)
     await settle(writer)
     state.apply_pod(pod("a", group="g", node="n1", phase="Running"))
     clock.now += 0.5
@@ -392,10 +384,8 @@ async def test_a_change_within_the_interval_waits_for_it(executor: ThreadPoolExe
     assert [p["status"]["phase"] for p in api.patches] == [PENDING, RUNNING]
 
 
-async def test_waiting_in_the_gate_sets_scheduling_and_the_start_time(
-    executor: ThreadPoolExecutor,
-) -> None:
-    state, api, writer, _, _ = setup(executor)
+async def test_waiting_in_the_gate_sets_scheduling_and_the_start_time() -> None:
+    state, api, writer, _, _ = setup()
     for name in "abc":
         state.apply_pod(pod(name, group="g"))
     state.reserve("default/a", "n1")
@@ -407,8 +397,8 @@ async def test_waiting_in_the_gate_sets_scheduling_and_the_start_time(
     assert writer.groups["default/g"].status.phase == PRE_SCHEDULING
 
 
-async def test_label_only_groups_are_kept_in_memory_only(executor: ThreadPoolExecutor) -> None:
-    state, api, writer, _, metrics = setup(executor)
+async def test_label_only_groups_are_kept_in_memory_only() -> None:
+    state, api, writer, _, metrics = setup()
     state.apply_pod(pod("x", light=("light", "2"), node="n1", phase="Running"))
     state.apply_pod(pod("y", light=("light", "2"), node="n2", phase="Running"))
     await settle(writer)
@@ -418,8 +408,8 @@ async def test_label_only_groups_are_kept_in_memory_only(executor: ThreadPoolExe
     assert phase_gauge(metrics, RUNNING) == 1 and phase_gauge(metrics, PENDING) == 1
 
 
-async def test_a_deleted_podgroup_is_forgotten(executor: ThreadPoolExecutor) -> None:
-    state, _, writer, clock, metrics = setup(executor)
+async def test_a_deleted_podgroup_is_forgotten() -> None:
+    state, _, writer, clock, metrics = setup()
     await settle(writer)
     state.delete_podgroup("default", "g")
     clock.now += 60
@@ -428,8 +418,8 @@ async def test_a_deleted_podgroup_is_forgotten(executor: ThreadPoolExecutor) -> 
     assert phase_gauge(metrics, PENDING) == 0
 
 
-async def test_a_failed_write_is_retried(executor: ThreadPoolExecutor) -> None:
-    _, api, writer, clock, metrics = setup(executor)
+async def test_a_failed_write_is_retried() -> None:
+    _, api, writer, clock, metrics = setup()
     api.conflicts = 3
     await settle(writer)
     assert api.patches == []
@@ -444,8 +434,8 @@ async def test_a_failed_write_is_retried(executor: ThreadPoolExecutor) -> None:
     assert len(api.patches) == 1
 
 
-async def test_cleaning_up_a_finished_gang_keeps_it_finished(executor: ThreadPoolExecutor) -> None:
-    state, api, writer, clock, _ = setup(executor, min_member=2)
+async def test_cleaning_up_a_finished_gang_keeps_it_finished() -> None:
+    state, api, writer, clock, _ = setup(min_member=2)
     for name in "ab":
         state.apply_pod(pod(name, group="g", node="n1", phase="Succeeded"))
     await settle(writer)
@@ -458,10 +448,8 @@ async def test_cleaning_up_a_finished_gang_keeps_it_finished(executor: ThreadPoo
     assert writer.groups["default/g"].status.phase == FINISHED
 
 
-async def test_a_restarted_writer_learns_the_outcome_from_the_object(
-    executor: ThreadPoolExecutor,
-) -> None:
-    _, api, writer, clock, metrics = setup(executor)
+async def test_a_restarted_writer_learns_the_outcome_from_the_object() -> None:
+    _, api, writer, clock, metrics = setup()
     finished = GroupStatus(FINISHED, 0, 0, 3, 0, "2026-01-01T00:00:00Z")
     api.obj = podgroup_object(shown(finished))
     await settle(writer)
@@ -473,13 +461,13 @@ async def test_a_restarted_writer_learns_the_outcome_from_the_object(
     assert phase_gauge(metrics, FINISHED) == 1
 
 
-async def test_a_standby_writes_nothing_until_it_leads(executor: ThreadPoolExecutor) -> None:
+async def test_a_standby_writes_nothing_until_it_leads() -> None:
     state = ClusterState()
     state.apply_podgroup(podgroup("g", 2))
     api = MemoryStatusApi(podgroup_object())
     leading = False
     clock = Clock()
-    writer = PodGroupStatus(state, api, executor, Metrics(), clock=clock, is_leader=lambda: leading)
+    writer = PodGroupStatus(state, api, Metrics(), clock=clock, is_leader=lambda: leading)
     state.add_pod_listener(writer.on_pod_change)
     for name in "ab":
         state.apply_pod(pod(name, group="g", node="n1", phase="Running"))
@@ -493,9 +481,7 @@ async def test_a_standby_writes_nothing_until_it_leads(executor: ThreadPoolExecu
     assert api.obj is not None and api.obj["status"]["phase"] == RUNNING
 
 
-async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
-    executor: ThreadPoolExecutor,
-) -> None:
+async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all() -> None:
     state = ClusterState()
     volcano = {
         "apiVersion": VOLCANO_API.api_version,
@@ -514,7 +500,6 @@ async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all(
     writer = PodGroupStatus(
         state,
         MemoryStatusApi(None),
-        executor,
         Metrics(),
         clock=Clock(),
         apis={SOURCE_VOLCANO: volcano_api},

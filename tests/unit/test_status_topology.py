@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -54,22 +52,13 @@ def test_a_scheduled_gang_shows_its_domain_next_to_scheduled(shape: Any) -> None
     assert "TopologyPlaced" not in plain
 
 
-@pytest.fixture
-def executor() -> Iterator[ThreadPoolExecutor]:
-    pool = ThreadPoolExecutor(max_workers=2)
-    yield pool
-    pool.shutdown(wait=True)
-
-
 def rack_node(name: str, rack: str) -> dict[str, Any]:
     raw = node(name)
     raw["metadata"]["labels"].update({RACK: rack, ZONE: "z0"})
     return raw
 
 
-async def test_the_reconciler_writes_the_rack_the_bound_members_share(
-    executor: ThreadPoolExecutor,
-) -> None:
+async def test_the_reconciler_writes_the_rack_the_bound_members_share() -> None:
     state = ClusterState()
     state.replace_nodes([rack_node("a1", "r1"), rack_node("a2", "r1"), rack_node("b1", "r2")])
     group = podgroup("g", 2)
@@ -77,9 +66,7 @@ async def test_the_reconciler_writes_the_rack_the_bound_members_share(
     state.apply_podgroup(group)
     api = MemoryStatusApi(podgroup_object())
     clock = Clock()
-    writer = PodGroupStatus(
-        state, api, executor, Metrics(), clock=clock, levels=(HOSTNAME, RACK, ZONE)
-    )
+    writer = PodGroupStatus(state, api, Metrics(), clock=clock, levels=(HOSTNAME, RACK, ZONE))
     state.add_pod_listener(writer.on_pod_change)
     state.apply_pod(pod("p0", group="g", node="a1", phase="Running"))
     await settle(writer)

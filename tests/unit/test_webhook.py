@@ -39,19 +39,19 @@ class FakeWebhookApi:
         self.secret_error: Exception | None = None
         self.writes = 0
 
-    def register_ca(self, configuration: str, ca_pem: str) -> bool:
+    async def register_ca(self, configuration: str, ca_pem: str) -> bool:
         if not self.configuration_exists:
             raise NotFound(f"{configuration} not found")
         changed = self.ca_bundle != ca_pem
         self.ca_bundle = ca_pem
         return changed
 
-    def read_secret(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
+    async def read_secret(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
         if self.secret_error is not None:
             raise self.secret_error
         return self.secrets.get((namespace, name))
 
-    def write_secret(
+    async def write_secret(
         self, namespace: str, name: str, data: dict[str, str], resource_version: str | None
     ) -> None:
         current = self.secrets.get((namespace, name))
@@ -79,6 +79,19 @@ def certs_for(api: FakeWebhookApi, clock: list[datetime.datetime], secret: bool)
     )
 
 
+def file_text(path: str) -> str:
+    with open(path) as handle:
+        return handle.read()
+
+
+def exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def mode(path: str) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
 def served_ca(handle: WebhookCerts) -> str:
     """The CA that signed the certificate the files hold now (checked through a TLS context)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -88,84 +101,82 @@ def served_ca(handle: WebhookCerts) -> str:
     return x509.load_pem_x509_certificate(text.encode()).issuer.rfc4514_string()
 
 
-def test_replicas_share_one_ca_through_the_secret_and_register_it() -> None:
+async def test_replicas_share_one_ca_through_the_secret_and_register_it() -> None:
     api, clock = FakeWebhookApi(), [NOW]
     first, second = certs_for(api, clock, True), certs_for(api, clock, True)
-    assert first.refresh() is True
-    assert second.refresh() is True
+    assert await first.refresh() is True
+    assert await second.refresh() is True
     assert api.writes == 1, "the second replica must read the first one's bundle"
     data, _version = api.secrets[("ns", "webhook-cert")]
     assert api.ca_bundle == data["ca.crt"]
     assert served_ca(first) == served_ca(second)
     # Nothing changes on the next turn.
-    assert first.refresh() is False and second.refresh() is False
+    assert await first.refresh() is False and await second.refresh() is False
     assert api.writes == 1
 
 
-def test_a_conflicting_writer_is_read_not_overwritten() -> None:
+async def test_a_conflicting_writer_is_read_not_overwritten() -> None:
     api, clock = FakeWebhookApi(), [NOW]
     api.conflicts = 1
     handle = certs_for(api, clock, True)
-    assert handle.refresh() is True
+    assert await handle.refresh() is True
     assert api.writes == 1
 
 
-def test_renewal_keeps_the_ca_and_reloads_the_served_certificate() -> None:
+async def test_renewal_keeps_the_ca_and_reloads_the_served_certificate() -> None:
     api, clock = FakeWebhookApi(), [NOW]
     handle = certs_for(api, clock, True)
-    handle.refresh()
+    await handle.refresh()
     ca_before = api.ca_bundle
-    with open(handle.cert_file) as cert:
-        before = cert.read()
+    before = file_text(handle.cert_file)
     clock[0] = NOW + datetime.timedelta(days=certs.SERVING_DAYS * 2 / 3 + 1)
-    assert handle.refresh() is True
-    with open(handle.cert_file) as cert:
-        after = cert.read()
+    assert await handle.refresh() is True
+    after = file_text(handle.cert_file)
     assert after != before
     assert api.ca_bundle == ca_before
     assert api.writes == 2  # the renewed bundle went into the Secret for the other replicas
 
 
-def test_without_a_secret_the_bundle_is_our_own_and_still_registered() -> None:
+async def test_without_a_secret_the_bundle_is_our_own_and_still_registered() -> None:
     api, clock = FakeWebhookApi(), [NOW]
     handle = certs_for(api, clock, False)
-    assert handle.refresh() is True
+    assert await handle.refresh() is True
     assert api.secrets == {}
     assert api.ca_bundle is not None and "BEGIN CERTIFICATE" in api.ca_bundle
 
 
-def test_a_blanked_ca_bundle_is_written_again_on_the_next_turn() -> None:
+async def test_a_blanked_ca_bundle_is_written_again_on_the_next_turn() -> None:
     api, clock = FakeWebhookApi(), [NOW]
     handle = certs_for(api, clock, False)
-    handle.refresh()
+    await handle.refresh()
     registered = api.ca_bundle
     api.ca_bundle = None  # e.g. `helm upgrade` re-applied the configuration without it
-    handle.refresh()
+    await handle.refresh()
     assert api.ca_bundle == registered
 
 
-def test_an_unreadable_secret_serves_a_stand_in_that_is_not_registered() -> None:
+async def test_an_unreadable_secret_serves_a_stand_in_that_is_not_registered() -> None:
     api, clock = FakeWebhookApi(), [NOW]
     api.secret_error = Forbidden("secrets is forbidden")
     handle = certs_for(api, clock, True)
-    assert handle.refresh() is True  # something to serve: the verbs do not wait for this
+    assert await handle.refresh() is True  # something to serve: the verbs do not wait for this
     assert api.ca_bundle is None
     api.secret_error = None
-    assert handle.refresh() is True
+    assert await handle.refresh() is True
     assert api.ca_bundle == api.secrets[("ns", "webhook-cert")][0]["ca.crt"]
 
 
-def test_a_missing_configuration_is_not_fatal() -> None:
+async def test_a_missing_configuration_is_not_fatal() -> None:
     api, clock = FakeWebhookApi(), [NOW]
     api.configuration_exists = False
     handle = certs_for(api, clock, False)
-    assert handle.refresh() is True
+    assert await handle.refresh() is True
     api.configuration_exists = True
-    handle.refresh()
+    await handle.refresh()
     assert api.ca_bundle is not None
 
 
-def test_operator_files_are_reloaded_when_they_change(tmp_path: Any) -> None:
+async def test_operator_files_are_reloaded_when_they_change(tmp_path: Any) -> None:
     bundle = certs.new_bundle(HOSTS, NOW)
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_text(bundle.cert)
@@ -174,12 +185,12 @@ def test_operator_files_are_reloaded_when_they_change(tmp_path: Any) -> None:
         cert_file=str(cert), key_file=str(key), hosts=HOSTS, api=None, configuration=None,
         secret=None,
     )  # fmt: skip
-    assert handle.refresh() is False
+    assert await handle.refresh() is False
     renewed = certs.renewed(bundle, [*HOSTS, "localhost"], NOW)
     cert.write_text(renewed.cert)
     key.write_text(renewed.key)
     os.utime(cert, (1, 1))
-    assert handle.refresh() is True
+    assert await handle.refresh() is True
 
 
 @pytest.fixture
@@ -213,10 +224,10 @@ async def test_the_app_answers_a_review_with_a_patch(client: httpx.AsyncClient) 
     assert health.status_code == 200
 
 
-def test_close_removes_the_self_made_key() -> None:
+async def test_close_removes_the_self_made_key() -> None:
     handle = certs_for(FakeWebhookApi(), [NOW], False)
-    handle.refresh()
-    assert os.path.exists(handle.key_file)
-    assert oct(os.stat(os.path.dirname(handle.key_file)).st_mode & 0o777) == "0o700"
+    await handle.refresh()
+    assert exists(handle.key_file)
+    assert oct(mode(os.path.dirname(handle.key_file))) == "0o700"
     handle.close()
-    assert not os.path.exists(os.path.dirname(handle.key_file))
+    assert not exists(os.path.dirname(handle.key_file))

@@ -1,4 +1,4 @@
-"""app/kube/aio.py against a real HTTP server started in the test (plain asyncio, and TLS).
+"""app/kube/http.py against a real HTTP server started in the test (plain asyncio, TLS, a proxy).
 
 The server reads each request whole and answers with the bytes the test's
 handler returns (None: close the connection without a byte), so every
@@ -11,7 +11,6 @@ import asyncio
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -20,9 +19,9 @@ import orjson
 import pytest
 from kubernetes import client as k8s
 
-from app.kube.aio import AsyncApiClient, uses_proxy
-from app.kube.client import ThreadedRequests
+from app import __version__
 from app.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
+from app.kube.http import AsyncApiClient, uses_proxy
 from app.kube.pods import PodApi
 from tests.tlscerts import make_ca, make_leaf
 
@@ -50,6 +49,7 @@ class Server:
     handler: Handler
     requests: list[Request] = field(default_factory=list)
     connections: int = 0
+    hung_up: int = 0  # connections the client closed or lost
     peer_names: list[str] = field(default_factory=list)
     port: int = 0
 
@@ -79,7 +79,7 @@ class Server:
                 if isinstance(answer, Cut):
                     break
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            pass
+            self.hung_up += 1
         finally:
             writer.close()
 
@@ -126,11 +126,19 @@ async def start() -> AsyncIterator[Start]:
         listener.close()
 
 
-def client_for(host: str, **settings: object) -> k8s.ApiClient:
+def client_for(host: str, **settings: object) -> k8s.Configuration:
     configuration = k8s.Configuration(host=host)
     for name, value in settings.items():
         setattr(configuration, name, value)
-    return k8s.ApiClient(configuration)
+    return configuration
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
 
 
 async def test_sequential_requests_share_one_keep_alive_connection(start: Start) -> None:
@@ -140,27 +148,31 @@ async def test_sequential_requests_share_one_keep_alive_connection(start: Start)
         data = await api.request("POST", f"/x/{n}", {"n": n})
         assert orjson.loads(data) == {"path": f"/x/{n}", "n": len(b'{"n":0}')}
     assert server.connections == 1
-    assert api.idle_connections == 1
     first = server.requests[0]
     assert first.headers["content-type"] == "application/json"
     assert first.headers["host"] == f"127.0.0.1:{server.port}"
     assert orjson.loads(first.body) == {"n": 0}
+    assert server.hung_up == 0  # kept alive
     await api.close()
-    assert api.idle_connections == 0
+    await until(lambda: server.hung_up == 1)  # closed with the client
+    with pytest.raises(Transient, match="the client is closed"):
+        await api.request("GET", "/")
 
 
-async def test_concurrent_requests_open_connections_and_keep_at_most_max_idle(start: Start) -> None:
+async def test_concurrent_requests_open_connections_and_keep_them_for_the_next(
+    start: Start,
+) -> None:
     async def slow(request: Request) -> bytes:
         await asyncio.sleep(0.05)
         return answer(200)
 
     server = await start(slow)
-    api = AsyncApiClient(client_for(f"http://127.0.0.1:{server.port}"), max_idle=3)
+    api = AsyncApiClient(client_for(f"http://127.0.0.1:{server.port}"), max_in_flight=6)
     await asyncio.gather(*(api.request("GET", "/") for _ in range(6)))
     assert server.connections == 6
-    assert api.idle_connections == 3
     await asyncio.gather(*(api.request("GET", "/") for _ in range(3)))
-    assert server.connections == 6  # the three idle ones were reused
+    assert server.connections == 6  # three of the idle ones were reused
+    assert server.hung_up == 0
     await api.close()
 
 
@@ -213,7 +225,8 @@ async def test_a_body_that_ends_with_the_connection(start: Start) -> None:
     port = listener.sockets[0].getsockname()[1]
     api = AsyncApiClient(client_for(f"http://127.0.0.1:{port}"))
     assert await api.request("GET", "/") == b'{"eof":true}'
-    assert api.idle_connections == 0
+    assert await api.request("GET", "/") == b'{"eof":true}'  # on a new connection
+    await api.close()
     listener.close()
 
 
@@ -344,7 +357,6 @@ async def test_timeout_is_transient_and_the_connection_is_closed(start: Start) -
     api = AsyncApiClient(client_for(f"http://127.0.0.1:{server.port}"))
     with pytest.raises(Transient, match=r"did not answer GET in 0.2s"):
         await api.request("GET", "/", timeout_seconds=0.2)
-    assert api.idle_connections == 0
     # The next request does not read the late answer: it has a connection of its own.
     assert await api.request("GET", "/") == b'{"late":false}'
     assert server.connections == 2
@@ -358,18 +370,19 @@ async def test_auth_headers_are_computed_for_every_request(start: Start) -> None
     def rotate(configuration: k8s.Configuration) -> None:
         configuration.api_key["authorization"] = next(tokens)
 
-    client = client_for(
+    configuration = client_for(
         f"http://127.0.0.1:{server.port}",
         api_key={"authorization": "zero"},
         api_key_prefix={"authorization": "Bearer"},
         refresh_api_key_hook=rotate,
     )
-    client.default_headers["X-Test"] = "yes"
-    api = AsyncApiClient(client)
+    api = AsyncApiClient(configuration)
     await api.request("GET", "/")
     await api.request("GET", "/")
     assert [r.headers["authorization"] for r in server.requests] == ["Bearer one", "Bearer two"]
-    assert server.requests[0].headers["x-test"] == "yes"
+    assert server.requests[0].headers["user-agent"] == f"gang-extender/{__version__}"
+    # Uncompressed answers: the API server spends no CPU compressing, we none inflating.
+    assert "accept-encoding" not in server.requests[0].headers
     await api.close()
 
 
@@ -379,17 +392,6 @@ async def test_a_path_prefix_in_the_host_is_kept(start: Start) -> None:
     await api.request("GET", "/api/v1/pods")
     assert server.requests[0].path == "/k8s/clusters/c-1/api/v1/pods"
     await api.close()
-
-
-def test_a_proxy_is_refused() -> None:
-    configuration = k8s.Configuration(host="https://10.0.0.1")
-    configuration.proxy = "http://proxy.example:3128"
-    configuration.no_proxy = ""
-    assert uses_proxy(configuration)
-    with pytest.raises(ValueError, match="proxy"):
-        AsyncApiClient(k8s.ApiClient(configuration))
-    configuration.no_proxy = "10.0.0.0/8"
-    assert not uses_proxy(configuration)
 
 
 @pytest.fixture(scope="module")
@@ -500,21 +502,83 @@ async def test_pod_api_binds_reads_and_treats_absent_pods_as_nothing_to_do(start
 
 
 async def test_no_usable_address_is_transient_at_the_first_request() -> None:
-    api = AsyncApiClient(k8s.ApiClient(k8s.Configuration(host="")))  # built without a cluster
+    api = AsyncApiClient(k8s.Configuration(host=""))  # built without a cluster
     with pytest.raises(Transient, match=r"API server '': the address is not http\(s\)://HOST"):
         await api.request("GET", "/")
 
 
-async def test_the_threaded_fallback_answers_and_fails_alike(start: Start) -> None:
-    async def api_server(request: Request) -> bytes:
-        if request.path == "/gone":
-            return answer(404, status_body(404, 'pods "gone" not found'))
-        return answer(200, request.body)
+class ConnectProxy:
+    """An HTTP CONNECT proxy: counts the tunnels it opened and pipes their bytes."""
 
-    server = await start(api_server)
-    client = client_for(f"http://127.0.0.1:{server.port}")
-    with ThreadPoolExecutor(max_workers=1) as executor:
-        threaded = ThreadedRequests(client, executor)
-        assert await threaded.request("POST", "/", {"n": 1}) == b'{"n":1}'
-        with pytest.raises(NotFound, match='answered 404: pods "gone" not found'):
-            await threaded.request("GET", "/gone")
+    def __init__(self) -> None:
+        self.tunnels: list[str] = []
+        self.port = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        method, target, _version = head.split(b"\r\n", 1)[0].decode().split(" ")
+        if method != "CONNECT":
+            writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+            writer.close()
+            return
+        host, _, port = target.rpartition(":")
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        self.tunnels.append(target)
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except ConnectionError:
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_requests_and_watches_go_through_the_configured_proxy(
+    start: Start, pki: Path
+) -> None:
+    async def api_server(request: Request) -> bytes:
+        if "watch=true" in request.path:
+            return Cut(chunked(b'{"type":"ADDED","n":1}\n'))
+        return answer(200, b'{"ok":true}')
+
+    server = await start(api_server, tls=server_tls(pki, client_ca=False))
+    proxy = ConnectProxy()
+    listener = await asyncio.start_server(proxy.serve, "127.0.0.1", 0)
+    proxy.port = listener.sockets[0].getsockname()[1]
+    configuration = client_for(
+        f"https://127.0.0.1:{server.port}",
+        ssl_ca_cert=str(pki / "ca.crt"),
+        proxy=f"http://127.0.0.1:{proxy.port}",
+        no_proxy="",
+    )
+    assert uses_proxy(configuration)
+    api = AsyncApiClient(configuration)
+    assert await api.request("GET", "/a") == b'{"ok":true}'
+    assert await api.request("POST", "/b", {"n": 1}) == b'{"ok":true}'
+    lines: list[bytes] = []
+    await api.watch("/c?watch=true", lines.append, timeout_seconds=5)
+    assert lines == [b'{"type":"ADDED","n":1}']
+    # Every connection the API server saw came through a tunnel (kept alive between calls).
+    assert set(proxy.tunnels) == {f"127.0.0.1:{server.port}"}
+    assert len(proxy.tunnels) == server.connections
+    await api.close()
+    listener.close()
+
+
+async def test_no_proxy_bypasses_the_proxy_and_socks_is_refused(start: Start) -> None:
+    server = await start()
+    host = f"http://127.0.0.1:{server.port}"
+    bypassed = client_for(host, proxy="http://127.0.0.1:1", no_proxy="127.0.0.0/8")
+    assert not uses_proxy(bypassed)
+    api = AsyncApiClient(bypassed)
+    await api.request("GET", "/")
+    await api.close()
+    socks = AsyncApiClient(client_for(host, proxy="socks5://127.0.0.1:1080", no_proxy=""))
+    with pytest.raises(Transient, match=r"only http\(s\) proxies are supported"):
+        await socks.request("GET", "/")
