@@ -34,6 +34,13 @@ class EventWriter(Protocol):
         """Merge-patch an Event; raise NotFound when it no longer exists."""
 
 
+def default_aggregator() -> EventAggregator:
+    """client-go's EventCorrelator limits, so our Events read like the rest of the cluster's:
+    an identical Event within 10 minutes is a count on the first; each object and reason
+    may record 25 occurrences at once, then one every 5 minutes."""
+    return EventAggregator(window_seconds=600.0, burst=25, refill_seconds=300.0, cache_size=4096)
+
+
 class EventRecorder:
     def __init__(
         self,
@@ -41,21 +48,14 @@ class EventRecorder:
         metrics: Metrics,
         *,
         clock: Clock = wall,
-        window_seconds: float = 600.0,
-        burst: int = 25,
-        refill_seconds: float = 300.0,
-        cache_size: int = 4096,
+        aggregator: EventAggregator | None = None,
     ) -> None:
+        """aggregator: which Event an occurrence becomes (default_aggregator() if None)."""
         self._writer = writer
         self._metrics = metrics
         self._clock = clock
         self._sends = TaskSet()
-        self._aggregator = EventAggregator(
-            window_seconds=window_seconds,
-            burst=burst,
-            refill_seconds=refill_seconds,
-            cache_size=cache_size,
-        )
+        self._aggregator = aggregator if aggregator is not None else default_aggregator()
 
     def record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         """Queue an Event (or a count increment of an identical one); never blocks or raises."""
