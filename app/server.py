@@ -54,7 +54,7 @@ from app.runtime.wakeup import SiblingWaker
 from app.service import Clients, Cluster, Components, Leadership, Runtime, Service, Writers
 from app.web.extender import GangExtender
 from app.web.routes import create_app
-from app.web.webhook import WebhookApp, WebhookCerts
+from app.web.webhook import CertSettings, WebhookApp, WebhookCerts
 
 log = logging.getLogger(__name__)
 
@@ -238,12 +238,14 @@ def build_webhook(
     if settings.webhook_port is None:
         return None, None
     certs = WebhookCerts(
-        cert_file=settings.webhook_cert_file,
-        key_file=settings.webhook_key_file,
-        hosts=settings.webhook_hosts,
-        api=WebhookApi(requests),
-        configuration=settings.webhook_configuration,
-        secret=settings.webhook_cert_secret,
+        CertSettings(
+            cert_file=settings.webhook_cert_file,
+            key_file=settings.webhook_key_file,
+            hosts=settings.webhook_hosts,
+            configuration=settings.webhook_configuration,
+            secret=settings.webhook_cert_secret,
+        ),
+        WebhookApi(requests),
     )
     return WebhookApp(metrics, settings.webhook_scheduler_names), certs
 
