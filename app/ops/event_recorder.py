@@ -18,11 +18,10 @@ from app.core.clock import Clock, wall
 from app.core.events import EventAggregator, EventEntry, ObjectRef, event_body
 from app.kube.errors import NotFound
 from app.ops.metrics import Metrics
+from app.ops.writes import finish_writes
 from app.runtime.tasks import TaskSet
 
 log = logging.getLogger(__name__)
-
-_STOP_WAIT_SECONDS = 5.0
 
 
 class EventWriter(Protocol):
@@ -79,12 +78,7 @@ class EventRecorder:
         await self._sends.drain()
 
     async def stop(self) -> None:
-        """Let the writes under way finish, for a few seconds at most: an unreachable
-        API server must not hold shutdown up."""
-        try:
-            await asyncio.wait_for(self._sends.drain(), _STOP_WAIT_SECONDS)
-        except TimeoutError:
-            log.debug("events still being written at shutdown were dropped")
+        await finish_writes(self._sends, "events")
 
     async def _send(self, entry: EventEntry) -> None:
         while entry.sent_count != entry.count:

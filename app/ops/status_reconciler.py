@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.core.clock import Clock, wall
@@ -36,10 +36,10 @@ from app.core.timestamps import rfc3339
 from app.core.topology import DEFAULT_LEVELS
 from app.ops.metrics import Metrics
 from app.ops.status_write import CONFLICT, KEPT, WRITTEN, StatusApi, write_status
+from app.ops.writes import finish_writes
+from app.runtime.tasks import TaskSet
 
 log = logging.getLogger(__name__)
-
-_STOP_WAIT_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +106,7 @@ class PodGroupStatus(NullObserver):
         self._dirty: set[str] = set()
         self._next_resync = -math.inf
         self._task: asyncio.Task[None] | None = None
-        self._writes: set[asyncio.Task[tuple[str, GroupStatus | None]]] = set()
+        self._writes = TaskSet()
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -114,14 +114,12 @@ class PodGroupStatus(NullObserver):
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        """Stop ticking and let writes in flight finish, for a few seconds at most: an
-        unreachable API server must not hold shutdown up for the client's retries."""
+        """Stop ticking; let writes in flight finish (app/ops/writes.py)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._writes:
-            await asyncio.wait(list(self._writes), timeout=_STOP_WAIT_SECONDS)
+        await finish_writes(self._writes, "PodGroup statuses")
 
     async def _run(self) -> None:
         while True:
@@ -256,21 +254,32 @@ class PodGroupStatus(NullObserver):
             keep_terminal=keep_terminal,
             clock=self._clock,
         )
-        future = asyncio.get_running_loop().create_task(write)
-        self._writes.add(future)
-        future.add_done_callback(lambda f: self._written_back(key, record.uid, f))
+        self._writes.spawn(self._await_write(key, record.uid, write))
+
+    async def _await_write(
+        self, key: str, uid: str, write: Awaitable[tuple[str, GroupStatus | None]]
+    ) -> None:
+        """Run one write, then take its outcome in; the group's write is over either way."""
+        error: Exception | None = None
+        try:
+            outcome, shown = await write
+        except Exception as err:
+            error, outcome, shown = err, "failed", None
+        finally:
+            tracked = self._tracked.get(key)
+            if tracked is not None:
+                tracked.in_flight = False
+        self._written_back(key, uid, outcome, shown, error)
 
     def _written_back(
-        self, key: str, uid: str, future: asyncio.Task[tuple[str, GroupStatus | None]]
+        self,
+        key: str,
+        uid: str,
+        outcome: str,
+        shown: GroupStatus | None,
+        error: Exception | None,
     ) -> None:
-        self._writes.discard(future)
         tracked = self._tracked.get(key)
-        if tracked is not None:
-            tracked.in_flight = False
-        if future.cancelled():
-            return
-        error = future.exception()
-        outcome, shown = future.result() if error is None else ("failed", None)
         if outcome in ("failed", CONFLICT):
             self._metrics.status_writes.labels(outcome).inc()
             log.warning(
