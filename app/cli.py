@@ -72,13 +72,14 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     log.info("configuration: %s", json.dumps(describe(settings)))
     # The event loop answers kube-scheduler's filter and prioritize calls, one
-    # pod after the other; Event and PodGroup status writes run on threads
-    # (and, behind a proxy, the verbs' API calls and the watches' reading).
-    # After a socket call the loop waits for the GIL up to the switch interval
-    # (5 ms by default) whenever such a thread holds it, and that wait lands
-    # on every pod's scheduling. bench/e2e.py measured plain-pod throughput,
-    # when the watches still ran on threads, at 0.75 of kube-scheduler alone
-    # with 5 ms and 0.92 with 0.5 ms.
+    # pod after the other, and makes every API call itself (app/kube/http.py):
+    # no thread of ours competes with it. The short switch interval bounds what
+    # any other thread (a library's) can cost it: after a socket call the loop
+    # waits for the GIL up to the interval (5 ms by default) whenever such a
+    # thread holds it, and that wait lands on every pod's scheduling.
+    # bench/e2e.py, with API threads competing, measured plain-pod throughput
+    # at 0.75 of kube-scheduler alone with 5 ms and 0.92 with 0.5 ms
+    # (BENCHMARKS.md, "GIL hand-over").
     sys.setswitchinterval(_SWITCH_INTERVAL_SECONDS)
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(_run(settings, apps))

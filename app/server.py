@@ -20,7 +20,7 @@ from kubernetes import client as k8s
 from app.config import Settings
 from app.core.admission import Admission, WaitPolicy
 from app.core.events import GangEvents
-from app.core.groups import SOURCE_VOLCANO, VOLCANO_API
+from app.core.groups import SOURCE_VOLCANO, SOURCE_XK8S, VOLCANO_API
 from app.core.observer import Observers
 from app.core.scoring import ScoringPolicy
 from app.core.state import ClusterState
@@ -42,7 +42,7 @@ from app.ops.leader import (
 )
 from app.ops.metrics import Metrics
 from app.ops.queue_status import QueueStatusWriter
-from app.ops.status_reconciler import PodGroupStatus
+from app.ops.status_reconciler import PodGroupStatus, StatusSettings
 from app.runtime.arbiter import Arbiter
 from app.runtime.evictor import PreemptionFollower
 from app.runtime.gate import PartialBindPolicy, PermitGate
@@ -54,7 +54,7 @@ from app.runtime.wakeup import SiblingWaker
 from app.service import Clients, Cluster, Components, Leadership, Runtime, Service, Writers
 from app.web.extender import GangExtender
 from app.web.routes import create_app
-from app.web.webhook import WebhookApp, WebhookCerts
+from app.web.webhook import CertSettings, WebhookApp, WebhookCerts
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +88,13 @@ def build_writers(
     )
     status = PodGroupStatus(
         state,
-        KubeStatusApi(clients.requests),
+        {
+            SOURCE_XK8S: KubeStatusApi(clients.requests),
+            SOURCE_VOLCANO: KubeStatusApi(clients.requests, VOLCANO_API),
+        },
         metrics,
-        apis={SOURCE_VOLCANO: KubeStatusApi(clients.requests, VOLCANO_API)},
+        settings=StatusSettings(levels=settings.levels),
         is_leader=leader.is_leader,
-        levels=settings.levels,
     )
     return Writers(recorder, events, status, Observers(events, status))
 
@@ -236,12 +238,14 @@ def build_webhook(
     if settings.webhook_port is None:
         return None, None
     certs = WebhookCerts(
-        cert_file=settings.webhook_cert_file,
-        key_file=settings.webhook_key_file,
-        hosts=settings.webhook_hosts,
-        api=WebhookApi(requests),
-        configuration=settings.webhook_configuration,
-        secret=settings.webhook_cert_secret,
+        CertSettings(
+            cert_file=settings.webhook_cert_file,
+            key_file=settings.webhook_key_file,
+            hosts=settings.webhook_hosts,
+            configuration=settings.webhook_configuration,
+            secret=settings.webhook_cert_secret,
+        ),
+        WebhookApi(requests),
     )
     return WebhookApp(metrics, settings.webhook_scheduler_names), certs
 

@@ -18,10 +18,11 @@ Unknown), counts and conditions, written on the object (Volcano's CRD has
 no status subresource). Native PodGroups' status is kube-scheduler's
 (PodGroupInitiallyScheduled): we leave it alone.
 
-Three modules keep the status, one job each: this one (pure) computes the
-phase, renders each source's shape and the merge patch; the reconciler
-(app/ops/status_reconciler.py) decides which groups to write and when, and runs
-the writes on worker threads; app/kube/status.py is the API writer.
+Each module keeping the status has one job: this one (pure) computes the
+phase, renders each source's shape and the merge patch; app/core/group_views.py
+gathers a group's inputs from the cache; the reconciler
+(app/ops/status_reconciler.py) decides which groups to write and when, and
+app/ops/status_write.py writes one, through the API calls of app/kube/status.py.
 """
 
 from __future__ import annotations

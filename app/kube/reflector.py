@@ -33,10 +33,18 @@ from app.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-_PAGE_SIZE = 500
-_WATCH_TIMEOUT_SECONDS = 300
-_LIST_TIMEOUT_SECONDS = 60
-_MAX_BACKOFF_SECONDS = 30.0
+
+@dataclass(frozen=True, slots=True)
+class ReflectorSettings:
+    """How a reflector pages, times out and backs off: one place to tune a watch."""
+
+    # Objects per list page: large lists arrive in pieces the API server can serve.
+    page_size: int = 500
+    # The API server ends a watch after this long; the reflector then watches again.
+    watch_timeout_seconds: int = 300
+    list_timeout_seconds: float = 60
+    # The longest wait before retrying a failed list or watch (doubling from 0.5 s).
+    max_backoff_seconds: float = 30.0
 
 
 class ResourceExpired(Exception):
@@ -68,7 +76,13 @@ class ListWatch(Requests, Protocol):
 
 
 class Reflector:
-    """Lists and watches one collection (`path`, e.g. /api/v1/pods) into a Sink."""
+    """Lists and watches one collection (`path`, e.g. /api/v1/pods) into a Sink.
+
+    `settings` is read at each list and watch; set another on an instance
+    before start() (tests use small pages and short watches).
+    """
+
+    settings: ReflectorSettings = ReflectorSettings()
 
     def __init__(
         self,
@@ -79,8 +93,6 @@ class Reflector:
         metrics: Metrics,
         *,
         params: Mapping[str, str] | None = None,
-        watch_timeout_seconds: int = _WATCH_TIMEOUT_SECONDS,
-        page_size: int = _PAGE_SIZE,
     ) -> None:
         """params: query parameters of every list and watch (a fieldSelector, say)."""
         self.kind = kind
@@ -89,8 +101,6 @@ class Reflector:
         self._sink = sink
         self._api = api
         self._metrics = metrics
-        self._watch_timeout = watch_timeout_seconds
-        self._page_size = page_size
         self._task: asyncio.Task[None] | None = None
         self._watching: asyncio.Task[None] | None = None
         self._synced = False
@@ -158,7 +168,7 @@ class Reflector:
                     "%s watch failed, retrying in %.1fs: %s", self.kind, backoff, self._last_error
                 )
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
+                backoff = min(backoff * 2, self.settings.max_backoff_seconds)
 
     def _url(self, **params: str) -> str:
         return f"{self._path}?{urlencode({**self._params, **params})}"
@@ -167,12 +177,12 @@ class Reflector:
         items: list[Mapping[str, Any]] = []
         token = ""
         while True:
-            params = {"limit": str(self._page_size)}
+            params = {"limit": str(self.settings.page_size)}
             if token:
                 params["continue"] = token
             try:
                 body = await self._api.request(
-                    "GET", self._url(**params), timeout_seconds=_LIST_TIMEOUT_SECONDS
+                    "GET", self._url(**params), timeout_seconds=self.settings.list_timeout_seconds
                 )
             except Gone:
                 # The continue token expired: start the list over.
@@ -197,18 +207,20 @@ class Reflector:
         )
 
     async def _watch(self) -> None:
+        timeout = self.settings.watch_timeout_seconds
         path = self._url(
             watch="true",
             resourceVersion=self.resource_version,
             allowWatchBookmarks="true",
-            timeoutSeconds=str(self._watch_timeout),
+            timeoutSeconds=str(timeout),
         )
         self._watching = asyncio.get_running_loop().create_task(
             self._api.watch(
                 path,
                 self._on_line,
                 on_open=self._opened,
-                timeout_seconds=self._watch_timeout + 30,
+                # The server's own timeout ends the watch; ours only catches a silent peer.
+                timeout_seconds=timeout + 30,
             )
         )
         try:

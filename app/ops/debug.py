@@ -37,61 +37,84 @@ def snapshot(
     `gate_now` is on the gate's clock (Waiter.arrived); the caches carry
     their own clock (TTLCache.timer).
     """
+    gate = _gate(waiting, gate_now)
     cache_now = denied.timer()
-    denials = [
-        {
-            "group": key,
-            "reason": denial.reason,
-            "message": denial.message,
-            "ageSeconds": round(cache_now - denial.at, 3),
-            "ttlSecondsLeft": round(denial.at + ttl_seconds - cache_now, 3),
-        }
-        for key, denial in list(denied.items())
-        if denial.at + ttl_seconds > cache_now
-    ]
-    permits = [
-        {
-            "group": key,
-            "ageSeconds": round(cache_now - at, 3),
-            "ttlSecondsLeft": round(at + ttl_seconds - cache_now, 3),
-        }
-        for key, at in list(permitted.items())
-        if at + ttl_seconds > cache_now
-    ]
-    gate = {
+    return {
+        "groups": [
+            _group(view, len(gate.get(view.key, ())))
+            for view in sorted(groups.values(), key=lambda v: v.key)
+        ],
+        "gate": gate,
+        "denied": _denials(denied, cache_now, ttl_seconds),
+        "permitted": _permits(permitted, cache_now, ttl_seconds),
+        "deniedTTLSeconds": ttl_seconds,
+    }
+
+
+def _group(view: GroupView, waiting_in_gate: int) -> dict[str, Any]:
+    return {
+        "key": view.key,
+        "source": view.source,
+        "minMember": view.min_member,
+        "members": view.members,
+        "phase": view.status.phase,
+        "scheduled": view.status.scheduled,
+        "running": view.status.running,
+        "succeeded": view.status.succeeded,
+        "failed": view.status.failed,
+        "scheduleStartTime": view.status.schedule_start_time,
+        "waitingInGate": waiting_in_gate,
+        **_extras(view),
+    }
+
+
+def _gate(waiting: Mapping[str, Sequence[Waiter]], now: float) -> dict[str, list[dict[str, Any]]]:
+    return {
         key: [
             {
                 "pod": w.pod_key,
                 "uid": w.uid,
                 "node": w.node,
-                "waitingSeconds": round(max(0.0, gate_now - w.arrived), 3),
+                "waitingSeconds": round(max(0.0, now - w.arrived), 3),
             }
             for w in sorted(waiters, key=lambda w: w.arrived)
         ]
         for key, waiters in sorted(waiting.items())
     }
+
+
+def _denials(denied: TTLCache[str, Denial], now: float, ttl_seconds: float) -> list[dict[str, Any]]:
+    return [
+        {
+            "group": key,
+            "reason": denial.reason,
+            "message": denial.message,
+            **_ages(denial.at, now, ttl_seconds),
+        }
+        for key, denial in sorted(denied.items(), key=_by_group)
+        if denial.at + ttl_seconds > now
+    ]
+
+
+def _permits(
+    permitted: TTLCache[str, float], now: float, ttl_seconds: float
+) -> list[dict[str, Any]]:
+    return [
+        {"group": key, **_ages(at, now, ttl_seconds)}
+        for key, at in sorted(permitted.items(), key=_by_group)
+        if at + ttl_seconds > now
+    ]
+
+
+def _by_group(item: tuple[str, object]) -> str:
+    return item[0]
+
+
+def _ages(at: float, now: float, ttl_seconds: float) -> dict[str, float]:
+    """A cache entry's age and time left, as both lists show them."""
     return {
-        "groups": [
-            {
-                "key": view.key,
-                "source": view.source,
-                "minMember": view.min_member,
-                "members": view.members,
-                "phase": view.status.phase,
-                "scheduled": view.status.scheduled,
-                "running": view.status.running,
-                "succeeded": view.status.succeeded,
-                "failed": view.status.failed,
-                "scheduleStartTime": view.status.schedule_start_time,
-                "waitingInGate": len(gate.get(view.key, ())),
-                **_extras(view),
-            }
-            for view in sorted(groups.values(), key=lambda v: v.key)
-        ],
-        "gate": gate,
-        "denied": sorted(denials, key=lambda d: str(d["group"])),
-        "permitted": sorted(permits, key=lambda p: str(p["group"])),
-        "deniedTTLSeconds": ttl_seconds,
+        "ageSeconds": round(now - at, 3),
+        "ttlSecondsLeft": round(at + ttl_seconds - now, 3),
     }
 
 

@@ -18,11 +18,10 @@ from app.core.clock import Clock, wall
 from app.core.events import EventAggregator, EventEntry, ObjectRef, event_body
 from app.kube.errors import NotFound
 from app.ops.metrics import Metrics
+from app.ops.writes import finish_writes
 from app.runtime.tasks import TaskSet
 
 log = logging.getLogger(__name__)
-
-_STOP_WAIT_SECONDS = 5.0
 
 
 class EventWriter(Protocol):
@@ -34,6 +33,13 @@ class EventWriter(Protocol):
         """Merge-patch an Event; raise NotFound when it no longer exists."""
 
 
+def default_aggregator() -> EventAggregator:
+    """client-go's EventCorrelator limits, so our Events read like the rest of the cluster's:
+    an identical Event within 10 minutes is a count on the first; each object and reason
+    may record 25 occurrences at once, then one every 5 minutes."""
+    return EventAggregator(window_seconds=600.0, burst=25, refill_seconds=300.0, cache_size=4096)
+
+
 class EventRecorder:
     def __init__(
         self,
@@ -41,21 +47,14 @@ class EventRecorder:
         metrics: Metrics,
         *,
         clock: Clock = wall,
-        window_seconds: float = 600.0,
-        burst: int = 25,
-        refill_seconds: float = 300.0,
-        cache_size: int = 4096,
+        aggregator: EventAggregator | None = None,
     ) -> None:
+        """aggregator: which Event an occurrence becomes (default_aggregator() if None)."""
         self._writer = writer
         self._metrics = metrics
         self._clock = clock
         self._sends = TaskSet()
-        self._aggregator = EventAggregator(
-            window_seconds=window_seconds,
-            burst=burst,
-            refill_seconds=refill_seconds,
-            cache_size=cache_size,
-        )
+        self._aggregator = aggregator if aggregator is not None else default_aggregator()
 
     def record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         """Queue an Event (or a count increment of an identical one); never blocks or raises."""
@@ -79,12 +78,7 @@ class EventRecorder:
         await self._sends.drain()
 
     async def stop(self) -> None:
-        """Let the writes under way finish, for a few seconds at most: an unreachable
-        API server must not hold shutdown up."""
-        try:
-            await asyncio.wait_for(self._sends.drain(), _STOP_WAIT_SECONDS)
-        except TimeoutError:
-            log.debug("events still being written at shutdown were dropped")
+        await finish_writes(self._sends, "events")
 
     async def _send(self, entry: EventEntry) -> None:
         while entry.sent_count != entry.count:

@@ -1,4 +1,4 @@
-"""The PodGroup status runner: which groups to write, when, and the write itself.
+"""The PodGroup status runner: which groups to write, and when.
 
 Writes are JSON merge patches carrying metadata.resourceVersion (on 409 we
 read again and retry) and only the fields we own: never occupiedBy or
@@ -12,8 +12,9 @@ repairs anything a missed report left behind. Only the leader writes (see
 app/ops/leader.py). Label-only groups have no object: their status is kept in
 memory, for /debug/gangs and the gang_extender_podgroups metric.
 
-What the status is (phase, shapes, patch) is app/core/status.py; the API writer
-is app/kube/status.py.
+What the status is (phase, shapes, patch) is app/core/status.py, computed per
+group by app/core/group_views.py; one write is app/ops/status_write.py and the
+API calls are app/kube/status.py.
 """
 
 from __future__ import annotations
@@ -23,85 +24,35 @@ import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from app.core.clock import Clock, wall
-from app.core.groups import SOURCE_LABELS, SOURCE_XK8S
-from app.core.observer import MemberRef
+from app.core.group_views import GroupViews
+from app.core.observer import MemberRef, NullObserver
 from app.core.state import ClusterState, PodRecord
-from app.core.status import (
-    PHASES,
-    PRE_SCHEDULING,
-    SHAPES,
-    TERMINAL,
-    GroupStatus,
-    GroupView,
-    StatusShape,
-    TopologyPlacement,
-    compute_status,
-    status_from_object,
-    status_patch,
-)
+from app.core.status import PHASES, PRE_SCHEDULING, SHAPES, TERMINAL, GroupStatus, GroupView
 from app.core.timestamps import rfc3339
-from app.core.topology import DEFAULT_LEVELS, TopologyConstraint, placed_message
-from app.core.topology_sources import constraint_of
-from app.kube.errors import Conflict
+from app.core.topology import DEFAULT_LEVELS
 from app.ops.metrics import Metrics
+from app.ops.status_write import CONFLICT, KEPT, WRITTEN, StatusApi, write_status
+from app.ops.writes import finish_writes
+from app.runtime.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
-_STOP_WAIT_SECONDS = 5.0
 
+@dataclass(frozen=True, slots=True)
+class StatusSettings:
+    """How often the reconciler looks and writes (see the module docstring)."""
 
-class StatusApi(Protocol):
-    """The API calls on a group object's status (app/kube/status.py)."""
-
-    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The object as JSON, None if it does not exist."""
-
-    async def patch(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        """JSON merge patch of the status; Conflict (app/kube/errors.py) on 409."""
-
-
-WRITTEN, UNCHANGED, KEPT, GONE, CONFLICT = "written", "unchanged", "kept", "gone", "conflict"
-
-
-async def write_status(
-    api: StatusApi,
-    namespace: str,
-    name: str,
-    uid: str,
-    wanted: GroupStatus,
-    *,
-    shape: StatusShape | None = None,
-    keep_terminal: bool = False,
-    attempts: int = 3,
-    clock: Clock = wall,
-) -> tuple[str, GroupStatus | None]:
-    """Read, compare, patch; re-read and retry on a conflict.
-
-    keep_terminal (no member left that could run): a Finished or Failed
-    status on the object stays, and is returned with KEPT. This is how a
-    restarted extender, which never saw the gang's pods, learns the outcome.
-    """
-    for _ in range(attempts):
-        current = await api.read(namespace, name)
-        if current is None or (current.get("metadata") or {}).get("uid") != uid:
-            return GONE, None
-        shown = status_from_object(current, shape)
-        if keep_terminal and shown.phase in TERMINAL:
-            return KEPT, shown
-        patch = status_patch(current, wanted, shape, now=rfc3339(clock()))
-        if patch is None:
-            return UNCHANGED, wanted
-        try:
-            await api.patch(namespace, name, patch)
-        except Conflict:
-            continue
-        return WRITTEN, wanted
-    return CONFLICT, None
+    # The least time between two writes of one group.
+    min_interval_seconds: float = 1.0
+    # Every group is looked at again this often.
+    resync_seconds: float = 10.0
+    tick_seconds: float = 0.2
+    # --topology-levels, for the TopologyPlaced condition.
+    levels: tuple[str, ...] = DEFAULT_LEVELS
 
 
 @dataclass(slots=True)
@@ -120,47 +71,42 @@ class _Tracked:
     last_write: float = -math.inf
 
 
-class PodGroupStatus:
+class PodGroupStatus(NullObserver):
     """GangObserver and periodic reconciler of PodGroup status (see the module docstring).
 
     Per group it keeps one _Tracked record; besides them, `groups` publishes
     each group's current view (read by /debug/gangs and the metric) and
     `_dirty` is the work queue of a tick, so a tick looks at the groups that
-    changed, not at all of them.
+    changed, not at all of them. Reports it has no use for fall through to
+    NullObserver.
     """
 
     def __init__(
         self,
         state: ClusterState,
-        api: StatusApi,
+        apis: Mapping[str, StatusApi],
         metrics: Metrics,
         *,
-        clock: Clock = wall,
-        min_interval_seconds: float = 1.0,
-        resync_seconds: float = 10.0,
-        tick_seconds: float = 0.2,
-        apis: Mapping[str, StatusApi] | None = None,
+        settings: StatusSettings = StatusSettings(),
         is_leader: Callable[[], bool] = lambda: True,
-        levels: tuple[str, ...] = DEFAULT_LEVELS,
+        clock: Clock = wall,
     ) -> None:
-        """levels: --topology-levels, for the TopologyPlaced condition."""
+        """apis: each source's status API; a source without one (native: kube-scheduler's)
+        is not written."""
         self._state = state
-        self._levels = levels
-        # source -> its status API; a source without one (native: kube-scheduler's) is not written.
-        self._apis: dict[str, StatusApi] = {SOURCE_XK8S: api, **(apis or {})}
+        self._views = GroupViews(state, settings.levels)
+        self._apis = dict(apis)
         self._is_leader = is_leader
         self._was_leader = False
         self._metrics = metrics
         self._clock = clock
-        self._min_interval = min_interval_seconds
-        self._resync = resync_seconds
-        self._tick = tick_seconds
+        self._settings = settings
         self._tracked: dict[str, _Tracked] = {}
         self.groups: dict[str, GroupView] = {}
         self._dirty: set[str] = set()
         self._next_resync = -math.inf
         self._task: asyncio.Task[None] | None = None
-        self._writes: set[asyncio.Task[tuple[str, GroupStatus | None]]] = set()
+        self._writes = TaskSet()
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -168,14 +114,12 @@ class PodGroupStatus:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        """Stop ticking and let writes in flight finish, for a few seconds at most: an
-        unreachable API server must not hold shutdown up for the client's retries."""
+        """Stop ticking; let writes in flight finish (app/ops/writes.py)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._writes:
-            await asyncio.wait(list(self._writes), timeout=_STOP_WAIT_SECONDS)
+        await finish_writes(self._writes, "PodGroup statuses")
 
     async def _run(self) -> None:
         while True:
@@ -183,7 +127,7 @@ class PodGroupStatus:
                 self.reconcile()
             except Exception:
                 log.exception("PodGroup status reconcile failed")
-            await asyncio.sleep(self._tick)
+            await asyncio.sleep(self._settings.tick_seconds)
 
     # ---- observer: reports only mark groups dirty -----------------------------------------
 
@@ -221,18 +165,6 @@ class PodGroupStatus:
     def gang_reclaimed(self, group_key: str, evicted: Sequence[MemberRef], message: str) -> None:
         self._dirty.add(group_key)
 
-    def preemption_planned(self, group_key: str, message: str) -> None:
-        return None
-
-    def preemption_ended(self, group_key: str, message: str) -> None:
-        return None
-
-    def preemption_refused(self, group_key: str, message: str) -> None:
-        return None
-
-    def gang_placed(self, group_key: str, message: str) -> None:
-        return None
-
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if old is not None and old.group is not None:
             tracked = self._tracked.get(old.group.key)
@@ -254,7 +186,7 @@ class PodGroupStatus:
             self._next_resync = -math.inf
         self._was_leader = leader
         if now >= self._next_resync:
-            self._next_resync = now + self._resync
+            self._next_resync = now + self._settings.resync_seconds
             self._dirty.update(self._state.podgroups, self._tracked, self.groups)
         for key in list(self._dirty):
             tracked = self._tracked.setdefault(key, _Tracked())
@@ -266,7 +198,7 @@ class PodGroupStatus:
             if view.source not in self._apis or not leader or tracked.written == view.status:
                 self._dirty.discard(key)
                 continue
-            if tracked.in_flight or now - tracked.last_write < self._min_interval:
+            if tracked.in_flight or now - tracked.last_write < self._settings.min_interval_seconds:
                 continue  # stays dirty: written on a later tick
             self._dirty.discard(key)
             self._write(key, tracked, view, now)
@@ -277,54 +209,21 @@ class PodGroupStatus:
             self._metrics.podgroups.labels(phase).set(count)
 
     def _compute(self, key: str, tracked: _Tracked) -> GroupView | None:
-        pods = list(tracked.pods.values())
         record = self._state.podgroups.get(key)
-        if record is not None:
-            if record.spec is None:
-                return None
-            if tracked.uid != record.uid:
-                # Recreated under the same name: nothing of the old object applies.
-                if tracked.uid is not None:
-                    tracked.start_time = None
-                tracked.written = None
-                self.groups.pop(key, None)
-                tracked.uid = record.uid
-            source, min_member = record.source, record.spec.min_member
-            queue, priority_class = record.spec.queue, record.spec.priority_class_name
-        else:
-            label_min = [p.group.min_available for p in pods if p.group and p.group.min_available]
-            if not label_min:
-                return None  # no such group, or pods naming a PodGroup that does not exist
-            # Objectless: label-only or Kueue pod groups, as the pods say.
-            source = next((p.group.source for p in pods if p.group), SOURCE_LABELS)
-            min_member = max(label_min)
-            queue = priority_class = None
-        waiting = any(p.reserved_node and not p.node_name for p in pods)
+        if record is not None and tracked.uid != record.uid:
+            # Recreated under the same name: nothing of the old object applies.
+            if tracked.uid is not None:
+                tracked.start_time = None
+            tracked.written = None
+            self.groups.pop(key, None)
+            tracked.uid = record.uid
         previous = self.groups.get(key)
-        status = compute_status(min_member, pods, waiting, previous.status if previous else None)
-        if tracked.start_time is not None and status.schedule_start_time is None:
-            status = dataclasses.replace(status, schedule_start_time=tracked.start_time)
-        if status.gang_scheduled:
-            spec = record.spec if record is not None else None
-            placement = self._placement(key, spec.topology if spec else None, pods)
-            if placement is not None:
-                status = dataclasses.replace(status, topology=placement)
-        members = sum(1 for p in pods if p.counts_as_member)
-        return GroupView(key, source, min_member, members, status, queue, priority_class)
-
-    def _placement(
-        self, key: str, own: TopologyConstraint | None, pods: list[PodRecord]
-    ) -> TopologyPlacement | None:
-        """The domain its bound members share, for a gang with a topology constraint.
-
-        Derived from where the members are (no history): the same after a restart.
-        """
-        constraint = constraint_of(own, ((p.key, p.topology) for p in pods))
-        if constraint is None:
-            return None
-        nodes = [p.node_name for p in pods if p.node_name]
-        domain = self._state.placed_domain(constraint, self._levels, nodes)
-        return TopologyPlacement(domain is not None, placed_message(key, constraint, domain))
+        return self._views.view(
+            key,
+            list(tracked.pods.values()),
+            previous.status if previous else None,
+            tracked.start_time,
+        )
 
     def _forget(self, key: str, tracked: _Tracked) -> None:
         """Nothing to show for `key`: keep only its pods (a PodGroup may come for them later)
@@ -355,21 +254,32 @@ class PodGroupStatus:
             keep_terminal=keep_terminal,
             clock=self._clock,
         )
-        future = asyncio.get_running_loop().create_task(write)
-        self._writes.add(future)
-        future.add_done_callback(lambda f: self._written_back(key, record.uid, f))
+        self._writes.spawn(self._await_write(key, record.uid, write))
+
+    async def _await_write(
+        self, key: str, uid: str, write: Awaitable[tuple[str, GroupStatus | None]]
+    ) -> None:
+        """Run one write, then take its outcome in; the group's write is over either way."""
+        error: Exception | None = None
+        try:
+            outcome, shown = await write
+        except Exception as err:
+            error, outcome, shown = err, "failed", None
+        finally:
+            tracked = self._tracked.get(key)
+            if tracked is not None:
+                tracked.in_flight = False
+        self._written_back(key, uid, outcome, shown, error)
 
     def _written_back(
-        self, key: str, uid: str, future: asyncio.Task[tuple[str, GroupStatus | None]]
+        self,
+        key: str,
+        uid: str,
+        outcome: str,
+        shown: GroupStatus | None,
+        error: Exception | None,
     ) -> None:
-        self._writes.discard(future)
         tracked = self._tracked.get(key)
-        if tracked is not None:
-            tracked.in_flight = False
-        if future.cancelled():
-            return
-        error = future.exception()
-        outcome, shown = future.result() if error is None else ("failed", None)
         if outcome in ("failed", CONFLICT):
             self._metrics.status_writes.labels(outcome).inc()
             log.warning(

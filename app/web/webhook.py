@@ -20,6 +20,7 @@ import shutil
 import ssl
 import tempfile
 from collections.abc import Awaitable, Callable, Collection, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,21 @@ async def _answer(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+@dataclass(frozen=True, slots=True)
+class CertSettings:
+    """Where the serving certificate comes from, and where its CA is published."""
+
+    # The operator's files (--webhook-cert-file/--webhook-key-file); None: we make our own.
+    cert_file: str | None = None
+    key_file: str | None = None
+    # The names our own certificate is for (--webhook-hosts).
+    hosts: Collection[str] = ()
+    # The MutatingWebhookConfiguration whose caBundle gets our CA (--webhook-configuration).
+    configuration: str | None = None
+    # NAMESPACE/NAME of the Secret every replica shares our bundle through (--webhook-cert-secret).
+    secret: str | None = None
+
+
 class WebhookCerts:
     """The serving certificate: the operator's files, or our own, kept current.
 
@@ -135,27 +151,24 @@ class WebhookCerts:
 
     def __init__(
         self,
-        *,
-        cert_file: str | None,
-        key_file: str | None,
-        hosts: Collection[str],
+        settings: CertSettings,
         api: WebhookApi | None,
-        configuration: str | None,
-        secret: str | None,
+        *,
         now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
-        self._own = cert_file is None
-        self._hosts = list(hosts) or ["127.0.0.1"]
+        """api: reads and writes the Secret and the configuration (None: neither is used)."""
+        self._own = settings.cert_file is None
+        self._hosts = list(settings.hosts) or ["127.0.0.1"]
         self._api = api
-        self._configuration = configuration
-        self._secret = secret.partition("/")[::2] if secret else None
+        self._configuration = settings.configuration
+        self._secret = settings.secret.partition("/")[::2] if settings.secret else None
         self._now = now
         self._bundle: certs.CertBundle | None = None
         self._mtimes: tuple[float, float] | None = None
         self._warned: set[str] = set()
         self._directory: Path | None = None
-        if cert_file is not None and key_file is not None:
-            self.cert_file, self.key_file = cert_file, key_file
+        if settings.cert_file is not None and settings.key_file is not None:
+            self.cert_file, self.key_file = settings.cert_file, settings.key_file
         else:
             # Private (0700), and removed by close(): it holds a private key.
             self._directory = Path(tempfile.mkdtemp(prefix="gang-extender-webhook-"))

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.kube.http import AsyncApiClient
-from app.kube.reflector import Reflector, Sink
+from app.kube.reflector import Reflector, ReflectorSettings, Sink
 from app.ops.metrics import Metrics
 from tests.cluster.kube import Kube
 
@@ -61,7 +61,8 @@ async def test_watch_resumes_after_drops_and_relists_after_410(kube: Kube, names
     api = AsyncApiClient(kube.client.configuration)
     path = f"/api/v1/namespaces/{namespace}/configmaps"
     # Pages of 2: the list is paginated as with thousands of pods.
-    reflector = Reflector("configmaps", path, sink, api, metrics, page_size=2)
+    reflector = Reflector("configmaps", path, sink, api, metrics)
+    reflector.settings = ReflectorSettings(page_size=2)
     for i in range(3):
         create(kube, namespace, f"before-{i}")
     reflector.start()
@@ -109,7 +110,8 @@ async def test_a_watch_the_server_ends_is_opened_again_without_a_list(
     sink = Sink(recorder.replace, recorder.upsert, recorder.delete, lambda: len(recorder.objects))
     api = AsyncApiClient(kube.client.configuration)
     path = f"/api/v1/namespaces/{namespace}/configmaps"
-    reflector = Reflector("configmaps", path, sink, api, Metrics(), watch_timeout_seconds=1)
+    reflector = Reflector("configmaps", path, sink, api, Metrics())
+    reflector.settings = ReflectorSettings(watch_timeout_seconds=1)
     reflector.start()
     try:
         await until(lambda: reflector.synced, 10, "the first list")

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from app.kube.errors import Gone, Transient
-from app.kube.reflector import Reflector, Sink
+from app.kube.reflector import Reflector, ReflectorSettings, Sink
 from app.ops.metrics import Metrics
 
 HANG = object()  # a watch step: stay open until cancelled
@@ -142,7 +142,8 @@ async def test_list_pages_then_watch_from_the_list_and_apply_each_event() -> Non
         ],
     )
     cache = Cache()
-    reflector = Reflector("things", "/api/v1/things", cache.sink(), api, Metrics(), page_size=2)
+    reflector = Reflector("things", "/api/v1/things", cache.sink(), api, Metrics())
+    reflector.settings = ReflectorSettings(page_size=2)
     try:
         await run_until(reflector, lambda: reflector.resource_version == "14", "the bookmark")
         assert cache.objects == {"a": "12", "c": "11"}
@@ -170,7 +171,8 @@ async def test_an_expired_continue_token_starts_the_list_over() -> None:
         watches=[[HANG]],
     )
     cache = Cache()
-    reflector = Reflector("things", "/t", cache.sink(), api, Metrics(), page_size=1)
+    reflector = Reflector("things", "/t", cache.sink(), api, Metrics())
+    reflector.settings = ReflectorSettings(page_size=1)
     try:
         await run_until(reflector, lambda: reflector.synced, "the list")
         assert cache.objects == {"a": "9", "b": "9"}

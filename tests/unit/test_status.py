@@ -1,7 +1,13 @@
 import asyncio
 from typing import Any
 
-from app.core.groups import SOURCE_NATIVE, SOURCE_VOLCANO, VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS
+from app.core.groups import (
+    SOURCE_NATIVE,
+    SOURCE_VOLCANO,
+    SOURCE_XK8S,
+    VOLCANO_API,
+    VOLCANO_GROUP_ANNOTATIONS,
+)
 from app.core.observer import MemberRef
 from app.core.state import ClusterState, PodRecord, pod_record_from
 from app.core.status import (
@@ -22,15 +28,8 @@ from app.core.status import (
 )
 from app.kube.errors import Conflict
 from app.ops.metrics import Metrics
-from app.ops.status_reconciler import (
-    CONFLICT,
-    GONE,
-    KEPT,
-    UNCHANGED,
-    WRITTEN,
-    PodGroupStatus,
-    write_status,
-)
+from app.ops.status_reconciler import PodGroupStatus, StatusSettings
+from app.ops.status_write import CONFLICT, GONE, KEPT, UNCHANGED, WRITTEN, write_status
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
 
@@ -328,7 +327,13 @@ def setup(
     api = MemoryStatusApi(podgroup_object())
     clock = Clock()
     metrics = Metrics()
-    writer = PodGroupStatus(state, api, metrics, clock=clock, min_interval_seconds=1.0)
+    writer = PodGroupStatus(
+        state,
+        {SOURCE_XK8S: api},
+        metrics,
+        clock=clock,
+        settings=StatusSettings(min_interval_seconds=1.0),
+    )
     state.add_pod_listener(writer.on_pod_change)
     return state, api, writer, clock, metrics
 
@@ -467,7 +472,9 @@ async def test_a_standby_writes_nothing_until_it_leads() -> None:
     api = MemoryStatusApi(podgroup_object())
     leading = False
     clock = Clock()
-    writer = PodGroupStatus(state, api, Metrics(), clock=clock, is_leader=lambda: leading)
+    writer = PodGroupStatus(
+        state, {SOURCE_XK8S: api}, Metrics(), clock=clock, is_leader=lambda: leading
+    )
     state.add_pod_listener(writer.on_pod_change)
     for name in "ab":
         state.apply_pod(pod(name, group="g", node="n1", phase="Running"))
@@ -499,10 +506,9 @@ async def test_volcano_groups_are_written_in_volcanos_shape_native_not_at_all() 
     native_api = MemoryStatusApi(native)
     writer = PodGroupStatus(
         state,
-        MemoryStatusApi(None),
+        {SOURCE_XK8S: MemoryStatusApi(None), SOURCE_VOLCANO: volcano_api},
         Metrics(),
         clock=Clock(),
-        apis={SOURCE_VOLCANO: volcano_api},
     )
     state.add_pod_listener(writer.on_pod_change)
     for name in "ab":

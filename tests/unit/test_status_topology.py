@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from app.core.groups import SOURCE_XK8S
 from app.core.state import ClusterState
 from app.core.status import (
     RUNNING,
@@ -18,7 +19,7 @@ from app.core.status import (
 from app.core.topology import HOSTNAME, ZONE
 from app.core.topology_sources import KUEUE_REQUIRED
 from app.ops.metrics import Metrics
-from app.ops.status_reconciler import PodGroupStatus
+from app.ops.status_reconciler import PodGroupStatus, StatusSettings
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
 from tests.unit.test_status import MemoryStatusApi, podgroup_object, settle
@@ -66,7 +67,13 @@ async def test_the_reconciler_writes_the_rack_the_bound_members_share() -> None:
     state.apply_podgroup(group)
     api = MemoryStatusApi(podgroup_object())
     clock = Clock()
-    writer = PodGroupStatus(state, api, Metrics(), clock=clock, levels=(HOSTNAME, RACK, ZONE))
+    writer = PodGroupStatus(
+        state,
+        {SOURCE_XK8S: api},
+        Metrics(),
+        clock=clock,
+        settings=StatusSettings(levels=(HOSTNAME, RACK, ZONE)),
+    )
     state.add_pod_listener(writer.on_pod_change)
     state.apply_pod(pod("p0", group="g", node="a1", phase="Running"))
     await settle(writer)

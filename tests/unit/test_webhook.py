@@ -21,7 +21,7 @@ from cryptography import x509
 from app.core import certs
 from app.kube.errors import Conflict, Forbidden, NotFound
 from app.ops.metrics import Metrics
-from app.web.webhook import WEBHOOK_PATH, WebhookApp, WebhookCerts
+from app.web.webhook import WEBHOOK_PATH, CertSettings, WebhookApp, WebhookCerts
 
 NOW = datetime.datetime(2026, 11, 25, 3, 0, tzinfo=datetime.UTC)
 HOSTS = ["svc.ns.svc", "127.0.0.1"]
@@ -69,12 +69,12 @@ class FakeWebhookApi:
 
 def certs_for(api: FakeWebhookApi, clock: list[datetime.datetime], secret: bool) -> WebhookCerts:
     return WebhookCerts(
-        cert_file=None,
-        key_file=None,
-        hosts=HOSTS,
-        api=api,  # type: ignore[arg-type]
-        configuration="gang-extender",
-        secret="ns/webhook-cert" if secret else None,
+        CertSettings(
+            hosts=HOSTS,
+            configuration="gang-extender",
+            secret="ns/webhook-cert" if secret else None,
+        ),
+        api,  # type: ignore[arg-type]
         now=lambda: clock[0],
     )
 
@@ -181,10 +181,7 @@ async def test_operator_files_are_reloaded_when_they_change(tmp_path: Any) -> No
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_text(bundle.cert)
     key.write_text(bundle.key)
-    handle = WebhookCerts(
-        cert_file=str(cert), key_file=str(key), hosts=HOSTS, api=None, configuration=None,
-        secret=None,
-    )  # fmt: skip
+    handle = WebhookCerts(CertSettings(cert_file=str(cert), key_file=str(key), hosts=HOSTS), None)
     assert await handle.refresh() is False
     renewed = certs.renewed(bundle, [*HOSTS, "localhost"], NOW)
     cert.write_text(renewed.cert)
