@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from app.core.cheapest_victims import FREE, ClassKey, Cost, Evictable, cheapest_counts, classes_of
 from app.core.eviction_budgets import Budgets
-from app.core.packing import Bin, Demand, Placement
+from app.core.packing import Bin, Demand, Placement, index_of
 from app.core.resources import Resources, add, shortfall
 
 # Nodes the knapsack weighs (the cheapest for one member): any `need` nodes
@@ -171,13 +171,13 @@ def plan(
     shapes = _shapes(demands)
     if math.prod(len(s.keys) + 1 for s in shapes) > MAX_MIXES:
         shapes = [_as_largest(demands)]
-    limits = Budgets(dict(budgets or {}))
-    by_name = {b.name: b for b in bins}
+    caps = Budgets(dict(budgets or {}))
+    by_name = index_of(bins)
     for _ in range(3):
-        result = _knapsack(_Search(shapes, by_name, evictable, limits))
+        result = _knapsack(_Search(shapes, by_name, evictable, caps))
         if result is None:
             return None
-        over = limits.overspent(
+        over = caps.overspent(
             (v.budget, planned.node)
             for planned in result.nodes
             for v in planned.victims
@@ -185,7 +185,7 @@ def plan(
         )
         if not over:
             return result
-        limits.confine(over)
+        caps.confine(over)
     return None
 
 

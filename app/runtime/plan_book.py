@@ -124,9 +124,7 @@ class PlanBook:
             spec = self._state.group_spec(current.ref)
         except (GroupNotFound, PodGroupSpecError):
             return PlanPhase.CANCELLED, "its group is gone or invalid"
-        placed = sum(
-            1 for p in self._state.members(current.group) if p.placed_node and not p.terminal
-        )
+        placed = len(self._state.placed_members(current.group))
         if not wholeness(spec, placed).missing:
             return PlanPhase.DONE, "the gang holds minMember"
         nodes = self._state.nodes

@@ -119,7 +119,7 @@ class PlanMaker:
     def _demands(self, spec: GroupSpec, preemptor: Preemptor, own: Demand) -> list[Demand]:
         """The members the gang still needs placed, the preemptor first."""
         members = self._state.members(spec.key)
-        placed = sum(1 for p in members if p.placed_node and not p.terminal)
+        placed = len(self._state.placed_members(spec.key))
         missing = max(wholeness(spec, placed).missing, 1)
         others = sorted(
             (
