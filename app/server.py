@@ -46,7 +46,7 @@ from app.ops.status_reconciler import PodGroupStatus, StatusSettings
 from app.runtime.arbiter import Arbiter
 from app.runtime.evictor import PreemptionFollower
 from app.runtime.gate import PartialBindPolicy, PermitGate
-from app.runtime.preemption import PreemptionPlans, VictimPolicy
+from app.runtime.preemption import PlanSettings, PreemptionPlans, VictimPolicy
 from app.runtime.queue_book import QueueBook
 from app.runtime.reclaimer import Reclaimer
 from app.runtime.unmarked import UnmarkedMembers
@@ -110,7 +110,12 @@ def build_runtime(
     victims = VictimPolicy(settings.gang_victim_policy)
     # The one owner of preemption: the verb, the gate, the evictor and /debug ask it.
     plans = PreemptionPlans(
-        state, victims, metrics, waker=waker, observer=observer, levels=settings.levels
+        state,
+        victims,
+        metrics,
+        waker=waker,
+        observer=observer,
+        settings=PlanSettings(levels=settings.levels),
     )
     gate = PermitGate(
         state,

@@ -252,11 +252,7 @@ def pack(
     for demand in order:
         if len(plan) >= wanted:
             break
-        allowed = allowed_by_rules.get(demand.placement)
-        if allowed is None:
-            rules = demand.placement or _ANY
-            allowed = [i for i, b in enumerate(bins) if rules.allows(b.name, b.labels, b.taints)]
-            allowed_by_rules[demand.placement] = allowed
+        allowed = _allowed(demand.placement, bins, allowed_by_rules)
         if not allowed:
             no_node.append(demand.key)
             left.append(demand)
@@ -273,19 +269,32 @@ def pack(
             free = landed[target] = dict(bins[target].free)
         subtract(free, requests)
         plan[demand.key] = bins[target].name
-    gap: Resources = {}
-    if len(plan) < wanted and left:
-        after = [
-            Bin(b.name, landed[i], b.labels, b.taints) if i in landed else b
-            for i, b in enumerate(bins)
-        ]
-        # What is missing, in the aggregate, for the members still to place.
-        missing = total_of(d.requests for d in left[: wanted - len(plan)])
-        gap = shortfall(missing, total_of(b.free for b in after))
-        if not gap:
-            # Enough in total but fragmented: name the first member's need.
-            gap = _largest_gap(left[0].requests, after)
+    gap = _gap(left[: wanted - len(plan)], bins, landed) if len(plan) < wanted and left else {}
     return Packing(plan, wanted, tuple(d.key for d in left), gap, tuple(no_node))
+
+
+def _allowed(
+    placement: Placement | None, bins: Sequence[Bin], allowed_by_rules: AllowedNodes
+) -> list[int]:
+    """The indexes of the bins `placement` allows, found once per placement."""
+    allowed = allowed_by_rules.get(placement)
+    if allowed is None:
+        rules = placement or _ANY
+        allowed = [i for i, b in enumerate(bins) if rules.allows(b.name, b.labels, b.taints)]
+        allowed_by_rules[placement] = allowed
+    return allowed
+
+
+def _gap(left: Sequence[Demand], bins: Sequence[Bin], landed: Mapping[int, Resources]) -> Resources:
+    """What the members `left` to place lack: in the aggregate, else the first one's need."""
+    after = [
+        Bin(b.name, landed[i], b.labels, b.taints) if i in landed else b for i, b in enumerate(bins)
+    ]
+    gap = shortfall(total_of(d.requests for d in left), total_of(b.free for b in after))
+    if not gap:
+        # Enough in total but fragmented: name the first member's need.
+        gap = _largest_gap(left[0].requests, after)
+    return gap
 
 
 def _largest_first(demands: Sequence[Demand], bins: Sequence[Bin]) -> list[Demand]:

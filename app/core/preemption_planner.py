@@ -10,12 +10,10 @@ priorities, then the one disturbing the fewest gangs, then the one using the
 fewest nodes.
 
 The search: for each node, the cheapest victims that make room for each
-mix of members it could hold (exhaustive over small victim sets, greedy past
-a work bound); then a knapsack over nodes, on the count of members of each
-shape placed. Eviction budgets (a running gang under the protect policy may
-lose only the members above its minMember; a PodDisruptionBudget-style cap)
-span nodes: a plan that overspends one is searched again with that budget
-confined to one node, then with it closed. Pure: no I/O, no clock.
+mix of members it could hold (app/core/cheapest_victims.py); then a knapsack
+over nodes, on the count of members of each shape placed. Eviction budgets
+span nodes (app/core/eviction_budgets.py): a plan that overspends one is
+searched again with that budget confined, then closed. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -24,64 +22,18 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
-from app.core.packing import Bin, Demand, Placement
+from app.core.cheapest_victims import FREE, ClassKey, Cost, Evictable, cheapest_counts, classes_of
+from app.core.eviction_budgets import Budgets
+from app.core.packing import Bin, Demand, Placement, index_of
 from app.core.resources import Resources, add, shortfall
 
-# Victim subsets tried exhaustively per node and member mix before the greedy pick.
-EXHAUSTIVE_COMBINATIONS = 2_000
 # Nodes the knapsack weighs (the cheapest for one member): any `need` nodes
 # that each hold one member make a plan, so this never loses feasibility.
 MAX_PLAN_NODES = 64
 # Member mixes per node beyond which differently sized members are planned as
 # the largest of them (more room asked than needed, never less).
 MAX_MIXES = 256
-
-
-class Evictable(NamedTuple):
-    """What may be evicted on one node, as one unit.
-
-    A plain pod is a unit of one. Under the whole-gang victim policy a running
-    gang's members on this node are one unit, and `evictions` counts every
-    placed member of that gang (the others, on other nodes, go with it).
-    """
-
-    uids: tuple[str, ...]
-    keys: tuple[str, ...]
-    node: str
-    requests: Resources
-    priority: int
-    gang: str | None = None
-    # Key into the budgets: at most budgets[budget] units with it may go.
-    budget: str | None = None
-    evictions: int = 1
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Cost:
-    """Compared field by field: fewest evictions first."""
-
-    evictions: int = 0
-    top_priority: int = -(2**31)
-    priority_sum: int = 0
-    gangs: int = 0
-    # Nodes with victims, then members placed on them: free room first.
-    nodes: int = 0
-    members: int = 0
-
-    def __add__(self, other: Cost) -> Cost:
-        return Cost(
-            self.evictions + other.evictions,
-            max(self.top_priority, other.top_priority),
-            self.priority_sum + other.priority_sum,
-            self.gangs + other.gangs,
-            self.nodes + other.nodes,
-            self.members + other.members,
-        )
-
-
-FREE = Cost()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,18 +61,7 @@ class Shape:
     keys: tuple[str, ...]
 
 
-_ClassKey = tuple[tuple[tuple[str, int], ...], int, str | None, str | None, int]
 _Option = tuple[tuple[int, ...], Cost, tuple[int, ...]]
-
-
-def _class_key(unit: Evictable) -> _ClassKey:
-    return (
-        tuple(sorted(unit.requests.items())),
-        unit.priority,
-        unit.gang,
-        unit.budget,
-        unit.evictions,
-    )
 
 
 @dataclass
@@ -130,11 +71,9 @@ class _Search:
     shapes: list[Shape]
     bins: dict[str, Bin]
     evictable: Mapping[str, Sequence[Evictable]]
-    budgets: Mapping[str, int]
-    # budget -> the one node it may be spent on (after a first plan overspent it).
-    confined: dict[str, str | None] = field(default_factory=dict)
+    budgets: Budgets
     # node -> its units grouped into classes, in class-key order.
-    _classes: dict[str, tuple[list[_ClassKey], list[list[Evictable]]]] = field(default_factory=dict)
+    _classes: dict[str, tuple[list[ClassKey], list[list[Evictable]]]] = field(default_factory=dict)
     # (room, classes, allowed shapes) -> every mix that fits, with its cost and class counts.
     _memo: dict[tuple[object, ...], list[_Option]] = field(default_factory=dict)
 
@@ -162,7 +101,7 @@ class _Search:
     def _options(
         self,
         free: Resources,
-        keys: Sequence[_ClassKey],
+        keys: Sequence[ClassKey],
         groups: Sequence[Sequence[Evictable]],
         allowed: Sequence[bool],
     ) -> list[_Option]:
@@ -180,7 +119,7 @@ class _Search:
             if not deficit:
                 found.append((mix, FREE, tuple(0 for _ in keys)))
                 continue
-            got = _cheapest_counts(deficit, keys, counts, self.budgets)
+            got = cheapest_counts(deficit, keys, counts, self.budgets.limits)
             if got is None:
                 infeasible.append(mix)
                 continue
@@ -201,28 +140,18 @@ class _Search:
             )
         return found
 
-    def classes(self, name: str) -> tuple[list[_ClassKey], list[list[Evictable]]]:
+    def classes(self, name: str) -> tuple[list[ClassKey], list[list[Evictable]]]:
         cached = self._classes.get(name)
         if cached is None:
-            by_key: dict[_ClassKey, list[Evictable]] = {}
-            for unit in self.evictable.get(name, ()):
-                if self._may_spend(unit, name):
-                    by_key.setdefault(_class_key(unit), []).append(unit)
-            keys = sorted(by_key, key=repr)
-            cached = self._classes[name] = (keys, [by_key[k] for k in keys])
+            units = self.evictable.get(name, ())
+            cached = self._classes[name] = classes_of(
+                u for u in units if self.budgets.may_spend(u.budget, name)
+            )
         return cached
 
     def victims(self, name: str, counts: Sequence[int]) -> tuple[Evictable, ...]:
         _, groups = self.classes(name)
         return tuple(u for group, n in zip(groups, counts, strict=True) for u in group[:n])
-
-    def _may_spend(self, unit: Evictable, node: str) -> bool:
-        if unit.budget is None:
-            return True
-        if self.budgets.get(unit.budget, 0) <= 0:
-            return False
-        only = self.confined.get(unit.budget, node)
-        return only == node
 
 
 def plan(
@@ -242,20 +171,21 @@ def plan(
     shapes = _shapes(demands)
     if math.prod(len(s.keys) + 1 for s in shapes) > MAX_MIXES:
         shapes = [_as_largest(demands)]
-    search = _Search(shapes, {b.name: b for b in bins}, evictable, dict(budgets or {}))
+    caps = Budgets(dict(budgets or {}))
+    by_name = index_of(bins)
     for _ in range(3):
-        result = _knapsack(search)
+        result = _knapsack(_Search(shapes, by_name, evictable, caps))
         if result is None:
             return None
-        over = _overspent(result, search.budgets)
+        over = caps.overspent(
+            (v.budget, planned.node)
+            for planned in result.nodes
+            for v in planned.victims
+            if v.budget is not None
+        )
         if not over:
             return result
-        for budget, node in over.items():
-            # Confine a budget to the node that spent the most of it; closed if already confined.
-            search.confined[budget] = None if budget in search.confined else node
-        search = _Search(
-            search.shapes, search.bins, search.evictable, search.budgets, search.confined
-        )
+        caps.confine(over)
     return None
 
 
@@ -347,192 +277,6 @@ def _assign(
             taken[i] += count
         planned.append(PlannedNode(name, tuple(members), victims))
     return tuple(planned)
-
-
-def _overspent(result: PlanResult, budgets: Mapping[str, int]) -> dict[str, str]:
-    """Budgets the plan spends beyond their limit -> the node that spent most of each."""
-    spent: dict[str, dict[str, int]] = {}
-    for planned in result.nodes:
-        for victim in planned.victims:
-            if victim.budget is not None:
-                by_node = spent.setdefault(victim.budget, {})
-                by_node[planned.node] = by_node.get(planned.node, 0) + 1
-    return {
-        budget: max(by_node, key=lambda n: (by_node[n], n))
-        for budget, by_node in spent.items()
-        if sum(by_node.values()) > budgets.get(budget, 0)
-    }
-
-
-# ---- one node: the fewest victims that cover a deficit -------------------------------
-
-
-def cheapest_victims(
-    deficit: Mapping[str, int],
-    units: Sequence[Evictable],
-    budgets: Mapping[str, int],
-) -> tuple[Cost, tuple[Evictable, ...]] | None:
-    """The cheapest set of `units` whose requests cover `deficit`, None when all of them do not."""
-    by_key: dict[_ClassKey, list[Evictable]] = {}
-    for unit in units:
-        by_key.setdefault(_class_key(unit), []).append(unit)
-    keys = sorted(by_key, key=repr)
-    got = _cheapest_counts(deficit, keys, [len(by_key[k]) for k in keys], budgets)
-    if got is None:
-        return None
-    cost, counts = got
-    return cost, tuple(u for k, n in zip(keys, counts, strict=True) for u in by_key[k][:n])
-
-
-def _cheapest_counts(
-    deficit: Mapping[str, int],
-    keys: Sequence[_ClassKey],
-    counts: Sequence[int],
-    budgets: Mapping[str, int],
-) -> tuple[Cost, tuple[int, ...]] | None:
-    """How many of each class of units to evict, at the least cost, to cover `deficit`.
-
-    Units alike in requests, priority, gang and budget are interchangeable, so
-    the search is over counts per class: exhaustive by total size while the
-    number of count vectors stays within EXHAUSTIVE_COMBINATIONS (a node's
-    pods fall into few classes: the usual case), greedy past it.
-    """
-    requests = [dict(k[0]) for k in keys]
-    useful = [any(r.get(name, 0) > 0 for name in deficit) for r in requests]
-    limits = [n if ok else 0 for n, ok in zip(counts, useful, strict=True)]
-    freed: Resources = {}
-    for r, n in zip(requests, limits, strict=True):
-        for name, amount in r.items():
-            freed[name] = freed.get(name, 0) + amount * n
-    if shortfall(deficit, freed):
-        return None
-    # Per resource, the largest amounts first: k units free at most the first k.
-    tops = {
-        name: list(
-            itertools.accumulate(
-                sorted(
-                    (
-                        r.get(name, 0)
-                        for r, n in zip(requests, limits, strict=True)
-                        for _ in range(n)
-                    ),
-                    reverse=True,
-                )
-            )
-        )
-        for name in deficit
-    }
-    smallest = list(
-        itertools.accumulate(
-            sorted(k[4] for k, n in zip(keys, limits, strict=True) for _ in range(n))
-        )
-    )
-    best: tuple[Cost, tuple[int, ...]] | None = None
-    tried = 0
-    for size in range(1, sum(limits) + 1):
-        if best is not None and smallest[size - 1] > best[0].evictions:
-            break
-        if any(tops[name][size - 1] < amount for name, amount in deficit.items()):
-            continue
-        for vector in _vectors(limits, size):
-            tried += 1
-            if tried > EXHAUSTIVE_COMBINATIONS:
-                greedy = _greedy(deficit, keys, requests, limits, budgets)
-                if greedy is not None and (best is None or greedy[0] < best[0]):
-                    best = greedy
-                return best
-            if not _vector_ok(deficit, keys, requests, vector, budgets):
-                continue
-            cost = _vector_cost(keys, vector)
-            if best is None or cost < best[0]:
-                best = (cost, vector)
-    return best
-
-
-def _vectors(limits: Sequence[int], size: int) -> Iterable[tuple[int, ...]]:
-    """Every count vector within `limits` that sums to `size`."""
-    if not limits:
-        if size == 0:
-            yield ()
-        return
-    rest = sum(limits[1:])
-    for first in range(min(limits[0], size), max(0, size - rest) - 1, -1):
-        for tail in _vectors(limits[1:], size - first):
-            yield (first, *tail)
-
-
-def _vector_ok(
-    deficit: Mapping[str, int],
-    keys: Sequence[_ClassKey],
-    requests: Sequence[Mapping[str, int]],
-    vector: Sequence[int],
-    budgets: Mapping[str, int],
-) -> bool:
-    spent: dict[str, int] = {}
-    for key, n in zip(keys, vector, strict=True):
-        if n and key[3] is not None:
-            spent[key[3]] = spent.get(key[3], 0) + n
-            if spent[key[3]] > budgets.get(key[3], 0):
-                return False
-    for name, amount in deficit.items():
-        if sum(r.get(name, 0) * n for r, n in zip(requests, vector, strict=True)) < amount:
-            return False
-    return True
-
-
-def _vector_cost(keys: Sequence[_ClassKey], vector: Sequence[int]) -> Cost:
-    chosen = [(k, n) for k, n in zip(keys, vector, strict=True) if n]
-    return Cost(
-        sum(k[4] * n for k, n in chosen),
-        max((k[1] for k, _ in chosen), default=FREE.top_priority),
-        sum(k[1] * k[4] * n for k, n in chosen),
-        len({k[2] for k, _ in chosen if k[2] is not None}),
-    )
-
-
-def _greedy(
-    deficit: Mapping[str, int],
-    keys: Sequence[_ClassKey],
-    requests: Sequence[Mapping[str, int]],
-    limits: Sequence[int],
-    budgets: Mapping[str, int],
-) -> tuple[Cost, tuple[int, ...]] | None:
-    """Cheapest units first while some of the deficit is left, then put back what is not needed."""
-    order = sorted(
-        range(len(keys)),
-        key=lambda i: (keys[i][4], keys[i][1], -_share(requests[i], deficit), repr(keys[i])),
-    )
-    vector = [0] * len(keys)
-    spent: dict[str, int] = {}
-    freed: Resources = {}
-    for i in order:
-        budget = keys[i][3]
-        while vector[i] < limits[i] and shortfall(deficit, freed):
-            if budget is not None and spent.get(budget, 0) >= budgets.get(budget, 0):
-                break
-            if not any(
-                freed.get(n, 0) < amount and requests[i].get(n, 0) > 0
-                for n, amount in deficit.items()
-            ):
-                break
-            vector[i] += 1
-            add(freed, requests[i])
-            if budget is not None:
-                spent[budget] = spent.get(budget, 0) + 1
-    if shortfall(deficit, freed):
-        return None
-    for i in reversed(order):
-        while vector[i] and _vector_ok(
-            deficit, keys, requests, [n - (j == i) for j, n in enumerate(vector)], budgets
-        ):
-            vector[i] -= 1
-    return _vector_cost(keys, vector), tuple(vector)
-
-
-def _share(requests: Mapping[str, int], deficit: Mapping[str, int]) -> float:
-    return max(
-        (requests.get(n, 0) / amount for n, amount in deficit.items() if amount > 0), default=0.0
-    )
 
 
 def plan_in_domains(

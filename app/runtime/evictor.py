@@ -18,7 +18,8 @@ from typing import Protocol
 
 from app.core.observer import GangObserver, MemberRef
 from app.core.state import ClusterState, PodRecord
-from app.runtime.preemption import PreemptionPlans, VictimPolicy
+from app.core.victims import VictimPolicy
+from app.runtime.preemption import PreemptionPlans
 from app.runtime.tasks import TaskSet
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 from app.core.admission import Admission, wholeness
 from app.core.groups import GroupSpec
 from app.core.state import ClusterState
-from app.runtime.preemption import Candidate, Preemptor, VictimPolicy, select_victims
+from app.core.victims import Preemptor, VictimCandidate, VictimPolicy, select_victims
 from tests.unit.builders import node, pod, podgroup
 
 
@@ -27,9 +27,9 @@ HIGH = Preemptor("default/high", "uid-high", 1000, None)
 
 def test_protect_allows_evicting_only_the_extra_member() -> None:
     state = cluster()
-    one = Candidate("n1", [uid("low-0")], 0)
-    two = Candidate("n1", [uid("low-0"), uid("low-1")], 0)
-    plain = Candidate("n2", [uid("plain")], 1)
+    one = VictimCandidate("n1", [uid("low-0")], 0)
+    two = VictimCandidate("n1", [uid("low-0"), uid("low-1")], 0)
+    plain = VictimCandidate("n2", [uid("plain")], 1)
     selection = select_victims(HIGH, [one, plain], state, VictimPolicy.PROTECT)
     assert selection.candidates == [one, plain]  # order and PDB count kept
     selection = select_victims(HIGH, [two], state, VictimPolicy.PROTECT)
@@ -40,9 +40,9 @@ def test_protect_allows_evicting_only_the_extra_member() -> None:
 def test_whole_gang_extends_victims_to_the_members_on_the_same_node() -> None:
     state = cluster()
     selection = select_victims(
-        HIGH, [Candidate("n1", [uid("low-0")], 0)], state, VictimPolicy.WHOLE_GANG
+        HIGH, [VictimCandidate("n1", [uid("low-0")], 0)], state, VictimPolicy.WHOLE_GANG
     )
-    assert selection.candidates == [Candidate("n1", [uid("low-0"), uid("low-1")], 0)]
+    assert selection.candidates == [VictimCandidate("n1", [uid("low-0"), uid("low-1")], 0)]
 
 
 def test_whole_gang_refuses_when_a_member_outranks_the_preemptor() -> None:
@@ -51,7 +51,7 @@ def test_whole_gang_refuses_when_a_member_outranks_the_preemptor() -> None:
     important["spec"]["priority"] = 2000
     state.apply_pod(important)
     selection = select_victims(
-        HIGH, [Candidate("n1", [uid("low-0")], 0)], state, VictimPolicy.WHOLE_GANG
+        HIGH, [VictimCandidate("n1", [uid("low-0")], 0)], state, VictimPolicy.WHOLE_GANG
     )
     assert selection.candidates == []
     assert "default/low-3" in selection.dropped["n1"]
@@ -61,7 +61,7 @@ def test_never_evict_a_member_of_the_preemptors_own_gang() -> None:
     state = cluster()
     own = Preemptor("default/low-9", "uid-9", 1000, "default/low")
     selection = select_victims(
-        own, [Candidate("n2", [uid("plain"), uid("low-2")], 0)], state, VictimPolicy.PROTECT
+        own, [VictimCandidate("n2", [uid("plain"), uid("low-2")], 0)], state, VictimPolicy.PROTECT
     )
     assert selection.candidates == []
     assert "own gang" in selection.dropped["n2"]
@@ -69,7 +69,7 @@ def test_never_evict_a_member_of_the_preemptors_own_gang() -> None:
 
 def test_unknown_victims_are_treated_as_plain_pods() -> None:
     state = cluster()
-    candidate = Candidate("n3", ["not-in-cache"], 0)
+    candidate = VictimCandidate("n3", ["not-in-cache"], 0)
     assert select_victims(HIGH, [candidate], state, VictimPolicy.PROTECT).candidates == [candidate]
 
 
@@ -81,13 +81,13 @@ def test_victims_whose_bind_the_gate_refused_are_not_evicted() -> None:
     for name in ("held-0", "held-1"):
         state.reserve(f"default/{name}", "n3")
     state.unreserve("default/held-0")  # the gate answered its bind with an error
-    only_refused = Candidate("n3", [uid("held-0")], 0)
-    mixed = Candidate("n3", [uid("held-0"), uid("held-1")], 0)
+    only_refused = VictimCandidate("n3", [uid("held-0")], 0)
+    mixed = VictimCandidate("n3", [uid("held-0"), uid("held-1")], 0)
     selection = select_victims(HIGH, [only_refused], state, VictimPolicy.WHOLE_GANG)
     assert selection.candidates == []
     assert "left the node already" in selection.dropped["n3"]
     selection = select_victims(HIGH, [mixed], state, VictimPolicy.WHOLE_GANG)
-    assert selection.candidates == [Candidate("n3", [uid("held-1")], 0)]
+    assert selection.candidates == [VictimCandidate("n3", [uid("held-1")], 0)]
     # Reserved again by a later bind call: a victim like any other.
     state.reserve("default/held-0", "n3")
     assert select_victims(HIGH, [only_refused], state, VictimPolicy.WHOLE_GANG).candidates == [

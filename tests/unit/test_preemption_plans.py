@@ -9,8 +9,10 @@ from app.core.groups import GroupRef
 from app.core.observer import NullObserver
 from app.core.packing import Demand
 from app.core.state import ClusterState
+from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.ops.metrics import Metrics
-from app.runtime.preemption import Candidate, PlanPhase, PreemptionPlans, Preemptor, VictimPolicy
+from app.runtime.preemption import PlanSettings, PreemptionPlans
+from app.runtime.preemption_plan import PlanPhase
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
@@ -60,7 +62,11 @@ class World:
         self.told = Told()
         self.metrics = Metrics()
         self.plans = PreemptionPlans(
-            self.state, policy, self.metrics, observer=self.told, clock=self.clock, plan_seconds=60
+            self.state,
+            policy,
+            self.metrics,
+            observer=self.told,
+            settings=PlanSettings(clock=self.clock, plan_seconds=60),
         )
         self.state.add_pod_listener(self.plans.on_pod_change)
         self.state.add_node_listener(self.plans.on_nodes_changed)
@@ -70,17 +76,17 @@ class World:
         for i in range(members):
             self.state.apply_pod(with_priority(pod(f"{name}-{i}", group=name, cpu=cpu), priority))
 
-    def ask(self, group: str, i: int) -> list[Candidate]:
+    def ask(self, group: str, i: int) -> list[VictimCandidate]:
         member = self.state.pods[f"default/{group}-{i}"]
         ref = GroupRef("default", group)
         spec = self.state.group_spec(ref)
         preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
         own = Demand(member.key, member.requests, member.placement)
         # kube-scheduler offers every node where evicting lower-priority pods could help.
-        offered = [Candidate(n, [], 0) for n in self.state.nodes]
+        offered = [VictimCandidate(n, [], 0) for n in self.state.nodes]
         return self.plans.answer(spec, ref, preemptor, own, offered).candidates
 
-    def victims(self, answers: list[list[Candidate]]) -> list[str]:
+    def victims(self, answers: list[list[VictimCandidate]]) -> list[str]:
         return [uid for a in answers for c in a for uid in c.victim_uids]
 
 

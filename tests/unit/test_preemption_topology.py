@@ -8,8 +8,9 @@ from app.core.packing import Demand
 from app.core.state import ClusterState
 from app.core.topology import HOSTNAME, ZONE
 from app.core.topology_sources import KUEUE_REQUIRED
+from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.ops.metrics import Metrics
-from app.runtime.preemption import Candidate, PreemptionPlans, Preemptor, VictimPolicy
+from app.runtime.preemption import PlanSettings, PreemptionPlans
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
 
@@ -49,8 +50,7 @@ class World:
             VictimPolicy.PROTECT,
             Metrics(),
             observer=self.told,
-            clock=Clock(),
-            levels=(HOSTNAME, RACK, ZONE),
+            settings=PlanSettings(clock=Clock(), levels=(HOSTNAME, RACK, ZONE)),
         )
 
     def gang(self, members: int, annotation: str = KUEUE_REQUIRED) -> None:
@@ -62,13 +62,13 @@ class World:
             raw["spec"]["priority"] = 1000
             self.state.apply_pod(raw)
 
-    def ask(self, i: int) -> list[Candidate]:
+    def ask(self, i: int) -> list[VictimCandidate]:
         member = self.state.pods[f"default/u-{i}"]
         ref = GroupRef("default", "u")
         spec = self.state.group_spec(ref)
         preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
         own = Demand(member.key, member.requests, member.placement)
-        offered = [Candidate(n, [], 0) for n in self.state.nodes]
+        offered = [VictimCandidate(n, [], 0) for n in self.state.nodes]
         return self.plans.answer(spec, ref, preemptor, own, offered).candidates
 
 

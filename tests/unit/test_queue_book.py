@@ -9,13 +9,14 @@ from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import NullObserver
 from app.core.queues import QUEUE_ANNOTATION
 from app.core.state import ClusterState
+from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.kube.errors import Transient
 from app.ops.metrics import Metrics
 from app.ops.queue_status import QueueStatusWriter
 from app.runtime.arbiter import Arbiter, Candidate
 from app.runtime.gate import PermitGate
-from app.runtime.preemption import Candidate as Offered
-from app.runtime.preemption import PlanKind, PlanPhase, PreemptionPlans, Preemptor, VictimPolicy
+from app.runtime.preemption import PreemptionPlans
+from app.runtime.preemption_plan import PlanKind, PlanPhase
 from app.runtime.queue_book import QueueBook
 from app.runtime.reclaimer import Reclaimer
 from tests.unit.builders import node, pod, podgroup
@@ -228,7 +229,7 @@ async def test_a_reclaim_is_the_needy_gangs_preemption_plan_until_it_is_placed()
         GroupRef("default", "b0"),
         Preemptor(own.key, own.uid, own.priority, "default/b0"),
         world.arbiter._gang(needy, None).demands[0],
-        [Offered("n0", ["uid-default-a0-0"], 0)],
+        [VictimCandidate("n0", ["uid-default-a0-0"], 0)],
     )
     assert answer.candidates == [] and "queue reclaim" in answer.message
     # The victims leave, the gang is placed: the plan ends done.

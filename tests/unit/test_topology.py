@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.cheapest_victims import Evictable
 from app.core.contention import Gang, Holder, Ruling
 from app.core.groups import (
     ALL_SOURCES,
@@ -19,7 +20,7 @@ from app.core.groups import (
     spec_from_volcano,
 )
 from app.core.packing import Bin, Demand
-from app.core.preemption_planner import Evictable, plan_in_domains
+from app.core.preemption_planner import plan_in_domains
 from app.core.state import pod_record_from, podgroup_record_from
 from app.core.topology import (
     DEFAULT_LEVELS,

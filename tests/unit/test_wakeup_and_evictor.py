@@ -2,9 +2,10 @@ import asyncio
 
 from app.core.observer import MemberRef, NullObserver
 from app.core.state import ClusterState
+from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.ops.metrics import Metrics
 from app.runtime.evictor import PreemptionFollower
-from app.runtime.preemption import Candidate, PreemptionPlans, Preemptor, VictimPolicy
+from app.runtime.preemption import PreemptionPlans
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 
@@ -102,7 +103,7 @@ def whole_gang_after_preemption() -> tuple[ClusterState, FakeApi, Recorder, Pree
     api, recorder = FakeApi(), Recorder()
     plans = PreemptionPlans(state, VictimPolicy.WHOLE_GANG, Metrics())
     hi = Preemptor("ns/hi", "uid-hi", 1000, None)
-    assert plans.plain(hi, [Candidate("n1", ["uid-default-m0"], 0)])
+    assert plans.plain(hi, [VictimCandidate("n1", ["uid-default-m0"], 0)])
     follower = PreemptionFollower(
         state, api, recorder, VictimPolicy.WHOLE_GANG, plans, scheduler_deletes_within_seconds=0.05
     )

@@ -1,0 +1,138 @@
+"""Which victims a preemptor may take: the rules that keep running gangs whole.
+
+kube-scheduler's DefaultPreemption picks, per node, the lowest-priority pods
+whose removal lets the preemptor fit. It knows nothing of gangs, so for a
+plain preemptor (a pod in no gang) these rules refuse the candidates that
+would break a running gang, and under the whole-gang policy extend a
+candidate's victims to the gang's other members on that node, so that a
+gang never keeps running below minMember. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from app.core.admission import wholeness
+from app.core.groups import GroupSpec, PodGroupSpecError
+from app.core.state import ClusterState, GroupNotFound, PodRecord
+
+
+class VictimPolicy(StrEnum):
+    # A gang member may be a victim only while its gang keeps minMember placed.
+    PROTECT = "protect"
+    # A gang member may be a victim only together with its whole gang.
+    WHOLE_GANG = "whole-gang"
+
+
+@dataclass(frozen=True, slots=True)
+class VictimCandidate:
+    """One node kube-scheduler would preempt on, and the victims it chose (read by web/wire.py)."""
+
+    node: str
+    victim_uids: list[str]
+    num_pdb_violations: int
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    key: str
+    uid: str
+    priority: int
+    group_key: str | None
+
+
+@dataclass
+class Selection:
+    candidates: list[VictimCandidate]
+    # node -> why it was dropped, for the debug log.
+    dropped: dict[str, str] = field(default_factory=dict)
+
+
+def victim_group(state: ClusterState, pod: PodRecord) -> GroupSpec | None:
+    """The gang a victim belongs to, None for a plain pod (or a broken group label)."""
+    if pod.group is None:
+        return None
+    try:
+        return state.group_spec(pod.group)
+    except (GroupNotFound, PodGroupSpecError):
+        return None
+
+
+def select_victims(
+    preemptor: Preemptor,
+    candidates: list[VictimCandidate],
+    state: ClusterState,
+    policy: VictimPolicy,
+) -> Selection:
+    selection = Selection([])
+    for candidate in candidates:
+        verdict = _judge(preemptor, candidate, state, policy)
+        if isinstance(verdict, str):
+            selection.dropped[candidate.node] = verdict
+        else:
+            selection.candidates.append(verdict)
+    return selection
+
+
+def _judge(
+    preemptor: Preemptor, candidate: VictimCandidate, state: ClusterState, policy: VictimPolicy
+) -> VictimCandidate | str:
+    """The candidate as we accept it (maybe with extra victims), or why it is refused.
+
+    A victim whose bind call the gate has refused is not on the node any more,
+    though kube-scheduler's snapshot of this cycle may still show it there. It
+    is not evicted: deleting a pod kube-scheduler already forgot is no event
+    that retries the preemptor, which would then wait, nominated, for minutes.
+    Without it kube-scheduler forgets the pod, and that retries the preemptor.
+    """
+    kept = [uid for uid in candidate.victim_uids if not _refused_here(state, uid)]
+    if not kept:
+        return (
+            "every victim kube-scheduler chose has left the node already (the gate refused "
+            "its bind call); the preemptor is retried once kube-scheduler forgets them"
+        )
+    gangs = _victims_by_gang(preemptor, kept, state)
+    if isinstance(gangs, str):
+        return gangs
+    extra: list[str] = []
+    for spec, victims in gangs.values():
+        placed = state.placed_members(spec.key)
+        if policy is VictimPolicy.PROTECT:
+            left = len(placed) - len(victims)
+            if wholeness(spec, left).missing:
+                return (
+                    f"evicting {len(victims)} member(s) of gang {spec.key} would leave {left} "
+                    f"placed, below its minMember {spec.min_member}"
+                )
+            continue
+        protected = [p.key for p in placed if p.priority >= preemptor.priority]
+        if protected:
+            return (
+                f"gang {spec.key} would have to go whole, but {', '.join(protected)} "
+                "has priority >= the preemptor's"
+            )
+        listed = set(kept)
+        extra += [p.uid for p in placed if p.placed_node == candidate.node and p.uid not in listed]
+    return VictimCandidate(candidate.node, [*kept, *extra], candidate.num_pdb_violations)
+
+
+def _victims_by_gang(
+    preemptor: Preemptor, uids: list[str], state: ClusterState
+) -> dict[str, tuple[GroupSpec, list[PodRecord]]] | str:
+    """The victims that are gang members, per gang; or why the preemptor may not take them."""
+    gangs: dict[str, tuple[GroupSpec, list[PodRecord]]] = {}
+    for uid in uids:
+        victim = state.pod_by_uid(uid)
+        spec = victim_group(state, victim) if victim is not None else None
+        if victim is None or spec is None:
+            continue  # a pod we know nothing of, or a plain pod
+        if spec.key == preemptor.group_key:
+            return f"victim {victim.key} is a member of the preemptor's own gang {spec.key}"
+        gangs.setdefault(spec.key, (spec, []))[1].append(victim)
+    return gangs
+
+
+def _refused_here(state: ClusterState, uid: str) -> bool:
+    victim = state.pod_by_uid(uid)
+    return victim is not None and victim.bind_refused and not victim.placed_node

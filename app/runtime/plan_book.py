@@ -1,0 +1,168 @@
+"""The live preemption plans, one per gang, and their life: done, expired or cancelled.
+
+A plan holds room and victims for its gang only while the facts it rests on
+hold; every question about plans checks them first, so an expired plan never
+keeps room from anyone. Ending a plan is counted, logged, and (unless done)
+told to the gang's users.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+from app.core.admission import wholeness
+from app.core.clock import Clock
+from app.core.groups import GroupRef, PodGroupSpecError
+from app.core.observer import GangObserver
+from app.core.state import ClusterState, GroupNotFound, PodRecord
+from app.ops.metrics import Metrics
+from app.runtime.preemption_plan import Plan, PlanKind, PlanPhase, still_there
+
+log = logging.getLogger(__name__)
+
+# How long a plan may take from the first eviction to the gang holding its
+# nodes: victims' grace period (30 s by default) and the members' scheduling.
+PLAN_SECONDS = 60.0
+
+
+class PlanBook:
+    def __init__(
+        self,
+        state: ClusterState,
+        metrics: Metrics,
+        observer: GangObserver,
+        clock: Clock,
+        plan_seconds: float = PLAN_SECONDS,
+    ) -> None:
+        self._state = state
+        self._metrics = metrics
+        self._observer = observer
+        self._clock = clock
+        self.plan_seconds = plan_seconds
+        self.plans: dict[str, Plan] = {}
+
+    def __iter__(self) -> Iterator[Plan]:
+        return iter(list(self.plans.values()))
+
+    def get(self, group_key: str) -> Plan | None:
+        return self.plans.get(group_key)
+
+    def deadline(self, now: float) -> float:
+        return now + self.plan_seconds
+
+    def taken(self) -> set[str]:
+        """Every victim of a live plan: no other plan may count on evicting it."""
+        return {uid for p in self.plans.values() if p.live for uid in p.victims}
+
+    def check_all(self, now: float) -> None:
+        for current in self:
+            self.check(current, now)
+
+    def lives(self, group_key: str) -> bool:
+        """Has this gang a plan that still holds (checked against the cluster now)?"""
+        current = self.plans.get(group_key)
+        if current is None:
+            return False
+        self.check(current, self._clock())
+        return group_key in self.plans
+
+    def add(self, made: Plan) -> None:
+        """Keep a new plan; a lower-priority gang's plan on its nodes gives way."""
+        self._cancel_lower(made)
+        self.plans[made.group] = made
+        self._metrics.preemption_plan_evictions.observe(made.evictions)
+
+    def reclaim(self, ref: GroupRef, priority: int, victims: Sequence[PodRecord]) -> None:
+        """Record queue reclaim's victims as gang `ref`'s plan (a preemption plan gives way)."""
+        now = self._clock()
+        current = self.plans.get(ref.key)
+        if current is not None and current.kind is not PlanKind.RECLAIM:
+            self.end(current, PlanPhase.CANCELLED, "queue reclaim makes the room instead")
+            current = None
+        if current is None:
+            current = Plan(
+                ref,
+                priority,
+                now,
+                self.deadline(now),
+                [],
+                {},
+                0,
+                PlanPhase.EVICTING,
+                kind=PlanKind.RECLAIM,
+            )
+            self.plans[ref.key] = current
+        for pod in victims:
+            current.victims[pod.uid] = (pod.key, pod.placed_node)
+            current.handed.add(pod.uid)
+        current.evictions = len(current.victims)
+
+    def check(self, current: Plan, now: float) -> None:
+        """End the plan if the gang is whole, its deadline passed or a planned node is gone."""
+        if not current.live:
+            return
+        ended = self._ended_by_cluster(current)
+        if ended is not None:
+            self.end(current, *ended)
+            return
+        remaining = [uid for uid in current.victims if still_there(self._state, uid)]
+        if current.phase is PlanPhase.EVICTING and not remaining:
+            current.phase = PlanPhase.PLACING
+        if now > current.deadline:
+            late = [current.victims[uid][0] for uid in remaining if uid in current.handed]
+            why = (
+                f"victim(s) {', '.join(sorted(late))} did not leave within {self.plan_seconds:g}s"
+                if late
+                else f"the members were not placed within {self.plan_seconds:g}s"
+            )
+            self.end(current, PlanPhase.EXPIRED, why)
+
+    def _ended_by_cluster(self, current: Plan) -> tuple[PlanPhase, str] | None:
+        """How the cluster ends the plan now: its gang whole or gone, or a planned node gone."""
+        try:
+            spec = self._state.group_spec(current.ref)
+        except (GroupNotFound, PodGroupSpecError):
+            return PlanPhase.CANCELLED, "its group is gone or invalid"
+        placed = len(self._state.placed_members(current.group))
+        if not wholeness(spec, placed).missing:
+            return PlanPhase.DONE, "the gang holds minMember"
+        nodes = self._state.nodes
+        gone = sorted(
+            {s.node for s in current.slots if (n := nodes.get(s.node)) is None or n.unschedulable}
+        )
+        if gone:
+            return PlanPhase.CANCELLED, f"node(s) {', '.join(gone)} gone or cordoned"
+        return None
+
+    def end(self, current: Plan, phase: PlanPhase, reason: str) -> None:
+        current.phase = phase
+        current.reason = reason
+        self.plans.pop(current.group, None)
+        self._metrics.preemption_plans.labels(phase.value).inc()
+        level = logging.INFO if phase is PlanPhase.DONE else logging.WARNING
+        log.log(
+            level,
+            "preemption plan %s: %s",
+            phase.value,
+            reason,
+            extra={"podgroup": current.group, "verb": "preempt"},
+        )
+        if phase is not PlanPhase.DONE:
+            self._observer.preemption_ended(
+                current.group, f"preemption plan {phase.value}: {reason}"
+            )
+
+    def _cancel_lower(self, made: Plan) -> None:
+        """A lower-priority gang's live plan on the same nodes gives way to this one."""
+        nodes = {s.node for s in made.slots}
+        for other in self:
+            if other.group != made.group and other.priority < made.priority and other.live:
+                shared = nodes & {s.node for s in other.slots}
+                if shared:
+                    self.end(
+                        other,
+                        PlanPhase.CANCELLED,
+                        f"higher-priority gang {made.group} needs node(s) "
+                        + ", ".join(sorted(shared)),
+                    )

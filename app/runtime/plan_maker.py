@@ -1,0 +1,235 @@
+"""Making a gang's preemption plan: its missing members, the room, the victims, the domain.
+
+kube-scheduler's candidates are every node where evicting lower-priority pods
+lets a member fit (in a cluster of more than 1,000 nodes, a 10% sample of
+them, its own bound on preemption work); the nodes it did not offer either
+fit a member already or cannot take one whatever is evicted. So the plan is
+made over the nodes it offered and those with room for a member. A gang that
+cannot preempt at all is told why, once per new reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from app.core.admission import wholeness
+from app.core.groups import GroupRef, GroupSpec
+from app.core.observer import GangObserver
+from app.core.packing import Bin, Demand
+from app.core.preemption_planner import PlanResult, plan, plan_in_domains
+from app.core.resources import shortfall
+from app.core.state import ClusterState
+from app.core.topology import (
+    Domain,
+    TopologyConstraint,
+    by_domain,
+    common_domain,
+    level_origin,
+    levels_to_try,
+    short_level,
+)
+from app.core.topology_sources import constraint_of
+from app.core.victim_pool import VictimPool, victim_pool
+from app.core.victims import Preemptor, VictimPolicy
+from app.runtime.plan_book import PlanBook
+from app.runtime.preemption_plan import Answer, Plan, Slot
+from app.runtime.preemption_room import PreemptionRoom
+
+log = logging.getLogger(__name__)
+
+# Past this many gangs told a refusal, the notes start over (each may be told once more).
+_FORGET_REFUSALS_ABOVE = 10_000
+
+
+class PlanMaker:
+    def __init__(
+        self,
+        state: ClusterState,
+        policy: VictimPolicy,
+        book: PlanBook,
+        room: PreemptionRoom,
+        observer: GangObserver,
+        levels: tuple[str, ...],
+    ) -> None:
+        self._state = state
+        self._policy = policy
+        self._book = book
+        self._room = room
+        self._observer = observer
+        self._levels = levels
+        # group -> the last refusal told to its users (an Event once per new reason).
+        self._refused: dict[str, str] = {}
+
+    def make(
+        self,
+        spec: GroupSpec,
+        ref: GroupRef,
+        preemptor: Preemptor,
+        own: Demand,
+        offered: set[str],
+        now: float,
+    ) -> Plan | Answer:
+        """The gang's new plan, kept in the book; or the answer when there is nothing to plan."""
+        demands = self._demands(spec, preemptor, own)
+        bins = self._bins(spec.key, preemptor.priority, demands, offered)
+        pool = victim_pool(
+            self._state,
+            self._policy,
+            spec.key,
+            preemptor.priority,
+            [b.name for b in bins],
+            self._book.taken(),
+        )
+        constraint = constraint_of(
+            spec.topology, ((p.key, p.topology) for p in self._state.members(spec.key))
+        )
+        domain, result = self._search(spec.key, constraint, demands, bins, pool)
+        if result is None:
+            message = self._cannot(spec.key, constraint, len(demands))
+            self.refuse(spec.key, message)
+            return Answer([], message)
+        made = self._from_result(ref, preemptor.priority, result, demands, now)
+        made.domain = domain
+        if not made.victims:
+            # The members fit without evicting anyone (room being freed, or free
+            # room the filter keeps for a gang ahead in line): nothing to evict.
+            return Answer(
+                [],
+                f"the {len(demands)} member(s) of gang {spec.key} still needing room fit "
+                "without evictions; they wait for it",
+            )
+        self._book.add(made)
+        self._refused.pop(spec.key, None)
+        where = f" in {domain.describe()} ({level_origin(domain.level)})" if domain else ""
+        text = f"gang {spec.key} preempts{where}: {made.describe()}"
+        log.info(text, extra={"podgroup": spec.key, "pod": preemptor.key, "verb": "preempt"})
+        self._observer.preemption_planned(spec.key, text)
+        return made
+
+    def refuse(self, group_key: str, message: str) -> None:
+        """Tell the gang's users why it cannot preempt, unless that was the last thing told."""
+        if self._refused.get(group_key) == message:
+            return
+        if len(self._refused) > _FORGET_REFUSALS_ABOVE:
+            self._refused.clear()
+        self._refused[group_key] = message
+        self._observer.preemption_refused(group_key, message)
+
+    def _demands(self, spec: GroupSpec, preemptor: Preemptor, own: Demand) -> list[Demand]:
+        """The members the gang still needs placed, the preemptor first."""
+        members = self._state.members(spec.key)
+        placed = len(self._state.placed_members(spec.key))
+        missing = max(wholeness(spec, placed).missing, 1)
+        others = sorted(
+            (
+                Demand(p.key, p.requests, p.placement)
+                for p in members
+                if not p.placed_node and p.counts_as_member and p.uid != preemptor.uid
+            ),
+            key=lambda d: (sum(d.requests.values()), d.key),
+        )
+        return [own, *others][:missing]
+
+    def _bins(
+        self, group_key: str, priority: int, demands: Sequence[Demand], offered: set[str]
+    ) -> list[Bin]:
+        """The nodes kube-scheduler offered, and those with room for the smallest member."""
+        smallest = min(demands, key=lambda d: sum(d.requests.values())).requests
+        return [
+            b
+            for b in self._room.bins(group_key, priority)
+            if b.name in offered or not shortfall(smallest, b.free)
+        ]
+
+    def _search(
+        self,
+        key: str,
+        constraint: TopologyConstraint | None,
+        demands: Sequence[Demand],
+        bins: Sequence[Bin],
+        pool: VictimPool,
+    ) -> tuple[Domain | None, PlanResult | None]:
+        if constraint is None:
+            return None, plan(demands, bins, pool.by_node, pool.budgets)
+        return self._plan_in_topology(key, constraint, demands, bins, pool)
+
+    def _cannot(self, key: str, constraint: TopologyConstraint | None, missing: int) -> str:
+        where = ""
+        if constraint is not None and constraint.required:
+            levels = " or ".join(short_level(level) for level in self._levels_to_try(constraint)[0])
+            where = f" in any one {levels} ({constraint.describe()})"
+        return (
+            f"gang {key} cannot preempt: its {missing} missing member(s) do not "
+            f"fit{where} even after evicting every pod they may evict (lower priority, not "
+            "in the gang, not protected by a running gang's minMember under "
+            f"--gang-victim-policy={self._policy})"
+        )
+
+    def _levels_to_try(self, constraint: TopologyConstraint) -> tuple[list[str], bool]:
+        """levels_to_try() over the configured levels and the HyperNode tiers there are."""
+        return levels_to_try(
+            constraint,
+            self._state.topology_levels(self._levels),
+            self._state.hypernodes.tier_names,
+        )
+
+    def _plan_in_topology(
+        self,
+        key: str,
+        constraint: TopologyConstraint,
+        demands: Sequence[Demand],
+        bins: Sequence[Bin],
+        pool: VictimPool,
+    ) -> tuple[Domain | None, PlanResult | None]:
+        """The cheapest plan inside one domain, lowest level first; preferred: then anywhere.
+
+        Placed members pin the domain of each level, as in the filter verb.
+        """
+        tried, anywhere = self._levels_to_try(constraint)
+        placed = [p.placed_node for p in self._state.placed_members(key)]
+        for level in tried:
+            groups = by_domain(bins, level)
+            if placed:
+                pin = common_domain(placed, self._state.labels_of, level)
+                groups = {pin: groups[pin]} if pin is not None and pin in groups else {}
+            found = plan_in_domains(
+                demands,
+                bins,
+                pool.by_node,
+                pool.budgets,
+                [(value, [b.name for b in members]) for value, members in sorted(groups.items())],
+            )
+            if found is not None:
+                return Domain(level, found[0]), found[1]
+        if anywhere:
+            return None, plan(demands, bins, pool.by_node, pool.budgets)
+        return None, None
+
+    def _from_result(
+        self,
+        ref: GroupRef,
+        priority: int,
+        result: PlanResult,
+        demands: Sequence[Demand],
+        now: float,
+    ) -> Plan:
+        requests = {d.key: d.requests for d in demands}
+        slots: list[Slot] = []
+        victims: dict[str, tuple[str, str]] = {}
+        for planned in result.nodes:
+            uids = tuple(uid for v in planned.victims for uid in v.uids)
+            for unit in planned.victims:
+                for uid, key in zip(unit.uids, unit.keys, strict=True):
+                    victims[uid] = (key, planned.node)
+            for i, member in enumerate(planned.members):
+                slots.append(Slot(planned.node, requests[member], uids if i == 0 else ()))
+        return Plan(
+            ref=ref,
+            priority=priority,
+            made_at=now,
+            deadline=self._book.deadline(now),
+            slots=slots,
+            victims=victims,
+            evictions=result.cost.evictions,
+        )

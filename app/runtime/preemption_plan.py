@@ -1,0 +1,135 @@
+"""A gang's preemption plan: the slots its members go to, the victims, and where it stands.
+
+A plan is made once for the whole gang and answers every member's preempt
+call until it ends; its phase tells /debug and the logs how far it got.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from app.core.groups import GroupRef
+from app.core.resources import Resources
+from app.core.state import ClusterState
+from app.core.topology import Domain
+from app.core.victims import VictimCandidate
+
+
+class PlanKind(StrEnum):
+    PREEMPTION = "preemption"  # made by the preempt verb: slots on nodes, victims per slot
+    RECLAIM = "reclaim"  # queue reclaim (app/runtime/reclaimer.py): whole gangs evicted, no slots
+
+
+class PlanPhase(StrEnum):
+    PLANNED = "planned"  # made; no victim handed to kube-scheduler yet
+    EVICTING = "evicting"  # victims handed, some still on their nodes
+    PLACING = "placing"  # every victim gone: members are being placed
+    DONE = "done"  # the gang holds minMember (bound or reserved)
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+ENDED = frozenset({PlanPhase.DONE, PlanPhase.EXPIRED, PlanPhase.CANCELLED})
+
+
+@dataclass(slots=True)
+class Slot:
+    """Room for one member on one node; the first slot on a node carries its victims."""
+
+    node: str
+    requests: Resources
+    victims: tuple[str, ...]
+    # uid of the member this slot was given to ("" while nobody asked for it).
+    member: str = ""
+
+
+@dataclass(slots=True)
+class Plan:
+    ref: GroupRef
+    priority: int
+    made_at: float
+    deadline: float
+    slots: list[Slot]
+    # victim uid -> (pod key, node): every victim of the plan.
+    victims: dict[str, tuple[str, str]]
+    evictions: int
+    phase: PlanPhase = PlanPhase.PLANNED
+    reason: str = ""
+    handed: set[str] = field(default_factory=set)
+    # The topology domain every slot is in (None: the gang has no topology constraint).
+    domain: Domain | None = None
+    kind: PlanKind = PlanKind.PREEMPTION
+
+    @property
+    def group(self) -> str:
+        return self.ref.key
+
+    @property
+    def live(self) -> bool:
+        return self.phase not in ENDED
+
+    def describe(self) -> str:
+        if self.kind is PlanKind.RECLAIM:
+            names = sorted(key for key, _node in self.victims.values())
+            return f"{self.evictions} eviction(s) by queue reclaim: {', '.join(names)}"
+        by_node: dict[str, list[str]] = {}
+        members: dict[str, int] = {}
+        for slot in self.slots:
+            members[slot.node] = members.get(slot.node, 0) + 1
+        for key, node in self.victims.values():
+            by_node.setdefault(node, []).append(key.rsplit("/", 1)[-1])
+        parts = [
+            f"{node} ({members[node]} member(s)"
+            + (
+                f", evicting {', '.join(sorted(by_node[node]))})"
+                if node in by_node
+                else ", free room)"
+            )
+            for node in sorted(members)
+        ]
+        return f"{self.evictions} eviction(s) for {len(self.slots)} member(s): " + "; ".join(parts)
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "kind": self.kind.value,
+            "phase": self.phase.value,
+            "priority": self.priority,
+            "evictions": self.evictions,
+            "ageSeconds": round(now - self.made_at, 2),
+            "deadlineSeconds": round(self.deadline - now, 2),
+            "slots": [
+                {
+                    "node": s.node,
+                    "victims": [self.victims[v][0] for v in s.victims],
+                    "member": s.member,
+                }
+                for s in self.slots
+            ],
+            "reason": self.reason,
+            "domain": self.domain.to_json() if self.domain is not None else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the preempt verb sends back for a gang member, and why (for the log)."""
+
+    candidates: list[VictimCandidate]
+    message: str
+
+
+def still_there(state: ClusterState, uid: str) -> bool:
+    """Is this victim still on its node (so evicting it is still to come)?"""
+    pod = state.pod_by_uid(uid)
+    return pod is not None and bool(pod.placed_node) and not pod.terminal
+
+
+def slot_filled(state: ClusterState, slot: Slot) -> bool:
+    """Has the member given this slot landed (its room is no longer a promise)?"""
+    if not slot.member:
+        return False
+    member = state.pod_by_uid(slot.member)
+    return member is not None and bool(member.placed_node)

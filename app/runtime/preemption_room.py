@@ -1,0 +1,53 @@
+"""The room a preempting gang may plan with: free room minus what others were promised.
+
+Promised: pods kube-scheduler nominated that rank at least as high (its
+filters keep their room), and the open slots of other live plans of gangs
+that rank at least as high; their handed victims count as gone.
+"""
+
+from __future__ import annotations
+
+from app.core.packing import Bin, index_of
+from app.core.resources import add, subtract
+from app.core.state import ClusterState
+from app.runtime.plan_book import PlanBook
+from app.runtime.preemption_plan import Plan, slot_filled
+
+
+class PreemptionRoom:
+    def __init__(self, state: ClusterState, book: PlanBook) -> None:
+        self._state = state
+        self._book = book
+
+    def bins(self, group_key: str, priority: int) -> list[Bin]:
+        """Free room per node for gang `group_key` at `priority`."""
+        bins = self._state.room()
+        by_node = index_of(bins)
+        for pod in self._state.nominated.values():
+            if pod.priority >= priority and (pod.group is None or pod.group.key != group_key):
+                target = by_node.get(pod.nominated_node)
+                if target is not None:
+                    subtract(target.free, pod.requests)
+        for other in self._book:
+            if other.group == group_key or not other.live:
+                continue
+            self._give_handed(other, by_node)
+            if other.priority >= priority:
+                self._take_open_slots(other, by_node)
+        return bins
+
+    def _give_handed(self, other: Plan, by_node: dict[str, Bin]) -> None:
+        leaving = self._state.leaving
+        for uid in other.handed:
+            victim = self._state.pod_by_uid(uid)
+            if victim is not None and victim.key not in leaving and not victim.terminal:
+                target = by_node.get(victim.placed_node)
+                if target is not None:
+                    add(target.free, victim.requests)
+
+    def _take_open_slots(self, other: Plan, by_node: dict[str, Bin]) -> None:
+        for slot in other.slots:
+            if not slot_filled(self._state, slot):
+                target = by_node.get(slot.node)
+                if target is not None:
+                    subtract(target.free, slot.requests)
