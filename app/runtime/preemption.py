@@ -46,16 +46,12 @@ from app.runtime.wakeup import SiblingWaker
 
 # The names the verbs import from here along with PreemptionPlans.
 __all__ = [
-    "Candidate",
     "PlanSettings",
     "PreemptionPlans",
     "Preemptor",
     "VictimCandidate",
     "VictimPolicy",
 ]
-
-# The name app/web/wire.py imports; VictimCandidate is the type.
-Candidate = VictimCandidate
 
 
 @dataclass(frozen=True, slots=True)

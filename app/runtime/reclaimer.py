@@ -110,7 +110,7 @@ class Reclaimer:
             self._under_way = {k: v for k, v in self._under_way.items() if v[0] > now}
         for key in victims:
             self._evicting[key] = now + RECLAIM_WAIT_SECONDS
-            pods = [p for p in self._state.members(key) if p.placed_node and not p.terminal]
+            pods = self._state.placed_members(key)
             victim_queue = by_key[key].queue
             message = (
                 f"gang {key} of queue {victim_queue} is evicted whole: queue {queue} is below "

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from app.runtime.preemption import Candidate
+from app.core.victims import VictimCandidate
 
 
 class WireError(ValueError):
@@ -241,13 +241,13 @@ def host_priorities(scores: Mapping[str, int]) -> list[dict[str, Any]]:
 @dataclass(frozen=True, slots=True)
 class PreemptArgs:
     pod: dict[str, Any]
-    candidates: list[Candidate]
+    candidates: list[VictimCandidate]
 
 
 def parse_preempt_args(body: bytes) -> PreemptArgs:
     data = _decode(body)
     pod = _pod(data)
-    candidates: list[Candidate] = []
+    candidates: list[VictimCandidate] = []
     meta = _field(data, "NodeNameToMetaVictims")
     full = _field(data, "NodeNameToVictims", "nodeToVictims")
     source, what = (
@@ -276,11 +276,11 @@ def parse_preempt_args(body: bytes) -> PreemptArgs:
         violations = victims.get("numpdbviolations") or 0
         if not isinstance(violations, int):
             raise WireError(f"{what}[{node}].NumPDBViolations must be an integer")
-        candidates.append(Candidate(str(node), uids, violations))
+        candidates.append(VictimCandidate(str(node), uids, violations))
     return PreemptArgs(pod=pod, candidates=candidates)
 
 
-def preempt_result(candidates: list[Candidate]) -> dict[str, Any]:
+def preempt_result(candidates: list[VictimCandidate]) -> dict[str, Any]:
     """ExtenderPreemptionResult: always NodeNameToMetaVictims."""
     return {
         "NodeNameToMetaVictims": {
