@@ -170,7 +170,7 @@ class QueueBook:
             mine = tally.pending.setdefault(queue, [])
             mine[:] = [w for w in mine if w[2] != candidate.key]
             mine.append(
-                (-candidate.priority, candidate.created, candidate.key, _request(candidate))
+                (-candidate.priority, candidate.created, candidate.key, request_of(candidate))
             )
         for name, gangs in tally.pending.items():
             for waiting in gangs:
@@ -201,7 +201,7 @@ class QueueBook:
             gang
             for gang, name in line
             if name in views
-            and enqueue(name, _request(gang), views, capacity, self.overcommit) is None
+            and enqueue(name, request_of(gang), views, capacity, self.overcommit) is None
         ]
         return Assessment(views, capacity, message, allowed, queue, list(running.values()))
 
@@ -219,7 +219,7 @@ class QueueBook:
         queue would admit come first: a younger gang must not take the
         queue's last room while an older one waits for it.
         """
-        request = _request(candidate)
+        request = request_of(candidate)
         alone = enqueue(queue, request, views, capacity, self.overcommit)
         if alone is not None:
             return f"gang {candidate.key} waits in its queue: {alone}"
@@ -409,7 +409,7 @@ def _quantity(milli: int) -> str:
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
-def _request(gang: Gang) -> Resources:
+def request_of(gang: Gang) -> Resources:
     """What a gang in line asks for: every member it has not placed yet."""
     total: Resources = {}
     for demand in gang.demands:
