@@ -48,6 +48,7 @@ from app.runtime.gang_topology import GangTopology
 from app.runtime.gate import PermitGate, SettleOutcome
 from app.runtime.line import Candidate, Line, Waiting
 from app.runtime.queue_book import Assessment
+from app.runtime.queue_tally import queue_of
 from app.runtime.reclaim_checks import ReclaimChecks
 
 __all__ = ["Arbiter", "ArbiterPeers", "ArbiterSettings", "Candidate", "Waiting"]
@@ -128,7 +129,7 @@ class Arbiter:
         queued: Assessment | None = None
         book = self.line.queues
         if book is not None:
-            queue = book.queue_of(spec, self._state.members(spec.key))
+            queue = queue_of(spec, self._state.members(spec.key))
             queued = self.line.assess(gang, queue, contest.line, contest.holders)
             if queued.message is not None:
                 return self._turn_away(spec.key, ref, now, FilterReason.QUEUE_SHARE, queued.message)

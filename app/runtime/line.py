@@ -27,6 +27,7 @@ from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.contest import Contest, capacity
 from app.runtime.gang_topology import GangTopology
 from app.runtime.queue_book import Assessment, QueueBook
+from app.runtime.queue_tally import queue_of
 
 
 @dataclass(slots=True)
@@ -157,7 +158,7 @@ class Line:
             if book is not None:
                 if len(self._queue_of) > 10_000:
                     self._queue_of.clear()
-                self._queue_of[key] = book.queue_of(spec, self._state.members(key))
+                self._queue_of[key] = queue_of(spec, self._state.members(key))
             line.append(gang)
         return line
 

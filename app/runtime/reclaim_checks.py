@@ -22,6 +22,7 @@ from app.core.state import ClusterState, GroupNotFound, PodRecord
 from app.runtime.claims import ClaimLedger
 from app.runtime.line import Line
 from app.runtime.queue_book import Assessment, request_of
+from app.runtime.queue_tally import queue_of
 from app.runtime.reclaimer import Reclaimer
 
 
@@ -122,7 +123,7 @@ class ReclaimChecks:
                 continue
             self._line.join(key, ref, now)
             contest = self._line.contest(exclude=key)
-            queue = book.queue_of(spec, members)
+            queue = queue_of(spec, members)
             queued = self._line.assess(gang, queue, contest.line, contest.holders)
             if queued.message is not None:
                 continue
