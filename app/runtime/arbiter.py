@@ -65,6 +65,8 @@ _GIVE_WAY_GRACE_SECONDS = 3.0
 
 
 class Arbiter:
+    """The one the filter verb and the watches talk to; its parts never talk to them."""
+
     def __init__(
         self,
         state: ClusterState,

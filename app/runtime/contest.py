@@ -11,7 +11,11 @@ from app.core.state import ClusterState
 
 @dataclass(slots=True)
 class Contest:
-    """The room free, the empty cluster, who holds capacity, who waits (app/core/contention.py)."""
+    """The room free, the empty cluster, who holds capacity, who waits (app/core/contention.py).
+
+    Gathered once per decision, so that the queue check, the decision and
+    reclaim all weigh the same moment.
+    """
 
     free: list[Bin]
     allocatable: list[Bin]

@@ -27,7 +27,7 @@ from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.contest import Contest, capacity
 from app.runtime.gang_topology import GangTopology
 from app.runtime.queue_book import Assessment, QueueBook
-from app.runtime.queue_tally import queue_of
+from app.runtime.queue_tally import podgroup_created, queue_of
 
 
 @dataclass(slots=True)
@@ -51,7 +51,11 @@ class Candidate:
 
 
 class Line:
-    """Who waits, in which order they go, and the Gang each of them is now."""
+    """Who waits, and the Gang each of them is now.
+
+    A gang is either in line or holding a claim (app/runtime/claims.py), never
+    both: the line is what aging, wake-ups and backfill work from.
+    """
 
     def __init__(
         self,
@@ -107,10 +111,9 @@ class Line:
                     demands.append(
                         Demand(pod.key, pod_requests(pod.raw_spec), placement_of(pod.raw_spec))
                     )
-        record = self._state.podgroups.get(spec.key)
-        created = record.created if record is not None and record.created else 0.0
-        if not created:
-            created = min((p.created for p in members if p.created), default=wall())
+        created = podgroup_created(self._state, spec.key, 0.0) or min(
+            (p.created for p in members if p.created), default=wall()
+        )
         waiting = self.waiting.get(spec.key)
         book = self.queues
         share = book.share(p for p in members if p.placed_node) if book is not None else 0.0

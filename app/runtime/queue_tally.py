@@ -121,7 +121,7 @@ class _Placed:
             request: Resources = {}
             for pod in pods:
                 add(request, pod.requests)
-            created = _created(state, key, 0.0) or min(p.created for p in pods)
+            created = podgroup_created(state, key, 0.0) or min(p.created for p in pods)
             pending.setdefault(queue_of(spec, pods), []).append(
                 (-max(p.priority for p in pods), created, key, request)
             )
@@ -136,12 +136,12 @@ class _Placed:
             total: Resources = {}
             for amounts in self.held[key].values():
                 add(total, amounts)
-            created = _created(state, key, latest)
+            created = podgroup_created(state, key, latest)
             running[key] = Running(key, name, priority, created, self.held[key], total)
         return running
 
 
-def _created(state: ClusterState, key: str, otherwise: float) -> float:
+def podgroup_created(state: ClusterState, key: str, otherwise: float) -> float:
     """The PodGroup's creation time, `otherwise` when unknown."""
     record = state.podgroups.get(key)
     return record.created if record is not None and record.created else otherwise
