@@ -43,7 +43,7 @@ from app.ops.leader import (
 from app.ops.metrics import Metrics
 from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus, StatusSettings
-from app.runtime.arbiter import Arbiter
+from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings
 from app.runtime.evictor import PreemptionFollower
 from app.runtime.gate import PartialBindPolicy, PermitGate
 from app.runtime.preemption import PlanSettings, PreemptionPlans, VictimPolicy
@@ -138,14 +138,14 @@ def build_runtime(
         cluster.admission,
         gate,
         cluster.wait.for_group,
-        waker=waker,
-        observer=observer,
-        aging_seconds=settings.gang_aging_seconds,
-        levels=settings.levels,
-        metrics=metrics,
-        every_gang=settings.gang_feasibility,
-        queues=queues,
-        reclaimer=reclaimer,
+        ArbiterPeers(
+            waker=waker, observer=observer, metrics=metrics, queues=queues, reclaimer=reclaimer
+        ),
+        ArbiterSettings(
+            aging_seconds=settings.gang_aging_seconds,
+            levels=settings.levels,
+            every_gang=settings.gang_feasibility,
+        ),
     )
     follower = PreemptionFollower(state, pod_writes, observer, victims, plans)
     return Runtime(waker, plans, gate, queues, reclaimer, arbiter, follower)

@@ -29,8 +29,7 @@ from app.core.state import ClusterState
 from app.core.topology import HOSTNAME, ZONE
 from app.core.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
 from app.ops.metrics import Metrics
-from app.runtime.arbiter import Arbiter
-from app.runtime.arbiter import _Waiting as Waiting
+from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings, Waiting
 from app.runtime.gate import PermitGate
 from app.runtime.queue_book import QueueBook
 from app.web.extender import GangExtender
@@ -468,7 +467,11 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     admission = Admission(3)
     gate = PermitGate(state, admission, NullApi(), metrics)
     arbiter = Arbiter(
-        state, admission, gate, lambda spec: 60.0, levels=(HOSTNAME, rack, block, ZONE)
+        state,
+        admission,
+        gate,
+        lambda spec: 60.0,
+        settings=ArbiterSettings(levels=(HOSTNAME, rack, block, ZONE)),
     )
     extender = GangExtender(
         state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80), arbiter=arbiter
@@ -546,7 +549,7 @@ async def queue_rows(
         gate = PermitGate(state, admission, NullApi(), metrics)
         book = QueueBook(state, metrics=metrics)
         book.replace(objects)
-        arbiter = Arbiter(state, admission, gate, lambda spec: 60.0, queues=book)
+        arbiter = Arbiter(state, admission, gate, lambda spec: 60.0, ArbiterPeers(queues=book))
         for i in range(pending):  # the waiting gangs were turned away once, as in a busy cluster
             arbiter.waiting[f"bench/g{pods // 10 + i}"] = Waiting(
                 GroupRef("bench", f"g{pods // 10 + i}"), 0.0

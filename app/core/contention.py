@@ -122,60 +122,134 @@ def decide(
     ahead) when other gangs' claims, reservations or places in line are what
     keeps it out.
     """
-    holders = [h for h in holders if h.key != candidate.key]
-    bins, index = room_left(free, holders)
-    # Every packing below over `bins` (or `allocatable`) allows the same nodes.
-    on_bins: AllowedNodes = {}
-    on_allocatable: AllowedNodes = {}
-    mine = line_key(candidate, now, aging_seconds)
-    blocker: tuple[str, int] | None = None
-    for other in order_line([g for g in line if g.key != candidate.key], now, aging_seconds):
-        if line_key(other, now, aging_seconds) >= mine:
-            break
-        ahead = pack(other.demands, bins, other.need, allowed_nodes=on_bins)
-        if ahead.fits:
-            take(bins, ahead.plan, other.demands, index=index)
-            blocker = blocker or (other.key, other.priority)
-        elif (
-            other.aged(now, aging_seconds)
-            and other.priority >= candidate.priority
-            and (
-                not allocatable
-                or pack(other.demands, allocatable, other.need, allowed_nodes=on_allocatable).fits
-            )
-        ):
-            return _wait(candidate, (other.key, other.priority), "has waited longest")
-    packing = pack(candidate.demands, bins, candidate.need, allowed_nodes=on_bins)
+    contest = _Contest(candidate, [h for h in holders if h.key != candidate.key])
+    room = _Room(free, contest.holders, allocatable)
+    waiting = contest.behind_line(line, room, now, aging_seconds)
+    if waiting is not None:
+        return waiting
+    packing = room.pack(candidate)
     if packing.fits:
         return Decision(Ruling.ADMIT, packing.plan)
-    # Precedence: release lower-priority gangs still collecting, lowest first.
-    released: list[str] = []
-    for holder in sorted(
-        (h for h in holders if h.priority < candidate.priority),
-        key=lambda h: (h.priority, -h.created, h.key),
-    ):
-        give(bins, holder.remaining, index=index)
-        give(bins, holder.reserved, index=index)
-        released.append(holder.key)
-        packing = pack(candidate.demands, bins, candidate.need, allowed_nodes=on_bins)
+    admitted, packing = contest.by_precedence(room, packing)
+    if admitted is not None:
+        return admitted
+    return contest.refusal(free, packing)
+
+
+class _Room:
+    """What a decision packs into: free less the holders' promises, and the empty cluster.
+
+    Every packing over the same bins allows the same nodes, so they share one
+    memo of the nodes each demand allows (and so do those over `allocatable`).
+    """
+
+    __slots__ = ("_allocatable", "_index", "_on_allocatable", "_on_bins", "bins")
+
+    def __init__(
+        self, free: Sequence[Bin], holders: Sequence[Holder], allocatable: Sequence[Bin]
+    ) -> None:
+        self.bins, self._index = room_left(free, holders)
+        self._allocatable = allocatable
+        self._on_bins: AllowedNodes = {}
+        self._on_allocatable: AllowedNodes = {}
+
+    def pack(self, gang: Gang) -> Packing:
+        return pack(gang.demands, self.bins, gang.need, allowed_nodes=self._on_bins)
+
+    def set_aside(self, gang: Gang) -> bool:
+        """The room the gang fits in is set aside for it; False: it does not fit."""
+        packing = self.pack(gang)
         if packing.fits:
-            return Decision(Ruling.ADMIT, packing.plan, tuple(released))
-    # Without any other gang holding anything: if it does not fit even so, the
-    # cluster itself is short (not a matter of waiting in line). Packed only
-    # here: most gangs are admitted above, and this is a second whole packing.
-    unheld = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
-    unheld_index = index_of(unheld)
-    for holder in holders:
-        give(unheld, holder.reserved, index=unheld_index)
-    alone = pack(candidate.demands, unheld, candidate.need)
-    if not alone.fits:
-        return Decision(Ruling.SHORT, message=alone.describe(candidate.key, candidate.demands))
-    if blocker is None and holders:
-        top = min(holders, key=lambda h: (-h.priority, h.created, h.key))
-        blocker = (top.key, top.priority)
-    if blocker is None:  # fits alone, so a holder or a gang ahead took the room
-        return Decision(Ruling.SHORT, message=packing.describe(candidate.key, candidate.demands))
-    return _wait(candidate, blocker, "holds the capacity it needs")
+            take(self.bins, packing.plan, gang.demands, index=self._index)
+        return packing.fits
+
+    def may_ever_fit(self, gang: Gang) -> bool:
+        """Would the gang fit in the empty cluster? (Yes when the empty cluster is not given.)"""
+        return (
+            not self._allocatable
+            or pack(
+                gang.demands, self._allocatable, gang.need, allowed_nodes=self._on_allocatable
+            ).fits
+        )
+
+    def give_back(self, holder: Holder) -> None:
+        """What the holder was promised and holds in the gate is free again."""
+        give(self.bins, holder.remaining, index=self._index)
+        give(self.bins, holder.reserved, index=self._index)
+
+
+class _Contest:
+    """The steps of decide() past the first packing, and what they learn on the way."""
+
+    __slots__ = ("blocker", "candidate", "holders")
+
+    def __init__(self, candidate: Gang, holders: list[Holder]) -> None:
+        self.candidate = candidate
+        self.holders = holders
+        # The first gang ahead that took room, named when the candidate waits.
+        self.blocker: tuple[str, int] | None = None
+
+    def behind_line(
+        self, line: Sequence[Gang], room: _Room, now: float, aging_seconds: float
+    ) -> Decision | None:
+        """Backfill: the gangs ahead that fit get their room first; an aged one ahead holds."""
+        candidate = self.candidate
+        mine = line_key(candidate, now, aging_seconds)
+        for other in order_line([g for g in line if g.key != candidate.key], now, aging_seconds):
+            if line_key(other, now, aging_seconds) >= mine:
+                break
+            if room.set_aside(other):
+                self.blocker = self.blocker or (other.key, other.priority)
+            elif (
+                other.aged(now, aging_seconds)
+                and other.priority >= candidate.priority
+                and room.may_ever_fit(other)
+            ):
+                return _wait(candidate, (other.key, other.priority), "has waited longest")
+        return None
+
+    def by_precedence(self, room: _Room, packing: Packing) -> tuple[Decision | None, Packing]:
+        """Release lower-priority gangs still collecting, lowest first, until the candidate fits.
+
+        (None, the last packing tried) when it does not fit even so.
+        """
+        released: list[str] = []
+        for holder in sorted(
+            (h for h in self.holders if h.priority < self.candidate.priority),
+            key=lambda h: (h.priority, -h.created, h.key),
+        ):
+            room.give_back(holder)
+            released.append(holder.key)
+            packing = room.pack(self.candidate)
+            if packing.fits:
+                return Decision(Ruling.ADMIT, packing.plan, tuple(released)), packing
+        return None, packing
+
+    def refusal(self, free: Sequence[Bin], packing: Packing) -> Decision:
+        """SHORT when the cluster itself lacks the room, else WAIT behind whoever took it.
+
+        Without any other gang holding anything: if it does not fit even so,
+        the cluster itself is short (not a matter of waiting in line). Packed
+        only here: most gangs are admitted before, and this is a second whole
+        packing.
+        """
+        candidate = self.candidate
+        unheld = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
+        unheld_index = index_of(unheld)
+        for holder in self.holders:
+            give(unheld, holder.reserved, index=unheld_index)
+        alone = pack(candidate.demands, unheld, candidate.need)
+        if not alone.fits:
+            return Decision(Ruling.SHORT, message=alone.describe(candidate.key, candidate.demands))
+        blocker = self.blocker
+        if blocker is None and self.holders:
+            top = min(self.holders, key=lambda h: (-h.priority, h.created, h.key))
+            blocker = (top.key, top.priority)
+        if blocker is None:  # fits alone, so a holder or a gang ahead took the room
+            return Decision(
+                Ruling.SHORT, message=packing.describe(candidate.key, candidate.demands)
+            )
+        return _wait(candidate, blocker, "holds the capacity it needs")
 
 
 def room_left(free: Sequence[Bin], holders: Sequence[Holder]) -> tuple[list[Bin], dict[str, Bin]]:
@@ -214,20 +288,13 @@ def wake_order(
     allocatable: Sequence[Bin] = (),
 ) -> list[str]:
     """The waiting gangs that would be admitted now, in line order (to wake their pods)."""
-    bins, index = room_left(free, holders)
-    on_bins: AllowedNodes = {}
-    on_allocatable: AllowedNodes = {}
+    room = _Room(free, holders, allocatable)
     chosen: list[str] = []
     for gang in order_line(waiting, now, aging_seconds):
-        packing: Packing = pack(gang.demands, bins, gang.need, allowed_nodes=on_bins)
-        if packing.fits:
-            take(bins, packing.plan, gang.demands, index=index)
+        if room.set_aside(gang):
             chosen.append(gang.key)
             if len(chosen) >= limit:
                 break
-        elif gang.aged(now, aging_seconds) and (
-            not allocatable
-            or pack(gang.demands, allocatable, gang.need, allowed_nodes=on_allocatable).fits
-        ):
+        elif gang.aged(now, aging_seconds) and room.may_ever_fit(gang):
             break
     return chosen

@@ -1,10 +1,11 @@
 """Plumbing for queues: the Queue objects we watch, and each queue's share at this moment.
 
-The arbiter (app/runtime/arbiter.py) asks `assess()` on a gang's filter call: what
-every queue holds (placed members of its gangs, plus what admitted gangs
-were promised and have not placed yet), what its gangs in line ask for, and
-so what it deserves (app/core/queues.py). The answer says whether the gang may be
-admitted now, which gangs in line may, and the views reclaim works from.
+The arbiter (app/runtime/arbiter.py) asks `assess()` on a gang's filter call:
+what every queue holds (placed members of its gangs, plus what admitted gangs
+were promised and have not placed yet), what its gangs in line ask for
+(both tallied by app/runtime/queue_tally.py), and so what it deserves
+(app/core/queues.py). The answer says whether the gang may be admitted now,
+which gangs in line may, and the views reclaim works from.
 Queue objects arrive through a reflector (app/server.py wires it); with none
 at all `active` is False and the arbiter never calls here.
 
@@ -21,7 +22,6 @@ from typing import Any
 
 from app.core.clock import Clock, monotonic
 from app.core.contention import Gang, Holder
-from app.core.groups import GroupSpec, PodGroupSpecError
 from app.core.queues import (
     DEFAULT_QUEUE,
     QueueSpec,
@@ -34,9 +34,10 @@ from app.core.queues import (
     enqueue,
     queue_from,
 )
-from app.core.resources import Resources, add, format_resources, subtract
-from app.core.state import ClusterState, GroupNotFound, PodRecord
+from app.core.resources import Resources, add, format_resources
+from app.core.state import ClusterState, PodRecord
 from app.ops.metrics import Metrics
+from app.runtime.queue_tally import Pending, tally_queues
 
 log = logging.getLogger(__name__)
 
@@ -56,20 +57,6 @@ class Assessment:
     line: list[Gang]
     queue: str
     running: list[Running] = field(default_factory=list)
-
-
-# A gang waiting: (-priority, created, key, what it asks for); sorts in queue order.
-_Waiting = tuple[int, float, str, Resources]
-
-
-@dataclass(slots=True)
-class _Tally:
-    capacity: Resources
-    allocated: dict[str, Resources]
-    running: dict[str, Running]
-    pending: dict[str, list[_Waiting]]
-    # queue -> gangs holding a claim (admitted, their members on the way through the gate).
-    admitted: dict[str, int] = field(default_factory=dict)
 
 
 class QueueBook:
@@ -128,20 +115,6 @@ class QueueBook:
         """Queues count only once a Queue object exists."""
         return bool(self.specs)
 
-    # ---- which queue -----------------------------------------------------------------
-
-    def queue_of(self, spec: GroupSpec | None, members: Sequence[PodRecord]) -> str:
-        """The group's spec.queue (or annotation), else a member's annotation, else default."""
-        if spec is not None and spec.queue:
-            return spec.queue
-        return next((p.queue for p in members if p.queue), DEFAULT_QUEUE)
-
-    def _queue_of_key(self, key: str, pod: PodRecord) -> str:
-        record = self._state.podgroups.get(key)
-        if record is not None and record.spec is not None and record.spec.queue:
-            return record.spec.queue
-        return pod.queue or DEFAULT_QUEUE
-
     def _queues(self) -> dict[str, QueueSpec]:
         queues = dict(self.specs)
         queues.setdefault(DEFAULT_QUEUE, QueueSpec(DEFAULT_QUEUE))
@@ -161,7 +134,7 @@ class QueueBook:
         Without a candidate (waking the line) only the line is judged.
         """
         queues = self._queues()
-        tally = self._tally(holders)
+        tally = tally_queues(self._state, holders)
         capacity, allocated, running = tally.capacity, tally.allocated, tally.running
         requests: dict[str, Resources] = {n: dict(v) for n, v in allocated.items()}
         if candidate is not None:
@@ -170,7 +143,7 @@ class QueueBook:
             mine = tally.pending.setdefault(queue, [])
             mine[:] = [w for w in mine if w[2] != candidate.key]
             mine.append(
-                (-candidate.priority, candidate.created, candidate.key, _request(candidate))
+                (-candidate.priority, candidate.created, candidate.key, request_of(candidate))
             )
         for name, gangs in tally.pending.items():
             for waiting in gangs:
@@ -201,7 +174,7 @@ class QueueBook:
             gang
             for gang, name in line
             if name in views
-            and enqueue(name, _request(gang), views, capacity, self.overcommit) is None
+            and enqueue(name, request_of(gang), views, capacity, self.overcommit) is None
         ]
         return Assessment(views, capacity, message, allowed, queue, list(running.values()))
 
@@ -209,7 +182,7 @@ class QueueBook:
         self,
         candidate: Gang,
         queue: str,
-        pending: Sequence[_Waiting],
+        pending: Sequence[Pending],
         views: Mapping[str, QueueView],
         capacity: Resources,
     ) -> str | None:
@@ -219,7 +192,7 @@ class QueueBook:
         queue would admit come first: a younger gang must not take the
         queue's last room while an older one waits for it.
         """
-        request = _request(candidate)
+        request = request_of(candidate)
         alone = enqueue(queue, request, views, capacity, self.overcommit)
         if alone is not None:
             return f"gang {candidate.key} waits in its queue: {alone}"
@@ -256,91 +229,6 @@ class QueueBook:
             return 0.0
         return dominant_share(held, self._state.total_allocatable())
 
-    def _tally(self, holders: Sequence[Holder]) -> _Tally:
-        """The capacity queues share, what each queue holds and waits for, who holds nodes.
-
-        Pods in no gang are in no queue: what they take is not the queues' to
-        share. Gangs waiting are every gang with pods not placed, enough of
-        them to be whole, no claim, not yet at minMember (kube-scheduler may
-        not have asked about them yet; they still count as their queue's demand).
-        """
-        state = self._state
-        capacity = state.total_allocatable()
-        allocated: dict[str, Resources] = {}
-        held: dict[str, dict[str, Resources]] = {}
-        meta: dict[str, tuple[str, int, float]] = {}
-        unplaced: dict[str, list[PodRecord]] = {}
-        placed: dict[str, int] = {}
-        # Gangs still being admitted (a member in the gate): not running, never reclaimed.
-        admitting: set[str] = set()
-        for pod in state.pods.values():
-            if not pod.placed_node:
-                if pod.group is not None and pod.counts_as_member:
-                    unplaced.setdefault(pod.group.key, []).append(pod)
-                continue
-            if pod.terminal or pod.key in state.leaving:
-                continue
-            node = state.nodes.get(pod.placed_node)
-            if node is None or node.unschedulable:
-                continue  # outside the capacity as well
-            if pod.group is None:
-                subtract(capacity, pod.requests)
-                continue
-            key = pod.group.key
-            if not pod.node_name:
-                admitting.add(key)  # reserved in the gate, not bound yet
-            placed[key] = placed.get(key, 0) + 1
-            name = self._queue_of_key(key, pod)
-            add(allocated.setdefault(name, {}), pod.requests)
-            add(held.setdefault(key, {}).setdefault(pod.placed_node, {}), pod.requests)
-            _, priority, created = meta.get(key, (name, pod.priority, pod.created))
-            meta[key] = (name, max(priority, pod.priority), max(created, pod.created))
-        admitted: dict[str, int] = {}
-        for holder in holders:
-            members = state.members(holder.key)
-            name = self._queue_of_key(holder.key, members[0]) if members else DEFAULT_QUEUE
-            admitted[name] = admitted.get(name, 0) + 1
-            for amounts in holder.remaining.values():
-                add(allocated.setdefault(name, {}), amounts)
-        claimed = {h.key for h in holders}
-        pending: dict[str, list[_Waiting]] = {}
-        for key, pods in unplaced.items():
-            if key in claimed:
-                continue
-            ref = pods[0].group
-            assert ref is not None
-            try:
-                spec = state.group_spec(ref)
-            except (GroupNotFound, PodGroupSpecError):
-                continue
-            have = placed.get(key, 0)
-            if have >= spec.min_member or have + len(pods) < spec.min_member:
-                continue  # whole already, or cannot be yet
-            request: Resources = {}
-            for pod in pods:
-                add(request, pod.requests)
-            record = state.podgroups.get(key)
-            created = record.created if record is not None and record.created else 0.0
-            pending.setdefault(self.queue_of(spec, pods), []).append(
-                (
-                    -max(p.priority for p in pods),
-                    created or min(p.created for p in pods),
-                    key,
-                    request,
-                )
-            )
-        running: dict[str, Running] = {}
-        for key, (name, priority, latest) in meta.items():
-            if key in claimed or key in admitting:
-                continue
-            record = state.podgroups.get(key)
-            created = record.created if record is not None and record.created else latest
-            total: Resources = {}
-            for amounts in held[key].values():
-                add(total, amounts)
-            running[key] = Running(key, name, priority, created, held[key], total)
-        return _Tally(capacity, allocated, running, pending, admitted)
-
     # ---- what users see ----------------------------------------------------------------
 
     def statuses(self, holders: Sequence[Holder]) -> dict[str, dict[str, Any]]:
@@ -349,7 +237,7 @@ class QueueBook:
         pending: gangs waiting; inqueue: gangs admitted, on their way through
         the gate; running: gangs holding nodes; allocated: what they hold.
         """
-        tally = self._tally(holders)
+        tally = tally_queues(self._state, holders)
         running: dict[str, int] = {}
         for gang in tally.running.values():
             running[gang.queue] = running.get(gang.queue, 0) + 1
@@ -409,7 +297,7 @@ def _quantity(milli: int) -> str:
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
-def _request(gang: Gang) -> Resources:
+def request_of(gang: Gang) -> Resources:
     """What a gang in line asks for: every member it has not placed yet."""
     total: Resources = {}
     for demand in gang.demands:

@@ -11,7 +11,7 @@ from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import NullObserver
 from app.core.state import ClusterState
 from app.ops.metrics import Metrics
-from app.runtime.arbiter import Arbiter, Candidate
+from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings, Candidate
 from app.runtime.gate import GateError, PermitGate
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
@@ -54,10 +54,8 @@ class World:
             self.admission,
             self.gate,
             lambda spec: 30.0,
-            observer=self.observer,
-            waker=waker,
-            aging_seconds=60,
-            clock=self.clock,
+            ArbiterPeers(waker=waker, observer=self.observer),
+            ArbiterSettings(aging_seconds=60, clock=self.clock),
         )
         self.state.add_pod_listener(self.gate.on_pod_change)
         if waker is not None:
@@ -336,10 +334,10 @@ def test_what_a_claim_holds_follows_every_change_of_its_members() -> None:
     claim = w.arbiter.claims[a.key]
 
     def holds() -> Any:
-        return w.arbiter._holder(a.key, claim)
+        return w.arbiter.ledger.holder(a.key, claim)
 
     def fresh() -> Any:
-        return w.arbiter._compute_holder(a.key, claim)
+        return w.arbiter.ledger.compute_holder(a.key, claim)
 
     assert holds() == fresh()
     assert holds() is holds()  # reused while nothing changed

@@ -13,7 +13,7 @@ from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.kube.errors import Transient
 from app.ops.metrics import Metrics
 from app.ops.queue_status import QueueStatusWriter
-from app.runtime.arbiter import Arbiter, Candidate
+from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings, Candidate
 from app.runtime.gate import PermitGate
 from app.runtime.preemption import PreemptionPlans
 from app.runtime.preemption_plan import PlanKind, PlanPhase
@@ -76,10 +76,8 @@ class World:
             admission,
             self.gate,
             lambda spec: 30.0,
-            observer=self.observer,
-            clock=Clock(100.0),
-            queues=self.book,
-            reclaimer=self.reclaimer,
+            ArbiterPeers(observer=self.observer, queues=self.book, reclaimer=self.reclaimer),
+            ArbiterSettings(clock=Clock(100.0)),
         )
         self.state.add_pod_listener(self.arbiter.on_pod_change)
         self.reclaimer.when_refused(self.arbiter.retry_reclaim)
@@ -228,7 +226,7 @@ async def test_a_reclaim_is_the_needy_gangs_preemption_plan_until_it_is_placed()
         needy,
         GroupRef("default", "b0"),
         Preemptor(own.key, own.uid, own.priority, "default/b0"),
-        world.arbiter._gang(needy, None).demands[0],
+        world.arbiter.line.gang(needy, None).demands[0],
         [VictimCandidate("n0", ["uid-default-a0-0"], 0)],
     )
     assert answer.candidates == [] and "queue reclaim" in answer.message

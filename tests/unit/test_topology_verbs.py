@@ -10,7 +10,7 @@ from app.core.state import ClusterState
 from app.core.topology import HOSTNAME, ZONE
 from app.core.topology_sources import KUEUE_REQUIRED
 from app.ops.metrics import Metrics
-from app.runtime.arbiter import Arbiter
+from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
 from app.web.extender import GangExtender
 from app.web.wire import ExtenderArgs
@@ -43,9 +43,8 @@ class World:
             admission,
             gate,
             lambda spec: 30.0,
-            levels=(HOSTNAME, RACK, ZONE),
-            metrics=self.metrics,
-            every_gang=every_gang,
+            ArbiterPeers(metrics=self.metrics),
+            ArbiterSettings(levels=(HOSTNAME, RACK, ZONE), every_gang=every_gang),
         )
         self.extender = GangExtender(
             self.state, admission, gate, api, self.metrics, WaitPolicy(60, 80), arbiter=self.arbiter

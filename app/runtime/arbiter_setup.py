@@ -1,0 +1,38 @@
+"""What the arbiter is built from besides the cluster state: its settings and its peers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.core.clock import Clock, monotonic
+from app.core.observer import GangObserver, NullObserver
+from app.core.topology import DEFAULT_LEVELS
+from app.ops.metrics import Metrics
+from app.runtime.queue_book import QueueBook
+from app.runtime.reclaimer import Reclaimer
+from app.runtime.wakeup import SiblingWaker
+
+
+@dataclass(frozen=True, slots=True)
+class ArbiterSettings:
+    """The flags that shape the arbiter's decisions (app/config.py reads them)."""
+
+    # --gang-aging-seconds: a gang waiting this long is not overtaken any more.
+    aging_seconds: float = 60.0
+    # The topology levels, lowest first (app/core/topology.py).
+    levels: tuple[str, ...] = DEFAULT_LEVELS
+    # --gang-feasibility; False: only gangs with a topology constraint are admitted as a whole.
+    every_gang: bool = True
+    clock: Clock = monotonic
+
+
+@dataclass(frozen=True, slots=True)
+class ArbiterPeers:
+    """The objects the arbiter tells or asks; any may be absent (tests, benchmarks)."""
+
+    waker: SiblingWaker | None = None
+    observer: GangObserver = field(default_factory=NullObserver)
+    metrics: Metrics | None = None
+    # Teams' shares (app/runtime/queue_book.py): consulted only once a Queue object exists.
+    queues: QueueBook | None = None
+    reclaimer: Reclaimer | None = None

@@ -1,0 +1,162 @@
+"""Claims: the capacity the arbiter promised to gangs admitted as a whole, until they settle.
+
+A claim lasts from a gang's admission until the gate binds or releases its
+wave. Every fresh admission weighs itself against what each claim still
+holds (`holders()`), and a claim that no longer stands (its PodGroup gone, a
+member lost, no member at the gate in time) is dropped by `stale()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from app.core.admission import wholeness
+from app.core.contention import Holder
+from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
+from app.core.resources import Resources, add
+from app.core.state import ClusterState, GroupNotFound
+from app.core.topology import Domain, TopologyConstraint
+from app.runtime.changes import Changes
+from app.runtime.gate import PermitGate
+
+log = logging.getLogger(__name__)
+
+# How often the filter verb looks over every claim for one to drop (its
+# PodGroup gone, or no member reached the gate in time). A claiming gang
+# losing a member is looked at on the next filter call, whatever the time:
+# that is the case where a stale claim would hold capacity for nothing.
+PRUNE_INTERVAL_SECONDS = 0.25
+
+
+@dataclass(slots=True)
+class Claim:
+    ref: GroupRef
+    priority: int
+    created: float
+    # member key -> node the packing promised it.
+    plan: dict[str, str]
+    requests: dict[str, Resources]
+    made_at: float
+    # When the gang first waited in line (kept for aging if it is released).
+    since: float | None
+    # Members' PodScheduled messages when the claim was made: only a change counts.
+    baseline: dict[str, str] = field(default_factory=dict)
+    # The topology domain the whole gang was admitted in (None: no constraint, or anywhere).
+    domain: Domain | None = None
+    constraint: TopologyConstraint | None = None
+    # Made by taking room from gangs that gave way: until then, a member that
+    # kube-scheduler finds no node for is not failed fast (its own cache still
+    # holds the released members until it handles their refused binds, and
+    # forgetting them retries the member; a NodeResourcesFit rejection is not
+    # retried by anything else).
+    released_others_until: float = 0.0
+
+    @property
+    def waiting_since(self) -> float:
+        """Where the gang stands in line if its claim ends without binding: it keeps its age."""
+        return self.since or self.made_at
+
+
+class ClaimLedger:
+    """Every claim standing, what each still holds, and which no longer stand."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        changes: Changes,
+        gate: PermitGate,
+        wait_seconds: Callable[[GroupSpec], float],
+    ) -> None:
+        self._state = state
+        self._changes = changes
+        self._gate = gate
+        self._wait_seconds = wait_seconds
+        self.held: dict[str, Claim] = {}
+        # claim key -> (its members' stamp, the claim, what it holds): see holder().
+        self._holders: dict[str, tuple[int, Claim, Holder]] = {}
+        self._pruned_at = -math.inf
+        # Claiming gangs that lost a member since the last prune.
+        self._recheck: set[str] = set()
+
+    def end(self, key: str) -> Claim | None:
+        """The claim is over (whatever the reason): capacity and the line move."""
+        self._changes.bump()
+        return self.held.pop(key, None)
+
+    def recheck(self, key: str) -> None:
+        """A member of this claiming gang went away: `stale()` looks at it at once."""
+        self._recheck.add(key)
+
+    def holders(self) -> list[Holder]:
+        """What every admitted gang holds now (the queue status counts them)."""
+        return [self.holder(k, c) for k, c in self.held.items()]
+
+    def holder(self, key: str, claim: Claim) -> Holder:
+        """What a claiming gang holds; reused while neither the claim nor a member changed.
+
+        Every fresh admission weighs itself against all claims, and with
+        hundreds of gangs arriving interleaved (bench/e2e.py case (c)) this
+        was the largest part of a gang member's filter.
+        """
+        stamp = self._state.group_stamp(key)
+        cached = self._holders.get(key)
+        if cached is not None and cached[0] == stamp and cached[1] is claim:
+            return cached[2]
+        if len(self._holders) > 2 * len(self.held) + 64:
+            self._holders = {k: v for k, v in self._holders.items() if k in self.held}
+        holder = self.compute_holder(key, claim)
+        self._holders[key] = (stamp, claim, holder)
+        return holder
+
+    def compute_holder(self, key: str, claim: Claim) -> Holder:
+        remaining: dict[str, Resources] = {}
+        for pod_key, node in claim.plan.items():
+            pod = self._state.pods.get(pod_key)
+            if pod is not None and (pod.placed_node or not pod.counts_as_member):
+                continue
+            add(remaining.setdefault(node, {}), claim.requests.get(pod_key, {}))
+        reserved: dict[str, Resources] = {}
+        for pod in self._state.members(key):
+            if pod.reserved_node and not pod.node_name:
+                add(reserved.setdefault(pod.reserved_node, {}), pod.requests)
+        return Holder(key, claim.priority, claim.created, remaining, reserved)
+
+    def stale(self, now: float) -> Iterator[str]:
+        """The claims that no longer stand; every claim looked at once per PRUNE_INTERVAL_SECONDS.
+
+        It runs on every filter call, so looking at hundreds of claims each
+        time cost more than the rest of a gang member's filter.
+        """
+        if now - self._pruned_at >= PRUNE_INTERVAL_SECONDS:
+            self._pruned_at = now
+            keys = list(self.held)
+        else:
+            keys = [k for k in self._recheck if k in self.held]
+        self._recheck.clear()
+        for key in keys:
+            claim = self.held[key]
+            try:
+                spec = self._state.group_spec(claim.ref)
+            except (GroupNotFound, PodGroupSpecError):
+                yield key
+                continue
+            if wholeness(spec, len(self._state.members(key))).missing:
+                yield key
+            elif not self._gate.waiting(key) and now - claim.made_at > self._wait_seconds(spec):
+                log.info(
+                    "claim dropped: no member reached the gate in time",
+                    extra={"podgroup": key},
+                )
+                yield key
+
+    def snapshot(self) -> list[dict[str, object]]:
+        """For /debug/gangs: who holds capacity."""
+        return [
+            {"group": k, "priority": c.priority, "members": len(c.plan)}
+            # The topology domain, only for gangs placed in one (app/core/topology.py).
+            | ({"domain": c.domain.to_json()} if c.domain is not None else {})
+            for k, c in self.held.items()
+        ]

@@ -1,0 +1,208 @@
+"""The line: gangs turned away for capacity, waiting to be admitted as a whole.
+
+A gang joins the line when the arbiter turns it away, and keeps the time it
+first did (aging, app/core/contention.py) even when a claim it got later is
+released. The line's gangs are the `Gang` inputs of the pure decision; each
+is built from the members the cluster state holds, plus the pod being
+filtered when the watch has not delivered it yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.admission import Admission, wholeness
+from app.core.clock import wall
+from app.core.contention import Gang, Holder, order_line, wake_order
+from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
+from app.core.packing import Bin, Demand, placement_of
+from app.core.resources import QuantityError, pod_requests
+from app.core.state import ClusterState, GroupNotFound
+from app.core.topology import TopologyConstraint
+from app.runtime.changes import Changes
+from app.runtime.claims import Claim, ClaimLedger
+from app.runtime.contest import Contest, capacity
+from app.runtime.gang_topology import GangTopology
+from app.runtime.queue_book import Assessment, QueueBook
+from app.runtime.queue_tally import podgroup_created, queue_of
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A gang in line, and since when it has waited."""
+
+    ref: GroupRef
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """The pod the filter verb is deciding about (it may not be in our watch yet)."""
+
+    key: str
+    uid: str
+    priority: int
+    raw_spec: Mapping[str, Any]
+    # Kueue's topology annotations on the pod (it may not be in our watch yet).
+    topology: TopologyConstraint | None = None
+
+
+class Line:
+    """Who waits, and the Gang each of them is now.
+
+    A gang is either in line or holding a claim (app/runtime/claims.py), never
+    both: the line is what aging, wake-ups and backfill work from.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        admission: Admission,
+        topology: GangTopology,
+        queues: QueueBook | None,
+        changes: Changes,
+        ledger: ClaimLedger,
+    ) -> None:
+        self._state = state
+        # The gangs holding a claim are out of line.
+        self._ledger = ledger
+        self._admission = admission
+        self._topology = topology
+        self._queues = queues
+        self._changes = changes
+        self.waiting: dict[str, Waiting] = {}
+        # group key -> its queue, for the gangs of the latest line.
+        self._queue_of: dict[str, str] = {}
+
+    @property
+    def queues(self) -> QueueBook | None:
+        """The queue book, once a Queue object exists; None: queues play no part."""
+        return self._queues if self._queues is not None and self._queues.active else None
+
+    def join(self, key: str, ref: GroupRef, now: float) -> None:
+        """The gang was turned away: it waits from now, unless it waits already."""
+        if key not in self.waiting:
+            self.waiting[key] = Waiting(ref, now)
+            self._changes.bump()
+
+    def rejoin(self, key: str, claim: Claim) -> None:
+        """Its claim ended without binding: back in line, keeping its place for aging."""
+        self.waiting[key] = Waiting(claim.ref, claim.waiting_since)
+
+    def leave(self, key: str) -> float | None:
+        """The gang was admitted: since when it had waited (None: it never did)."""
+        entry = self.waiting.pop(key, None)
+        return entry.since if entry is not None else None
+
+    def gang(self, spec: GroupSpec, pod: Candidate | None) -> Gang:
+        """The gang as the decision sees it: its members not placed yet, its priority and age."""
+        members = self._state.members(spec.key)
+        demands = [Demand(p.key, p.requests, p.placement) for p in members if not p.placed_node]
+        placed = wholeness(spec, len(members) - len(demands))
+        priority = max((p.priority for p in members), default=0)
+        if pod is not None:
+            priority = max(priority, pod.priority)
+            if not any(p.uid == pod.uid for p in members):
+                # Our watch has not delivered the pod being filtered yet.
+                with contextlib.suppress(QuantityError):
+                    demands.append(
+                        Demand(pod.key, pod_requests(pod.raw_spec), placement_of(pod.raw_spec))
+                    )
+        created = podgroup_created(self._state, spec.key, 0.0) or min(
+            (p.created for p in members if p.created), default=wall()
+        )
+        waiting = self.waiting.get(spec.key)
+        book = self.queues
+        share = book.share(p for p in members if p.placed_node) if book is not None else 0.0
+        return Gang(
+            key=spec.key,
+            priority=priority,
+            created=created,
+            demands=tuple(demands),
+            need=min(len(demands), placed.missing),
+            waiting_since=waiting.since if waiting is not None else None,
+            share=share,
+        )
+
+    def gangs(self, exclude: str, free: list[Bin] | None = None) -> list[Gang]:
+        """The gangs waiting that may be admitted: in line (any order).
+
+        A gang with a required topology level that no domain can hold now is
+        left out: it cannot take room, and aged it must not hold back others.
+        """
+        line: list[Gang] = []
+        for key, entry in list(self.waiting.items()):
+            if key == exclude or key in self._ledger.held:
+                continue
+            try:
+                spec = self._state.group_spec(entry.ref)
+            except (GroupNotFound, PodGroupSpecError):
+                del self.waiting[key]
+                continue
+            gang = self.gang(spec, None)
+            if gang.need <= 0:
+                del self.waiting[key]
+                continue
+            if (
+                wholeness(spec, len(self._state.members(key))).missing
+                or key in self._admission.denied
+            ):
+                continue
+            constraint = self._topology.constraint(spec)
+            if constraint is not None and constraint.required:
+                if free is None:
+                    free = self._state.room()
+                if not self._topology.fits_one_domain(gang, constraint, free):
+                    continue
+            book = self.queues
+            if book is not None:
+                if len(self._queue_of) > 10_000:
+                    self._queue_of.clear()
+                self._queue_of[key] = queue_of(spec, self._state.members(key))
+            line.append(gang)
+        return line
+
+    def contest(self, exclude: str) -> Contest:
+        """What a decision about gang `exclude` weighs (\"\": waking the line)."""
+        free, allocatable = capacity(self._state)
+        return Contest(free, allocatable, self._ledger.holders(), self.gangs(exclude, free))
+
+    def assess(
+        self, gang: Gang | None, queue: str, line: Sequence[Gang], holders: list[Holder]
+    ) -> Assessment:
+        """QueueBook.assess() with the queue of each gang in `line` (the candidate's if unknown)."""
+        book = self.queues
+        assert book is not None
+        return book.assess(
+            gang, queue, [(g, self._queue_of.get(g.key, queue)) for g in line], holders
+        )
+
+    def to_wake(self, now: float, aging_seconds: float) -> list[str]:
+        """The gangs in line that would be admitted now, in line order."""
+        contest = self.contest(exclude="")
+        line = contest.line
+        if self.queues is not None:
+            line = self.assess(None, "", line, contest.holders).line
+        return wake_order(
+            line,
+            contest.free,
+            contest.holders,
+            now,
+            aging_seconds,
+            allocatable=contest.allocatable,
+        )
+
+    def snapshot(self, now: float, aging_seconds: float) -> list[dict[str, Any]]:
+        """For /debug/gangs: who waits, in line order."""
+        return [
+            {
+                "group": g.key,
+                "priority": g.priority,
+                "waitingSeconds": round(now - (g.waiting_since or now), 2),
+                "aged": g.aged(now, aging_seconds),
+            }
+            for g in order_line(self.gangs(""), now, aging_seconds)
+        ]
