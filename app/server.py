@@ -45,7 +45,7 @@ from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus
 from app.runtime.arbiter import Arbiter
 from app.runtime.evictor import PreemptionFollower
-from app.runtime.gate import PartialBindPolicy, PermitGate
+from app.runtime.gate import GateLinks, GatePolicy, PartialBindPolicy, PermitGate
 from app.runtime.preemption import PreemptionPlans, VictimPolicy
 from app.runtime.queue_book import QueueBook
 from app.runtime.reclaimer import Reclaimer
@@ -115,11 +115,8 @@ def build_runtime(
         cluster.admission,
         pods,
         metrics,
-        waker=waker,
-        observer=observer,
-        partial_bind=PartialBindPolicy(settings.on_partial_bind),
-        deleter=pods,
-        victims=plans,
+        GateLinks(waker=waker, observer=observer, deleter=pods, victims=plans),
+        GatePolicy(partial_bind=PartialBindPolicy(settings.on_partial_bind)),
     )
     # Teams' shares and reclaim: idle until a Queue object exists (app/runtime/queue_book.py).
     queues = QueueBook(state, overcommit=settings.queue_overcommit_factor, metrics=metrics)
