@@ -52,7 +52,7 @@ from app.runtime.reclaimer import Reclaimer
 from app.runtime.unmarked import UnmarkedMembers
 from app.runtime.wakeup import SiblingWaker
 from app.service import Clients, Cluster, Components, Leadership, Runtime, Service, Writers
-from app.web.extender import GangExtender
+from app.web.extender import GangExtender, VerbCore, VerbLinks
 from app.web.routes import create_app
 from app.web.webhook import WebhookApp, WebhookCerts
 
@@ -199,17 +199,11 @@ def build_extender(settings: Settings, parts: Components) -> GangExtender:
         binpack_non_gang=settings.score_non_gang == "binpack",
     )
     return GangExtender(
-        cluster.state,
-        cluster.admission,
+        VerbCore(cluster.state, cluster.admission, cluster.metrics, cluster.wait),
         rt.gate,
         parts.clients.pods,
-        cluster.metrics,
-        cluster.wait,
-        rt.waker,
-        parts.writers.observer,
+        VerbLinks(rt.waker, parts.writers.observer, arbiter=rt.arbiter, plans=rt.plans),
         scoring=scoring,
-        arbiter=rt.arbiter,
-        plans=rt.plans,
     )
 
 

@@ -33,7 +33,7 @@ from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter import _Waiting as Waiting
 from app.runtime.gate import PermitGate
 from app.runtime.queue_book import QueueBook
-from app.web.extender import GangExtender
+from app.web.extender import GangExtender, VerbCore, VerbLinks
 from app.web.routes import create_app
 
 
@@ -126,7 +126,9 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
     admission = Admission(3)
     gate = PermitGate(state, admission, NullApi(), metrics)
     state.add_pod_listener(gate.on_pod_change)
-    extender = GangExtender(state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80))
+    extender = GangExtender(
+        VerbCore(state, admission, metrics, WaitPolicy(60, 80)), gate, NullApi()
+    )
     app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
     names = [f"node-{i}" for i in range(nodes)]
     results: dict[str, Any] = {}
@@ -336,7 +338,9 @@ async def preempt_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     metrics = Metrics()
     admission = Admission(3)
     gate = PermitGate(state, admission, NullApi(), metrics)
-    extender = GangExtender(state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80))
+    extender = GangExtender(
+        VerbCore(state, admission, metrics, WaitPolicy(60, 80)), gate, NullApi()
+    )
     state.add_pod_listener(extender.plans.on_pod_change)
     app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
     offered = max(100, nodes // 10)
@@ -471,7 +475,10 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
         state, admission, gate, lambda spec: 60.0, levels=(HOSTNAME, rack, block, ZONE)
     )
     extender = GangExtender(
-        state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80), arbiter=arbiter
+        VerbCore(state, admission, metrics, WaitPolicy(60, 80)),
+        gate,
+        NullApi(),
+        VerbLinks(arbiter=arbiter),
     )
     app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
     names = [f"node-{i}" for i in range(nodes)]
@@ -552,7 +559,10 @@ async def queue_rows(
                 GroupRef("bench", f"g{pods // 10 + i}"), 0.0
             )
         extender = GangExtender(
-            state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80), arbiter=arbiter
+            VerbCore(state, admission, metrics, WaitPolicy(60, 80)),
+            gate,
+            NullApi(),
+            VerbLinks(arbiter=arbiter),
         )
         app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
         names = [f"node-{i}" for i in range(nodes)]
