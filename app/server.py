@@ -45,14 +45,14 @@ from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus, StatusSettings
 from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings
 from app.runtime.evictor import PreemptionFollower
-from app.runtime.gate import PartialBindPolicy, PermitGate
+from app.runtime.gate import GateLinks, GatePolicy, PartialBindPolicy, PermitGate
 from app.runtime.preemption import PlanSettings, PreemptionPlans, VictimPolicy
 from app.runtime.queue_book import QueueBook
 from app.runtime.reclaimer import Reclaimer
 from app.runtime.unmarked import UnmarkedMembers
 from app.runtime.wakeup import SiblingWaker
 from app.service import Clients, Cluster, Components, Leadership, Runtime, Service, Writers
-from app.web.extender import GangExtender
+from app.web.extender import GangExtender, VerbCore, VerbLinks
 from app.web.routes import create_app
 from app.web.webhook import CertSettings, WebhookApp, WebhookCerts
 
@@ -122,11 +122,8 @@ def build_runtime(
         cluster.admission,
         pods,
         metrics,
-        waker=waker,
-        observer=observer,
-        partial_bind=PartialBindPolicy(settings.on_partial_bind),
-        deleter=pods,
-        victims=plans,
+        GateLinks(waker=waker, observer=observer, deleter=pods, victims=plans),
+        GatePolicy(partial_bind=PartialBindPolicy(settings.on_partial_bind)),
     )
     # Teams' shares and reclaim: idle until a Queue object exists (app/runtime/queue_book.py).
     queues = QueueBook(state, overcommit=settings.queue_overcommit_factor, metrics=metrics)
@@ -209,17 +206,11 @@ def build_extender(settings: Settings, parts: Components) -> GangExtender:
         binpack_non_gang=settings.score_non_gang == "binpack",
     )
     return GangExtender(
-        cluster.state,
-        cluster.admission,
+        VerbCore(cluster.state, cluster.admission, cluster.metrics, cluster.wait),
         rt.gate,
         parts.clients.pods,
-        cluster.metrics,
-        cluster.wait,
-        rt.waker,
-        parts.writers.observer,
+        VerbLinks(rt.waker, parts.writers.observer, arbiter=rt.arbiter, plans=rt.plans),
         scoring=scoring,
-        arbiter=rt.arbiter,
-        plans=rt.plans,
     )
 
 

@@ -32,7 +32,7 @@ from app.ops.metrics import Metrics
 from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings, Waiting
 from app.runtime.gate import PermitGate
 from app.runtime.queue_book import QueueBook
-from app.web.extender import GangExtender
+from app.web.extender import GangExtender, VerbCore, VerbLinks
 from app.web.routes import create_app
 
 
@@ -125,7 +125,9 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
     admission = Admission(3)
     gate = PermitGate(state, admission, NullApi(), metrics)
     state.add_pod_listener(gate.on_pod_change)
-    extender = GangExtender(state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80))
+    extender = GangExtender(
+        VerbCore(state, admission, metrics, WaitPolicy(60, 80)), gate, NullApi()
+    )
     app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
     names = [f"node-{i}" for i in range(nodes)]
     results: dict[str, Any] = {}
@@ -335,7 +337,9 @@ async def preempt_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     metrics = Metrics()
     admission = Admission(3)
     gate = PermitGate(state, admission, NullApi(), metrics)
-    extender = GangExtender(state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80))
+    extender = GangExtender(
+        VerbCore(state, admission, metrics, WaitPolicy(60, 80)), gate, NullApi()
+    )
     state.add_pod_listener(extender.plans.on_pod_change)
     app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
     offered = max(100, nodes // 10)
@@ -474,7 +478,10 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
         settings=ArbiterSettings(levels=(HOSTNAME, rack, block, ZONE)),
     )
     extender = GangExtender(
-        state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80), arbiter=arbiter
+        VerbCore(state, admission, metrics, WaitPolicy(60, 80)),
+        gate,
+        NullApi(),
+        VerbLinks(arbiter=arbiter),
     )
     app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
     names = [f"node-{i}" for i in range(nodes)]
@@ -555,7 +562,10 @@ async def queue_rows(
                 GroupRef("bench", f"g{pods // 10 + i}"), 0.0
             )
         extender = GangExtender(
-            state, admission, gate, NullApi(), metrics, WaitPolicy(60, 80), arbiter=arbiter
+            VerbCore(state, admission, metrics, WaitPolicy(60, 80)),
+            gate,
+            NullApi(),
+            VerbLinks(arbiter=arbiter),
         )
         app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
         names = [f"node-{i}" for i in range(nodes)]

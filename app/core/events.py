@@ -1,4 +1,4 @@
-"""Kubernetes Events for gangs, the rules: what each Event says, and when one repeats.
+"""Kubernetes Events for gangs, the rules: what each Event says, and on which object.
 
 kube-scheduler already puts FailedScheduling and Scheduled events on pods;
 these add what only the extender knows, on the PodGroup (so `kubectl
@@ -6,35 +6,50 @@ describe podgroup` tells the gang's story) and, where a single pod is
 affected, on that pod. Label-only groups have no object: their events go on
 the pods.
 
-Three modules make an Event, one job each: this one (pure) decides what an
+Four modules make an Event, one job each: this one (pure) decides what an
 Event says (GangEvents turns the gate's and filter's reports into reasons
-and messages), how repeats aggregate and which are dropped
-(EventAggregator), and the body written; app/ops/event_recorder.py sends them
-from worker threads; app/kube/events.py is the API writer.
-
-Aggregation behaves like client-go's: an identical (object, type, reason,
-message) seen again within `window_seconds` raises `count` and
-`lastTimestamp` of the Event already written instead of creating another;
-and a per-object token bucket (client-go's spam filter: burst 25, one more
-every 5 minutes) drops events of a hot loop before they reach the API
-server.
+and messages); app/core/event_aggregation.py decides how repeats aggregate
+and which are dropped, and the body written; app/ops/event_recorder.py sends
+them; app/kube/events.py is the API writer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
-
-from cachetools import LRUCache
+from typing import Protocol
 
 from app.core.admission import FilterReason, WaitPolicy
+from app.core.event_aggregation import (
+    AGGREGATED,
+    COMPONENT,
+    CREATED,
+    RATE_LIMITED,
+    EventAggregator,
+    EventEntry,
+    ObjectRef,
+    TokenBucket,
+    event_body,
+)
 from app.core.groups import GROUP_APIS, GroupSpec
 from app.core.observer import MemberRef
 from app.core.state import ClusterState, PodGroupRecord
-from app.core.timestamps import rfc3339
 
-COMPONENT = "gang-extender"
+# What app/ops reads of an Event through this module.
+__all__ = [
+    "AGGREGATED",
+    "COMPONENT",
+    "CREATED",
+    "RATE_LIMITED",
+    "EventAggregator",
+    "EventEntry",
+    "GangEvents",
+    "ObjectRef",
+    "Recorder",
+    "TokenBucket",
+    "event_body",
+    "pod_ref",
+    "podgroup_ref",
+]
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -57,33 +72,10 @@ PREEMPTION_ENDED = "PreemptionPlanEnded"
 PREEMPTION_REFUSED = "PreemptionRefused"
 GANG_MEMBER_NOT_MARKED = "GangMemberNotMarked"
 
-# events.k8s.io caps notes at 1 kB; core/v1 accepts more, but kubectl shows
-# one line per event and nobody reads further.
-_MAX_MESSAGE = 1024
 _MAX_NAMES = 10
 
 
 # ---- what an Event is about ----------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectRef:
-    """The Event's involvedObject."""
-
-    kind: str
-    api_version: str
-    namespace: str
-    name: str
-    uid: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {
-            "kind": self.kind,
-            "apiVersion": self.api_version,
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-        }
 
 
 def pod_ref(member: MemberRef) -> ObjectRef:
@@ -93,114 +85,6 @@ def pod_ref(member: MemberRef) -> ObjectRef:
 def podgroup_ref(record: PodGroupRecord) -> ObjectRef:
     api = GROUP_APIS[record.source]
     return ObjectRef(api.kind, api.api_version, record.namespace, record.name, record.uid)
-
-
-# ---- rate limiting and aggregation (pure, clock injected) -------------------------------
-
-
-@dataclass(slots=True)
-class TokenBucket:
-    """`burst` tokens, one more every `refill_seconds`; each event takes one."""
-
-    burst: float
-    refill_seconds: float
-    tokens: float
-    updated: float
-
-    def take(self, now: float) -> bool:
-        elapsed = max(0.0, now - self.updated)
-        self.tokens = min(self.burst, self.tokens + elapsed / self.refill_seconds)
-        self.updated = now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
-
-
-@dataclass(slots=True)
-class EventEntry:
-    """One Event object: what it says, and (kept by the recorder) what was sent of it."""
-
-    ref: ObjectRef
-    type: str
-    reason: str
-    message: str
-    name: str
-    first: float
-    last: float
-    count: int = 1
-    sent_count: int = 0
-    created: bool = False
-    in_flight: bool = False
-
-
-# What became of one occurrence (the label of gang_extender_events_total).
-CREATED, AGGREGATED, RATE_LIMITED = "created", "aggregated", "rate-limited"
-
-
-class EventAggregator:
-    """Which Event an occurrence becomes: a new one, a count on a recent one, or none."""
-
-    def __init__(
-        self, *, window_seconds: float, burst: int, refill_seconds: float, cache_size: int
-    ) -> None:
-        self._window = window_seconds
-        self._burst = burst
-        self._refill = refill_seconds
-        self._entries: LRUCache[tuple[ObjectRef, str, str, str], EventEntry] = LRUCache(cache_size)
-        self._buckets: LRUCache[tuple[ObjectRef, str], TokenBucket] = LRUCache(cache_size)
-        self._last_ns = 0
-
-    def add(
-        self, ref: ObjectRef, type_: str, reason: str, message: str, now: float
-    ) -> tuple[str, EventEntry | None]:
-        """The outcome, and the Event to write (None when rate-limited)."""
-        message = _truncate(message)
-        # The spam filter is per object and reason: a hot loop of one reason
-        # (WaitingForSiblings on every scheduling attempt) cannot starve the
-        # rare ones (GangTimedOut) of the same PodGroup.
-        bucket = self._buckets.get((ref, reason))
-        if bucket is None:
-            bucket = TokenBucket(self._burst, self._refill, float(self._burst), now)
-            self._buckets[(ref, reason)] = bucket
-        if not bucket.take(now):
-            return RATE_LIMITED, None
-        key = (ref, type_, reason, message)
-        entry = self._entries.get(key)
-        if entry is not None and now - entry.last <= self._window:
-            entry.count += 1
-            entry.last = now
-            return AGGREGATED, entry
-        entry = EventEntry(ref, type_, reason, message, self._new_name(ref, now), now, now)
-        self._entries[key] = entry
-        return CREATED, entry
-
-    def _new_name(self, ref: ObjectRef, now: float) -> str:
-        # client-go's naming: <object>.<hex nanoseconds>, kept unique within this process.
-        ns = max(int(now * 1e9), self._last_ns + 1)
-        self._last_ns = ns
-        return f"{ref.name[:200]}.{ns:x}"
-
-
-def event_body(entry: EventEntry) -> dict[str, Any]:
-    """The core/v1 Event as written (created whole, or its count and lastTimestamp patched)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": entry.name, "namespace": entry.ref.namespace},
-        "involvedObject": entry.ref.as_dict(),
-        "type": entry.type,
-        "reason": entry.reason,
-        "message": entry.message,
-        "source": {"component": COMPONENT},
-        "count": entry.count,
-        "firstTimestamp": rfc3339(entry.first),
-        "lastTimestamp": rfc3339(entry.last),
-    }
-
-
-def _truncate(message: str) -> str:
-    return message if len(message) <= _MAX_MESSAGE else message[: _MAX_MESSAGE - 3] + "..."
 
 
 # ---- the observer ----------------------------------------------------------------------
@@ -312,11 +196,7 @@ class GangEvents:
             "check that minMember pods exist and that the cluster can hold all of them at once "
             "(kubectl describe pods)"
         )
-        record = self._state.podgroups.get(group_key)
-        if record is not None:
-            self._recorder.record(podgroup_ref(record), WARNING, GANG_TIMED_OUT, text)
-        for member in released:
-            self._recorder.record(pod_ref(member), WARNING, GANG_TIMED_OUT, text)
+        self._on_group_and_pods(group_key, released, GANG_TIMED_OUT, text)
 
     def gang_partly_bound(
         self, group_key: str, bound: Sequence[MemberRef], message: str, rolled_back: bool
@@ -324,26 +204,14 @@ class GangEvents:
         self._waiting_told.discard(group_key)
         reason = GANG_BIND_ROLLED_BACK if rolled_back else GANG_PARTLY_BOUND
         text = f"gang {group_key} was admitted but {message}"
-        record = self._state.podgroups.get(group_key)
-        if record is not None:
-            self._recorder.record(podgroup_ref(record), WARNING, reason, text)
-        for member in bound:
-            self._recorder.record(pod_ref(member), WARNING, reason, text)
+        self._on_group_and_pods(group_key, bound, reason, text)
 
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
         self._waiting_told.discard(group_key)
-        record = self._state.podgroups.get(group_key)
-        if record is not None:
-            self._recorder.record(podgroup_ref(record), WARNING, GANG_RELEASED, message)
-        for member in released:
-            self._recorder.record(pod_ref(member), WARNING, GANG_RELEASED, message)
+        self._on_group_and_pods(group_key, released, GANG_RELEASED, message)
 
     def gang_reclaimed(self, group_key: str, evicted: Sequence[MemberRef], message: str) -> None:
-        record = self._state.podgroups.get(group_key)
-        if record is not None:
-            self._recorder.record(podgroup_ref(record), WARNING, GANG_RECLAIMED, message)
-        for member in evicted:
-            self._recorder.record(pod_ref(member), WARNING, GANG_RECLAIMED, message)
+        self._on_group_and_pods(group_key, evicted, GANG_RECLAIMED, message)
 
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
         if by in self._state.podgroups or self._state.members(by):
@@ -398,6 +266,16 @@ class GangEvents:
             return
         for member in members:
             self._recorder.record(pod_ref(member), type_, reason, message)
+
+    def _on_group_and_pods(
+        self, group_key: str, members: Sequence[MemberRef], reason: str, message: str
+    ) -> None:
+        """A warning every member concerned sees, on its pod, as well as on the PodGroup."""
+        record = self._state.podgroups.get(group_key)
+        if record is not None:
+            self._recorder.record(podgroup_ref(record), WARNING, reason, message)
+        for member in members:
+            self._recorder.record(pod_ref(member), WARNING, reason, message)
 
     def _wait_seconds(self, group_key: str, needed: int) -> float:
         record = self._state.podgroups.get(group_key)

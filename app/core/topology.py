@@ -239,23 +239,14 @@ def place(
     """
     tried, anywhere = levels_to_try(constraint, levels, tier_names)
     labels = {b.name: b.labels for b in (*free, *allocatable)}
-
-    def labels_of(node: str) -> Mapping[str, str]:
-        return labels.get(node, {})
-
     smallest = sorted(candidate.demands, key=lambda d: (sum(d.requests.values()), d.key))
     need = total_of(d.requests for d in smallest[: candidate.need])
     first_wait: Placed | None = None
     closest: tuple[Domain, Decision] | None = None
     for level in tried:
         groups = by_domain(free, level)
-        if placed_nodes:
-            pin = common_domain(placed_nodes, labels_of, level)
-            order = [pin] if pin is not None and pin in groups else []
-        else:
-            order = fullest_first(groups, need)
         alloc_groups = by_domain(allocatable, level) if allocatable else {}
-        for value in order:
+        for value in _domain_order(groups, level, need, placed_nodes, labels):
             decision = decide(
                 candidate,
                 groups[value],
@@ -269,15 +260,9 @@ def place(
             if decision.verdict is Ruling.ADMIT:
                 return Placed(decision, domain)
             if decision.verdict is Ruling.WAIT and first_wait is None:
-                first_wait = Placed(
-                    Decision(
-                        Ruling.WAIT,
-                        behind=decision.behind,
-                        message=f"in {domain.describe()} ({constraint.describe()}): "
-                        f"{decision.message}",
-                    ),
-                    None,
-                )
+                message = f"in {domain.describe()} ({constraint.describe()}): {decision.message}"
+                waiting = Decision(Ruling.WAIT, behind=decision.behind, message=message)
+                first_wait = Placed(waiting, None)
             elif closest is None:
                 closest = (domain, decision)
     if anywhere:
@@ -292,6 +277,20 @@ def place(
         None,
         no_domain=True,
     )
+
+
+def _domain_order(
+    groups: Mapping[str, Sequence[Bin]],
+    level: str,
+    need: Resources,
+    placed_nodes: Sequence[str],
+    labels: Mapping[str, Mapping[str, str]],
+) -> list[str]:
+    """The domains of `level` to try, in order: the placed members' own, else fullest first."""
+    if not placed_nodes:
+        return fullest_first(groups, need)
+    pin = common_domain(placed_nodes, lambda node: labels.get(node, {}), level)
+    return [pin] if pin is not None and pin in groups else []
 
 
 def fits_one_domain(

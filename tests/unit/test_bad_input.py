@@ -35,7 +35,7 @@ from app.core.resources import QuantityError, parse_resource_list, pod_requests
 from app.core.state import ClusterState, podgroup_record_from
 from app.ops.metrics import Metrics
 from app.runtime.gate import PermitGate
-from app.web.extender import GangExtender
+from app.web.extender import GangExtender, VerbCore
 from app.web.routes import create_app
 from app.web.verbs_asgi import VerbGuard
 from app.web.wire import WireError, parse_binding_args, parse_extender_args, parse_preempt_args
@@ -75,7 +75,7 @@ def world() -> tuple[ClusterState, httpx.AsyncClient]:
     # Short gate waits: a fuzzed bind that reaches the gate must not hold the test.
     gate = PermitGate(state, admission, api, metrics)
     state.add_pod_listener(gate.on_pod_change)
-    extender = GangExtender(state, admission, gate, api, metrics, WaitPolicy(0.05, 0.05))
+    extender = GangExtender(VerbCore(state, admission, metrics, WaitPolicy(0.05, 0.05)), gate, api)
     app = create_app(
         extender,
         metrics,
@@ -212,7 +212,7 @@ def test_a_podgroup_with_absurd_values_turns_its_pods_away_with_the_reason() -> 
     admission = Admission(3)
     gate = PermitGate(state, admission, api, metrics)
     state.add_pod_listener(gate.on_pod_change)
-    extender = GangExtender(state, admission, gate, api, metrics, WaitPolicy(1, 1))
+    extender = GangExtender(VerbCore(state, admission, metrics, WaitPolicy(1, 1)), gate, api)
     for name, expected in (
         ("huge-quantity", "spec.minResources: invalid quantity '1e999999999': larger than 1e30"),
         ("huge-min", "spec.minMember must be an integer between 1 and 2147483647"),
@@ -262,7 +262,7 @@ async def test_a_stopping_extender_refuses_every_verb_with_503() -> None:
     guard = VerbGuard()
     gate = PermitGate(state, admission, api, metrics)
     state.add_pod_listener(gate.on_pod_change)
-    extender = GangExtender(state, admission, gate, api, metrics, WaitPolicy(1, 1))
+    extender = GangExtender(VerbCore(state, admission, metrics, WaitPolicy(1, 1)), gate, api)
     app = create_app(
         extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"), guard=guard
     )

@@ -10,7 +10,7 @@ from app.core.state import ClusterState
 from app.core.status import PENDING, SCHEDULING, GroupStatus, GroupView
 from app.ops.debug import GangDebug, add_debug_routes
 from app.ops.metrics import Metrics
-from app.runtime.gate import PermitGate
+from app.runtime.gate import GateLinks, PermitGate
 from tests.unit.builders import cluster
 from tests.unit.fakes import Clock
 
@@ -24,7 +24,7 @@ def world() -> tuple[ClusterState, Admission, PermitGate, Clock]:
     clock = Clock(100.0)
     state = cluster(3)
     admission = Admission(3, clock=clock)
-    gate = PermitGate(state, admission, NeverBinds(), Metrics(), clock=clock)
+    gate = PermitGate(state, admission, NeverBinds(), Metrics(), GateLinks(clock=clock))
     state.add_pod_listener(gate.on_pod_change)
     return state, admission, gate, clock
 

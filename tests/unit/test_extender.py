@@ -13,7 +13,7 @@ from app.core.groups import POD_GROUP_LABEL, VOLCANO_GROUP_ANNOTATIONS, VOLCANO_
 from app.core.state import ClusterState
 from app.ops.metrics import Metrics
 from app.runtime.gate import PermitGate
-from app.web.extender import GangExtender
+from app.web.extender import GangExtender, VerbCore
 from app.web.routes import create_app
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import FakePodApi
@@ -29,7 +29,9 @@ class World:
         self.gate = PermitGate(self.state, self.admission, self.api, self.metrics)
         self.state.add_pod_listener(self.gate.on_pod_change)
         self.extender = GangExtender(
-            self.state, self.admission, self.gate, self.api, self.metrics, WaitPolicy(60, 80)
+            VerbCore(self.state, self.admission, self.metrics, WaitPolicy(60, 80)),
+            self.gate,
+            self.api,
         )
         self.state.add_pod_listener(self.extender.plans.on_pod_change)
         self.app = create_app(

@@ -7,7 +7,7 @@ from app.core.groups import GroupSpec
 from app.core.state import ClusterState
 from app.kube.errors import Conflict
 from app.ops.metrics import Metrics
-from app.runtime.gate import GateError, PermitGate
+from app.runtime.gate import GateError, GateLinks, GatePolicy, PermitGate
 from tests.unit.builders import cluster, node, pod
 from tests.unit.fakes import RecordingBinder, gauge
 
@@ -179,9 +179,8 @@ async def victim_in_gate(
         Admission(3),
         RecordingBinder(),
         metrics,
-        victim_hold_seconds=hold_seconds,
-        victim_answer_delay_seconds=0.05,
-        victims=victims,
+        GateLinks(victims=victims),
+        GatePolicy(victim_hold_seconds=hold_seconds, victim_answer_delay_seconds=0.05),
     )
     state.add_pod_listener(gate.on_pod_change)
     spec = GroupSpec("default/g", min_member)

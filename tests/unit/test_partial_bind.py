@@ -18,7 +18,7 @@ from app.core.observer import MemberRef, NullObserver
 from app.core.state import ClusterState
 from app.kube.errors import NotFound, Rejected, Transient
 from app.ops.metrics import Metrics
-from app.runtime.gate import GateError, PartialBindPolicy, PermitGate
+from app.runtime.gate import GateError, GateLinks, GatePolicy, PartialBindPolicy, PermitGate
 from tests.unit.builders import cluster
 from tests.unit.fakes import RecordingBinder, gauge
 
@@ -59,9 +59,8 @@ def setup(
         admission,
         binder,
         Metrics(),
-        observer=observer,
-        partial_bind=policy,
-        deleter=deleter,
+        GateLinks(observer=observer, deleter=deleter),
+        GatePolicy(partial_bind=policy),
     )
     state.add_pod_listener(gate.on_pod_change)
     return state, admission, binder, deleter, observer, gate

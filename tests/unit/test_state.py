@@ -101,7 +101,7 @@ def test_a_group_without_members_keeps_no_stamp() -> None:
     assert first > 0
     state.delete_pod("default", "j-0")
     assert state.group_stamp("default/j") == 0
-    assert "default/j" not in state._group_stamps
+    assert "default/j" not in state._changes._group_stamps
     state.apply_pod(pod("j-0", group="j"))
     assert state.group_stamp("default/j") > first
 

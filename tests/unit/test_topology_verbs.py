@@ -12,7 +12,7 @@ from app.core.topology_sources import KUEUE_REQUIRED
 from app.ops.metrics import Metrics
 from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
-from app.web.extender import GangExtender
+from app.web.extender import GangExtender, VerbCore, VerbLinks
 from app.web.wire import ExtenderArgs
 from tests.unit.builders import node, pod
 from tests.unit.fakes import FakePodApi
@@ -47,7 +47,10 @@ class World:
             ArbiterSettings(levels=(HOSTNAME, RACK, ZONE), every_gang=every_gang),
         )
         self.extender = GangExtender(
-            self.state, admission, gate, api, self.metrics, WaitPolicy(60, 80), arbiter=self.arbiter
+            VerbCore(self.state, admission, self.metrics, WaitPolicy(60, 80)),
+            gate,
+            api,
+            VerbLinks(arbiter=self.arbiter),
         )
 
     def member(self, name: str, node_name: str = "") -> dict[str, Any]:

@@ -1,0 +1,288 @@
+"""The slim records the verbs read of Nodes, Pods and PodGroups, and how API objects become them.
+
+A record keeps only what some decision needs, parsed once when the watch
+delivers the object: the verbs then never read raw API dictionaries. Parsing
+never fails: a field that cannot be read is logged and given a safe value, or
+(for a group) kept as an error to show the users whose pods point at it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from app.core.groups import (
+    ALL_SOURCES,
+    GROUP_APIS,
+    SOURCE_XK8S,
+    SPEC_READERS,
+    GroupLabelError,
+    GroupRef,
+    GroupSpec,
+    PodGroupSpecError,
+    group_key,
+    group_ref_of_pod,
+)
+from app.core.marking import is_marked
+from app.core.packing import Placement, Taint, placement_of, taints_of
+from app.core.queues import QUEUE_ANNOTATION
+from app.core.resources import QuantityError, Resources, parse_resource_list, pod_requests
+from app.core.timestamps import parse_rfc3339
+from app.core.topology import TopologyConstraint, TopologyError
+from app.core.topology_sources import constraint_from_annotations
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(slots=True)
+class PodRecord:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    phase: str
+    deleting: bool
+    requests: Resources
+    priority: int
+    scheduler_name: str
+    group: GroupRef | None
+    group_error: str | None
+    resource_version: str = ""
+    # Set when kube-scheduler marked the pod as a preemption victim (condition
+    # DisruptionTarget, reason PreemptionByScheduler) just before deleting it.
+    preempted: bool = False
+    # Node the permit gate holds this pod for; kube-scheduler has assumed it there.
+    reserved_node: str = ""
+    # The gate answered this pod's bind call with an error and gave its node back:
+    # kube-scheduler forgets the pod there, even if a snapshot still shows it.
+    bind_refused: bool = False
+    # kube-scheduler reported it could not place the pod (condition PodScheduled
+    # False): it may sit in the unschedulable queue, so sibling wake-up touches it.
+    unschedulable: bool = False
+    # metadata.creationTimestamp, seconds since the epoch (0 when absent).
+    created: float = 0.0
+    # spec.schedulingGates is not empty: kube-scheduler does not try the pod yet.
+    gated: bool = False
+    # The latest PodScheduled=False message kube-scheduler wrote (why it is unplaced).
+    unschedulable_message: str = ""
+    # nodeSelector, required node affinity, tolerations (None: any node).
+    placement: Placement | None = None
+    # status.nominatedNodeName: kube-scheduler preempted pods to make room here.
+    nominated_node: str = ""
+    # Kueue's podset topology annotations on the pod (app/core/topology.py), None: none.
+    topology: TopologyConstraint | None = None
+    # A group member carrying the member mark (app/core/marking.py), which the
+    # gang-only mode needs for kube-scheduler to call us; False for plain pods.
+    marked: bool = False
+    # The queue its gang joins (annotation scheduling.volcano.sh/queue-name), "": none named.
+    queue: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def placed_node(self) -> str:
+        """Where the pod takes resources: bound by the API, else reserved in the gate."""
+        return self.node_name or self.reserved_node
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def counts_as_member(self) -> bool:
+        """A sibling that can still take part in the gang (a gated pod cannot, yet)."""
+        return not self.terminal and not self.deleting and not self.gated
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    name: str
+    allocatable: Resources
+    unschedulable: bool
+    # The node's labels, with one per HyperNode tier holding it (app/core/hypernode.py).
+    labels: dict[str, str]
+    taints: tuple[Taint, ...] = ()
+    # metadata.labels as the node has them (the same dict when no HyperNode holds it).
+    own_labels: dict[str, str] | None = None
+
+
+@dataclass(slots=True)
+class PodGroupRecord:
+    namespace: str
+    name: str
+    uid: str
+    spec: GroupSpec | None
+    # Why spec is None: shown to users whose pods point at this group.
+    error: str | None = None
+    source: str = SOURCE_XK8S
+    # metadata.creationTimestamp, seconds since the epoch (0 when absent).
+    created: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return group_key(self.source, self.namespace, self.name)
+
+
+class GroupNotFound(LookupError):
+    """The pod names a PodGroup that does not exist (yet)."""
+
+
+def delivered(members: Iterable[PodRecord], uid: str) -> bool:
+    """Whether the pod kube-scheduler sent is among the members our watch delivered.
+
+    The watch may lag behind kube-scheduler's: a pod it has not delivered yet
+    still counts as a member of its gang (as a sibling, a demand, a binding).
+    """
+    return any(p.uid == uid for p in members)
+
+
+# ---- parsing API objects into records --------------------------------------------
+
+
+_POINTER = {
+    SOURCE_XK8S: "the pod's label scheduling.x-k8s.io/pod-group",
+    "volcano": "the pod's annotation scheduling.k8s.io/group-name",
+    "native": "the pod's spec.schedulingGroup.podGroupName",
+}
+
+
+def not_found_message(ref: GroupRef) -> str:
+    api = GROUP_APIS[ref.source]
+    return (
+        f"PodGroup {ref.namespace}/{ref.name} not found: create it (kind {api.kind}, apiVersion "
+        f"{api.api_version}) or fix {_POINTER[ref.source]}"
+    )
+
+
+def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCES) -> PodRecord:
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
+    conditions = status.get("conditions") or ()
+    namespace = meta.get("namespace") or "default"
+    group: GroupRef | None = None
+    group_error: str | None = None
+    topology: TopologyConstraint | None = None
+    queue = ""
+    try:
+        group = group_ref_of_pod(namespace, meta, spec, sources)
+        if group is not None:
+            annotations = meta.get("annotations") or {}
+            queue = str(annotations.get(QUEUE_ANNOTATION) or "")
+            topology = constraint_from_annotations(annotations, "pod")
+    except (GroupLabelError, TopologyError) as err:
+        group_error = str(err)
+    try:
+        requests = pod_requests(spec)
+    except QuantityError as err:
+        log.warning("pod %s/%s has unreadable requests: %s", namespace, meta.get("name"), err)
+        requests = {"pods": 1000}
+    return PodRecord(
+        namespace=namespace,
+        name=meta.get("name") or "",
+        uid=meta.get("uid") or "",
+        node_name=spec.get("nodeName") or "",
+        phase=status.get("phase") or "Pending",
+        deleting=bool(meta.get("deletionTimestamp")),
+        requests=requests,
+        priority=int(spec.get("priority") or 0),
+        scheduler_name=spec.get("schedulerName") or "default-scheduler",
+        group=group,
+        group_error=group_error,
+        resource_version=meta.get("resourceVersion") or "",
+        preempted=any(
+            c.get("type") == "DisruptionTarget"
+            and c.get("status") == "True"
+            and c.get("reason") == "PreemptionByScheduler"
+            for c in conditions
+        ),
+        unschedulable=any(
+            c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions
+        ),
+        created=parse_timestamp(meta.get("creationTimestamp")),
+        gated=bool(spec.get("schedulingGates")),
+        unschedulable_message=_unschedulable_message(status),
+        placement=placement_of(spec),
+        nominated_node=status.get("nominatedNodeName") or "",
+        topology=topology,
+        marked=group is not None and is_marked(raw),
+        queue=queue,
+    )
+
+
+def same_but_version(old: PodRecord, new: PodRecord) -> bool:
+    """The two records are equal in every field but resource_version."""
+    version = new.resource_version
+    new.resource_version = old.resource_version
+    same = new == old
+    new.resource_version = version
+    return same
+
+
+def _unschedulable_message(status: Mapping[str, Any]) -> str:
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "")
+    return ""
+
+
+def parse_timestamp(value: Any) -> float:
+    """An API timestamp (RFC 3339 string, or the client's datetime) as epoch seconds."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return parse_rfc3339(value) or 0.0
+
+
+def node_record_from(raw: Mapping[str, Any]) -> NodeRecord:
+    meta = raw.get("metadata") or {}
+    status = raw.get("status") or {}
+    try:
+        allocatable = parse_resource_list(status.get("allocatable") or status.get("capacity"))
+    except QuantityError as err:
+        log.warning("node %s has unreadable allocatable: %s", meta.get("name"), err)
+        allocatable = {}
+    return NodeRecord(
+        name=meta.get("name") or "",
+        allocatable=allocatable,
+        unschedulable=bool((raw.get("spec") or {}).get("unschedulable")),
+        labels=dict(meta.get("labels") or {}),
+        taints=taints_of(raw.get("spec") or {}),
+    )
+
+
+def podgroup_record_from(raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> PodGroupRecord:
+    meta = raw.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    name = meta.get("name") or ""
+    key = group_key(source, namespace, name)
+    try:
+        spec: GroupSpec | None = SPEC_READERS[source](key, raw.get("spec"))
+        error = None
+        if spec is not None and spec.topology is None:
+            annotated = constraint_from_annotations(meta.get("annotations"), "PodGroup")
+            if annotated is not None:
+                spec = dataclasses.replace(spec, topology=annotated)
+        queue = (meta.get("annotations") or {}).get(QUEUE_ANNOTATION)
+        if spec is not None and spec.queue is None and isinstance(queue, str) and queue:
+            spec = dataclasses.replace(spec, queue=queue)
+    except TopologyError as err:
+        spec, error = None, f"PodGroup {key}: {err}"
+    except PodGroupSpecError as err:
+        spec, error = None, str(err)
+    return PodGroupRecord(
+        namespace,
+        name,
+        meta.get("uid") or "",
+        spec,
+        error,
+        source,
+        parse_timestamp(meta.get("creationTimestamp")),
+    )

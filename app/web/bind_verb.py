@@ -1,0 +1,83 @@
+"""The bind verb: plain pods are bound at once, gang members go through the permit gate.
+
+kube-scheduler may ask to bind a pod our watch has not delivered yet (its
+watch can be ahead of ours): the pod is then read from the API server, and
+adopted into the cluster state, before anything is decided about it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from app.core.groups import PodGroupSpecError
+from app.core.observer import MemberRef
+from app.core.state import GroupNotFound, PodRecord, pod_record_from
+from app.kube.errors import ApiError
+from app.runtime.gate import GateError, PermitGate
+from app.web.verb_context import VerbCore, VerbLinks
+from app.web.wire import BindingArgs, binding_result
+
+
+class PodBinder(Protocol):
+    """Binds pods, and reads the one pod our watch has not delivered yet."""
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
+class BindVerb:
+    def __init__(self, core: VerbCore, gate: PermitGate, api: PodBinder, links: VerbLinks) -> None:
+        self._core = core
+        self._gate = gate
+        self._api = api
+        self._links = links
+
+    async def bind(self, args: BindingArgs) -> dict[str, Any]:
+        try:
+            await self._bind(args)
+        except (GateError, ApiError) as err:
+            return binding_result(str(err))
+        return binding_result()
+
+    async def _bind(self, args: BindingArgs) -> None:
+        pod = await self._lookup(args)
+        if pod.node_name:
+            raise GateError(f"pod {pod.key} is already bound to {pod.node_name}")
+        if pod.group_error:
+            raise GateError(pod.group_error)
+        state = self._core.state
+        if pod.group is None:
+            try:
+                await self._api.bind(pod.namespace, pod.name, pod.uid, args.node)
+            except ApiError as err:
+                self._core.metrics.bind_errors.labels(err.reason).inc()
+                self._links.observer.bind_failed(
+                    MemberRef(pod.namespace, pod.name, pod.uid, args.node), None, str(err)
+                )
+                raise
+            state.assume_bound(pod.key, args.node)
+            return
+        try:
+            spec = state.group_spec(pod.group)
+        except (GroupNotFound, PodGroupSpecError) as err:
+            raise GateError(str(err)) from None
+        await self._gate.admit(pod, args.node, spec, self._core.wait.for_group(spec))
+
+    async def _lookup(self, args: BindingArgs) -> PodRecord:
+        state = self._core.state
+        pod = state.known_pod(args.pod_key, args.pod_uid)
+        if pod is not None:
+            return pod
+        # Our watch may lag behind kube-scheduler's: ask the API server.
+        raw = await self._api.read_pod(args.pod_namespace, args.pod_name)
+        if raw is None:
+            raise GateError(f"pod {args.pod_key} not found: it was deleted before binding")
+        fresh = pod_record_from(raw, state.sources)
+        if args.pod_uid and fresh.uid != args.pod_uid:
+            raise GateError(
+                f"pod {args.pod_key} was recreated (uid {fresh.uid}, scheduler asked to "
+                f"bind {args.pod_uid}); the new pod is scheduled on its own"
+            )
+        state.apply_pod(raw)
+        return state.pods[args.pod_key]

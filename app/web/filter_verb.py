@@ -1,0 +1,141 @@
+"""The filter verb: may this gang member be placed now, and on which of the nodes offered?
+
+A group-level refusal (too few siblings, no room for the whole gang, a
+broken PodGroup) marks every node unresolvable, so kube-scheduler does not
+preempt for it; a gang held to a topology domain passes only that domain's
+nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from app.core.admission import FilterReason
+from app.core.groups import describe_task_shortfall
+from app.core.hypernode import tier_of
+from app.core.topology import Domain, TopologyConstraint, domain_message
+from app.runtime.arbiter import Candidate
+from app.web.pod_view import PodView, PodViews
+from app.web.verb_context import VerbCore, VerbLinks
+from app.web.wire import ExtenderArgs, filter_result
+
+log = logging.getLogger(__name__)
+
+
+class FilterVerb:
+    def __init__(self, core: VerbCore, views: PodViews, links: VerbLinks) -> None:
+        self._core = core
+        self._views = views
+        self._links = links
+
+    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        core, names = self._core, args.names
+        core.metrics.filter_requests.labels(
+            "node-names" if args.node_names is not None else "nodes"
+        ).inc()
+        pod = self._views.view(args.pod)
+        if pod.problem is not None:
+            problem = pod.problem
+            core.metrics.filter_decisions.labels(problem.reason).inc()
+            return self._reject(args, names, pod, problem.reason, problem.message)
+        if pod.ref is None or pod.spec is None:
+            return filter_result(args, names, {}, {})
+        spec = pod.spec
+        siblings = self._views.siblings(spec, pod.ref, pod.uid)
+        if siblings.task_gap:
+            core.metrics.filter_decisions.labels(FilterReason.TOO_FEW_SIBLINGS).inc()
+            message = describe_task_shortfall(spec, list(siblings.task_gap))
+            return self._reject(args, names, pod, FilterReason.TOO_FEW_SIBLINGS, message)
+        verdict = core.admission.check(
+            spec,
+            siblings,
+            lambda: core.state.free_resources(exclude_group=spec.key),
+        )
+        arbiter = self._links.arbiter
+        if verdict.admitted and arbiter is not None and arbiter.applies(spec, pod.topology):
+            verdict = arbiter.admit(
+                spec,
+                pod.ref,
+                Candidate(pod.key, pod.uid, pod.priority, pod.pod_spec, pod.topology),
+            )
+        core.metrics.filter_decisions.labels(verdict.reason).inc()
+        if not verdict.admitted:
+            return self._reject(args, names, pod, verdict.reason, verdict.message)
+        if verdict.reason is FilterReason.ADMITTED and self._links.waker is not None:
+            # The group just became admissible: siblings rejected before sit in
+            # kube-scheduler's unschedulable queue until something touches them.
+            self._links.waker.wake(spec.key, exclude_uid=pod.uid)
+        log.debug(
+            "gang member admitted by filter (%s)",
+            verdict.reason,
+            extra={"pod": pod.key, "podgroup": spec.key, "verb": "filter"},
+        )
+        placed = arbiter.domain(spec, pod.topology) if arbiter is not None else None
+        if placed is not None:
+            return self._in_domain(args, names, spec.key, *placed)
+        return filter_result(args, names, {}, {})
+
+    def _in_domain(
+        self,
+        args: ExtenderArgs,
+        names: list[str],
+        group_key: str,
+        domain: Domain,
+        constraint: TopologyConstraint,
+    ) -> dict[str, Any]:
+        """Only the nodes of the gang's domain pass; the others are told where the gang is.
+
+        Unresolvable: evicting pods on a node outside the domain cannot make
+        room for this gang, so kube-scheduler must not preempt there.
+        """
+        in_request = (
+            {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in args.nodes}
+            if args.nodes is not None
+            else {}
+        )
+        passed: list[str] = []
+        outside: dict[str, str] = {}
+        # One message per other domain: thousands of nodes share a few.
+        messages: dict[str | None, str] = {}
+        nodes = self._core.state.nodes
+        # A HyperNode tier is no label of the node objects kube-scheduler sends.
+        synthetic = tier_of(domain.level) is not None
+        for name in names:
+            labels = None if synthetic else in_request.get(name)
+            if labels is None:
+                record = nodes.get(name)
+                labels = record.labels if record is not None else {}
+            value = labels.get(domain.level)
+            if value == domain.value:
+                passed.append(name)
+                continue
+            message = messages.get(value)
+            if message is None:
+                message = messages[value] = domain_message(group_key, domain, constraint, value)
+            outside[name] = message
+        return filter_result(args, passed, {}, outside)
+
+    def _reject(
+        self,
+        args: ExtenderArgs,
+        names: list[str],
+        pod: PodView,
+        reason: FilterReason,
+        message: str,
+    ) -> dict[str, Any]:
+        group_key = pod.ref.key if pod.ref is not None else None
+        if group_key is not None:
+            self._links.observer.member_rejected(pod.member, group_key, reason, message)
+            if self._links.waker is not None:
+                self._links.waker.turned_away(group_key, pod.uid)
+        if self._links.arbiter is not None:
+            self._links.arbiter.note_rejection(pod.uid, message)
+        log.debug(
+            message,
+            extra={"pod": pod.key, "podgroup": group_key, "verb": "filter", "reason": reason},
+        )
+        # Group-level reasons: no node is better than another and evicting pods
+        # cannot help, so every node is "unresolvable" and kube-scheduler skips
+        # preemption for this pod.
+        return filter_result(args, [], {}, dict.fromkeys(names, message))

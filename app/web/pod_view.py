@@ -1,0 +1,124 @@
+"""The pod kube-scheduler sent, as the verbs read it: its group, its rules, and its siblings.
+
+kube-scheduler sends the whole Pod with each call; its group is looked up
+once per call, and a group that cannot be used becomes a problem to turn the
+pod away with, not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.admission import FilterReason, PermitVerdict, wholeness
+from app.core.groups import (
+    GroupLabelError,
+    GroupRef,
+    GroupSpec,
+    PodGroupSpecError,
+    group_ref_of_pod,
+)
+from app.core.observer import MemberRef
+from app.core.packing import Demand, placement_of
+from app.core.resources import QuantityError, Resources, pod_requests
+from app.core.state import ClusterState, GroupNotFound, delivered
+from app.core.topology import TopologyConstraint, TopologyError
+from app.core.topology_sources import constraint_from_annotations
+
+
+@dataclass(frozen=True, slots=True)
+class GroupProblem:
+    """The pod names a group that cannot be used: it is turned away with this."""
+
+    reason: FilterReason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What the verbs need of the pod kube-scheduler sent, and its group, read once."""
+
+    namespace: str
+    name: str
+    uid: str
+    priority: int
+    # The Pod's spec as sent (requests and placement are read from it when needed).
+    pod_spec: Mapping[str, Any]
+    ref: GroupRef | None
+    spec: GroupSpec | None
+    problem: GroupProblem | None
+    # Kueue's topology annotations on the pod (app/core/topology.py).
+    topology: TopologyConstraint | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def member(self) -> MemberRef:
+        return MemberRef(self.namespace, self.name, self.uid)
+
+    @property
+    def requests(self) -> Resources:
+        """What the pod asks for; nothing when its requests cannot be read."""
+        try:
+            return pod_requests(self.pod_spec)
+        except QuantityError:
+            return {}
+
+    @property
+    def demand(self) -> Demand:
+        return Demand(self.key, self.requests, placement_of(self.pod_spec))
+
+
+class PodViews:
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+
+    def view(self, pod: Mapping[str, Any]) -> PodView:
+        meta = pod.get("metadata") or {}
+        pod_spec = pod.get("spec") or {}
+        namespace = meta.get("namespace") or "default"
+        ref: GroupRef | None = None
+        spec: GroupSpec | None = None
+        problem: GroupProblem | None = None
+        topology: TopologyConstraint | None = None
+        try:
+            ref = group_ref_of_pod(namespace, meta, pod_spec, self._state.sources)
+            if ref is not None:
+                topology = constraint_from_annotations(meta.get("annotations"), "pod")
+        except (GroupLabelError, TopologyError) as err:
+            problem = GroupProblem(FilterReason.BAD_GROUP, str(err))
+        if ref is not None:
+            try:
+                spec = self._state.group_spec(ref)
+            except GroupNotFound as err:
+                problem = GroupProblem(FilterReason.NO_GROUP, str(err))
+            except PodGroupSpecError as err:
+                problem = GroupProblem(FilterReason.BAD_GROUP, str(err))
+        return PodView(
+            namespace,
+            meta.get("name") or "",
+            meta.get("uid") or "",
+            int(pod_spec.get("priority") or 0),
+            pod_spec,
+            ref,
+            spec,
+            problem,
+            topology,
+        )
+
+    def siblings(self, spec: GroupSpec, ref: GroupRef, uid: str) -> PermitVerdict:
+        """The group's existing pods against its minimums (minMember, minTaskMember).
+
+        The pod being scheduled counts even if our watch has not delivered it yet.
+        """
+        members = self._state.members(ref.key)
+        unseen = bool(uid) and not delivered(members, uid)
+
+        def tasks() -> list[str]:
+            found = [p.group.task for p in members if p.group is not None]
+            return [*found, ref.task] if unseen else found
+
+        return wholeness(spec, len(members) + unseen, tasks)
