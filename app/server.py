@@ -24,6 +24,7 @@ from app.core.groups import SOURCE_VOLCANO, SOURCE_XK8S, VOLCANO_API
 from app.core.observer import Observers
 from app.core.scoring import ScoringPolicy
 from app.core.state import ClusterState
+from app.core.victims import VictimPolicy
 from app.kube.client import kube_configuration
 from app.kube.events import KubeEventWriter
 from app.kube.http import AsyncApiClient
@@ -43,17 +44,20 @@ from app.ops.leader import (
 from app.ops.metrics import Metrics
 from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus, StatusSettings
-from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings
+from app.runtime.arbiter import Arbiter
+from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.evictor import PreemptionFollower
-from app.runtime.gate import GateLinks, GatePolicy, PartialBindPolicy, PermitGate
-from app.runtime.preemption import PlanSettings, PreemptionPlans, VictimPolicy
+from app.runtime.gate import PermitGate
+from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
+from app.runtime.preemption import PlanSettings, PreemptionPlans
 from app.runtime.queue_book import QueueBook
 from app.runtime.reclaimer import Reclaimer
 from app.runtime.unmarked import UnmarkedMembers
 from app.runtime.wakeup import SiblingWaker
 from app.service import Clients, Cluster, Components, Leadership, Runtime, Service, Writers
-from app.web.extender import GangExtender, VerbCore, VerbLinks
+from app.web.extender import GangExtender
 from app.web.routes import create_app
+from app.web.verb_context import VerbCore, VerbLinks
 from app.web.webhook import CertSettings, WebhookApp, WebhookCerts
 
 log = logging.getLogger(__name__)

@@ -29,11 +29,14 @@ from app.core.state import ClusterState
 from app.core.topology import HOSTNAME, ZONE
 from app.core.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
 from app.ops.metrics import Metrics
-from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings, Waiting
+from app.runtime.arbiter import Arbiter
+from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
+from app.runtime.line import Waiting
 from app.runtime.queue_book import QueueBook
-from app.web.extender import GangExtender, VerbCore, VerbLinks
+from app.web.extender import GangExtender
 from app.web.routes import create_app
+from app.web.verb_context import VerbCore, VerbLinks
 
 
 def node(i: int) -> dict[str, Any]:

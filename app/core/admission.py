@@ -62,7 +62,7 @@ class DenyReason(StrEnum):
     TIMEOUT = "timeout"
     # Bindings of an admitted wave failed and its bound members were deleted.
     BIND_FAILED = "bind-failed"
-    # A member of a gang holding capacity found no node (app/runtime/arbiter.py).
+    # A member of a gang holding capacity found no node (app/runtime/claim_release.py).
     CAPACITY = "capacity"
 
 

@@ -31,7 +31,7 @@ class ChangeLog:
         self._node_changes: deque[tuple[int, str]] = deque(maxlen=remembered_node_changes)
         # group key -> stamp of the last change to one of its members (any field,
         # placement included): the arbiter reuses what it derived from a gang's
-        # members while this stays put (app/runtime/arbiter.py).
+        # members while this stays put (app/runtime/claims.py).
         self._group_stamps: dict[str, int] = {}
         self._stamp = 0
 

@@ -20,36 +20,14 @@ from typing import Protocol
 
 from app.core.admission import FilterReason, WaitPolicy
 from app.core.event_aggregation import (
-    AGGREGATED,
-    COMPONENT,
-    CREATED,
-    RATE_LIMITED,
-    EventAggregator,
-    EventEntry,
     ObjectRef,
-    TokenBucket,
-    event_body,
 )
 from app.core.groups import GROUP_APIS, GroupSpec
 from app.core.observer import MemberRef
-from app.core.state import ClusterState, PodGroupRecord
+from app.core.records import PodGroupRecord
+from app.core.state import ClusterState
 
-# What app/ops reads of an Event through this module.
-__all__ = [
-    "AGGREGATED",
-    "COMPONENT",
-    "CREATED",
-    "RATE_LIMITED",
-    "EventAggregator",
-    "EventEntry",
-    "GangEvents",
-    "ObjectRef",
-    "Recorder",
-    "TokenBucket",
-    "event_body",
-    "pod_ref",
-    "podgroup_ref",
-]
+__all__ = ["GangEvents", "Recorder", "pod_ref", "podgroup_ref"]
 
 NORMAL = "Normal"
 WARNING = "Warning"

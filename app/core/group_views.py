@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.core.groups import SOURCE_LABELS
-from app.core.state import ClusterState, PodRecord
+from app.core.records import PodRecord
+from app.core.state import ClusterState
 from app.core.status import GroupStatus, GroupView, TopologyPlacement, compute_status
 from app.core.topology import DEFAULT_LEVELS, TopologyConstraint, placed_message
 from app.core.topology_sources import constraint_of

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 from cachetools import LRUCache
 
+from app.core.records import NodeRecord
 from app.core.resources import Resources
-from app.core.state import ClusterState, NodeRecord
+from app.core.state import ClusterState
 
 MAX_SCORE = 10
 

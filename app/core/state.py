@@ -32,37 +32,19 @@ from app.core.hypernode_labels import HyperNodeLabels
 from app.core.packing import Bin
 from app.core.pod_index import PodIndex
 from app.core.records import (
-    TERMINAL_PHASES,
     GroupNotFound,
     NodeRecord,
     PodGroupRecord,
     PodRecord,
-    delivered,
     node_record_from,
     not_found_message,
-    parse_timestamp,
     pod_record_from,
     podgroup_record_from,
 )
 from app.core.resources import Resources
 from app.core.topology import Domain, TopologyConstraint, placed_domain
 
-# The records and their parsers are read through this module by most of app/.
-__all__ = [
-    "TERMINAL_PHASES",
-    "ClusterState",
-    "GroupNotFound",
-    "NodeRecord",
-    "PodGroupRecord",
-    "PodListener",
-    "PodRecord",
-    "delivered",
-    "node_record_from",
-    "not_found_message",
-    "parse_timestamp",
-    "pod_record_from",
-    "podgroup_record_from",
-]
+__all__ = ["ClusterState"]
 
 
 class ClusterState:

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from app.core.events import TOPOLOGY_PLACED
 from app.core.groups import SOURCE_VOLCANO, SOURCE_XK8S
-from app.core.state import PodRecord
+from app.core.records import PodRecord
 
 PENDING = "Pending"
 PRE_SCHEDULING = "PreScheduling"

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from app.core.cheapest_victims import Evictable
 from app.core.eviction_budgets import protect_budget
 from app.core.groups import GroupSpec
+from app.core.records import PodRecord
 from app.core.resources import Resources, add
-from app.core.state import ClusterState, PodRecord
+from app.core.state import ClusterState
 from app.core.victims import VictimPolicy, victim_group
 
 

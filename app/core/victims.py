@@ -15,7 +15,8 @@ from enum import StrEnum
 
 from app.core.admission import wholeness
 from app.core.groups import GroupSpec, PodGroupSpecError
-from app.core.state import ClusterState, GroupNotFound, PodRecord
+from app.core.records import GroupNotFound, PodRecord
+from app.core.state import ClusterState
 
 
 class VictimPolicy(StrEnum):

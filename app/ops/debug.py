@@ -21,7 +21,8 @@ from fastapi import FastAPI, Response
 from app.core.admission import Admission, Denial
 from app.core.clock import Clock, monotonic
 from app.core.status import GroupView
-from app.runtime.gate import PermitGate, Waiter
+from app.runtime.gate import PermitGate
+from app.runtime.waiting_room import Waiter
 
 
 def snapshot(

@@ -15,7 +15,7 @@ import logging
 from typing import Any, Protocol
 
 from app.core.clock import Clock, wall
-from app.core.events import EventAggregator, EventEntry, ObjectRef, event_body
+from app.core.event_aggregation import EventAggregator, EventEntry, ObjectRef, event_body
 from app.kube.errors import NotFound
 from app.ops.metrics import Metrics
 from app.ops.writes import finish_writes

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from app.core.clock import Clock, wall
-from app.core.events import ObjectRef, Recorder
+from app.core.event_aggregation import ObjectRef
+from app.core.events import Recorder
 from app.core.timestamps import parse_rfc3339
 
 log = logging.getLogger(__name__)

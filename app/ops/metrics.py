@@ -147,7 +147,7 @@ class Metrics:
         )
 
     def _topology(self, r: CollectorRegistry) -> None:
-        """Topology placement (app/core/topology.py, app/runtime/arbiter.py)."""
+        """Topology placement (app/core/topology.py, app/runtime/gang_topology.py)."""
         self.topology_placements = Counter(
             "gang_extender_topology_placements",
             "Gangs with a topology constraint admitted, by the level of the domain they were "

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from app.core.clock import Clock, wall
 from app.core.group_views import GroupViews
 from app.core.observer import MemberRef, NullObserver
-from app.core.state import ClusterState, PodRecord
+from app.core.records import PodRecord
+from app.core.state import ClusterState
 from app.core.status import PHASES, PRE_SCHEDULING, SHAPES, TERMINAL, GroupStatus, GroupView
 from app.core.timestamps import rfc3339
 from app.core.topology import DEFAULT_LEVELS

@@ -38,20 +38,22 @@ from typing import Any
 from app.core.admission import Admission, FilterReason, Verdict
 from app.core.contention import Decision, Gang, Holder, Ruling
 from app.core.groups import GroupRef, GroupSpec
-from app.core.state import ClusterState, PodRecord
+from app.core.records import PodRecord
+from app.core.state import ClusterState
 from app.core.topology import Domain, TopologyConstraint
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
-from app.runtime.changes import Changes
 from app.runtime.claim_release import ClaimRelease
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology
-from app.runtime.gate import PermitGate, SettleOutcome
+from app.runtime.gate import PermitGate
 from app.runtime.line import Candidate, Line, Waiting
 from app.runtime.queue_book import Assessment
 from app.runtime.queue_tally import queue_of
 from app.runtime.reclaim_checks import ReclaimChecks
+from app.runtime.revision import Revision
+from app.runtime.waiting_room import SettleOutcome
 
-__all__ = ["Arbiter", "ArbiterPeers", "ArbiterSettings", "Candidate", "Waiting"]
+__all__ = ["Arbiter"]
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ class Arbiter:
         self._clock = settings.clock
         self.waker = peers.waker
         self._reclaimer = peers.reclaimer
-        self._changes = Changes()
+        self._changes = Revision()
         self.ledger = ClaimLedger(state, self._changes, gate, wait_seconds)
         self.topology = GangTopology(
             state, settings.levels, self._changes, peers.metrics, peers.observer
@@ -94,7 +96,7 @@ class Arbiter:
         )
         self._reconsider: asyncio.TimerHandle | None = None
         # group key -> (version, second, verdict): a group's last rejection is
-        # reused while nothing changed (see Changes).
+        # reused while nothing changed (see Revision).
         self._memo: dict[str, tuple[int, int, Verdict]] = {}
 
     @property

@@ -15,7 +15,7 @@ from cachetools import TTLCache
 from app.core.admission import Admission, DenyReason
 from app.core.clock import Clock
 from app.core.observer import MemberRef
-from app.core.state import PodRecord
+from app.core.records import PodRecord
 from app.runtime.arbiter_setup import ArbiterPeers
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gate import PermitGate

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from app.core.admission import wholeness
 from app.core.contention import Holder
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
+from app.core.records import GroupNotFound
 from app.core.resources import Resources, add
-from app.core.state import ClusterState, GroupNotFound
+from app.core.state import ClusterState
 from app.core.topology import Domain, TopologyConstraint
-from app.runtime.changes import Changes
 from app.runtime.gate import PermitGate
+from app.runtime.revision import Revision
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class ClaimLedger:
     def __init__(
         self,
         state: ClusterState,
-        changes: Changes,
+        changes: Revision,
         gate: PermitGate,
         wait_seconds: Callable[[GroupSpec], float],
     ) -> None:

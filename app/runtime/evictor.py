@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from app.core.observer import GangObserver, MemberRef
-from app.core.state import ClusterState, PodRecord
+from app.core.records import PodRecord
+from app.core.state import ClusterState
 from app.core.victims import VictimPolicy
 from app.runtime.preemption import PreemptionPlans
 from app.runtime.tasks import TaskSet

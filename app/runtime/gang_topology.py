@@ -23,9 +23,9 @@ from app.core.topology import (
 )
 from app.core.topology_sources import constraint_of
 from app.ops.metrics import Metrics
-from app.runtime.changes import Changes
 from app.runtime.claims import Claim
 from app.runtime.contest import Contest
+from app.runtime.revision import Revision
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class GangTopology:
         self,
         state: ClusterState,
         levels: tuple[str, ...],
-        changes: Changes,
+        changes: Revision,
         metrics: Metrics | None,
         observer: GangObserver,
     ) -> None:

@@ -24,18 +24,14 @@ import logging
 from app.core.admission import Admission, DenyReason
 from app.core.groups import GroupSpec
 from app.core.observer import MemberRef
-from app.core.state import ClusterState, PodRecord
+from app.core.records import PodRecord
+from app.core.state import ClusterState
 from app.ops.metrics import Metrics
 from app.runtime.bind_wave import BindWaves
 from app.runtime.gate_settings import (
-    VICTIM_ANSWER_DELAY_SECONDS,
-    VICTIM_HOLD_SECONDS,
     Binder,
     GateLinks,
     GatePolicy,
-    PartialBindPolicy,
-    PodDeleter,
-    VictimCheck,
 )
 from app.runtime.partial_bind import PartialBind, deny_for_a_while
 from app.runtime.waiting_room import (
@@ -49,23 +45,7 @@ from app.runtime.waiting_room import (
     member_ref,
 )
 
-# The gate's vocabulary, read by its callers through this module.
-__all__ = [
-    "VICTIM_ANSWER_DELAY_SECONDS",
-    "VICTIM_HOLD_SECONDS",
-    "AdmissionResult",
-    "Binder",
-    "GateError",
-    "GateLinks",
-    "GatePolicy",
-    "PartialBindPolicy",
-    "PermitGate",
-    "PodDeleter",
-    "SettleListener",
-    "SettleOutcome",
-    "VictimCheck",
-    "Waiter",
-]
+__all__ = ["PermitGate"]
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from app.core.state import PodRecord
+from app.core.records import PodRecord
 from app.runtime.gate_settings import GatePolicy, VictimCheck
 
 if TYPE_CHECKING:

@@ -19,15 +19,16 @@ from app.core.clock import wall
 from app.core.contention import Gang, Holder, order_line, wake_order
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.core.packing import Bin, Demand, placement_of
+from app.core.records import GroupNotFound, delivered
 from app.core.resources import QuantityError, pod_requests
-from app.core.state import ClusterState, GroupNotFound
+from app.core.state import ClusterState
 from app.core.topology import TopologyConstraint
-from app.runtime.changes import Changes
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.contest import Contest, capacity
 from app.runtime.gang_topology import GangTopology
 from app.runtime.queue_book import Assessment, QueueBook
 from app.runtime.queue_tally import podgroup_created, queue_of
+from app.runtime.revision import Revision
 
 
 @dataclass(slots=True)
@@ -63,7 +64,7 @@ class Line:
         admission: Admission,
         topology: GangTopology,
         queues: QueueBook | None,
-        changes: Changes,
+        changes: Revision,
         ledger: ClaimLedger,
     ) -> None:
         self._state = state
@@ -105,8 +106,7 @@ class Line:
         priority = max((p.priority for p in members), default=0)
         if pod is not None:
             priority = max(priority, pod.priority)
-            if not any(p.uid == pod.uid for p in members):
-                # Our watch has not delivered the pod being filtered yet.
+            if not delivered(members, pod.uid):
                 with contextlib.suppress(QuantityError):
                     demands.append(
                         Demand(pod.key, pod_requests(pod.raw_spec), placement_of(pod.raw_spec))

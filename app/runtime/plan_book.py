@@ -15,7 +15,8 @@ from app.core.admission import wholeness
 from app.core.clock import Clock
 from app.core.groups import GroupRef, PodGroupSpecError
 from app.core.observer import GangObserver
-from app.core.state import ClusterState, GroupNotFound, PodRecord
+from app.core.records import GroupNotFound, PodRecord
+from app.core.state import ClusterState
 from app.ops.metrics import Metrics
 from app.runtime.preemption_plan import Plan, PlanKind, PlanPhase, still_there
 

@@ -31,7 +31,8 @@ from app.core.clock import Clock, monotonic
 from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import GangObserver, NullObserver
 from app.core.packing import Demand
-from app.core.state import ClusterState, PodRecord
+from app.core.records import PodRecord
+from app.core.state import ClusterState
 from app.core.topology import DEFAULT_LEVELS
 from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.ops.metrics import Metrics
@@ -44,14 +45,7 @@ from app.runtime.preemptor_wakeup import PreemptorWakeup
 from app.runtime.victim_memory import VictimMemory
 from app.runtime.wakeup import SiblingWaker
 
-# The names the verbs import from here along with PreemptionPlans.
-__all__ = [
-    "PlanSettings",
-    "PreemptionPlans",
-    "Preemptor",
-    "VictimCandidate",
-    "VictimPolicy",
-]
+__all__ = ["PlanSettings", "PreemptionPlans"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,9 @@ from app.core.queues import (
     enqueue,
     queue_from,
 )
+from app.core.records import PodRecord
 from app.core.resources import Resources, add, format_resources
-from app.core.state import ClusterState, PodRecord
+from app.core.state import ClusterState
 from app.ops.metrics import Metrics
 from app.runtime.queue_tally import Pending, tally_queues
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from app.core.contention import Holder
 from app.core.groups import GroupSpec, PodGroupSpecError
 from app.core.queues import DEFAULT_QUEUE, Running
+from app.core.records import GroupNotFound, PodRecord
 from app.core.resources import Resources, add, subtract
-from app.core.state import ClusterState, GroupNotFound, PodRecord
+from app.core.state import ClusterState
 
 # A gang waiting: (-priority, created, key, what it asks for); sorts in queue order.
 Pending = tuple[int, float, str, Resources]

@@ -18,7 +18,8 @@ from app.core.contention import Gang, Holder, room_left
 from app.core.groups import GroupRef, PodGroupSpecError
 from app.core.packing import Bin, pack
 from app.core.queues import starving
-from app.core.state import ClusterState, GroupNotFound, PodRecord
+from app.core.records import GroupNotFound, PodRecord
+from app.core.state import ClusterState
 from app.runtime.claims import ClaimLedger
 from app.runtime.line import Line
 from app.runtime.queue_book import Assessment, request_of

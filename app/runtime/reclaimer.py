@@ -29,7 +29,8 @@ from app.core.groups import GroupRef
 from app.core.observer import GangObserver, MemberRef
 from app.core.packing import Bin
 from app.core.queues import QueueView, Running, choose_victims
-from app.core.state import ClusterState, PodRecord
+from app.core.records import PodRecord
+from app.core.state import ClusterState
 from app.ops.metrics import Metrics
 from app.runtime.evictor import evict_each
 from app.runtime.preemption import PreemptionPlans

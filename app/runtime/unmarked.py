@@ -18,8 +18,8 @@ from collections.abc import Collection
 from typing import Protocol
 
 from app.core.observer import MemberRef
+from app.core.records import PodRecord
 from app.core.resources import MEMBER_RESOURCE
-from app.core.state import PodRecord
 from app.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,8 @@ from app.core.admission import PermitVerdict, permit
 from app.core.clock import Clock
 from app.core.groups import GroupSpec
 from app.core.observer import MemberRef
-from app.core.state import ClusterState, PodRecord
+from app.core.records import PodRecord
+from app.core.state import ClusterState
 from app.ops.metrics import Metrics
 from app.runtime.gate_settings import GatePolicy, VictimCheck
 from app.runtime.held_victims import HeldVictims

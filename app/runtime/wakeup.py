@@ -37,7 +37,8 @@ from cachetools import TTLCache
 from app.core.admission import wholeness
 from app.core.clock import Clock, monotonic, wall
 from app.core.groups import PodGroupSpecError
-from app.core.state import ClusterState, GroupNotFound, PodRecord
+from app.core.records import GroupNotFound, PodRecord
+from app.core.state import ClusterState
 from app.core.timestamps import wakeup_stamp
 from app.runtime.tasks import TaskSet
 

@@ -11,9 +11,10 @@ from typing import Any, Protocol
 
 from app.core.groups import PodGroupSpecError
 from app.core.observer import MemberRef
-from app.core.state import GroupNotFound, PodRecord, pod_record_from
+from app.core.records import GroupNotFound, PodRecord, pod_record_from
 from app.kube.errors import ApiError
-from app.runtime.gate import GateError, PermitGate
+from app.runtime.gate import PermitGate
+from app.runtime.waiting_room import GateError
 from app.web.verb_context import VerbCore, VerbLinks
 from app.web.wire import BindingArgs, binding_result
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.core.records import node_record_from
 from app.core.scoring import NodeScorer, ScoringPolicy
-from app.core.state import node_record_from
+from app.core.victims import VictimPolicy
 from app.runtime.gate import PermitGate
-from app.runtime.preemption import PreemptionPlans, VictimPolicy
+from app.runtime.preemption import PreemptionPlans
 from app.web.bind_verb import BindVerb, PodBinder
 from app.web.filter_verb import FilterVerb
 from app.web.pod_view import PodViews
@@ -22,7 +23,7 @@ from app.web.preempt_verb import PreemptVerb
 from app.web.verb_context import VerbCore, VerbLinks
 from app.web.wire import BindingArgs, ExtenderArgs, PreemptArgs, host_priorities
 
-__all__ = ["GangExtender", "PodBinder", "VerbCore", "VerbLinks"]
+__all__ = ["GangExtender"]
 
 
 class GangExtender:

@@ -15,7 +15,7 @@ from app.core.admission import FilterReason
 from app.core.groups import describe_task_shortfall
 from app.core.hypernode import tier_of
 from app.core.topology import Domain, TopologyConstraint, domain_message
-from app.runtime.arbiter import Candidate
+from app.runtime.line import Candidate
 from app.web.pod_view import PodView, PodViews
 from app.web.verb_context import VerbCore, VerbLinks
 from app.web.wire import ExtenderArgs, filter_result

@@ -21,8 +21,9 @@ from app.core.groups import (
 )
 from app.core.observer import MemberRef
 from app.core.packing import Demand, placement_of
+from app.core.records import GroupNotFound, delivered
 from app.core.resources import QuantityError, Resources, pod_requests
-from app.core.state import ClusterState, GroupNotFound, delivered
+from app.core.state import ClusterState
 from app.core.topology import TopologyConstraint, TopologyError
 from app.core.topology_sources import constraint_from_annotations
 

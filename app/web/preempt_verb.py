@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app.runtime.preemption import PreemptionPlans, Preemptor
+from app.core.victims import Preemptor
+from app.runtime.preemption import PreemptionPlans
 from app.web.pod_view import PodViews
 from app.web.verb_context import VerbCore
 from app.web.wire import PreemptArgs, preempt_result

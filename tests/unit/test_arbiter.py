@@ -11,8 +11,11 @@ from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import NullObserver
 from app.core.state import ClusterState
 from app.ops.metrics import Metrics
-from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings, Candidate
-from app.runtime.gate import GateError, PermitGate
+from app.runtime.arbiter import Arbiter
+from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
+from app.runtime.gate import PermitGate
+from app.runtime.line import Candidate
+from app.runtime.waiting_room import GateError
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock, RecordingBinder

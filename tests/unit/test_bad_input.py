@@ -31,12 +31,14 @@ from app.core.groups import (
     group_ref_of,
     spec_from_podgroup,
 )
+from app.core.records import podgroup_record_from
 from app.core.resources import QuantityError, parse_resource_list, pod_requests
-from app.core.state import ClusterState, podgroup_record_from
+from app.core.state import ClusterState
 from app.ops.metrics import Metrics
 from app.runtime.gate import PermitGate
-from app.web.extender import GangExtender, VerbCore
+from app.web.extender import GangExtender
 from app.web.routes import create_app
+from app.web.verb_context import VerbCore
 from app.web.verbs_asgi import VerbGuard
 from app.web.wire import WireError, parse_binding_args, parse_extender_args, parse_preempt_args
 from tests.fuzz import any_json, fuzz_request

@@ -10,7 +10,8 @@ from app.core.state import ClusterState
 from app.core.status import PENDING, SCHEDULING, GroupStatus, GroupView
 from app.ops.debug import GangDebug, add_debug_routes
 from app.ops.metrics import Metrics
-from app.runtime.gate import GateLinks, PermitGate
+from app.runtime.gate import PermitGate
+from app.runtime.gate_settings import GateLinks
 from tests.unit.builders import cluster
 from tests.unit.fakes import Clock
 

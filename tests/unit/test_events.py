@@ -1,9 +1,15 @@
 from typing import Any
 
 from app.core.admission import FilterReason, WaitPolicy
-from app.core.events import (
+from app.core.event_aggregation import (
     AGGREGATED,
     CREATED,
+    RATE_LIMITED,
+    EventAggregator,
+    ObjectRef,
+    TokenBucket,
+)
+from app.core.events import (
     GANG_ADMITTED,
     GANG_BIND_ROLLED_BACK,
     GANG_PARTLY_BOUND,
@@ -18,13 +24,9 @@ from app.core.events import (
     PREEMPTION_ENDED,
     PREEMPTION_PLANNED,
     PREEMPTION_REFUSED,
-    RATE_LIMITED,
     WAITING_FOR_SIBLINGS,
     WARNING,
-    EventAggregator,
     GangEvents,
-    ObjectRef,
-    TokenBucket,
 )
 from app.core.groups import XK8S_API
 from app.core.observer import MemberRef

@@ -13,8 +13,9 @@ from app.core.groups import POD_GROUP_LABEL, VOLCANO_GROUP_ANNOTATIONS, VOLCANO_
 from app.core.state import ClusterState
 from app.ops.metrics import Metrics
 from app.runtime.gate import PermitGate
-from app.web.extender import GangExtender, VerbCore
+from app.web.extender import GangExtender
 from app.web.routes import create_app
+from app.web.verb_context import VerbCore
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import FakePodApi
 

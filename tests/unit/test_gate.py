@@ -7,7 +7,9 @@ from app.core.groups import GroupSpec
 from app.core.state import ClusterState
 from app.kube.errors import Conflict
 from app.ops.metrics import Metrics
-from app.runtime.gate import GateError, GateLinks, GatePolicy, PermitGate
+from app.runtime.gate import PermitGate
+from app.runtime.gate_settings import GateLinks, GatePolicy
+from app.runtime.waiting_room import GateError
 from tests.unit.builders import cluster, node, pod
 from tests.unit.fakes import RecordingBinder, gauge
 

@@ -15,7 +15,8 @@ from app.core.admission import Admission
 from app.core.groups import GroupSpec
 from app.core.state import ClusterState
 from app.ops.metrics import Metrics
-from app.runtime.gate import GateError, PermitGate
+from app.runtime.gate import PermitGate
+from app.runtime.waiting_room import GateError
 from tests.unit.builders import node, pod
 from tests.unit.fakes import RecordingBinder
 

@@ -18,7 +18,9 @@ from app.core.observer import MemberRef, NullObserver
 from app.core.state import ClusterState
 from app.kube.errors import NotFound, Rejected, Transient
 from app.ops.metrics import Metrics
-from app.runtime.gate import GateError, GateLinks, GatePolicy, PartialBindPolicy, PermitGate
+from app.runtime.gate import PermitGate
+from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
+from app.runtime.waiting_room import GateError
 from tests.unit.builders import cluster
 from tests.unit.fakes import RecordingBinder, gauge
 

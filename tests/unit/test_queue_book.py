@@ -13,8 +13,10 @@ from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.kube.errors import Transient
 from app.ops.metrics import Metrics
 from app.ops.queue_status import QueueStatusWriter
-from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings, Candidate
+from app.runtime.arbiter import Arbiter
+from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
+from app.runtime.line import Candidate
 from app.runtime.preemption import PreemptionPlans
 from app.runtime.preemption_plan import PlanKind, PlanPhase
 from app.runtime.queue_book import QueueBook

@@ -1,9 +1,10 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.core.records import node_record_from
 from app.core.resources import Resources
 from app.core.scoring import NodeScorer, ScoringPolicy, binpack, binpack_all, binpack_request
-from app.core.state import ClusterState, node_record_from
+from app.core.state import ClusterState
 from app.web.wire import host_priorities
 from tests.unit.builders import node, pod
 

@@ -9,7 +9,8 @@ from app.core.groups import (
     VOLCANO_GROUP_ANNOTATIONS,
 )
 from app.core.observer import MemberRef
-from app.core.state import ClusterState, PodRecord, pod_record_from
+from app.core.records import PodRecord, pod_record_from
+from app.core.state import ClusterState
 from app.core.status import (
     FAILED,
     FINISHED,

@@ -21,7 +21,7 @@ from app.core.groups import (
 )
 from app.core.packing import Bin, Demand
 from app.core.preemption_planner import plan_in_domains
-from app.core.state import pod_record_from, podgroup_record_from
+from app.core.records import pod_record_from, podgroup_record_from
 from app.core.topology import (
     DEFAULT_LEVELS,
     Domain,

@@ -10,9 +10,11 @@ from app.core.state import ClusterState
 from app.core.topology import HOSTNAME, ZONE
 from app.core.topology_sources import KUEUE_REQUIRED
 from app.ops.metrics import Metrics
-from app.runtime.arbiter import Arbiter, ArbiterPeers, ArbiterSettings
+from app.runtime.arbiter import Arbiter
+from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
-from app.web.extender import GangExtender, VerbCore, VerbLinks
+from app.web.extender import GangExtender
+from app.web.verb_context import VerbCore, VerbLinks
 from app.web.wire import ExtenderArgs
 from tests.unit.builders import node, pod
 from tests.unit.fakes import FakePodApi

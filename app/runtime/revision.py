@@ -1,9 +1,9 @@
-"""One counter of change the arbiter's parts share, so that what they derived can be reused."""
+"""The arbiter's revision: one counter its parts share, so that what they derived can be reused."""
 
 from __future__ import annotations
 
 
-class Changes:
+class Revision:
     """Bumped whenever capacity, claims or the line change.
 
     An answer derived from them (a group's last rejection, whether a gang fits
