@@ -359,9 +359,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = git("rev-parse", "--short", f"{args.base}^{{commit}}")
     head = git("describe", "--always", "--dirty", "--abbrev=7")
     load_before = os.getloadavg()
-    with exported(base) as old, tempfile.TemporaryDirectory(prefix="gang-bench-compare-") as tmp:
+    # Kept after the run: each run's log and figures, to look into a surprising ratio.
+    work = Path(tempfile.mkdtemp(prefix="gang-bench-compare-"))
+    with exported(base) as old:
         print(f"old: {base} exported to {old}; new: this checkout ({head}) at {REPO}", flush=True)
-        samples = measure(args, {"old": old, "new": REPO}, Path(tmp))
+        samples = measure(args, {"old": old, "new": REPO}, work)
     command = "python bench/compare.py " + " ".join(argv if argv is not None else sys.argv[1:])
     info = RunInfo(
         old=base,
@@ -376,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = render_section(info, samples.rows(), args.tolerance)
     print()
     print(section)
+    print(f"each run's log and figures: {work}")
     if args.write:
         args.benchmarks.write_text(update_benchmarks_md(args.benchmarks.read_text(), section))
         print(f"updated {args.benchmarks}")
