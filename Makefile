@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install lock audit kube helm manifests lint typecheck unit test cluster-test demo demo-down bench bench-e2e cluster-up cluster-down clean
+.PHONY: help install lock audit kube helm manifests lint typecheck unit test cluster-test demo demo-down bench bench-e2e bench-compare cluster-up cluster-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -92,6 +92,13 @@ bench: $(STAMP) kube ## measure the speed targets: verbs in process, 40 gangs un
 
 bench-e2e: $(STAMP) kube ## only the end-to-end benchmark; e.g. E2E_ARGS="--nodes 200 --pods 1000 --scale-nodes 0 --cache-pods 0"
 	$(BIN)/python bench/e2e.py $(E2E_ARGS)
+
+# Old main next to this checkout in one run, the two taking turns (bench/compare.py);
+# e.g. ARGS="--nodes 1000 --pods 10000 --rounds 5", ARGS="--e2e" after `make kube`.
+BASE ?= 985d682
+ARGS ?=
+bench-compare: $(STAMP) ## verbs in process (and with ARGS=--e2e end to end) of BASE and this checkout side by side, new/old per figure (--write: BENCHMARKS.md)
+	$(BIN)/python bench/compare.py --base $(BASE) $(ARGS)
 
 clean: ## remove the venv and the local cluster state (keeps the Go binary cache)
 	-hack/local-cluster down

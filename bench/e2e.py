@@ -533,12 +533,42 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report_json(report: Mapping[str, Any]) -> str:
+    """--json's text: the report with each case as a plain object (what bench/compare.py reads)."""
+    cases = [c.__dict__ for c in report["cases"]]
+    return json.dumps({**report, "cases": cases}, indent=2, default=str)
+
+
+def replace_marked_section(text: str, section: str, begin: str, end: str) -> str:
+    """Replace the section between the `begin` and `end` marker lines, or append `section`.
+
+    Each benchmark owns one section of BENCHMARKS.md, so a new run replaces its
+    own figures and leaves the hand-written history around them alone.
+    """
+    start, stop = text.find(begin), text.find(end)
+    if start != -1 and stop != -1:
+        return text[:start] + section + text[stop + len(end) + 1 :]
+    return text.rstrip("\n") + "\n\n" + section
+
+
 def update_benchmarks_md(text: str, section: str) -> str:
     """Replace the previous e2e section (between the markers) or append one."""
-    start, end = text.find(MD_BEGIN), text.find(MD_END)
-    if start != -1 and end != -1:
-        return text[:start] + section + text[end + len(MD_END) + 1 :]
-    return text.rstrip("\n") + "\n\n" + section
+    return replace_marked_section(text, section, MD_BEGIN, MD_END)
+
+
+def cpu_model() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it (what a figure was measured on)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def machine_description() -> str:
+    """Architecture, CPU model, CPU count (nproc) and memory of this machine."""
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.machine()} {cpu_model()}, {os.cpu_count()} CPUs, {mem_gb:.0f} GiB"
 
 
 # ---- talking to the cluster ---------------------------------------------------------
@@ -1158,9 +1188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--extender-arg", action="append", default=[], help="extra flag for gang-extender serve"
     )
     parser.add_argument(
+        "--extender-checkout",
         "--extender-source",
+        dest="extender_checkout",
         default=str(REPO),
-        help="run the extender from this checkout (compare a baseline; default this one)",
+        help="run the extender from this checkout's app/ (PYTHONPATH=DIR), the harness staying "
+        "this one: compare a baseline (bench/compare.py; default this checkout)",
     )
     parser.add_argument(
         "--profile",
@@ -1211,7 +1244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nonlocal extender, profiler
         if needed and extender is None:
             extender = Extender(
-                kubeconfig, extender_port, log_path, args.extender_arg, Path(args.extender_source)
+                kubeconfig, extender_port, log_path, args.extender_arg, Path(args.extender_checkout)
             )
             cluster.extender_pid = extender.process.pid
             if args.profile:
@@ -1309,21 +1342,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             extender.stop()
         if not args.keep:
             _local_cluster("down")
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     report = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "label": args.label,
         "command": "python bench/e2e.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "duration": time.monotonic() - began,
-        "machine": f"{platform.machine()} {cpu}, {os.cpu_count()} CPUs, {mem_gb:.0f} GiB",
+        "machine": machine_description(),
         "kube_version": lc.toolchain.read_versions()["KUBE_VERSION"],
         "python": platform.python_version(),
         "qps": args.qps,
@@ -1338,9 +1362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         BENCHMARKS_MD.write_text(update_benchmarks_md(BENCHMARKS_MD.read_text(), section))
         print(f"updated {BENCHMARKS_MD}")
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({**report, "cases": [c.__dict__ for c in results]}, indent=2, default=str)
-        )
+        Path(args.json).write_text(report_json(report))
     print(f"bench/e2e.py took {time.monotonic() - began:.0f}s", flush=True)
     return 0
 

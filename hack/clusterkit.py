@@ -16,6 +16,7 @@ prometheus-client's parser and app.core.groups (the API coordinates) only.
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 import subprocess
@@ -121,12 +122,15 @@ def start_extender(
 ) -> subprocess.Popen[bytes]:
     """`python -m app serve` on 127.0.0.1:`port`, logging to `log_path`; returns once ready.
 
-    `cwd` picks the checkout whose app/ runs (`python -m` imports from the
-    working directory first). `detach` starts it in its own session, so it
-    outlives the caller (the demo leaves it running). If it never becomes
-    ready it is stopped before the error is raised.
+    `cwd` picks the checkout whose app/ runs: it is the working directory
+    (`python -m` imports from it first) and it leads PYTHONPATH too, so the
+    choice does not rest on `python -m`'s path rule alone.
+    `detach` starts it in its own session, so it outlives the caller (the
+    demo leaves it running). If it never becomes ready it is stopped before
+    the error is raised.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    pythonpath = os.environ.get("PYTHONPATH", "")
     with log_path.open("ab") as log:
         process = subprocess.Popen(
             [
@@ -141,6 +145,7 @@ def start_extender(
                 *args,
             ],
             cwd=cwd,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(cwd), pythonpath)))},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=detach,
