@@ -54,7 +54,7 @@ from app.runtime.queue_book import QueueBook
 from app.runtime.reclaimer import Reclaimer
 from app.runtime.unmarked import UnmarkedMembers
 from app.runtime.wakeup import SiblingWaker
-from app.service import Clients, Cluster, Components, Leadership, Runtime, Service, Writers
+from app.service import Clients, Components, Leadership, Runtime, Service, Writers
 from app.web.extender import GangExtender
 from app.web.routes import create_app
 from app.web.verb_context import VerbCore, VerbLinks
@@ -80,7 +80,7 @@ def leadership(settings: Settings) -> Leadership:
 
 
 def build_writers(
-    settings: Settings, cluster: Cluster, clients: Clients, leader: LeaderCheck
+    settings: Settings, cluster: VerbCore, clients: Clients, leader: LeaderCheck
 ) -> Writers:
     state, metrics = cluster.state, cluster.metrics
     recorder = EventRecorder(KubeEventWriter(clients.requests), metrics)
@@ -104,7 +104,7 @@ def build_writers(
 
 
 def build_runtime(
-    settings: Settings, cluster: Cluster, pods: PodApi, leader: LeaderCheck, observer: Observers
+    settings: Settings, cluster: VerbCore, pods: PodApi, leader: LeaderCheck, observer: Observers
 ) -> Runtime:
     state, metrics = cluster.state, cluster.metrics
     # Writes that follow the watch are the leader's; the verbs (bind) need no check:
@@ -160,7 +160,7 @@ def build_components(
         settings.permit_waiting_time_seconds, settings.max_permit_waiting_time_seconds
     )
     admission = Admission(settings.denied_pg_expiration_seconds)
-    cluster = Cluster(ClusterState(), admission, wait, Metrics())
+    cluster = VerbCore(ClusterState(), admission, Metrics(), wait)
     lead = leadership(settings)
     writers = build_writers(settings, cluster, clients, lead.leader)
     runtime = build_runtime(settings, cluster, clients.pods, lead.leader, writers.observer)
@@ -210,7 +210,7 @@ def build_extender(settings: Settings, parts: Components) -> GangExtender:
         binpack_non_gang=settings.score_non_gang == "binpack",
     )
     return GangExtender(
-        VerbCore(cluster.state, cluster.admission, cluster.metrics, cluster.wait),
+        cluster,
         rt.gate,
         parts.clients.pods,
         VerbLinks(rt.waker, parts.writers.observer, arbiter=rt.arbiter, plans=rt.plans),

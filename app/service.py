@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 
 from app.config import Settings
-from app.core.admission import Admission, WaitPolicy
 from app.core.events import GangEvents
 from app.core.observer import Observers
-from app.core.state import ClusterState
 from app.kube.discovery import discover_queues, discover_sources, hypernodes_served
 from app.kube.http import AsyncApiClient
 from app.kube.pods import PodApi
@@ -27,7 +25,6 @@ from app.kube.reflector import Reflector
 from app.ops.event_recorder import EventRecorder
 from app.ops.heap import freeze_heap_when_synced
 from app.ops.leader import LeaderCheck, LeaderElection
-from app.ops.metrics import Metrics
 from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus
 from app.runtime.arbiter import Arbiter
@@ -38,6 +35,7 @@ from app.runtime.queue_book import QueueBook
 from app.runtime.reclaimer import Reclaimer
 from app.runtime.wakeup import SiblingWaker
 from app.runtime.watches import Watches
+from app.web.verb_context import VerbCore
 from app.web.verbs_asgi import VerbGuard
 
 log = logging.getLogger(__name__)
@@ -51,16 +49,6 @@ class Clients:
 
     requests: AsyncApiClient
     pods: PodApi
-
-
-@dataclass
-class Cluster:
-    """What every piece shares: the cluster as watched, the admission memory, the metrics."""
-
-    state: ClusterState
-    admission: Admission
-    wait: WaitPolicy
-    metrics: Metrics
 
 
 @dataclass
@@ -99,7 +87,8 @@ class Components:
     """Everything build_apps builds, for the lifespan to start and stop."""
 
     clients: Clients
-    cluster: Cluster
+    # What every piece shares: the cluster as watched, the admission memory, the metrics.
+    cluster: VerbCore
     lead: Leadership
     writers: Writers
     runtime: Runtime
