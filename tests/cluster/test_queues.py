@@ -7,8 +7,10 @@ and Volcano PodGroups of two one-CPU pods each, naming their queue.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -127,19 +129,49 @@ class Partials:
                 self.longest = max(self.longest, now - self.since.pop(gang))
 
 
-def run_shares(world: Cluster, fit: int, per_queue: dict[str, int]) -> list[float]:
-    """Submit the queues' gangs interleaved; each round let the cluster fill, then finish
+def known_gangs(extender: Extender, namespace: str) -> set[str]:
+    """The gangs of `namespace` the extender's watch has delivered with all their members."""
+    with urllib.request.urlopen(f"{extender.url}/debug/gangs", timeout=5) as response:
+        groups = json.loads(response.read())["groups"]
+    prefix = f"{namespace}/"
+    # A key is namespace/name, after "volcano:" for a Volcano PodGroup.
+    keys = {g["key"].split(":", 1)[-1]: g["members"] for g in groups}
+    return {
+        key.removeprefix(prefix)
+        for key, members in keys.items()
+        if key.startswith(prefix) and members == MEMBERS
+    }
+
+
+def run_shares(
+    world: Cluster,
+    extender: Extender,
+    open_cluster: Callable[[], int],
+    per_queue: dict[str, int],
+) -> list[float]:
+    """Submit the queues' gangs interleaved, then open the cluster (`open_cluster` adds
+    the nodes and says how many gangs fit); each round let the cluster fill, then finish
     the oldest running gang. Returns the first queue's share of the bound pods at every
     full round while both queues still had gangs waiting.
 
-    Gangs arrive one by one, so a queue may run ahead of its share before the
-    other's demand is known; reclaim then evicts its latest gangs, which are
-    recreated here (bare pods have no controller to do it)."""
+    The nodes appear only once the extender has seen every gang: a share is
+    worked out from the demand known at a filter call, so gangs placed while
+    the other queue's gangs were still being created could let a queue run
+    ahead of its share until reclaim evicts its latest gangs (the reclaim
+    tests below), and the first full round would measure that race, not the
+    share. Gangs reclaim evicts anyway are recreated here (bare pods have no
+    controller to do it)."""
     first, second = list(per_queue)
     for i in range(max(per_queue.values())):
         for queue in (first, second):
             if i < per_queue[queue]:
                 world.gang(f"{queue}-{i}", queue)
+    wait_for(
+        lambda: known_gangs(extender, world.namespace) >= set(world.gangs) or None,
+        30,
+        "every gang in the extender's /debug/gangs",
+    )
+    fit = open_cluster()
     done: set[str] = set()
     revived = 0
     partials = Partials()
@@ -172,24 +204,28 @@ def run_shares(world: Cluster, fit: int, per_queue: dict[str, int]) -> list[floa
 
 
 def test_two_queues_of_equal_weight_share_the_cluster_half_and_half(
-    cluster: Cluster, nodes: list[str]
+    cluster: Cluster, nodes: list[str], extender: Extender
 ) -> None:
-    fit = add_nodes(cluster.kube, nodes, 3)  # 12 CPUs: 6 of the 18 gangs at a time
     cluster.queue("team-a", 1)
     cluster.queue("team-b", 1)
-    shares = run_shares(cluster, fit, {"team-a": 9, "team-b": 9})
+    # 12 CPUs: 6 of the 18 gangs at a time.
+    shares = run_shares(
+        cluster, extender, lambda: add_nodes(cluster.kube, nodes, 3), {"team-a": 9, "team-b": 9}
+    )
     print(f"\nteam-a's share at each full round: {[round(s, 2) for s in shares]}")
     assert len(shares) >= 6
     assert all(abs(s - 0.5) <= 0.10 for s in shares), shares
 
 
 def test_weights_three_to_one_give_three_quarters_and_one_quarter(
-    cluster: Cluster, nodes: list[str]
+    cluster: Cluster, nodes: list[str], extender: Extender
 ) -> None:
-    fit = add_nodes(cluster.kube, nodes, 4)  # 16 CPUs: 8 gangs at a time
     cluster.queue("big", 3)
     cluster.queue("small", 1)
-    shares = run_shares(cluster, fit, {"big": 12, "small": 6})
+    # 16 CPUs: 8 gangs at a time.
+    shares = run_shares(
+        cluster, extender, lambda: add_nodes(cluster.kube, nodes, 4), {"big": 12, "small": 6}
+    )
     print(f"\nbig's share at each full round: {[round(s, 2) for s in shares]}")
     assert len(shares) >= 4
     assert all(abs(s - 0.75) <= 0.10 for s in shares), shares
