@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from app.core import certs
+from app.core.clock import wall
 from app.core.marking import review_response
 from app.core.resources import MEMBER_RESOURCE
 from app.kube.errors import ApiError, Conflict, NotFound
@@ -154,7 +155,9 @@ class WebhookCerts:
         settings: CertSettings,
         api: WebhookApi | None,
         *,
-        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.fromtimestamp(
+            wall(), datetime.UTC
+        ),
     ) -> None:
         """api: reads and writes the Secret and the configuration (None: neither is used)."""
         self._own = settings.cert_file is None
