@@ -84,12 +84,12 @@ class Arbiter:
         self._clock = settings.clock
         self.waker = peers.waker
         self._reclaimer = peers.reclaimer
-        self._changes = Revision()
-        self.ledger = ClaimLedger(state, self._changes, gate, wait_seconds)
+        self._revision = Revision()
+        self.ledger = ClaimLedger(state, self._revision, gate, wait_seconds)
         self.topology = GangTopology(
-            state, settings.levels, self._changes, peers.metrics, peers.observer
+            state, settings.levels, self._revision, peers.metrics, peers.observer
         )
-        self.line = Line(state, admission, self.topology, peers.queues, self._changes, self.ledger)
+        self.line = Line(state, admission, self.topology, peers.queues, self._revision, self.ledger)
         self._release = ClaimRelease(self.ledger, self.line, gate, admission, peers, self._clock)
         self._reclaims = ReclaimChecks(
             state, admission, self.ledger, self.line, peers.reclaimer, self._clock
@@ -123,7 +123,7 @@ class Arbiter:
         if spec.key in self.claims:
             return Verdict(True, FilterReason.HOLDING)
         memo = self._memo.get(spec.key)
-        if memo is not None and memo[:2] == (self._changes.version, int(now)):
+        if memo is not None and memo[:2] == (self._revision.version, int(now)):
             return memo[2]
         gang = self.line.gang(spec, pod)
         if gang.need <= 0:
@@ -172,7 +172,7 @@ class Arbiter:
         domain: Domain | None,
     ) -> None:
         """The gang is admitted: the gangs it takes room from give way, it leaves the line."""
-        self._changes.bump()
+        self._revision.bump()
         if self._reclaimer is not None:
             self._reclaimer.forget(gang.key)
         for key in decision.release:
@@ -207,7 +207,7 @@ class Arbiter:
         verdict = Verdict(False, reason, message)
         if len(self._memo) > 10_000:
             self._memo.clear()
-        self._memo[key] = (self._changes.version, int(now), verdict)
+        self._memo[key] = (self._revision.version, int(now), verdict)
         return verdict
 
     def domain(
@@ -236,12 +236,12 @@ class Arbiter:
 
     def on_nodes_changed(self) -> None:
         """A node added (or grown, or uncordoned) may let gangs in line fit."""
-        self._changes.bump()
+        self._revision.bump()
         self._schedule_reconsider()
 
     def on_queues_changed(self) -> None:
         """A Queue was added, changed or deleted: shares move, the line may move."""
-        self._changes.bump()
+        self._revision.bump()
         self._schedule_reconsider()
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
@@ -260,7 +260,7 @@ class Arbiter:
             or old.counts_as_member != new.counts_as_member
             or old.terminal != new.terminal
         ):
-            self._changes.bump()
+            self._revision.bump()
         if (
             old is not None
             and old.placed_node
@@ -279,7 +279,7 @@ class Arbiter:
     def retry_reclaim(self, gang_key: str) -> None:
         """The gang's reclaim was refused (a disruption budget): look for other victims soon."""
         if self._reclaims.retry(gang_key):
-            self._changes.bump()
+            self._revision.bump()
 
     def check_reclaims(self) -> None:
         """Gangs kube-scheduler found no node for: reclaim for those of queues below their share."""

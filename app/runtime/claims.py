@@ -67,12 +67,12 @@ class ClaimLedger:
     def __init__(
         self,
         state: ClusterState,
-        changes: Revision,
+        revision: Revision,
         gate: PermitGate,
         wait_seconds: Callable[[GroupSpec], float],
     ) -> None:
         self._state = state
-        self._changes = changes
+        self._revision = revision
         self._gate = gate
         self._wait_seconds = wait_seconds
         self.held: dict[str, Claim] = {}
@@ -84,7 +84,7 @@ class ClaimLedger:
 
     def end(self, key: str) -> Claim | None:
         """The claim is over (whatever the reason): capacity and the line move."""
-        self._changes.bump()
+        self._revision.bump()
         return self.held.pop(key, None)
 
     def recheck(self, key: str) -> None:

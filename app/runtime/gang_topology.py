@@ -37,13 +37,13 @@ class GangTopology:
         self,
         state: ClusterState,
         levels: tuple[str, ...],
-        changes: Revision,
+        revision: Revision,
         metrics: Metrics | None,
         observer: GangObserver,
     ) -> None:
         self._state = state
         self.levels = levels
-        self._changes = changes
+        self._revision = revision
         self._metrics = metrics
         self._observer = observer
         # group key -> (version, whether its required topology fits one domain now).
@@ -116,7 +116,7 @@ class GangTopology:
     def fits_one_domain(self, gang: Gang, constraint: TopologyConstraint, free: list[Bin]) -> bool:
         """fits_one_domain(), remembered while capacity, claims and the line stay the same."""
         known = self._fits.get(gang.key)
-        version = self._changes.version
+        version = self._revision.version
         if known is not None and known[0] == version:
             return known[1]
         if len(self._fits) > 10_000:

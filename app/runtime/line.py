@@ -64,7 +64,7 @@ class Line:
         admission: Admission,
         topology: GangTopology,
         queues: QueueBook | None,
-        changes: Revision,
+        revision: Revision,
         ledger: ClaimLedger,
     ) -> None:
         self._state = state
@@ -73,7 +73,7 @@ class Line:
         self._admission = admission
         self._topology = topology
         self._queues = queues
-        self._changes = changes
+        self._revision = revision
         self.waiting: dict[str, Waiting] = {}
         # group key -> its queue, for the gangs of the latest line.
         self._queue_of: dict[str, str] = {}
@@ -87,7 +87,7 @@ class Line:
         """The gang was turned away: it waits from now, unless it waits already."""
         if key not in self.waiting:
             self.waiting[key] = Waiting(ref, now)
-            self._changes.bump()
+            self._revision.bump()
 
     def rejoin(self, key: str, claim: Claim) -> None:
         """Its claim ended without binding: back in line, keeping its place for aging."""
