@@ -174,13 +174,14 @@ def webhook_args(port: int) -> tuple[str, ...]:
     return ("--webhook-port", str(port + 1), "--webhook-configuration", WEBHOOK_CONFIGURATION)
 
 
-def marked_by_webhook(core: Any, namespace: str = "default") -> bool:
+def marked_by_webhook(core: Any, namespace: str = "default", scheduler: str | None = None) -> bool:
     """Whether kube-apiserver, right now, gets a gang member marked by the webhook.
 
     A server-side dry run of a label-only gang member: admission runs in
     full (the webhook is called, the policy is checked), nothing is stored.
     False when the pod comes back unmarked or is refused (webhook down,
-    its CA not registered yet).
+    its CA not registered yet). `scheduler`: the probe's schedulerName,
+    for a webhook scoped to other schedulers than the default one.
     """
     body = pause_pod(
         "webhook-probe",
@@ -190,6 +191,7 @@ def marked_by_webhook(core: Any, namespace: str = "default") -> bool:
             "pod-group.scheduling.sigs.k8s.io/name": "probe",
             "pod-group.scheduling.sigs.k8s.io/min-available": "1",
         },
+        spec={"schedulerName": scheduler} if scheduler else None,
     )
     try:
         pod = core.create_namespaced_pod(namespace, body, dry_run="All")

@@ -13,6 +13,7 @@ own schedulers, run side by side).
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
 import socket
@@ -69,6 +70,8 @@ class ChartPod:
     extender_url: str
     ops_url: str
     scheduler_port: int
+    # gang-only mode: where the member-mark webhook listens (HTTPS, loopback).
+    webhook_url: str | None
     logs: dict[str, Path]
     # "extender" and "kube-scheduler", to stop one container of the pod.
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -104,6 +107,10 @@ def _mounts(
             volumes[volume["name"]] = local
         elif "secret" in volume:
             volumes[volume["name"]] = secret_dirs[volume["secret"]["secretName"]]
+        elif "emptyDir" in volume:
+            local = workdir / "volumes" / volume["name"]
+            local.mkdir(parents=True, exist_ok=True)
+            volumes[volume["name"]] = local
     return {
         c["name"]: {m["mountPath"]: volumes[m["name"]] for m in c.get("volumeMounts", [])}
         for c in pod["containers"]
@@ -118,8 +125,15 @@ def run_chart_pod(
     workdir: Path,
     secret_dirs: Mapping[str, Path] | None = None,
     pod_name: str | None = None,
+    webhook_port: int | None = None,
 ) -> Iterator[ChartPod]:
     """Start the rendered pod's extender, then its kube-scheduler; stop both on exit.
+
+    webhook_port: in gang-only mode, where the extender serves its webhook
+    (default: a free port). kube-apiserver cannot reach it through the
+    chart's Service here, only on loopback: its certificate is made for
+    127.0.0.1 instead of the Service's names (local_webhook() points a
+    configuration there).
 
     pod_name: give this "pod" its own hostname, as a pod has (kube-scheduler
     runs in a UTS namespace of its own, and its Lease identity starts with
@@ -133,10 +147,11 @@ def run_chart_pod(
 
     # --- scheduler configuration: the ConfigMap, with the two local changes ---
     config["clientConnection"] = {"kubeconfig": kubeconfig}
-    (extender_cfg,) = config["extenders"]
-    url = urllib.parse.urlsplit(extender_cfg["urlPrefix"])
-    assert url.hostname == "127.0.0.1", "the chart reaches its sidecar on loopback"
-    extender_cfg["urlPrefix"] = url._replace(netloc=f"127.0.0.1:{extender_port}").geturl()
+    # every-verb: one entry; gang-only: two (members' verbs, everyone's preempt).
+    for extender_cfg in config["extenders"]:
+        url = urllib.parse.urlsplit(extender_cfg["urlPrefix"])
+        assert url.hostname == "127.0.0.1", "the chart reaches its sidecar on loopback"
+        extender_cfg["urlPrefix"] = url._replace(netloc=f"127.0.0.1:{extender_port}").geturl()
     (config_dir,) = [d for d in mounts["kube-scheduler"].values() if (d / "config.yaml").exists()]
     # Files the configuration names (the TLS Secret) live where their volume is "mounted".
     config = _remap(config, mounts["kube-scheduler"])
@@ -148,6 +163,13 @@ def run_chart_pod(
     ext_args = _set_flag(ext_args, "ops-port", str(ops_port))
     ext_args = _set_flag(ext_args, "ops-host", "127.0.0.1")
     ext_args = _set_flag(ext_args, "kubeconfig", kubeconfig)
+    webhook_url = None
+    if any(a.startswith("--webhook-port=") for a in ext_args):
+        webhook_port = webhook_port or free_port()
+        ext_args = _set_flag(ext_args, "webhook-port", str(webhook_port))
+        ext_args = _set_flag(ext_args, "webhook-host", "127.0.0.1")
+        ext_args = _set_flag(ext_args, "webhook-hosts", "127.0.0.1")
+        webhook_url = f"https://127.0.0.1:{webhook_port}/mutate-pods"
 
     # --- kube-scheduler: the container's command and args, plus what in-cluster defaults give ---
     sched = container(docs, "kube-scheduler")
@@ -166,6 +188,7 @@ def run_chart_pod(
         extender_url=f"{url.scheme}://127.0.0.1:{extender_port}{url.path}",
         ops_url=f"http://127.0.0.1:{ops_port}",
         scheduler_port=scheduler_port,
+        webhook_url=webhook_url,
         logs=logs,
     )
     processes: list[subprocess.Popen[bytes]] = []
@@ -204,6 +227,21 @@ def run_chart_pod(
         for process in reversed(processes):
             if process.poll() is None:
                 stop_process(process)
+
+
+def local_webhook(docs: Sequence[dict[str, Any]], url: str) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration, calling `url` instead of its Service.
+
+    Everything else (rules, matchConditions, failurePolicy, the empty
+    caBundle the extender fills in) stays as rendered.
+    """
+    configuration = copy.deepcopy(find(docs, "MutatingWebhookConfiguration"))
+    for webhook in configuration["webhooks"]:
+        client_config = webhook["clientConfig"]
+        assert "service" in client_config, "the chart reaches its webhook through a Service"
+        del client_config["service"]
+        client_config["url"] = url
+    return configuration
 
 
 def lease_holder(kube: Kube, namespace: str, name: str) -> str | None:

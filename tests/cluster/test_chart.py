@@ -24,8 +24,16 @@ import yaml
 from kubernetes import client as k8s
 
 from app.core.groups import POD_GROUP_LABEL, XK8S_API
-from hack.clusterkit import api_client, stop_process, wait_for
-from tests.cluster.chart_pod import lease_holder, run_chart_pod, schedule_gang
+from app.core.resources import MEMBER_RESOURCE
+from hack.clusterkit import api_client, marked_by_webhook, stop_process, wait_for
+from tests.cluster.chart_pod import (
+    SCHEDULER_NAME,
+    free_port,
+    lease_holder,
+    local_webhook,
+    run_chart_pod,
+    schedule_gang,
+)
 from tests.cluster.kube import Kube
 from tests.cluster.session import Extender
 from tests.packaging.helm import (
@@ -152,10 +160,20 @@ def refused(call: Any, *args: Any, **kwargs: Any) -> int:
 def test_chart_rbac_is_enough_to_gang_schedule_and_no_more(
     kube: Kube, kubeconfig: str, namespace: str, tmp_path: Path
 ) -> None:
+    """The default values (gang-only mode), run with the chart's own ServiceAccount.
+
+    Its extender makes its webhook certificate, keeps it in its Secret and
+    registers its CA in the chart's MutatingWebhookConfiguration (here
+    pointed at the extender on loopback: no Service routing without
+    kube-proxy); kube-apiserver then has it mark the gang's members, and the
+    chart's two extender entries place them.
+    """
     release = f"rbac-{uuid.uuid4().hex[:5]}"
     docs = render(release=release, namespace=namespace)
     rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
-    kubectl(kubeconfig, "apply", "--server-side", objects=rbac)
+    webhook_port = free_port()
+    webhook = local_webhook(docs, f"https://127.0.0.1:{webhook_port}/mutate-pods")
+    kubectl(kubeconfig, "apply", "--server-side", objects=[*rbac, webhook])
     try:
         account = find(docs, "ServiceAccount")["metadata"]["name"]
         token = kube.core.create_namespaced_service_account_token(
@@ -168,14 +186,25 @@ def test_chart_rbac_is_enough_to_gang_schedule_and_no_more(
         assert refused(chart_client.core.delete_node, node, dry_run="All") == 403
         assert refused(chart_client.core.list_namespaced_secret, namespace) == 403
 
-        with run_chart_pod(docs, kubeconfig=as_chart, workdir=tmp_path) as pod:
+        with run_chart_pod(
+            docs, kubeconfig=as_chart, workdir=tmp_path, webhook_port=webhook_port
+        ) as pod:
             holder = wait_for(
                 lambda: lease_holder(kube, namespace, pod.lease),
                 30,
                 f"kube-scheduler to take Lease {namespace}/{pod.lease}\n{pod.tail()}",
             )
             assert holder.startswith(socket.gethostname() + "_")
+            wait_for(
+                lambda: marked_by_webhook(kube.core, namespace, scheduler=SCHEDULER_NAME),
+                30,
+                f"the chart's webhook to mark a gang member\n{pod.tail()}",
+            )
+            secret = webhook_secret(docs)
+            assert kube.core.read_namespaced_secret(secret, namespace).data, secret
             schedule_gang(kube, namespace, pod)
+            for member in kube.core.list_namespaced_pod(namespace).items:
+                assert MEMBER_RESOURCE in member.spec.containers[0].resources.requests
             assert pod.metric("gang_extender_gang_admissions_total", result="admitted") >= 1
             # The extender writes PodGroup status (podgroups/status patch) with the same token.
             wait_for(
@@ -203,11 +232,22 @@ def test_chart_rbac_is_enough_to_gang_schedule_and_no_more(
                 "-f",
                 "-",
             ],
-            input=yaml.safe_dump_all(rbac),
+            input=yaml.safe_dump_all([*rbac, webhook]),
             capture_output=True,
             text=True,
             check=False,
         )
+
+
+def webhook_secret(docs: Sequence[dict[str, Any]]) -> str:
+    """The name of the Secret the chart's extender keeps its webhook certificate in."""
+    value: str
+    (value,) = [
+        arg.split("=", 1)[1]
+        for arg in container(docs, "gang-extender")["args"]
+        if arg.startswith("--webhook-cert-secret=")
+    ]
+    return value.split("/", 1)[1]
 
 
 def acquired(log: Path) -> bool:
@@ -217,7 +257,8 @@ def acquired(log: Path) -> bool:
 def test_two_replicas_one_schedules_the_other_takes_over(
     kube: Kube, kubeconfig: str, namespace: str, tmp_path: Path
 ) -> None:
-    docs = render("--set", "replicaCount=2", release="ha", namespace=namespace)
+    # every-verb: leader election is the same in both modes, and no webhook is needed.
+    docs = render("--set", "replicaCount=2,mode=every-verb", release="ha", namespace=namespace)
     assert find(docs, "Deployment")["spec"]["replicas"] == 2
     (tmp_path / "leader").mkdir()
     (tmp_path / "standby").mkdir()
@@ -248,7 +289,7 @@ def test_only_the_replica_holding_the_lease_writes(
     """Two replicas, each a "pod" with its own hostname. The standby's sidecar sees the
     same cluster but writes no PodGroup status (nor events, wake-ups, evictions); once its
     kube-scheduler takes the Lease, it writes."""
-    docs = render("--set", "replicaCount=2", release="leader", namespace=namespace)
+    docs = render("--set", "replicaCount=2,mode=every-verb", release="leader", namespace=namespace)
     # The session's own extender writes every PodGroup's status: out of the way meanwhile.
     extender.stop()
     try:

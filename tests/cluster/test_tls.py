@@ -55,7 +55,9 @@ def test_scheduler_reaches_the_extender_over_mutual_tls_and_nobody_else_does(
     make_ca(tmp_path / "rogue", "rogue-ca")
     make_leaf(tmp_path / "rogue", "rogue-ca", "intruder")
 
-    docs = render("--set", "tls.enabled=true", release="tls", namespace=namespace)
+    # every-verb: the scheduler-extender link is the same in both modes, and the
+    # gang needs no webhook (test_chart.py runs the gang-only chart pod with one).
+    docs = render("--set", "tls.enabled=true,mode=every-verb", release="tls", namespace=namespace)
     volumes = find(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
     (secret_name,) = [v["secret"]["secretName"] for v in volumes if "secret" in v]
     with run_chart_pod(

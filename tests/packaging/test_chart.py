@@ -75,8 +75,9 @@ def test_inconsistent_values_fail_with_the_reason(values: str, message: str) -> 
     assert message in result.stderr
 
 
-def test_default_render_is_one_pod_with_scheduler_and_extender() -> None:
-    docs = render(namespace="gang-system")
+def test_every_verb_render_is_one_pod_with_scheduler_and_extender() -> None:
+    """mode=every-verb: the chart without the webhook (the default is in test_chart_gang_only)."""
+    docs = render("--set", "mode=every-verb", namespace="gang-system")
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
         ["ServiceAccount", "ConfigMap", "Deployment", "Service", "ClusterRole", "Role"]
@@ -148,9 +149,12 @@ def test_full_values_wire_mutual_tls_through_one_secret() -> None:
         "gang-scheduler",
         "default-scheduler",
     ]
-    (ext,) = config["extenders"]
-    assert ext["urlPrefix"].startswith("https://127.0.0.1:")
-    assert ext["enableHTTPS"] is True
+    # The default gang-only mode: both entries (members' verbs, everyone's preempt) over mTLS.
+    ext, preempt = config["extenders"]
+    for entry in (ext, preempt):
+        assert entry["urlPrefix"].startswith("https://127.0.0.1:")
+        assert entry["enableHTTPS"] is True
+        assert entry["tlsConfig"] == ext["tlsConfig"]
 
     pod = deployment["spec"]["template"]["spec"]
     (volume,) = [v for v in pod["volumes"] if "secret" in v]
@@ -182,7 +186,8 @@ def test_full_values_wire_mutual_tls_through_one_secret() -> None:
     assert find(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     monitor = find(docs, "ServiceMonitor")
     assert (
-        monitor["spec"]["endpoints"][0]["port"] == find(docs, "Service")["spec"]["ports"][0]["name"]
+        monitor["spec"]["endpoints"][0]["port"]
+        == find(docs, "Service", "-metrics")["spec"]["ports"][0]["name"]
     )
 
 

@@ -143,8 +143,22 @@ def test_inconsistent_gang_only_values_fail_with_the_reason(values: str, message
     assert message in result.stderr
 
 
-def test_every_verb_stays_the_default_with_no_webhook() -> None:
+def test_gang_only_is_the_default() -> None:
     docs = render()
+    assert sorted(d["kind"] for d in docs) == sorted(
+        ["ServiceAccount", "ConfigMap", "Deployment", "ClusterRole", "MutatingWebhookConfiguration"]
+        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        + ["Service"] * 2  # operations, webhook
+        + ["Role"] * 2  # leader election, the webhook's certificate Secret
+        + ["RoleBinding"] * 3
+        + ["ClusterRoleBinding"] * 3
+    )
+    members, everyone = scheduler_config(docs)["extenders"]
+    assert "managedResources" in members and "managedResources" not in everyone
+
+
+def test_every_verb_has_no_webhook() -> None:
+    docs = render("--set", "mode=every-verb")
     assert not {"MutatingWebhookConfiguration", "ValidatingAdmissionPolicy"} & {
         d["kind"] for d in docs
     }
