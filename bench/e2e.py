@@ -72,6 +72,7 @@ from app.core.groups import (
     POD_GROUP_LABEL,
     SOURCE_XK8S,
 )
+from app.core.marking import MEMBER_QUANTITY
 from app.core.resources import MEMBER_RESOURCE
 from app.kube.client import read_and_release
 
@@ -316,8 +317,8 @@ def pod_body(
     body = pause_pod(name, cpu=POD_CPU, memory=POD_MEMORY, labels=labels, spec=spec)
     if marked:
         resources = body["spec"]["containers"][0]["resources"]
-        resources["requests"][MEMBER_RESOURCE] = "1"
-        resources["limits"] = {MEMBER_RESOURCE: "1"}
+        resources["requests"][MEMBER_RESOURCE] = MEMBER_QUANTITY
+        resources["limits"] = {MEMBER_RESOURCE: MEMBER_QUANTITY}
     return body
 
 

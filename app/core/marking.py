@@ -34,7 +34,13 @@ from app.core.groups import (
 # project's annotations already live under gang-extender.dev.
 from app.core.resources import MEMBER_RESOURCE
 
-MEMBER_QUANTITY = "1"
+# Zero: kube-scheduler's IsInterested() looks only for the name, and
+# NodeResourcesFit skips a zero request before anything else, where a
+# request of 1 cost a regular expression (IsExtendedResourceName) per node
+# per member: 11-14% of kube-scheduler's CPU for gangs at 2,000 nodes
+# (BENCHMARKS.md "Issue 20, 2026-11-26"). Nothing counts it: not a node's
+# capacity, not a ResourceQuota, not the kubelet.
+MEMBER_QUANTITY = "0"
 
 JsonPatch = list[dict[str, Any]]
 
@@ -98,12 +104,12 @@ def _pointer(token: str) -> str:
 
 
 def member_patch(pod: Mapping[str, Any], resource: str = MEMBER_RESOURCE) -> JsonPatch:
-    """JSONPatch operations giving every app container `resource: 1` in requests and limits.
+    """JSONPatch operations giving every app container `resource: "0"` in requests and limits.
 
-    Idempotent: a container that already requests and limits exactly 1 gets
-    no operation, so marking a marked pod returns []. Another amount is set
-    to 1 (an extended resource's request must equal its limit, and one is
-    what kube-scheduler needs to see). Only `spec.containers`: one container
+    Idempotent: a container that already requests and limits exactly
+    MEMBER_QUANTITY gets no operation, so marking a marked pod returns [].
+    Another amount is set to it (an extended resource's request must equal
+    its limit). Only `spec.containers`: one container
     is enough for IsInterested(), and init containers' requests would only
     add to the pod's effective requests elsewhere.
     """

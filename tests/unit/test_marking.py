@@ -68,8 +68,8 @@ def test_every_group_source_is_marked_in_requests_and_limits(source: str) -> Non
     assert names_a_group(member)
     marked = apply_patch(member, member_patch(member))
     resources = marked["spec"]["containers"][0]["resources"]
-    assert resources["requests"] == {"cpu": "1", MEMBER_RESOURCE: "1"}
-    assert resources["limits"] == {MEMBER_RESOURCE: "1"}
+    assert resources["requests"] == {"cpu": "1", MEMBER_RESOURCE: "0"}
+    assert resources["limits"] == {MEMBER_RESOURCE: "0"}
     assert is_marked(marked) and not is_marked(member)
     # Idempotent: a marked pod needs nothing more.
     assert member_patch(marked) == []
@@ -90,8 +90,8 @@ def test_every_container_is_marked_whatever_its_resources_look_like() -> None:
     ]
     marked = apply_patch(member, member_patch(member))
     for container in marked["spec"]["containers"]:
-        assert container["resources"]["requests"][MEMBER_RESOURCE] == "1"
-        assert container["resources"]["limits"][MEMBER_RESOURCE] == "1"
+        assert container["resources"]["requests"][MEMBER_RESOURCE] == "0"
+        assert container["resources"]["limits"][MEMBER_RESOURCE] == "0"
     assert marked["spec"]["containers"][1]["resources"]["limits"]["cpu"] == "1"
     assert member_patch(marked) == []
 
