@@ -697,6 +697,41 @@ CASES = {
 }
 
 
+class SchedulerProfile:
+    """A CPU profile of a case's kube-scheduler, from its own /debug/pprof, in the background.
+
+    kube-scheduler keeps no per-extender cost of its own: what a
+    configuration costs it (an extender entry interested in every pod, a
+    resource its plugins check per node) shows only in its profile. Read
+    the file with `go tool pprof -top FILE`.
+    """
+
+    def __init__(self, port: int, path: Path, *, after: float = 1.0, seconds: int = 4) -> None:
+        """Starts `after` seconds from now (kube-scheduler's start-up), profiles `seconds`."""
+        self.path = path
+        self._url = f"https://127.0.0.1:{port}/debug/pprof/profile?seconds={seconds}"
+        self._after = after
+        self._timeout = seconds + 30
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import urllib.request
+
+        time.sleep(self._after)
+        context = ssl._create_unverified_context()  # kube-scheduler's self-signed certificate
+        try:
+            with urllib.request.urlopen(self._url, timeout=self._timeout, context=context) as r:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.write_bytes(r.read())
+        except OSError as err:
+            self.error = f"no kube-scheduler profile: {err}"
+
+    def wait(self) -> None:
+        self._thread.join(self._timeout)
+
+
 @dataclass
 class Cluster:
     """What a case needs of the control plane; the test suite fills it from its own cluster."""
@@ -722,8 +757,13 @@ class Runner:
         log: Callable[[str], None] = print,
         *,
         settle_seconds: float = 30,
+        profile_dir: Path | None = None,
     ) -> None:
-        """settle_seconds: how long a finished case may wait for the machine to calm down."""
+        """settle_seconds: how long a finished case may wait for the machine to calm down.
+
+        profile_dir: write a CPU profile of each case's kube-scheduler there
+        (SchedulerProfile).
+        """
         from kubernetes import client as k8s
 
         self.client = api_client(cluster.kubeconfig, pool_size=32)
@@ -733,6 +773,7 @@ class Runner:
         self.qps = qps
         self.log = log
         self.settle_seconds = settle_seconds
+        self.profile_dir = profile_dir
 
     # ---- objects ----------------------------------------------------------------------
 
@@ -831,7 +872,8 @@ class Runner:
             f"--config={config}",
             f"--authentication-kubeconfig={self.cluster.scheduler_kubeconfig}",
             f"--authorization-kubeconfig={self.cluster.scheduler_kubeconfig}",
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
+            + (",/debug/pprof/*" if self.profile_dir is not None else ""),
             "--bind-address=127.0.0.1",
             f"--secure-port={self.cluster.scheduler_port}",
             f"--cert-dir={work / 'bench-scheduler-certs'}",
@@ -951,6 +993,14 @@ class Runner:
             case.key + suffix, extender_url, case.gangs == "native", case.gang_only
         )
         t0 = time.monotonic()
+        profile = (
+            SchedulerProfile(
+                self.cluster.scheduler_port,
+                self.profile_dir / f"kube-scheduler-{case.key}{suffix}.pprof",
+            )
+            if self.profile_dir is not None
+            else None
+        )
         try:
             sched_cpu_before = cpu_seconds(scheduler.pid)
             deadline_seconds = max(180.0, len(bodies) / 10)
@@ -977,6 +1027,9 @@ class Runner:
         finally:
             watch.stop()
             trips = capture.stop() if capture is not None else None
+            if profile is not None:
+                profile.wait()
+                self.log(f"  {profile.error or f'kube-scheduler profile: {profile.path}'}")
             stop_process(scheduler, grace=15)
         bound = len(watch.bound_at)
         rate, span = throughput(watch.bound_at.values())
@@ -1197,6 +1250,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "this one: compare a baseline (bench/compare.py; default this checkout)",
     )
     parser.add_argument(
+        "--profile-scheduler",
+        metavar="DIR",
+        help="write a 4 s CPU profile of each case's kube-scheduler to DIR "
+        "(kube-scheduler-CASE.pprof; read with `go tool pprof -top`)",
+    )
+    parser.add_argument(
         "--profile",
         metavar="FILE",
         help="py-spy the extender while it runs (collapsed stacks to FILE; needs py-spy)",
@@ -1230,7 +1289,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         work_dir=layout.root,
         extender_url=f"http://127.0.0.1:{extender_port}/scheduler",
     )
-    runner = Runner(cluster, args.qps, lambda m: print(m, flush=True))
+    runner = Runner(
+        cluster,
+        args.qps,
+        lambda m: print(m, flush=True),
+        profile_dir=Path(args.profile_scheduler) if args.profile_scheduler else None,
+    )
     started = time.monotonic()
     add_nodes(lc, 1, args.nodes)
     print(f"{args.nodes} nodes created in {time.monotonic() - started:.0f}s", flush=True)

@@ -90,3 +90,24 @@ def capture_possible() -> bool:
     probe = Capture(1, CLUSTER_DIR / "bench-smoke" / "probe.pcap")
     probe.stop()
     return probe.why_not is None
+
+
+def test_bench_profiles_each_case_kube_scheduler(
+    kubeconfig: str, extender: Extender, tmp_path: Path
+) -> None:
+    """--profile-scheduler: a CPU profile from the case's kube-scheduler's own /debug/pprof."""
+    state = json.loads((CLUSTER_DIR / "state.json").read_text())
+    cluster = e2e.Cluster(
+        kubeconfig=kubeconfig,
+        scheduler_kubeconfig=str(CLUSTER_DIR / "kube-scheduler.kubeconfig"),
+        bin_dir=Path(state["bin_dir"]),
+        scheduler_port=free_port(),
+        work_dir=CLUSTER_DIR / "bench-profile",
+    )
+    runner = e2e.Runner(
+        cluster, qps=200, log=lambda _: None, profile_dir=tmp_path, settle_seconds=0
+    )
+    result = runner.run_case(e2e.CASES["a"], 6, 3, "-profile")
+    assert result.bound == result.pods
+    profile = (tmp_path / "kube-scheduler-a-profile.pprof").read_bytes()
+    assert profile[:2] == b"\x1f\x8b", profile[:200]  # pprof's gzipped protobuf, not an error page
