@@ -58,6 +58,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -717,8 +718,6 @@ class SchedulerProfile:
         self._thread.start()
 
     def _run(self) -> None:
-        import urllib.request
-
         time.sleep(self._after)
         context = ssl._create_unverified_context()  # kube-scheduler's self-signed certificate
         try:

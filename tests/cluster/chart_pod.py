@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
+from app.web.webhook import WEBHOOK_PATH
 from hack.clusterkit import REPO, sample, scrape, stop_process, wait_for, wait_ready
 from tests.cluster.kube import Kube
 from tests.packaging.helm import container, find, kube_bin
@@ -70,8 +71,6 @@ class ChartPod:
     extender_url: str
     ops_url: str
     scheduler_port: int
-    # gang-only mode: where the member-mark webhook listens (HTTPS, loopback).
-    webhook_url: str | None
     logs: dict[str, Path]
     # "extender" and "kube-scheduler", to stop one container of the pod.
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -163,13 +162,10 @@ def run_chart_pod(
     ext_args = _set_flag(ext_args, "ops-port", str(ops_port))
     ext_args = _set_flag(ext_args, "ops-host", "127.0.0.1")
     ext_args = _set_flag(ext_args, "kubeconfig", kubeconfig)
-    webhook_url = None
     if any(a.startswith("--webhook-port=") for a in ext_args):
-        webhook_port = webhook_port or free_port()
-        ext_args = _set_flag(ext_args, "webhook-port", str(webhook_port))
+        ext_args = _set_flag(ext_args, "webhook-port", str(webhook_port or free_port()))
         ext_args = _set_flag(ext_args, "webhook-host", "127.0.0.1")
         ext_args = _set_flag(ext_args, "webhook-hosts", "127.0.0.1")
-        webhook_url = f"https://127.0.0.1:{webhook_port}/mutate-pods"
 
     # --- kube-scheduler: the container's command and args, plus what in-cluster defaults give ---
     sched = container(docs, "kube-scheduler")
@@ -188,7 +184,6 @@ def run_chart_pod(
         extender_url=f"{url.scheme}://127.0.0.1:{extender_port}{url.path}",
         ops_url=f"http://127.0.0.1:{ops_port}",
         scheduler_port=scheduler_port,
-        webhook_url=webhook_url,
         logs=logs,
     )
     processes: list[subprocess.Popen[bytes]] = []
@@ -229,8 +224,9 @@ def run_chart_pod(
                 stop_process(process)
 
 
-def local_webhook(docs: Sequence[dict[str, Any]], url: str) -> dict[str, Any]:
-    """The chart's MutatingWebhookConfiguration, calling `url` instead of its Service.
+def local_webhook(docs: Sequence[dict[str, Any]], port: int) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration, calling run_chart_pod's extender on
+    127.0.0.1:`port` (its `webhook_port`) instead of its Service.
 
     Everything else (rules, matchConditions, failurePolicy, the empty
     caBundle the extender fills in) stays as rendered.
@@ -240,7 +236,7 @@ def local_webhook(docs: Sequence[dict[str, Any]], url: str) -> dict[str, Any]:
         client_config = webhook["clientConfig"]
         assert "service" in client_config, "the chart reaches its webhook through a Service"
         del client_config["service"]
-        client_config["url"] = url
+        client_config["url"] = f"https://127.0.0.1:{port}{WEBHOOK_PATH}"
     return configuration
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bench import e2e
 from bench.roundtrips import Capture
+from tests.cluster.bench_runner import bench_runner
 from tests.cluster.chart_pod import free_port
 from tests.cluster.session import CLUSTER_DIR, Extender
 
@@ -21,17 +22,8 @@ def test_bench_cases_schedule_every_pod_and_report_their_figures(
     kubeconfig: str, extender: Extender
 ) -> None:
     state = json.loads((CLUSTER_DIR / "state.json").read_text())
-    assert extender.process is not None
-    cluster = e2e.Cluster(
-        kubeconfig=kubeconfig,
-        scheduler_kubeconfig=str(CLUSTER_DIR / "kube-scheduler.kubeconfig"),
-        bin_dir=Path(state["bin_dir"]),
-        scheduler_port=free_port(),
-        work_dir=CLUSTER_DIR / "bench-smoke",
-        extender_url=f"{extender.url}/scheduler",
-        extender_pid=extender.process.pid,
-    )
-    runner = e2e.Runner(cluster, qps=200, log=lambda _: None, settle_seconds=0)
+    runner = bench_runner(kubeconfig, "bench-smoke", extender)
+    cluster = runner.cluster
     plain = runner.run_case(e2e.CASES["a"], 6, 3, "-smoke")
     through = runner.run_case(e2e.CASES["b"], 6, 3, "-smoke")
     gangs = runner.run_case(e2e.CASES["c"], e2e.GANG_SIZE, 3, "-smoke")
@@ -92,21 +84,9 @@ def capture_possible() -> bool:
     return probe.why_not is None
 
 
-def test_bench_profiles_each_case_kube_scheduler(
-    kubeconfig: str, extender: Extender, tmp_path: Path
-) -> None:
+def test_bench_profiles_each_case_kube_scheduler(kubeconfig: str, tmp_path: Path) -> None:
     """--profile-scheduler: a CPU profile from the case's kube-scheduler's own /debug/pprof."""
-    state = json.loads((CLUSTER_DIR / "state.json").read_text())
-    cluster = e2e.Cluster(
-        kubeconfig=kubeconfig,
-        scheduler_kubeconfig=str(CLUSTER_DIR / "kube-scheduler.kubeconfig"),
-        bin_dir=Path(state["bin_dir"]),
-        scheduler_port=free_port(),
-        work_dir=CLUSTER_DIR / "bench-profile",
-    )
-    runner = e2e.Runner(
-        cluster, qps=200, log=lambda _: None, profile_dir=tmp_path, settle_seconds=0
-    )
+    runner = bench_runner(kubeconfig, "bench-profile", profile_dir=tmp_path)
     result = runner.run_case(e2e.CASES["a"], 6, 3, "-profile")
     assert result.bound == result.pods
     profile = (tmp_path / "kube-scheduler-a-profile.pprof").read_bytes()

@@ -46,6 +46,7 @@ from tests.packaging.helm import (
     render,
     run_helm,
 )
+from tests.packaging.test_chart import flags
 
 # Objects whose API the local cluster does not serve (no Prometheus Operator,
 # no cert-manager): the API server can only reject them, so they are left
@@ -172,7 +173,7 @@ def test_chart_rbac_is_enough_to_gang_schedule_and_no_more(
     docs = render(release=release, namespace=namespace)
     rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
     webhook_port = free_port()
-    webhook = local_webhook(docs, f"https://127.0.0.1:{webhook_port}/mutate-pods")
+    webhook = local_webhook(docs, webhook_port)
     kubectl(kubeconfig, "apply", "--server-side", objects=[*rbac, webhook])
     try:
         account = find(docs, "ServiceAccount")["metadata"]["name"]
@@ -241,13 +242,8 @@ def test_chart_rbac_is_enough_to_gang_schedule_and_no_more(
 
 def webhook_secret(docs: Sequence[dict[str, Any]]) -> str:
     """The name of the Secret the chart's extender keeps its webhook certificate in."""
-    value: str
-    (value,) = [
-        arg.split("=", 1)[1]
-        for arg in container(docs, "gang-extender")["args"]
-        if arg.startswith("--webhook-cert-secret=")
-    ]
-    return value.split("/", 1)[1]
+    namespaced = flags(container(docs, "gang-extender")["args"])["webhook-cert-secret"]
+    return namespaced.split("/", 1)[1]
 
 
 def acquired(log: Path) -> bool:

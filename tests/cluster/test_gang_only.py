@@ -15,7 +15,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,9 +30,9 @@ from app.core.marking import refusal_message
 from app.core.resources import MEMBER_RESOURCE
 from bench import e2e
 from hack.clusterkit import wait_for
-from tests.cluster.chart_pod import free_port
+from tests.cluster.bench_runner import bench_runner
 from tests.cluster.kube import Kube
-from tests.cluster.session import CLUSTER_DIR, GANG_ONLY, Extender
+from tests.cluster.session import GANG_ONLY, Extender
 from tests.cluster.test_preemption import (
     HIGH,
     LOW,
@@ -325,18 +324,7 @@ def test_bench_gang_only_cases_place_every_pod_and_plain_pods_call_no_verb(
     kubeconfig: str, extender: Extender
 ) -> None:
     """bench/e2e.py's (g) and (h), small: what `make bench` measures for this mode."""
-    state = json.loads((CLUSTER_DIR / "state.json").read_text())
-    assert extender.process is not None
-    cluster = e2e.Cluster(
-        kubeconfig=kubeconfig,
-        scheduler_kubeconfig=str(CLUSTER_DIR / "kube-scheduler.kubeconfig"),
-        bin_dir=Path(state["bin_dir"]),
-        scheduler_port=free_port(),
-        work_dir=CLUSTER_DIR / "bench-smoke-gang-only",
-        extender_url=f"{extender.url}/scheduler",
-        extender_pid=extender.process.pid,
-    )
-    runner = e2e.Runner(cluster, qps=200, log=lambda _: None, settle_seconds=0)
+    runner = bench_runner(kubeconfig, "bench-smoke-gang-only", extender)
     before = verb_calls(extender)
     plain = runner.run_case(e2e.CASES["g"], 6, 3, "-smoke")
     # Plain pods: kube-scheduler called none of our verbs.
