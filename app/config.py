@@ -70,6 +70,7 @@ class Settings:
     webhook_cert_secret: str | None = None
     webhook_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
     webhook_scheduler_names: tuple[str, ...] = ()
+    webhook_mark_preemptors: bool = False
 
     @property
     def tls(self) -> bool:
@@ -170,6 +171,11 @@ def _check_webhook(settings: Settings) -> None:
         raise ConfigError(
             f"{flag_of('webhook_port')}={settings.webhook_port} is taken by the verbs or the "
             "operations server: pick another port"
+        )
+    if settings.webhook_mark_preemptors and settings.webhook_port is None:
+        raise ConfigError(
+            f"{flag_of('webhook_mark_preemptors')}=true needs the webhook: set "
+            f"{flag_of('webhook_port')}"
         )
 
 

@@ -375,4 +375,13 @@ FLAGS = (
         "of a group). Other schedulers would count the resource and find no node",
         "LIST",
     ),
+    Flag(
+        "webhook_mark_preemptors",
+        _bool,
+        "also mark plain pods that may preempt (priority above 0, preemptionPolicy not "
+        "Never) with gang-extender.dev/preemptor, for a preempt entry that names it in "
+        "managedResources; a pod created while the webhook is down then preempts without "
+        'the extender (README "Deployment modes")',
+        "BOOL",
+    ),
 )

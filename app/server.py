@@ -247,7 +247,10 @@ def build_webhook(
         ),
         WebhookApi(requests),
     )
-    return WebhookApp(metrics, settings.webhook_scheduler_names), certs
+    return (
+        WebhookApp(metrics, settings.webhook_scheduler_names, settings.webhook_mark_preemptors),
+        certs,
+    )
 
 
 def build_apps(settings: Settings, configuration: k8s.Configuration | None = None) -> Apps:
@@ -259,7 +262,9 @@ def build_apps(settings: Settings, configuration: k8s.Configuration | None = Non
     unmarked = None
     if webhook is not None:
         names = settings.webhook_scheduler_names
-        unmarked = UnmarkedMembers(parts.writers.events, metrics, names)
+        unmarked = UnmarkedMembers(
+            parts.writers.events, metrics, names, settings.webhook_mark_preemptors
+        )
     wire_listeners(parts, unmarked)
     service = Service(settings, parts)
     main, ops = http_apps(settings, parts, extender, service)

@@ -19,6 +19,10 @@ nodes, and times five cases on the same cluster in the same run:
       "Deployment modes"): two extender entries, members carrying
       gang-extender.dev/member as the webhook leaves them; (b) and (c) are
       the every-verb mode
+  (p) plain pods and (q) gangs of 8 in the gang-only mode with the chart's
+      webhook.markPreemptors: the preempt-only entry names
+      gang-extender.dev/preemptor (which the bench's plain pods of priority 0
+      do not carry) and the member entry preempts as well
 
 For each case the pods are created first and only then is a kube-scheduler
 started, so pod creation is not what is measured. Throughput is pods /
@@ -74,7 +78,7 @@ from app.core.groups import (
     SOURCE_XK8S,
 )
 from app.core.marking import MEMBER_QUANTITY
-from app.core.resources import MEMBER_RESOURCE
+from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
 from app.kube.client import read_and_release
 
 # Run by path (`python bench/e2e.py`), sys.path[0] is bench/: the repository root makes hack/
@@ -232,12 +236,15 @@ def render_scheduler_config(
     extender_url: str | None,
     scheduler_name: str = SCHEDULER_NAME,
     gang_only: bool = False,
+    mark_preemptors: bool = False,
 ) -> str:
     """KubeSchedulerConfiguration of one bench case (JSON is valid YAML).
 
     gang_only: as deploy/scheduler-config.yaml, two extender entries (filter,
     prioritize and bind for pods requesting MEMBER_RESOURCE; preempt for all)
-    and MostAllocated scoring in-tree.
+    and MostAllocated scoring in-tree. mark_preemptors: as the chart renders
+    it with webhook.markPreemptors (the member entry preempts too; the
+    preempt-only entry manages PREEMPTOR_RESOURCE).
     """
     config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -262,18 +269,20 @@ def render_scheduler_config(
                 },
             }
         ]
-        config["extenders"] = [
-            {
-                **common,
-                "filterVerb": "filter",
-                "prioritizeVerb": "prioritize",
-                "bindVerb": "bind",
-                "weight": 1,
-                "ignorable": False,
-                "managedResources": [{"name": MEMBER_RESOURCE, "ignoredByScheduler": True}],
-            },
-            {**common, "preemptVerb": "preempt", "ignorable": False},
-        ]
+        members: dict[str, Any] = {
+            **common,
+            "filterVerb": "filter",
+            "prioritizeVerb": "prioritize",
+            "bindVerb": "bind",
+            "weight": 1,
+            "ignorable": False,
+            "managedResources": [{"name": MEMBER_RESOURCE, "ignoredByScheduler": True}],
+        }
+        preempt: dict[str, Any] = {**common, "preemptVerb": "preempt", "ignorable": False}
+        if mark_preemptors:
+            members["preemptVerb"] = "preempt"
+            preempt["managedResources"] = [{"name": PREEMPTOR_RESOURCE, "ignoredByScheduler": True}]
+        config["extenders"] = [members, preempt]
     elif extender_url:
         # As deploy/scheduler-config.yaml: names only, we bind.
         config["extenders"] = [
@@ -405,6 +414,8 @@ RATIO_TARGETS = (
     ("(c)/(d) gangs, extender / in-tree GangScheduling", "c", "d", 1.0),
     ("(g)/(a) plain pods, gang-only mode / no extender", "g", "a", 0.95),
     ("(h)/(d) gangs, gang-only mode / in-tree GangScheduling", "h", "d", 1.2),
+    ("(p)/(a) plain pods, gang-only with marked preemptors / no extender", "p", "a", 0.95),
+    ("(q)/(d) gangs, gang-only with marked preemptors / in-tree GangScheduling", "q", "d", 1.2),
     ("(n)/(a) plain pods, no-op Go extender / no extender", "n", "a", None),
     ("(b)/(n) plain pods, extender / no-op Go extender", "b", "n", None),
     ("(b)/(a) at scale", "b-scale", "a-scale", None),
@@ -685,6 +696,8 @@ class Case:
     noop: bool = False  # kube-scheduler calls the no-op Go extender instead
     # gang-only mode (README "Deployment modes"): members marked, two extender entries.
     gang_only: bool = False
+    # ... with the preempt-only entry scoped to pods marked as preemptors.
+    mark_preemptors: bool = False
 
 
 CASES = {
@@ -695,6 +708,22 @@ CASES = {
     "n": Case("n", "plain pods through a no-op Go extender", False, None, noop=True),
     "g": Case("g", "plain pods, gang-only mode", True, None, gang_only=True),
     "h": Case("h", f"gangs of {GANG_SIZE}, gang-only mode", True, "x-k8s", gang_only=True),
+    "p": Case(
+        "p",
+        "plain pods, gang-only, marked preemptors",
+        True,
+        None,
+        gang_only=True,
+        mark_preemptors=True,
+    ),
+    "q": Case(
+        "q",
+        f"gangs of {GANG_SIZE}, gang-only, marked preemptors",
+        True,
+        "x-k8s",
+        gang_only=True,
+        mark_preemptors=True,
+    ),
 }
 
 
@@ -853,7 +882,12 @@ class Runner:
     # ---- processes ----------------------------------------------------------------------
 
     def start_scheduler(
-        self, name: str, extender_url: str | None, gates: bool, gang_only: bool = False
+        self,
+        name: str,
+        extender_url: str | None,
+        gates: bool,
+        gang_only: bool = False,
+        mark_preemptors: bool = False,
     ) -> subprocess.Popen[bytes]:
         work = self.cluster.work_dir
         work.mkdir(parents=True, exist_ok=True)
@@ -864,6 +898,7 @@ class Runner:
                 self.qps,
                 extender_url,
                 gang_only=gang_only,
+                mark_preemptors=mark_preemptors,
             )
         )
         argv = [
@@ -989,7 +1024,11 @@ class Runner:
             else None
         )
         scheduler = self.start_scheduler(
-            case.key + suffix, extender_url, case.gangs == "native", case.gang_only
+            case.key + suffix,
+            extender_url,
+            case.gangs == "native",
+            case.gang_only,
+            case.mark_preemptors,
         )
         t0 = time.monotonic()
         profile = (
@@ -1208,8 +1247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=2000, help="pods per case (default 2000)")
     parser.add_argument(
         "--cases",
-        default="abcdngh",
-        help="which of a, b, c, d, n, g, h to run (default abcdngh)",
+        default="abcdnghpq",
+        help="which of a, b, c, d, n, g, h, p, q to run (default abcdnghpq)",
     )
     parser.add_argument(
         "--rounds",

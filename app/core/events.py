@@ -49,6 +49,7 @@ TOPOLOGY_PLACED = "TopologyPlaced"
 PREEMPTION_ENDED = "PreemptionPlanEnded"
 PREEMPTION_REFUSED = "PreemptionRefused"
 GANG_MEMBER_NOT_MARKED = "GangMemberNotMarked"
+PREEMPTOR_NOT_MARKED = "PreemptorNotMarked"
 
 _MAX_NAMES = 10
 
@@ -218,6 +219,10 @@ class GangEvents:
     def member_not_marked(self, member: MemberRef, group_key: str, message: str) -> None:
         """A member kube-scheduler will not send us (app/runtime/unmarked.py): on the pod itself."""
         self._recorder.record(pod_ref(member), WARNING, GANG_MEMBER_NOT_MARKED, message)
+
+    def preemptor_not_marked(self, pod: MemberRef, message: str) -> None:
+        """A plain pod that may preempt without asking us (app/runtime/unmarked.py)."""
+        self._recorder.record(pod_ref(pod), WARNING, PREEMPTOR_NOT_MARKED, message)
 
     # ---- helpers -----------------------------------------------------------------------
 

@@ -8,6 +8,13 @@ each container of a pod that names a group, from any group source;
 this module decides which pods and builds the JSONPatch. Everything here is
 pure: pods in, patch operations and AdmissionReview answers out.
 
+With --webhook-mark-preemptors it also marks a plain pod that may evict
+others (`can_preempt`) with PREEMPTOR_RESOURCE, which the preempt-only
+extender entry then names: kube-scheduler considers that entry "interested"
+in every pod it has no managedResources for, and does work proportional to
+the feasible nodes for it on every scheduling cycle, verb or not (README
+"Deployment modes", BENCHMARKS.md).
+
 A pod that names a group through a source the extender has switched off is
 marked too: it then reaches the verbs as an ordinary pod (a few round trips),
 and the ValidatingAdmissionPolicy that refuses unmarked members
@@ -32,7 +39,7 @@ from app.core.groups import (
 
 # Extended resource names need a domain that is not kubernetes.io; this
 # project's annotations already live under gang-extender.dev.
-from app.core.resources import MEMBER_RESOURCE
+from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
 
 # Zero: kube-scheduler's IsInterested() looks only for the name, and
 # NodeResourcesFit skips a zero request before anything else, where a
@@ -43,6 +50,11 @@ from app.core.resources import MEMBER_RESOURCE
 MEMBER_QUANTITY = "0"
 
 JsonPatch = list[dict[str, Any]]
+
+# The webhook configurations' default namespaceSelector leaves these out (the
+# chart's webhook.excludedNamespaces; tests/packaging compares): their pods
+# are never marked, so nothing warns about them either.
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 
 
 def names_a_group(pod: Mapping[str, Any]) -> bool:
@@ -82,20 +94,59 @@ def is_marked(pod: Mapping[str, Any], resource: str = MEMBER_RESOURCE) -> bool:
     return False
 
 
-def applies_to(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
-    """Whether the webhook marks this pod: it names a group and one of our schedulers.
+def can_preempt(pod: Mapping[str, Any]) -> bool:
+    """Whether kube-scheduler may evict other pods to place this one.
 
-    An empty `scheduler_names` means every scheduler (the local control
-    plane, where every kube-scheduler calls the extender). Another scheduler
-    would count the resource in NodeResourcesFit (it is only ignored where an
-    extender declares it `ignoredByScheduler`) and find no node for the pod.
+    Priority above zero and a preemptionPolicy other than Never (the API
+    server's Priority admission plugin fills in both before any webhook
+    runs). A pod of priority zero or less can only evict pods of negative
+    priority: gangs that run at zero or above are safe from it, which is the
+    guarantee README states for this mark.
     """
-    if not names_a_group(pod):
+    spec = pod.get("spec") or {}
+    if spec.get("preemptionPolicy") == "Never":
         return False
+    priority = spec.get("priority")
+    return isinstance(priority, int) and priority > 0
+
+
+def _ours(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
+    """Whether the pod names one of our schedulers; empty `scheduler_names`: every one.
+
+    Another scheduler would count the resource in NodeResourcesFit (it is
+    only ignored where an extender declares it `ignoredByScheduler`).
+    """
     if not scheduler_names:
         return True
     name = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
     return name in scheduler_names
+
+
+def applies_to(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
+    """Whether the webhook marks this pod as a member: it names a group and one of our schedulers.
+
+    An empty `scheduler_names` means every scheduler (the local control
+    plane, where every kube-scheduler calls the extender).
+    """
+    return names_a_group(pod) and _ours(pod, scheduler_names)
+
+
+def mark_of(
+    pod: Mapping[str, Any], scheduler_names: Collection[str], mark_preemptors: bool
+) -> str | None:
+    """The resource the webhook adds to this pod, or None for a pod it leaves alone.
+
+    A member gets only the member mark even when it could preempt: the member
+    entry has its own preempt verb, and a second mark would have
+    kube-scheduler ask the extender twice.
+    """
+    if not _ours(pod, scheduler_names):
+        return None
+    if names_a_group(pod):
+        return MEMBER_RESOURCE
+    if mark_preemptors and can_preempt(pod):
+        return PREEMPTOR_RESOURCE
+    return None
 
 
 def _pointer(token: str) -> str:
@@ -105,6 +156,8 @@ def _pointer(token: str) -> str:
 
 def member_patch(pod: Mapping[str, Any], resource: str = MEMBER_RESOURCE) -> JsonPatch:
     """JSONPatch operations giving every app container `resource: "0"` in requests and limits.
+
+    `resource` is the member mark or the preemptor mark; both are zero.
 
     Idempotent: a container that already requests and limits exactly
     MEMBER_QUANTITY gets no operation, so marking a marked pod returns [].
@@ -146,15 +199,16 @@ def member_patch(pod: Mapping[str, Any], resource: str = MEMBER_RESOURCE) -> Jso
 def review_response(
     review: Mapping[str, Any],
     scheduler_names: Collection[str] = (),
-    resource: str = MEMBER_RESOURCE,
+    mark_preemptors: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """The AdmissionReview answer to a pod CREATE review, and what was done.
 
     Always allowed (the webhook marks, it never refuses: refusing unmarked
     members is the ValidatingAdmissionPolicy's job, which runs even when this
-    process does not). The second value is the metric label: `marked`,
-    `unchanged` (a member already marked), `skipped` (not a member of ours)
-    or `invalid` (no pod in the request).
+    process does not). The second value is the metric label: `marked` (a
+    member), `preemptor` (a plain pod that may preempt, with
+    `mark_preemptors`), `unchanged` (already marked), `skipped` (neither, or
+    not of our schedulers) or `invalid` (no pod in the request).
     """
     request = review.get("request") or {}
     uid = request.get("uid") or ""
@@ -167,14 +221,15 @@ def review_response(
     pod = request.get("object")
     if not isinstance(pod, Mapping) or request.get("operation", "CREATE") != "CREATE":
         return answer, "invalid"
-    if not applies_to(pod, scheduler_names):
+    resource = mark_of(pod, scheduler_names, mark_preemptors)
+    if resource is None:
         return answer, "skipped"
     ops = member_patch(pod, resource)
     if not ops:
         return answer, "unchanged"
     response["patchType"] = "JSONPatch"
     response["patch"] = base64.b64encode(orjson.dumps(ops)).decode()
-    return answer, "marked"
+    return answer, "marked" if resource == MEMBER_RESOURCE else "preemptor"
 
 
 def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
@@ -222,6 +277,18 @@ def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
         "isMarked": is_marked,
         "valid": f"{is_marked} || (request.operation == 'UPDATE' && ({member('oldObject')}))",
     }
+
+
+def preemptor_expression() -> str:
+    """CEL mirroring can_preempt(): the webhook's matchCondition for the preemptor mark.
+
+    The chart's MutatingWebhookConfiguration sends such pods to the webhook
+    only with `webhook.markPreemptors` (tests/packaging compares the text).
+    """
+    return (
+        "has(object.spec.priority) && object.spec.priority > 0 && "
+        "(!has(object.spec.preemptionPolicy) || object.spec.preemptionPolicy != 'Never')"
+    )
 
 
 def refusal_message(resource: str = MEMBER_RESOURCE) -> str:

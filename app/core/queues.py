@@ -35,7 +35,13 @@ from enum import StrEnum
 from typing import Any
 
 from app.core.packing import Bin, Demand, give, index_of, pack
-from app.core.resources import MEMBER_RESOURCE, QuantityError, Resources, format_resources
+from app.core.resources import (
+    MEMBER_RESOURCE,
+    PREEMPTOR_RESOURCE,
+    QuantityError,
+    Resources,
+    format_resources,
+)
 from app.core.resources import parse_resource_list as _parse
 
 QUEUE_GROUP = "scheduling.volcano.sh"
@@ -46,7 +52,7 @@ DEFAULT_QUEUE = "default"
 # Water-filling rounds: each hands out what the capped queues left, so a
 # handful suffices; the bound only guards against integer crumbs.
 _ROUNDS = 64
-_NO_SHARE = frozenset({"pods", MEMBER_RESOURCE})
+_NO_SHARE = frozenset({"pods", MEMBER_RESOURCE, PREEMPTOR_RESOURCE})
 
 
 class QueueState(StrEnum):

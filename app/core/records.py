@@ -27,10 +27,16 @@ from app.core.groups import (
     group_key,
     group_ref_of_pod,
 )
-from app.core.marking import is_marked
+from app.core.marking import can_preempt, is_marked
 from app.core.packing import Placement, Taint, placement_of, taints_of
 from app.core.queues import QUEUE_ANNOTATION
-from app.core.resources import QuantityError, Resources, parse_resource_list, pod_requests
+from app.core.resources import (
+    PREEMPTOR_RESOURCE,
+    QuantityError,
+    Resources,
+    parse_resource_list,
+    pod_requests,
+)
 from app.core.timestamps import parse_rfc3339
 from app.core.topology import TopologyConstraint, TopologyError
 from app.core.topology_sources import constraint_from_annotations
@@ -80,6 +86,10 @@ class PodRecord:
     # A group member carrying the member mark (app/core/marking.py), which the
     # gang-only mode needs for kube-scheduler to call us; False for plain pods.
     marked: bool = False
+    # A plain pod that may preempt (app/core/marking.py can_preempt) without
+    # the preemptor mark: with --webhook-mark-preemptors kube-scheduler would
+    # evict for it without asking us.
+    unmarked_preemptor: bool = False
     # The queue its gang joins (annotation scheduling.volcano.sh/queue-name), "": none named.
     queue: str = ""
 
@@ -214,6 +224,12 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
         nominated_node=status.get("nominatedNodeName") or "",
         topology=topology,
         marked=group is not None and is_marked(raw),
+        unmarked_preemptor=(
+            group is None
+            and can_preempt(raw)
+            and not is_marked(raw)
+            and not is_marked(raw, PREEMPTOR_RESOURCE)
+        ),
         queue=queue,
     )
 

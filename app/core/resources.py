@@ -163,6 +163,10 @@ def format_resources(resources: Mapping[str, int]) -> str:
 # (ignoredByScheduler) and the kubelet drops it, and no node advertises it,
 # so capacity checks here leave it out as well.
 MEMBER_RESOURCE = "gang-extender.dev/member"
+# The optional preemptor mark (--webhook-mark-preemptors): the same, on plain
+# pods that may evict others, so that the preempt-only extender entry can
+# name it and leave every other plain pod alone.
+PREEMPTOR_RESOURCE = "gang-extender.dev/preemptor"
 
 
 def pod_requests(spec: Mapping[str, Any]) -> Resources:
@@ -195,6 +199,7 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
         effective[name] = max(effective.get(name, 0), amount)
     add(effective, parse_resource_list(spec.get("overhead")))
     effective.pop(MEMBER_RESOURCE, None)
+    effective.pop(PREEMPTOR_RESOURCE, None)
     effective["pods"] = effective.get("pods", 0) + 1000
     return effective
 

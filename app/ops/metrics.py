@@ -77,8 +77,8 @@ class Metrics:
         )
         self.webhook_reviews = Counter(
             "gang_extender_webhook_reviews",
-            "Pod admission reviews answered by the webhook: marked, unchanged (already marked), "
-            "skipped (not a gang member of ours), invalid.",
+            "Pod admission reviews answered by the webhook: marked (a gang member), preemptor "
+            "(a plain pod that may preempt), unchanged (already marked), skipped, invalid.",
             ["result"],
             registry=r,
         )
@@ -86,6 +86,13 @@ class Metrics:
             "gang_extender_unmarked_members",
             "Gang members seen without the gang-extender.dev/member mark while the webhook "
             "runs (gang-only mode): kube-scheduler does not call the extender for them.",
+            registry=r,
+        )
+        self.unmarked_preemptors = Counter(
+            "gang_extender_unmarked_preemptors",
+            "Pending plain pods that may preempt seen without the gang-extender.dev/preemptor "
+            "mark (--webhook-mark-preemptors): kube-scheduler would preempt for them without "
+            "asking the extender.",
             registry=r,
         )
         self.filter_requests = Counter(

@@ -1,4 +1,4 @@
-"""Gang members that reached the cluster without the member mark, in the gang-only mode.
+"""Gang members (and preemptors) that reached the cluster without their mark, gang-only mode.
 
 kube-scheduler calls the gang-only extender entry only for pods that request
 the member resource (app/core/marking.py), so a member the webhook did not mark
@@ -9,6 +9,13 @@ The ValidatingAdmissionPolicy refuses such pods at creation; where it is not
 installed, this listener is the alarm: a Warning Event on the pod that says
 what to fix, and a counter an alert can watch. It cannot hold the pod: no
 verb of ours is called for it.
+
+With --webhook-mark-preemptors the same goes for a plain pod that may
+preempt and came without the preemptor mark: nothing refuses it (refusing
+every high-priority pod while the extender is down would be worse), and if it
+preempts, kube-scheduler does so without asking us, so the warning is all
+there is. Pods in the system namespaces, which the webhook never sees, are
+left out.
 """
 
 from __future__ import annotations
@@ -17,9 +24,10 @@ import logging
 from collections.abc import Collection
 from typing import Protocol
 
+from app.core.marking import SYSTEM_NAMESPACES
 from app.core.observer import MemberRef
 from app.core.records import PodRecord
-from app.core.resources import MEMBER_RESOURCE
+from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
 from app.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -27,6 +35,8 @@ log = logging.getLogger(__name__)
 
 class NotMarkedReport(Protocol):
     def member_not_marked(self, member: MemberRef, group_key: str, message: str) -> None: ...
+
+    def preemptor_not_marked(self, pod: MemberRef, message: str) -> None: ...
 
 
 def not_marked_message(group_key: str) -> str:
@@ -41,25 +51,51 @@ def not_marked_message(group_key: str) -> str:
     )
 
 
+def preemptor_not_marked_message(priority: int) -> str:
+    return (
+        f"this pod may preempt others (priority {priority}) but requests no "
+        f"{PREEMPTOR_RESOURCE}: if it preempts, kube-scheduler does not ask gang-extender "
+        "first and may evict part of a running gang. gang-extender's admission webhook did "
+        "not mark it (was the extender down, or its MutatingWebhookConfiguration missing, "
+        "when the pod was created?). If it is still pending, delete it: its controller "
+        "creates it again, and the webhook marks the new one."
+    )
+
+
 class UnmarkedMembers:
-    """Reports each pending gang member of our schedulers that lacks the mark, once."""
+    """Reports each pending pod of our schedulers that lacks the mark it needs, once."""
 
     def __init__(
-        self, report: NotMarkedReport, metrics: Metrics, scheduler_names: Collection[str] = ()
+        self,
+        report: NotMarkedReport,
+        metrics: Metrics,
+        scheduler_names: Collection[str] = (),
+        mark_preemptors: bool = False,
     ) -> None:
         self._report = report
         self._metrics = metrics
         # Empty: every scheduler calls us (as the webhook's --webhook-scheduler-names).
         self._scheduler_names = frozenset(scheduler_names)
+        self._mark_preemptors = mark_preemptors
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
-        if new is None or new.group is None or new.marked:
+        if new is None or new.marked:
+            return
+        if new.group is None and not (self._mark_preemptors and new.unmarked_preemptor):
             return
         if old is not None and old.uid == new.uid:
             return  # seen already: one report per pod
         if new.node_name or new.terminal or new.deleting:
             return
         if self._scheduler_names and new.scheduler_name not in self._scheduler_names:
+            return
+        if new.group is None:
+            if new.namespace in SYSTEM_NAMESPACES:
+                return
+            text = preemptor_not_marked_message(new.priority)
+            log.warning(text, extra={"pod": new.key})
+            self._metrics.unmarked_preemptors.inc()
+            self._report.preemptor_not_marked(MemberRef(new.namespace, new.name, new.uid), text)
             return
         message = not_marked_message(new.group.key)
         log.warning(message, extra={"pod": new.key, "podgroup": new.group.key})

@@ -4,10 +4,12 @@ kube-apiserver POSTs an AdmissionReview for every pod CREATE in the
 namespaces the MutatingWebhookConfiguration selects; the answer (pure, in
 app/core/marking.py) adds `gang-extender.dev/member: "0"` to the containers of a
 pod that names a group, so that kube-scheduler calls the gang verbs for it
-(README "Deployment modes"). It is served over HTTPS on its own port
-(--webhook-port), with either the operator's certificate files (cert-manager,
-or a Secret: reloaded when they change) or certificates this process makes,
-renews and registers in the configuration's caBundle itself (app/core/certs.py).
+(README "Deployment modes"), and with --webhook-mark-preemptors
+`gang-extender.dev/preemptor: "0"` to a plain pod that may preempt. It is
+served over HTTPS on its own port (--webhook-port), with either the
+operator's certificate files (cert-manager, or a Secret: reloaded when they
+change) or certificates this process makes, renews and registers in the
+configuration's caBundle itself (app/core/certs.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import orjson
 from app.core import certs
 from app.core.clock import wall
 from app.core.marking import review_response
-from app.core.resources import MEMBER_RESOURCE
 from app.kube.errors import ApiError, Conflict, NotFound
 from app.kube.webhook import WebhookApi
 from app.ops.metrics import Metrics
@@ -52,11 +53,11 @@ class WebhookApp:
         self,
         metrics: Metrics,
         scheduler_names: Collection[str] = (),
-        resource: str = MEMBER_RESOURCE,
+        mark_preemptors: bool = False,
     ) -> None:
         self._metrics = metrics
         self._scheduler_names = frozenset(scheduler_names)
-        self._resource = resource
+        self._mark_preemptors = mark_preemptors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -94,14 +95,14 @@ class WebhookApp:
             self._metrics.webhook_reviews.labels(result="invalid").inc()
             await _answer(send, 400, orjson.dumps({"error": f"bad AdmissionReview: {err}"}))
             return
-        answer, result = review_response(review, self._scheduler_names, self._resource)
+        answer, result = review_response(review, self._scheduler_names, self._mark_preemptors)
         self._metrics.webhook_reviews.labels(result=result).inc()
-        if result == "marked":
+        if result in ("marked", "preemptor"):
             request = review.get("request") or {}
             meta = (request.get("object") or {}).get("metadata") or {}
             name = meta.get("name") or meta.get("generateName")
             log.debug(
-                "pod marked as a gang member",
+                f"pod marked: {result}",
                 extra={
                     "pod": f"{request.get('namespace')}/{name}",
                     "verb": "webhook",

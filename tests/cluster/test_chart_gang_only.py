@@ -11,15 +11,25 @@ from __future__ import annotations
 
 import ssl
 import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client as k8s
 
-from hack.clusterkit import stop_process, wait_ready
-from tests.cluster.chart_pod import free_port
-from tests.cluster.session import EXTENDER_URL, Extender
+from app.core.marking import is_marked
+from app.core.resources import PREEMPTOR_RESOURCE
+from hack.clusterkit import WEBHOOK_CONFIGURATION, stop_process, wait_for, wait_ready
+from tests.cluster.chart_pod import free_port, local_webhook
+from tests.cluster.kube import Kube
+from tests.cluster.session import EXTENDER_PORT, EXTENDER_URL, GANG_ONLY, Extender
 from tests.cluster.test_chart import NOT_SERVED_GROUPS, api_group, kubectl
+from tests.cluster.test_gang_only import priorities, verb_calls  # noqa: F401
+from tests.cluster.test_preemption import HIGH, assert_stays, fill_node3_and_start_low_gang
 from tests.packaging.helm import kube_bin, render, scheduler_config
 
 MODES = {
@@ -29,6 +39,7 @@ MODES = {
         "mode=gang-only,serveDefaultScheduler=true,tls.enabled=true,replicaCount=2,"
         "webhook.certManager.enabled=true,webhook.certManager.issuerRef.name=ca",
     ),
+    "mark-preemptors": ("--set", "mode=gang-only,webhook.markPreemptors=true"),
 }
 
 
@@ -46,17 +57,19 @@ def test_api_server_accepts_the_gang_only_chart(
     assert all(line.endswith("serverside-applied (server dry run)") for line in lines), out
 
 
-def test_kube_scheduler_loads_the_gang_only_configuration(
-    kubeconfig: str, tmp_path: Path, extender: Extender
-) -> None:
-    docs = render("--set", "mode=gang-only,serveDefaultScheduler=true", namespace="gx")
+@contextmanager
+def chart_scheduler(
+    kubeconfig: str, tmp_path: Path, docs: list[dict[str, Any]], names: Callable[[int], str]
+) -> Iterator[Path]:
+    """The chart's kube-scheduler configuration run by the real kube-scheduler,
+    its profiles renamed by `names` (so that they compete with the session's
+    schedulers for no pod) and its extender entries calling the session
+    extender. Yields its log (V(2): each extender logged as it is created)."""
     config = scheduler_config(docs)
     config["clientConnection"] = {"kubeconfig": kubeconfig}
-    # Its own profiles must not compete with the session's schedulers for pods.
     config["leaderElection"] = {"leaderElect": False}
     config["profiles"] = [
-        dict(profile, schedulerName=f"chart-gang-only-{i}")
-        for i, profile in enumerate(config["profiles"])
+        dict(profile, schedulerName=names(i)) for i, profile in enumerate(config["profiles"])
     ]
     for entry in config["extenders"]:
         entry["urlPrefix"] = f"{EXTENDER_URL}/scheduler"
@@ -73,7 +86,6 @@ def test_kube_scheduler_loads_the_gang_only_configuration(
                 "--bind-address=127.0.0.1",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
-                # V(2) logs each extender as it is created.
                 "--v=2",
             ],
             stdout=out,
@@ -88,11 +100,136 @@ def test_kube_scheduler_loads_the_gang_only_configuration(
             60,
             ssl._create_unverified_context(),
         )
-        text = log.read_text()
-        assert text.count('"Creating extender"') == 2, text[-3000:]
-        assert (
-            '"ManagedResources":[{"Name":"gang-extender.dev/member","IgnoredByScheduler":true}]'
-            in text
-        )
+        yield log
     finally:
         stop_process(process)
+
+
+def test_kube_scheduler_loads_the_gang_only_configuration(
+    kubeconfig: str, tmp_path: Path, extender: Extender
+) -> None:
+    docs = render("--set", "mode=gang-only,serveDefaultScheduler=true", namespace="gx")
+    with chart_scheduler(kubeconfig, tmp_path, docs, lambda i: f"chart-gang-only-{i}") as log:
+        text = log.read_text()
+    assert text.count('"Creating extender"') == 2, text[-3000:]
+    assert '"ManagedResources":[{"Name":"gang-extender.dev/member","IgnoredByScheduler":true}]' in (
+        text
+    )
+
+
+PREEMPTORS = "chart-preemptors"
+
+
+def as_dict(kube: Kube, obj: Any) -> dict[str, Any]:
+    """A client model as the API's JSON (camelCase), as the webhook saw it."""
+    api: Any = kube.client
+    body: dict[str, Any] = api.sanitize_for_serialization(obj)
+    return body
+
+
+def pod_dict(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    return as_dict(kube, kube.core.read_namespaced_pod(name, namespace))
+
+
+@pytest.fixture
+def marking_preemptors(extender: Extender) -> Iterator[None]:
+    extender.restart("--webhook-mark-preemptors", "true")
+    yield
+    extender.restart()
+
+
+@pytest.fixture
+def preemptor_webhook(kube: Kube, namespace: str) -> Iterator[None]:
+    """The chart's webhook configuration with webhook.markPreemptors, for the
+    pods of the PREEMPTORS scheduler, calling the session extender's webhook
+    (its CA copied from the session's configuration, which the extender keeps)."""
+    docs = render("--set", f"mode=gang-only,webhook.markPreemptors=true,schedulerName={PREEMPTORS}")
+    configuration = local_webhook(docs, EXTENDER_PORT + 1)
+    name = f"{namespace}-preemptors"
+    configuration["metadata"] = {"name": name}
+    api: Any = k8s.AdmissionregistrationV1Api(kube.client)
+    session = api.read_mutating_webhook_configuration(WEBHOOK_CONFIGURATION)
+    for webhook in configuration["webhooks"]:
+        webhook["clientConfig"]["caBundle"] = session.webhooks[0].client_config.ca_bundle
+    assert [w["name"] for w in configuration["webhooks"]] == [
+        "member-mark.gang-extender.dev",
+        "preemptor-mark.gang-extender.dev",
+    ]
+    api.create_mutating_webhook_configuration(configuration)
+    try:
+        probe = kube.pod_body("probe", cpu="1m", scheduler=PREEMPTORS, priority_class=HIGH)
+
+        def marks_the_probe() -> bool:
+            pod = kube.core.create_namespaced_pod(namespace, probe, dry_run="All")
+            return is_marked(as_dict(kube, pod), PREEMPTOR_RESOURCE)
+
+        wait_for(marks_the_probe, 30, "the preemptor webhook to mark a high-priority pod")
+        yield
+    finally:
+        api.delete_mutating_webhook_configuration(name)
+
+
+@pytest.mark.skipif(not GANG_ONLY, reason="the session extender serves no webhook")
+@pytest.mark.usefixtures("priorities", "marking_preemptors", "preemptor_webhook")
+def test_with_marked_preemptors_a_plain_pod_is_marked_only_if_it_may_preempt_and_gangs_hold(
+    kubeconfig: str, kube: Kube, namespace: str, extender: Extender, tmp_path: Path
+) -> None:
+    """webhook.markPreemptors end to end: the real API server has the webhook
+    mark a plain pod that may preempt (its priority resolved by then), the
+    chart's kube-scheduler configuration sends only such pods to the
+    preempt-only entry, and a running gang still loses no member below
+    minMember to them; a plain pod of priority 0 is left alone and bound
+    without any call to the extender."""
+    docs = render("--set", f"mode=gang-only,webhook.markPreemptors=true,schedulerName={PREEMPTORS}")
+    with chart_scheduler(kubeconfig, tmp_path, docs, lambda i: PREEMPTORS) as log:
+        text = log.read_text()
+        assert (
+            '"ManagedResources":[{"Name":"gang-extender.dev/preemptor","IgnoredByScheduler":true}]'
+            in text
+        ), text[-3000:]
+        fill_node3_and_start_low_gang(kube, namespace, "batch")
+        members = {n for n in kube.bound(namespace) if n.startswith("batch-")}
+
+        before = verb_calls(extender)
+        kube.create_pod(namespace, "plain", cpu="100m", scheduler=PREEMPTORS)
+        wait_for(lambda: kube.bound(namespace).get("plain"), 30, "the plain pod bound")
+        assert not is_marked(pod_dict(kube, namespace, "plain"), PREEMPTOR_RESOURCE)
+        time.sleep(1)
+        assert verb_calls(extender) == before
+
+        kube.create_pod(namespace, "vip-1", cpu="2", scheduler=PREEMPTORS, priority_class=HIGH)
+        assert is_marked(pod_dict(kube, namespace, "vip-1"), PREEMPTOR_RESOURCE)
+        wait_for(lambda: kube.bound(namespace).get("vip-1"), 60, "vip-1 bound by preemption")
+        assert verb_calls(extender)["preempt"] > before["preempt"]
+        left = {n for n in kube.bound(namespace) if n.startswith("batch-")}
+        assert len(left) == 3 and left < members
+        kube.create_pod(namespace, "vip-2", cpu="2", scheduler=PREEMPTORS, priority_class=HIGH)
+        # A second eviction would leave the gang below minMember: it must not happen.
+        assert_stays(kube, namespace, left, 15)
+        assert "vip-2" not in kube.bound(namespace)
+
+
+@pytest.mark.skipif(not GANG_ONLY, reason="the session extender serves no webhook")
+@pytest.mark.usefixtures("priorities", "marking_preemptors", "preemptor_webhook")
+def test_a_preemptor_created_with_the_webhook_down_gets_a_warning_and_is_counted(
+    kube: Kube, namespace: str, extender: Extender
+) -> None:
+    """Nothing refuses it (failurePolicy Ignore): the extender's watch is the alarm."""
+    extender.stop()
+    try:
+        # No kube-scheduler serves PREEMPTORS here: both stay pending.
+        kube.create_pod(namespace, "vip", cpu="100m", scheduler=PREEMPTORS, priority_class=HIGH)
+        kube.create_pod(namespace, "plain", cpu="100m", scheduler=PREEMPTORS)
+        assert not is_marked(pod_dict(kube, namespace, "vip"), PREEMPTOR_RESOURCE)
+    finally:
+        extender.start(*extender.extra_args)
+    wait_for(
+        lambda: any(
+            e.startswith("PreemptorNotMarked:") and "delete it" in e
+            for e in kube.events(namespace, "vip")
+        ),
+        30,
+        "the extender's Warning Event on the unmarked preemptor",
+    )
+    assert extender.sample("gang_extender_unmarked_preemptors_total") == 1
+    assert kube.events(namespace, "plain") == []

@@ -323,7 +323,7 @@ def test_an_unmarked_member_the_policy_let_through_gets_an_event_and_is_counted(
 def test_bench_gang_only_cases_place_every_pod_and_plain_pods_call_no_verb(
     kubeconfig: str, extender: Extender
 ) -> None:
-    """bench/e2e.py's (g) and (h), small: what `make bench` measures for this mode."""
+    """bench/e2e.py's (g), (h), (p) and (q), small: what `make bench` measures for this mode."""
     runner = bench_runner(kubeconfig, "bench-smoke-gang-only", extender)
     before = verb_calls(extender)
     plain = runner.run_case(e2e.CASES["g"], 6, 3, "-smoke")
@@ -333,7 +333,12 @@ def test_bench_gang_only_cases_place_every_pod_and_plain_pods_call_no_verb(
     after = verb_calls(extender)
     assert after["filter"] >= before["filter"] + e2e.GANG_SIZE
     assert after["bind"] >= before["bind"] + e2e.GANG_SIZE
-    for result in (plain, gangs):
+    # The same with the preempt entry scoped to marked preemptors (p, q).
+    plain_p = runner.run_case(e2e.CASES["p"], 6, 3, "-smoke")
+    assert verb_calls(extender) == after
+    gangs_q = runner.run_case(e2e.CASES["q"], e2e.GANG_SIZE, 3, "-smoke")
+    assert verb_calls(extender)["bind"] >= after["bind"] + e2e.GANG_SIZE
+    for result in (plain, gangs, plain_p, gangs_q):
         assert result.bound == result.pods, result
         assert result.pods_per_second > 0
 

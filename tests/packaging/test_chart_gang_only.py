@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.core.marking import member_expression, refusal_message
-from app.core.resources import MEMBER_RESOURCE
+from app.core.marking import member_expression, preemptor_expression, refusal_message
+from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
 from tests.packaging.helm import CHART, container, find, render, run_helm, scheduler_config
 from tests.packaging.test_chart import flags
 
@@ -38,6 +38,50 @@ def test_two_extender_entries_one_binder_members_only_for_the_gang_verbs() -> No
     (profile,) = config["profiles"]
     (fit,) = profile["pluginConfig"]
     assert fit["args"]["scoringStrategy"]["type"] == "MostAllocated"
+
+
+def test_mark_preemptors_scopes_the_preempt_entry_to_marked_plain_pods() -> None:
+    docs = render("--set", "mode=gang-only,webhook.markPreemptors=true", namespace="gang-system")
+    members, preemptors = scheduler_config(docs)["extenders"]
+    # Gang members have their own preempt verb: they carry no preemptor mark.
+    assert {k for k in members if k.endswith("Verb")} == {
+        "filterVerb",
+        "prioritizeVerb",
+        "preemptVerb",
+        "bindVerb",
+    }
+    assert members["managedResources"] == [{"name": MEMBER_RESOURCE, "ignoredByScheduler": True}]
+    assert {k for k in preemptors if k.endswith("Verb")} == {"preemptVerb"}
+    assert preemptors["managedResources"] == [
+        {"name": PREEMPTOR_RESOURCE, "ignoredByScheduler": True}
+    ]
+    assert flags(container(docs, "gang-extender")["args"])["webhook-mark-preemptors"] == "true"
+    member_hook, preemptor_hook = find(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert preemptor_hook["name"] == "preemptor-mark.gang-extender.dev"
+    assert preemptor_hook["matchConditions"] == [
+        {"name": "may-preempt", "expression": preemptor_expression()},
+        member_hook["matchConditions"][1],
+    ]
+    assert {k: v for k, v in preemptor_hook.items() if k not in ("name", "matchConditions")} == {
+        k: v for k, v in member_hook.items() if k not in ("name", "matchConditions")
+    }
+    # Off by default.
+    default = render(*GANG_ONLY, namespace="gang-system")
+    assert len(find(default, "MutatingWebhookConfiguration")["webhooks"]) == 1
+    assert "webhook-mark-preemptors" not in flags(container(default, "gang-extender")["args"])
+
+
+def test_mark_preemptors_needs_the_gang_only_mode() -> None:
+    result = run_helm(
+        "template",
+        "x",
+        str(CHART),
+        "--set",
+        "mode=every-verb,webhook.markPreemptors=true",
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "webhook.markPreemptors needs mode gang-only" in result.stderr
 
 
 def test_the_webhook_reaches_the_extender_through_its_service_and_makes_its_own_certs() -> None:

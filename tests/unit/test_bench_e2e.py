@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from app.core.groups import LIGHT_MIN_AVAILABLE_LABEL, POD_GROUP_LABEL
+from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
 from bench import e2e
 from bench.roundtrips import RoundTrips
 
@@ -77,6 +78,46 @@ def test_scheduler_config_sets_the_qps_and_only_then_the_extender() -> None:
     assert extender["urlPrefix"] == "http://x/scheduler"
     assert extender["bindVerb"] == "bind"
     assert extender["nodeCacheCapable"] is True
+
+
+def test_marked_preemptor_cases_scope_the_preempt_entry_as_the_chart_does() -> None:
+    def entries(gang_only: bool, mark_preemptors: bool = False) -> list[dict[str, Any]]:
+        config = json.loads(
+            e2e.render_scheduler_config(
+                "/k", 2000, "http://x/s", gang_only=gang_only, mark_preemptors=mark_preemptors
+            )
+        )
+        return [
+            {k: v for k, v in e.items() if k.endswith("Verb") or k == "managedResources"}
+            for e in config["extenders"]
+        ]
+
+    member = {"name": MEMBER_RESOURCE, "ignoredByScheduler": True}
+    assert entries(gang_only=True) == [
+        {
+            "filterVerb": "filter",
+            "prioritizeVerb": "prioritize",
+            "bindVerb": "bind",
+            "managedResources": [member],
+        },
+        {"preemptVerb": "preempt"},
+    ]
+    assert entries(gang_only=True, mark_preemptors=True) == [
+        {
+            "filterVerb": "filter",
+            "prioritizeVerb": "prioritize",
+            "bindVerb": "bind",
+            "preemptVerb": "preempt",
+            "managedResources": [member],
+        },
+        {
+            "preemptVerb": "preempt",
+            "managedResources": [{"name": PREEMPTOR_RESOURCE, "ignoredByScheduler": True}],
+        },
+    ]
+    assert e2e.CASES["p"].gang_only and e2e.CASES["p"].mark_preemptors
+    assert e2e.CASES["p"].gangs is None and not e2e.CASES["p"].noop
+    assert e2e.CASES["q"].gangs == "x-k8s" and e2e.CASES["q"].mark_preemptors
 
 
 def test_pod_bodies_name_their_gang_the_way_each_scheduler_reads_it() -> None:

@@ -70,6 +70,14 @@ def test_tls_settings_must_be_complete(tmp_path: Path) -> None:
         settings(["--tls-client-ca-file", str(ca)])
 
 
+def test_marking_preemptors_is_off_by_default_and_needs_the_webhook() -> None:
+    assert settings([]).webhook_mark_preemptors is False
+    on = settings(["--webhook-port", "9443"], {"GANG_EXTENDER_WEBHOOK_MARK_PREEMPTORS": "true"})
+    assert on.webhook_mark_preemptors is True
+    with pytest.raises(ConfigError, match="--webhook-mark-preemptors=true needs the webhook"):
+        settings(["--webhook-mark-preemptors", "true"])
+
+
 def test_ops_port_must_differ_from_the_verbs_port() -> None:
     assert settings(["--ops-port", "9090"]).ops_port == 9090
     with pytest.raises(ConfigError, match="is the verbs' port"):

@@ -9,13 +9,16 @@ import orjson
 import pytest
 
 from app.core.marking import (
+    MEMBER_QUANTITY,
     applies_to,
+    can_preempt,
     is_marked,
+    mark_of,
     member_patch,
     names_a_group,
     review_response,
 )
-from app.core.resources import MEMBER_RESOURCE, pod_requests
+from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE, pod_requests
 
 
 def pod(
@@ -113,6 +116,64 @@ def test_only_the_named_schedulers_pods_are_marked() -> None:
     assert not applies_to(member, {"default-scheduler"})
     # No schedulerName (never defaulted, e.g. a hand-made review): default-scheduler.
     assert applies_to(pod({"scheduling.x-k8s.io/pod-group": "g"}), {"default-scheduler"})
+
+
+def plain(priority: int | None, policy: str | None = None, **spec: Any) -> dict[str, Any]:
+    obj = pod(**spec)
+    if priority is not None:
+        obj["spec"]["priority"] = priority
+    if policy is not None:
+        obj["spec"]["preemptionPolicy"] = policy
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        (plain(1000), True),
+        (plain(1), True),
+        (plain(1000, "PreemptLowerPriority"), True),
+        (plain(1000, "Never"), False),
+        (plain(0), False),
+        (plain(-5), False),
+        (plain(None), False),
+    ],
+)
+def test_a_plain_pod_may_preempt_with_priority_above_zero_unless_its_policy_is_never(
+    obj: dict[str, Any], expected: bool
+) -> None:
+    assert can_preempt(obj) is expected
+
+
+def test_the_preemptor_mark_goes_to_plain_pods_only_and_only_when_asked() -> None:
+    vip = plain(1000)
+    member = orjson.loads(orjson.dumps(SOURCES["x-k8s"]))
+    member["spec"]["priority"] = 1000
+    assert mark_of(vip, (), mark_preemptors=False) is None
+    assert mark_of(vip, (), mark_preemptors=True) == PREEMPTOR_RESOURCE
+    assert mark_of(plain(0), (), mark_preemptors=True) is None
+    # A member that may preempt carries the member mark alone: its entry preempts too.
+    assert mark_of(member, (), mark_preemptors=True) == MEMBER_RESOURCE
+    # Another scheduler's pods are never marked.
+    other = plain(1000, schedulerName="other")
+    assert mark_of(other, {"default-scheduler"}, mark_preemptors=True) is None
+
+
+def test_a_preemptor_review_gets_a_zero_preemptor_patch_once() -> None:
+    vip = plain(1000)
+    answer, result = review_response(review(vip), (), mark_preemptors=True)
+    assert result == "preemptor"
+    ops = orjson.loads(base64.b64decode(answer["response"]["patch"]))
+    assert ops == member_patch(vip, PREEMPTOR_RESOURCE)
+    marked = apply_patch(vip, ops)
+    assert is_marked(marked, PREEMPTOR_RESOURCE) and not is_marked(marked)
+    requests = marked["spec"]["containers"][0]["resources"]["requests"]
+    assert requests[PREEMPTOR_RESOURCE] == MEMBER_QUANTITY == "0"
+    assert review_response(review(marked), (), mark_preemptors=True)[1] == "unchanged"
+    # Capacity checks leave it out, as they do the member mark.
+    assert pod_requests(marked["spec"]) == pod_requests(vip["spec"])
+    # Without the option the webhook leaves plain pods alone, whatever their priority.
+    assert review_response(review(vip))[1] == "skipped"
 
 
 def review(obj: Any, operation: str = "CREATE") -> dict[str, Any]:

@@ -6,6 +6,7 @@ from typing import Any
 
 from app.core.marking import member_patch
 from app.core.observer import MemberRef
+from app.core.resources import PREEMPTOR_RESOURCE
 from app.core.state import ClusterState
 from app.ops.metrics import Metrics
 from app.runtime.unmarked import UnmarkedMembers
@@ -20,10 +21,16 @@ class Reports:
     def member_not_marked(self, member: MemberRef, group_key: str, message: str) -> None:
         self.seen.append((member.key, group_key, message))
 
+    def preemptor_not_marked(self, pod: MemberRef, message: str) -> None:
+        self.seen.append((pod.key, "", message))
 
-def watched(scheduler_names: tuple[str, ...] = ()) -> tuple[ClusterState, Reports, Metrics]:
+
+def watched(
+    scheduler_names: tuple[str, ...] = (), mark_preemptors: bool = False
+) -> tuple[ClusterState, Reports, Metrics]:
     state, reports, metrics = ClusterState(), Reports(), Metrics()
-    state.add_pod_listener(UnmarkedMembers(reports, metrics, scheduler_names).on_pod_change)
+    listener = UnmarkedMembers(reports, metrics, scheduler_names, mark_preemptors)
+    state.add_pod_listener(listener.on_pod_change)
     return state, reports, metrics
 
 
@@ -58,3 +65,40 @@ def test_marked_members_plain_pods_bound_and_other_schedulers_pods_are_not_repor
     state.apply_pod(other)
     assert reports.seen == [] and count(metrics) == 0
     assert state.pods["default/m-0"].marked and not state.pods["default/plain"].marked
+
+
+def preemptor(name: str, priority: int, **fields: Any) -> dict[str, Any]:
+    raw = pod(name, **fields)
+    raw["spec"]["priority"] = priority
+    return raw
+
+
+def test_with_marked_preemptors_an_unmarked_pending_preemptor_is_reported_once() -> None:
+    state, reports, metrics = watched(mark_preemptors=True)
+    raw = preemptor("vip", 1000)
+    state.apply_pod(raw)
+    raw["metadata"]["resourceVersion"] = "2"
+    state.apply_pod(raw)
+    assert [key for key, _, _ in reports.seen] == ["default/vip"]
+    message = reports.seen[0][2]
+    assert "gang-extender.dev/preemptor" in message and "priority 1000" in message
+    assert metrics.registry.get_sample_value("gang_extender_unmarked_preemptors_total") == 1
+    assert count(metrics) == 0
+
+
+def test_marked_low_priority_bound_system_and_unasked_preemptors_are_not_reported() -> None:
+    vip = preemptor("vip-marked", 1000)
+    state, reports, metrics = watched(mark_preemptors=True)
+    state.apply_pod(apply_patch(vip, member_patch(vip, PREEMPTOR_RESOURCE)))
+    state.apply_pod(preemptor("zero", 0))
+    never = preemptor("polite", 1000)
+    never["spec"]["preemptionPolicy"] = "Never"
+    state.apply_pod(never)
+    state.apply_pod(preemptor("bound", 1000, node="n1", phase="Running"))
+    state.apply_pod(preemptor("dns", 2000000000, namespace="kube-system"))
+    assert reports.seen == []
+    # Without --webhook-mark-preemptors nobody expects the mark.
+    state, reports, metrics = watched()
+    state.apply_pod(preemptor("vip", 1000))
+    assert reports.seen == []
+    assert metrics.registry.get_sample_value("gang_extender_unmarked_preemptors_total") == 0

@@ -71,6 +71,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (eq .Values.mode "gang-only") (or (eq (int .Values.webhook.port) (int $ext.port)) (eq (int .Values.webhook.port) (int $ext.opsPort))) -}}
 {{- fail "webhook.port must differ from extender.port and extender.opsPort" -}}
 {{- end -}}
+{{- if and .Values.webhook.markPreemptors (ne .Values.mode "gang-only") -}}
+{{- fail "webhook.markPreemptors needs mode gang-only: in every-verb mode kube-scheduler asks the extender about every pod already" -}}
+{{- end -}}
 {{- if and .Values.serveDefaultScheduler (eq .Values.schedulerName "default-scheduler") -}}
 {{- fail "schedulerName is already default-scheduler: leave serveDefaultScheduler off" -}}
 {{- end -}}
@@ -116,6 +119,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* CEL, the same as app/core/marking.py's member_expression() (tests/packaging/test_chart.py compares). */}}
 {{- define "gang-extender.isMember" -}}
 (has(object.metadata.labels) && 'scheduling.x-k8s.io/pod-group' in object.metadata.labels) || (has(object.metadata.labels) && 'pod-group.scheduling.sigs.k8s.io/name' in object.metadata.labels) || (has(object.metadata.labels) && 'kueue.x-k8s.io/pod-group-name' in object.metadata.labels) || (has(object.metadata.annotations) && 'scheduling.k8s.io/group-name' in object.metadata.annotations) || (has(object.metadata.annotations) && 'scheduling.volcano.sh/group-name' in object.metadata.annotations) || (has(object.spec.schedulingGroup) && has(object.spec.schedulingGroup.podGroupName) && object.spec.schedulingGroup.podGroupName != '')
+{{- end -}}
+
+{{/* CEL, the same as app/core/marking.py's preemptor_expression(). */}}
+{{- define "gang-extender.canPreempt" -}}
+has(object.spec.priority) && object.spec.priority > 0 && (!has(object.spec.preemptionPolicy) || object.spec.preemptionPolicy != 'Never')
 {{- end -}}
 
 {{- define "gang-extender.memberValid" -}}
