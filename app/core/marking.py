@@ -122,20 +122,13 @@ def _ours(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
     return name in scheduler_names
 
 
-def applies_to(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
-    """Whether the webhook marks this pod as a member: it names a group and one of our schedulers.
-
-    An empty `scheduler_names` means every scheduler (the local control
-    plane, where every kube-scheduler calls the extender).
-    """
-    return names_a_group(pod) and _ours(pod, scheduler_names)
-
-
 def mark_of(
     pod: Mapping[str, Any], scheduler_names: Collection[str], mark_preemptors: bool
 ) -> str | None:
     """The resource the webhook adds to this pod, or None for a pod it leaves alone.
 
+    Only pods of our schedulers (an empty `scheduler_names`: every
+    scheduler, as on the local control plane) are marked.
     A member gets only the member mark even when it could preempt: the member
     entry has its own preempt verb, and a second mark would have
     kube-scheduler ask the extender twice.

@@ -10,7 +10,6 @@ import pytest
 
 from app.core.marking import (
     MEMBER_QUANTITY,
-    applies_to,
     can_preempt,
     is_marked,
     mark_of,
@@ -111,11 +110,12 @@ def test_the_resource_name_is_escaped_as_a_json_pointer() -> None:
 
 def test_only_the_named_schedulers_pods_are_marked() -> None:
     member = pod({"scheduling.x-k8s.io/pod-group": "g"}, schedulerName="gang-scheduler")
-    assert applies_to(member, ())
-    assert applies_to(member, {"gang-scheduler"})
-    assert not applies_to(member, {"default-scheduler"})
+    assert mark_of(member, (), mark_preemptors=False) == MEMBER_RESOURCE
+    assert mark_of(member, {"gang-scheduler"}, mark_preemptors=False) == MEMBER_RESOURCE
+    assert mark_of(member, {"default-scheduler"}, mark_preemptors=False) is None
     # No schedulerName (never defaulted, e.g. a hand-made review): default-scheduler.
-    assert applies_to(pod({"scheduling.x-k8s.io/pod-group": "g"}), {"default-scheduler"})
+    unnamed = pod({"scheduling.x-k8s.io/pod-group": "g"})
+    assert mark_of(unnamed, {"default-scheduler"}, mark_preemptors=False) == MEMBER_RESOURCE
 
 
 def plain(priority: int | None, policy: str | None = None, **spec: Any) -> dict[str, Any]:
@@ -238,7 +238,7 @@ def test_deploy_webhook_yaml_carries_the_expressions_and_message_of_marking() ->
 
     import yaml
 
-    from app.core.marking import member_expression, refusal_message
+    from app.core.marking import SYSTEM_NAMESPACES, member_expression, refusal_message
 
     docs = list(yaml.safe_load_all(Path("deploy/webhook.yaml").read_text()))
     webhook, policy = docs[0]["webhooks"][0], docs[1]["spec"]
@@ -251,3 +251,5 @@ def test_deploy_webhook_yaml_carries_the_expressions_and_message_of_marking() ->
     assert policy["validations"] == [
         {"expression": expressions["valid"], "message": refusal_message(), "reason": "Forbidden"}
     ]
+    (excluded,) = webhook["namespaceSelector"]["matchExpressions"]
+    assert set(excluded["values"]) == SYSTEM_NAMESPACES
