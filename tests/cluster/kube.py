@@ -196,6 +196,13 @@ class Kube:
         items = self.core.list_namespaced_event(namespace, field_selector=selector).items
         return [f"{e.reason}: {e.message}" for e in items]
 
+    def event_on(self, namespace: str, pod: str, *parts: str) -> bool:
+        """Some event on the pod contains every one of `parts` (case-insensitive)."""
+        return any(
+            all(part.lower() in event.lower() for part in parts)
+            for event in self.events(namespace, pod)
+        )
+
     def node_names(self) -> list[str]:
         return [n.metadata.name for n in self.core.list_node().items]
 

@@ -224,10 +224,7 @@ def test_a_preemptor_created_with_the_webhook_down_gets_a_warning_and_is_counted
     finally:
         extender.start(*extender.extra_args)
     wait_for(
-        lambda: any(
-            e.startswith("PreemptorNotMarked:") and "delete it" in e
-            for e in kube.events(namespace, "vip")
-        ),
+        lambda: kube.event_on(namespace, "vip", "PreemptorNotMarked:", "delete it"),
         30,
         "the extender's Warning Event on the unmarked preemptor",
     )

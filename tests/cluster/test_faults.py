@@ -98,14 +98,6 @@ def no_partial_gang(kube: Kube, namespace: str, min_member: int) -> Iterator[lis
         thread.join(5)
 
 
-def event_on(kube: Kube, namespace: str, pod: str, *parts: str) -> bool:
-    """Some event on the pod contains every one of `parts` (case-insensitive)."""
-    return any(
-        all(part.lower() in event.lower() for part in parts)
-        for event in kube.events(namespace, pod)
-    )
-
-
 def debug(extender: Extender, what: str = "gangs") -> Any:
     with urllib.request.urlopen(f"{extender.url}/debug/{what}", timeout=10) as response:
         return json.loads(response.read())
@@ -216,7 +208,7 @@ def test_extender_killed_while_members_wait_then_the_gang_completes_whole(
         # kube-scheduler's bind calls fail (connection reset) and the pods are requeued.
         for pod in ("g-0", "g-1"):
             wait_for(
-                functools.partial(event_on, kube, namespace, pod, "FailedScheduling", "bind"),
+                functools.partial(kube.event_on, namespace, pod, "FailedScheduling", "bind"),
                 60,
                 f"a failed binding reported on {pod}",
             )
@@ -255,7 +247,7 @@ def test_sigterm_answers_every_waiter_and_exits_within_the_grace_period(
             for pod in ("g-0", "g-1"):
                 wait_for(
                     functools.partial(
-                        event_on, kube, namespace, pod, "gang-extender is shutting down"
+                        kube.event_on, namespace, pod, "gang-extender is shutting down"
                     ),
                     30,
                     f"the shutdown error reported on {pod}",
@@ -587,7 +579,7 @@ def test_a_podgroup_with_absurd_values_gets_an_event_and_its_pods_the_reason(
     )
     assert wrong in events[0] and "its pods are turned away" in events[0]
     wait_for(
-        functools.partial(event_on, kube, namespace, "absurd-0", "FailedScheduling", wrong),
+        functools.partial(kube.event_on, namespace, "absurd-0", "FailedScheduling", wrong),
         60,
         "the reason on the pod",
     )

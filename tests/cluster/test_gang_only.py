@@ -309,10 +309,7 @@ def test_an_unmarked_member_the_policy_let_through_gets_an_event_and_is_counted(
     assert not marked(kube.pods(namespace)[0])
     extender.start(*extender.extra_args)
     wait_for(
-        lambda: any(
-            e.startswith("GangMemberNotMarked:") and "Delete the pod" in e
-            for e in kube.events(namespace, "stray")
-        ),
+        lambda: kube.event_on(namespace, "stray", "GangMemberNotMarked:", "Delete the pod"),
         30,
         "the extender's Warning Event on the unmarked member",
     )
