@@ -79,9 +79,7 @@ class UnmarkedMembers:
         self._mark_preemptors = mark_preemptors
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
-        if new is None or new.marked:
-            return
-        if new.group is None and not (self._mark_preemptors and new.unmarked_preemptor):
+        if new is None or not self._needs_report(new):
             return
         if old is not None and old.uid == new.uid:
             return  # seen already: one report per pod
@@ -89,17 +87,25 @@ class UnmarkedMembers:
             return
         if self._scheduler_names and new.scheduler_name not in self._scheduler_names:
             return
+        pod = MemberRef(new.namespace, new.name, new.uid)
         if new.group is None:
-            if new.namespace in SYSTEM_NAMESPACES:
-                return
             text = preemptor_not_marked_message(new.priority)
             log.warning(text, extra={"pod": new.key})
             self._metrics.unmarked_preemptors.inc()
-            self._report.preemptor_not_marked(MemberRef(new.namespace, new.name, new.uid), text)
+            self._report.preemptor_not_marked(pod, text)
             return
         message = not_marked_message(new.group.key)
         log.warning(message, extra={"pod": new.key, "podgroup": new.group.key})
         self._metrics.unmarked_members.inc()
-        self._report.member_not_marked(
-            MemberRef(new.namespace, new.name, new.uid), new.group.key, message
+        self._report.member_not_marked(pod, new.group.key, message)
+
+    def _needs_report(self, pod: PodRecord) -> bool:
+        """A member without the member mark, or (when preemptors are marked) a plain pod
+        that may preempt without its mark, outside the namespaces the webhook never sees."""
+        if pod.group is not None:
+            return not pod.marked
+        return (
+            self._mark_preemptors
+            and pod.unmarked_preemptor
+            and pod.namespace not in SYSTEM_NAMESPACES
         )

@@ -102,7 +102,8 @@ class WebhookApp:
             meta = (request.get("object") or {}).get("metadata") or {}
             name = meta.get("name") or meta.get("generateName")
             log.debug(
-                f"pod marked: {result}",
+                "pod marked (%s)",
+                result,
                 extra={
                     "pod": f"{request.get('namespace')}/{name}",
                     "verb": "webhook",

@@ -23,7 +23,7 @@ from hack.clusterkit import (
     local_cluster,
     wait_for_default_service_account,
 )
-from tests.cluster.kube import Kube
+from tests.cluster.kube import HIGH, LOW, TOP, Kube
 from tests.cluster.session import CLUSTER_DIR, UP_ARGS, Extender, apply_test_crds
 
 
@@ -57,6 +57,14 @@ def extender(kubeconfig: str) -> Iterator[Extender]:
     handle.start()
     yield handle
     handle.stop()
+
+
+@pytest.fixture
+def priorities(kube: Kube) -> None:
+    """The PriorityClasses LOW (100), HIGH (1000) and TOP (5000)."""
+    kube.ensure_priority_class(LOW, 100)
+    kube.ensure_priority_class(HIGH, 1000)
+    kube.ensure_priority_class(TOP, 5000)
 
 
 @pytest.fixture

@@ -11,7 +11,10 @@ from kubernetes.client.exceptions import ApiException
 
 from app.core.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, XK8S_API, GroupApi
 from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
-from hack.clusterkit import create_group, pause_pod
+from hack.clusterkit import create_group, pause_pod, wait_for
+
+# The tests' PriorityClasses (the `priorities` fixture, tests/cluster/conftest.py).
+LOW, HIGH, TOP = "gang-test-low", "gang-test-high", "gang-test-top"
 
 
 class Kube:
@@ -202,6 +205,10 @@ class Kube:
             all(part.lower() in event.lower() for part in parts)
             for event in self.events(namespace, pod)
         )
+
+    def wait_for_event(self, namespace: str, pod: str, *parts: str, what: str) -> None:
+        """Until event_on(); TimeoutError naming `what` after 30 s."""
+        wait_for(lambda: self.event_on(namespace, pod, *parts), 30, what)
 
     def node_names(self) -> list[str]:
         return [n.metadata.name for n in self.core.list_node().items]

@@ -25,11 +25,11 @@ from app.core.marking import is_marked
 from app.core.resources import PREEMPTOR_RESOURCE
 from hack.clusterkit import WEBHOOK_CONFIGURATION, stop_process, wait_for, wait_ready
 from tests.cluster.chart_pod import free_port, local_webhook
-from tests.cluster.kube import Kube
+from tests.cluster.kube import HIGH, Kube
 from tests.cluster.session import EXTENDER_PORT, EXTENDER_URL, GANG_ONLY, Extender
 from tests.cluster.test_chart import NOT_SERVED_GROUPS, api_group, kubectl
-from tests.cluster.test_gang_only import priorities, verb_calls  # noqa: F401
-from tests.cluster.test_preemption import HIGH, assert_stays, fill_node3_and_start_low_gang
+from tests.cluster.test_gang_only import verb_calls
+from tests.cluster.test_preemption import assert_stays, fill_node3_and_start_low_gang
 from tests.packaging.helm import kube_bin, render, scheduler_config
 
 MODES = {
@@ -223,10 +223,12 @@ def test_a_preemptor_created_with_the_webhook_down_gets_a_warning_and_is_counted
         assert not is_marked(pod_dict(kube, namespace, "vip"), PREEMPTOR_RESOURCE)
     finally:
         extender.start(*extender.extra_args)
-    wait_for(
-        lambda: kube.event_on(namespace, "vip", "PreemptorNotMarked:", "delete it"),
-        30,
-        "the extender's Warning Event on the unmarked preemptor",
+    kube.wait_for_event(
+        namespace,
+        "vip",
+        "PreemptorNotMarked:",
+        "delete it",
+        what="the extender's Warning Event on the unmarked preemptor",
     )
     assert extender.sample("gang_extender_unmarked_preemptors_total") == 1
     assert kube.events(namespace, "plain") == []

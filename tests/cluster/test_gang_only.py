@@ -31,15 +31,9 @@ from app.core.resources import MEMBER_RESOURCE
 from bench import e2e
 from hack.clusterkit import wait_for
 from tests.cluster.bench_runner import bench_runner
-from tests.cluster.kube import Kube
+from tests.cluster.kube import HIGH, Kube
 from tests.cluster.session import GANG_ONLY, Extender
-from tests.cluster.test_preemption import (
-    HIGH,
-    LOW,
-    TOP,
-    assert_stays,
-    fill_node3_and_start_low_gang,
-)
+from tests.cluster.test_preemption import assert_stays, fill_node3_and_start_low_gang
 from tests.packaging.helm import kube_bin
 
 pytestmark = pytest.mark.skipif(not GANG_ONLY, reason="the session cluster runs every-verb")
@@ -173,13 +167,6 @@ def test_a_plain_pod_is_bound_by_kube_scheduler_without_a_call_to_the_extender(
     assert any(e.startswith("Scheduled:") for e in kube.events(namespace, "plain-0"))
 
 
-@pytest.fixture
-def priorities(kube: Kube) -> None:
-    kube.ensure_priority_class(LOW, 100)
-    kube.ensure_priority_class(HIGH, 1000)
-    kube.ensure_priority_class(TOP, 5000)
-
-
 @pytest.mark.usefixtures("priorities")
 def test_a_plain_high_priority_pod_still_cannot_break_a_running_gang(
     kube: Kube, namespace: str, extender: Extender
@@ -308,10 +295,12 @@ def test_an_unmarked_member_the_policy_let_through_gets_an_event_and_is_counted(
     wait_for(created, 30, "an unmarked member admitted without the policy")
     assert not marked(kube.pods(namespace)[0])
     extender.start(*extender.extra_args)
-    wait_for(
-        lambda: kube.event_on(namespace, "stray", "GangMemberNotMarked:", "Delete the pod"),
-        30,
-        "the extender's Warning Event on the unmarked member",
+    kube.wait_for_event(
+        namespace,
+        "stray",
+        "GangMemberNotMarked:",
+        "Delete the pod",
+        what="the extender's Warning Event on the unmarked member",
     )
     assert extender.sample("gang_extender_unmarked_members_total") == 1
     assert kube.bound(namespace) == {}

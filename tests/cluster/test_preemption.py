@@ -13,18 +13,13 @@ from collections.abc import Iterator
 import pytest
 
 from hack.clusterkit import wait_for
-from tests.cluster.kube import Kube
+from tests.cluster.kube import HIGH, LOW, TOP, Kube
 from tests.cluster.session import Extender
 
-LOW, HIGH, TOP = "gang-test-low", "gang-test-high", "gang-test-top"
 ZONE = "topology.kubernetes.io/zone"
 
 
-@pytest.fixture(autouse=True)
-def priority_classes(kube: Kube) -> None:
-    kube.ensure_priority_class(LOW, 100)
-    kube.ensure_priority_class(HIGH, 1000)
-    kube.ensure_priority_class(TOP, 5000)
+pytestmark = pytest.mark.usefixtures("priorities")
 
 
 def names(kube: Kube, namespace: str) -> set[str]:
