@@ -34,6 +34,8 @@ class ChangeLog:
         # members while this stays put (app/runtime/claims.py).
         self._group_stamps: dict[str, int] = {}
         self._stamp = 0
+        # The stamp of the newest node change the bounded log let go of.
+        self._forgotten = 0
 
     def add_pod_listener(self, listener: PodListener) -> None:
         self._pod_listeners.append(listener)
@@ -46,7 +48,7 @@ class ChangeLog:
         changes = self._node_changes
         if stamp == self._stamp:
             return stamp, []
-        if not changes or changes[0][0] > stamp + 1:
+        if stamp < self._forgotten:
             return self._stamp, None
         changed: list[str] = []
         for when, node in reversed(changes):
@@ -61,7 +63,10 @@ class ChangeLog:
 
     def node_touched(self, node: str) -> None:
         self._stamp += 1
-        self._node_changes.append((self._stamp, node))
+        changes = self._node_changes
+        if len(changes) == changes.maxlen:
+            self._forgotten = changes[0][0]
+        changes.append((self._stamp, node))
 
     def group_touched(self, group_key: str) -> None:
         self._stamp += 1

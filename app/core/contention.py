@@ -29,7 +29,7 @@ Nothing here does I/O or reads a clock: callers pass `now`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -100,21 +100,29 @@ def order_line(gangs: Sequence[Gang], now: float, aging_seconds: float) -> list[
     return sorted(gangs, key=lambda g: line_key(g, now, aging_seconds))
 
 
-def decide(
-    candidate: Gang,
-    free: Sequence[Bin],
-    holders: Sequence[Holder],
-    line: Sequence[Gang],
-    now: float,
-    aging_seconds: float,
-    allocatable: Sequence[Bin] = (),
-) -> Decision:
-    """Admit `candidate`, or say which gang it waits behind, or what the cluster lacks.
+@dataclass(slots=True)
+class Contest:
+    """What one admission decision weighs, gathered once so that every step weighs one moment.
 
     `free`: per node, allocatable minus every placed pod (bound, or reserved
-    in the gate by any gang). `holders`: other gangs with a claim. `line`:
-    other gangs waiting (any order). `allocatable`: the empty cluster, to
-    tell an aged gang that may fit one day from one that never can.
+    in the gate by any gang); never changed by a decision. `holders`: gangs
+    with a claim. `line`: gangs waiting (any order; the queue check may
+    narrow it before the decision). `allocatable`: the empty cluster, to
+    tell an aged gang that may fit one day from one that never can (empty:
+    assume it may).
+    """
+
+    free: Sequence[Bin]
+    holders: Sequence[Holder] = ()
+    line: Sequence[Gang] = ()
+    allocatable: Sequence[Bin] = ()
+
+
+def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) -> Decision:
+    """Admit `candidate`, or say which gang it waits behind, or what the cluster lacks.
+
+    The candidate's own claim and place in line, if `contest` has them, are
+    not weighed against it.
 
     SHORT (with the shortfall) when the members would not fit even if no
     other gang held or was promised anything: waiting in line cannot help,
@@ -122,36 +130,71 @@ def decide(
     ahead) when other gangs' claims, reservations or places in line are what
     keeps it out.
     """
-    contest = _Contest(candidate, [h for h in holders if h.key != candidate.key])
-    room = _Room(free, contest.holders, allocatable)
-    waiting = contest.behind_line(line, room, now, aging_seconds)
+    steps = _Steps(candidate, [h for h in contest.holders if h.key != candidate.key])
+    room = _Room(contest.free, steps.holders, contest.allocatable)
+    waiting = steps.behind_line(contest.line, room, now, aging_seconds)
     if waiting is not None:
         return waiting
     packing = room.pack(candidate)
     if packing.fits:
         return Decision(Ruling.ADMIT, packing.plan)
-    admitted, packing = contest.by_precedence(room, packing)
+    admitted, packing = steps.by_precedence(room, packing)
     if admitted is not None:
         return admitted
-    return contest.refusal(free, packing)
+    return steps.refusal(contest.free, packing)
 
 
 class _Room:
     """What a decision packs into: free less the holders' promises, and the empty cluster.
 
-    Every packing over the same bins allows the same nodes, so they share one
-    memo of the nodes each demand allows (and so do those over `allocatable`).
+    A free bin is copied when a promise or a gang set aside first changes it:
+    most decisions change a few nodes of thousands, and the caller's `free`
+    stays as it was. Every packing over the same bins allows the same nodes,
+    so they share one memo of the nodes each demand allows (and so do those
+    over `allocatable`).
     """
 
-    __slots__ = ("_allocatable", "_index", "_on_allocatable", "_on_bins", "bins")
+    __slots__ = (
+        "_allocatable",
+        "_copies",
+        "_on_allocatable",
+        "_on_bins",
+        "_own",
+        "_position",
+        "bins",
+    )
 
     def __init__(
         self, free: Sequence[Bin], holders: Sequence[Holder], allocatable: Sequence[Bin]
     ) -> None:
-        self.bins, self._index = room_left(free, holders)
+        self.bins: Sequence[Bin] = free
+        # self.bins once one of them had to change, where each node is in it,
+        # and the bins copied so far by node.
+        self._own: list[Bin] | None = None
+        self._position: dict[str, int] = {}
+        self._copies: dict[str, Bin] = {}
         self._allocatable = allocatable
         self._on_bins: AllowedNodes = {}
         self._on_allocatable: AllowedNodes = {}
+        for holder in holders:
+            promised = {n: {k: -v for k, v in r.items()} for n, r in holder.remaining.items()}
+            give(self.bins, promised, index=self._copied(promised))
+
+    def _copied(self, nodes: Iterable[str]) -> Mapping[str, Bin]:
+        """The bins of `nodes` (and those copied before), ours to change, by node name."""
+        own = self._own
+        if own is None:
+            own = self._own = list(self.bins)
+            self.bins = own
+            self._position = {b.name: i for i, b in enumerate(own)}
+        copies = self._copies
+        for node in nodes:
+            if node not in copies:
+                i = self._position.get(node)
+                if i is not None:
+                    b = own[i]
+                    own[i] = copies[node] = Bin(b.name, dict(b.free), b.labels, b.taints)
+        return copies
 
     def pack(self, gang: Gang) -> Packing:
         return pack(gang.demands, self.bins, gang.need, allowed_nodes=self._on_bins)
@@ -160,7 +203,8 @@ class _Room:
         """The room the gang fits in is set aside for it; False: it does not fit."""
         packing = self.pack(gang)
         if packing.fits:
-            take(self.bins, packing.plan, gang.demands, index=self._index)
+            plan = packing.plan
+            take(self.bins, plan, gang.demands, index=self._copied(plan.values()))
         return packing.fits
 
     def may_ever_fit(self, gang: Gang) -> bool:
@@ -174,11 +218,11 @@ class _Room:
 
     def give_back(self, holder: Holder) -> None:
         """What the holder was promised and holds in the gate is free again."""
-        give(self.bins, holder.remaining, index=self._index)
-        give(self.bins, holder.reserved, index=self._index)
+        for held in (holder.remaining, holder.reserved):
+            give(self.bins, held, index=self._copied(held))
 
 
-class _Contest:
+class _Steps:
     """The steps of decide() past the first packing, and what they learn on the way."""
 
     __slots__ = ("blocker", "candidate", "holders")
@@ -252,17 +296,12 @@ class _Contest:
         return _wait(candidate, blocker, "holds the capacity it needs")
 
 
-def room_left(free: Sequence[Bin], holders: Sequence[Holder]) -> tuple[list[Bin], dict[str, Bin]]:
-    """A copy of `free` less what `holders` were promised and have not placed yet; its index."""
-    bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
-    index = index_of(bins)
-    for holder in holders:
-        give(
-            bins,
-            {n: {k: -v for k, v in r.items()} for n, r in holder.remaining.items()},
-            index=index,
-        )
-    return bins, index
+def room_left(free: Sequence[Bin], holders: Sequence[Holder]) -> list[Bin]:
+    """`free` less what `holders` were promised and have not placed yet.
+
+    The bins no promise touched are `free`'s own: read them, never change them.
+    """
+    return list(_Room(free, holders, ()).bins)
 
 
 def _wait(candidate: Gang, behind: tuple[str, int], why: str) -> Decision:
@@ -278,19 +317,11 @@ def _wait(candidate: Gang, behind: tuple[str, int], why: str) -> Decision:
     )
 
 
-def wake_order(
-    waiting: Sequence[Gang],
-    free: Sequence[Bin],
-    holders: Sequence[Holder],
-    now: float,
-    aging_seconds: float,
-    limit: int = 10,
-    allocatable: Sequence[Bin] = (),
-) -> list[str]:
-    """The waiting gangs that would be admitted now, in line order (to wake their pods)."""
-    room = _Room(free, holders, allocatable)
+def wake_order(contest: Contest, now: float, aging_seconds: float, limit: int = 10) -> list[str]:
+    """The gangs of `contest.line` admitted now, in line order (to wake their pods)."""
+    room = _Room(contest.free, contest.holders, contest.allocatable)
     chosen: list[str] = []
-    for gang in order_line(waiting, now, aging_seconds):
+    for gang in order_line(contest.line, now, aging_seconds):
         if room.set_aside(gang):
             chosen.append(gang.key)
             if len(chosen) >= limit:

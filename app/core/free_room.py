@@ -1,13 +1,13 @@
 """Free capacity, from the nodes' allocatable and what the pods placed on them request.
 
-Two views of it: per node as bins a packing can fill (room), and summed over
-the cluster for the minResources rule (free_resources). Both skip nodes
-marked unschedulable: nothing new lands there.
+Two views of it: per node as bins a packing can fill (FreeRoom, kept up to
+date node by node), and summed over the cluster for the minResources rule
+(free_resources). Both skip nodes marked unschedulable: nothing new lands there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from app.core.packing import Bin
 from app.core.records import NodeRecord, PodRecord
@@ -22,29 +22,76 @@ def total_allocatable(nodes: Iterable[NodeRecord]) -> Resources:
     return total
 
 
-def room(
-    nodes: Iterable[NodeRecord],
-    requested: Mapping[str, Resources],
-    leaving: Iterable[PodRecord],
-) -> list[Bin]:
-    """What each schedulable node has free once the pods `leaving` it are gone.
+class FreeRoom:
+    """Each schedulable node as a bin, kept between calls: what it has free, and its
+    allocatable (the empty cluster).
 
-    A fresh copy per call, for a packing to work on (gang admission, the
-    preempt verb); below zero where a node is overcommitted.
+    A gang admission asks for both every time, and between two admissions only
+    the nodes a pod came to or left, or whose record changed, need computing
+    again (`changed_since`: the state's nodes_changed_since()). The bins
+    handed out are shared with later calls (a node that changes gets new
+    bins, never changed ones): read them, copy any you change.
     """
-    leaving_on: dict[str, list[Resources]] = {}
-    for pod in leaving:
-        leaving_on.setdefault(pod.placed_node, []).append(pod.requests)
-    bins: list[Bin] = []
-    for node in nodes:
-        if node.unschedulable:
-            continue
+
+    def __init__(
+        self,
+        requested: Mapping[str, Resources],
+        changed_since: Callable[[int], tuple[int, list[str] | None]],
+    ) -> None:
+        self._requested = requested
+        self._changed_since = changed_since
+        # Schedulable node -> its bins, in node order; where each is in that order.
+        self._free: dict[str, Bin] = {}
+        self._allocatable: dict[str, Bin] = {}
+        self._position: dict[str, int] = {}
+        # The change stamp they are up to date with (-1: none, build them all).
+        self._stamp = -1
+
+    def forget(self) -> None:
+        """Nodes came, went or changed whether they take pods: build every bin again."""
+        self._stamp = -1
+
+    def room(self, nodes: Mapping[str, NodeRecord], leaving: Iterable[PodRecord]) -> list[Bin]:
+        """The free bins once the pods `leaving` are gone (below zero where overcommitted)."""
+        self._catch_up(nodes)
+        out = list(self._free.values())
+        for pod in leaving:
+            i = self._position.get(pod.placed_node)
+            if i is not None:
+                b = out[i]
+                free = dict(b.free)
+                add(free, pod.requests)
+                out[i] = Bin(b.name, free, b.labels, b.taints)
+        return out
+
+    def allocatable(self, nodes: Mapping[str, NodeRecord]) -> list[Bin]:
+        """The allocatable bins (sharing the node records' dicts)."""
+        self._catch_up(nodes)
+        return list(self._allocatable.values())
+
+    def _catch_up(self, nodes: Mapping[str, NodeRecord]) -> None:
+        stamp, changed = self._changed_since(self._stamp)
+        if changed is None or self._stamp < 0:
+            schedulable = [n for n in nodes.values() if not n.unschedulable]
+            self._free = {n.name: self._free_bin(n) for n in schedulable}
+            self._allocatable = {n.name: _allocatable_bin(n) for n in schedulable}
+            self._position = {name: i for i, name in enumerate(self._free)}
+        else:
+            for name in set(changed):
+                node = nodes.get(name)
+                if node is not None and name in self._free:
+                    self._free[name] = self._free_bin(node)
+                    self._allocatable[name] = _allocatable_bin(node)
+        self._stamp = stamp
+
+    def _free_bin(self, node: NodeRecord) -> Bin:
         free = dict(node.allocatable)
-        subtract(free, requested.get(node.name, {}))
-        for requests in leaving_on.get(node.name, ()):
-            add(free, requests)
-        bins.append(Bin(node.name, free, node.labels, node.taints))
-    return bins
+        subtract(free, self._requested.get(node.name, {}))
+        return Bin(node.name, free, node.labels, node.taints)
+
+
+def _allocatable_bin(node: NodeRecord) -> Bin:
+    return Bin(node.name, node.allocatable, node.labels, node.taints)
 
 
 def free_resources(

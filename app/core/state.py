@@ -54,6 +54,7 @@ class ClusterState:
         self._hypernodes = HyperNodeLabels()
         self.nodes: dict[str, NodeRecord] = {}
         self.podgroups: dict[str, PodGroupRecord] = {}
+        self._bins = free_room.FreeRoom(self._pods.requested, self._changes.nodes_changed_since)
         # Group sources in use (flags and API discovery); pods naming another are plain pods.
         self.sources: frozenset[str] = ALL_SOURCES
 
@@ -136,13 +137,17 @@ class ClusterState:
 
     def apply_node(self, raw: Mapping[str, Any]) -> None:
         record = self._hypernodes.label(node_record_from(raw))
+        old = self.nodes.get(record.name)
         self.nodes[record.name] = record
         self._changes.node_touched(record.name)
+        if old is None or old.unschedulable != record.unschedulable:
+            self._bins.forget()  # the set of nodes that take pods changed
         self._changes.nodes_changed()
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         self._changes.node_touched(name)
+        self._bins.forget()
         self._changes.nodes_changed()
 
     def replace_nodes(self, objects: Iterable[Mapping[str, Any]]) -> None:
@@ -150,6 +155,7 @@ class ClusterState:
         for name in {*self.nodes, *fresh}:
             self._changes.node_touched(name)
         self.nodes = fresh
+        self._bins.forget()
         self._changes.nodes_changed()
 
     def requested_on(self, node: str) -> Resources:
@@ -158,9 +164,20 @@ class ClusterState:
     def total_allocatable(self) -> Resources:
         return free_room.total_allocatable(self.nodes.values())
 
+    def allocatable_bins(self) -> list[Bin]:
+        """Each schedulable node's allocatable: the empty cluster, for a packing to read.
+
+        Shared with other callers: never change these bins (app/core/free_room.py).
+        """
+        return self._bins.allocatable(self.nodes)
+
     def room(self) -> list[Bin]:
-        """What each schedulable node has free once the pods `leaving` it are gone (fresh bins)."""
-        return free_room.room(self.nodes.values(), self._pods.requested, self.leaving.values())
+        """What each schedulable node has free once the pods `leaving` it are gone.
+
+        Shared with later calls until their node changes: never change these
+        bins, copy the ones to change (app/core/free_room.py).
+        """
+        return self._bins.room(self.nodes, self.leaving.values())
 
     def free_resources(self, exclude_group: str | None = None) -> Resources:
         """Free capacity summed over schedulable nodes.

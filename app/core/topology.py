@@ -21,9 +21,9 @@ Members placed already (a restarted member's siblings) pin the domain.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from app.core.contention import Decision, Gang, Holder, Ruling, decide
+from app.core.contention import Contest, Decision, Gang, Ruling, decide
 from app.core.hypernode import tier_of
 from app.core.packing import Bin
 from app.core.resources import Resources, format_resources, shortfall, total_of
@@ -218,26 +218,29 @@ def common_domain(
     return value or None
 
 
-def place(
-    candidate: Gang,
-    constraint: TopologyConstraint,
-    levels: Sequence[str],
-    free: Sequence[Bin],
-    holders: Sequence[Holder],
-    line: Sequence[Gang],
-    now: float,
-    aging_seconds: float,
-    allocatable: Sequence[Bin] = (),
-    placed_nodes: Sequence[str] = (),
-    tier_names: Mapping[str, int] | None = None,
-) -> Placed:
-    """Admit `candidate` in one domain, trying levels lowest first and domains fullest first.
+@dataclass(frozen=True, slots=True)
+class Where:
+    """A gang's topology constraint, and what it is read against.
 
-    placed_nodes: where the gang's placed members are; they pin the domain of
-    each level (a restarted member goes back to its siblings' rack).
-    tier_names: HyperNode spec.tierName -> tier, for Volcano's highestTierName.
+    levels: the node label keys from the lowest level up. placed_nodes:
+    where the gang's placed members are; they pin the domain of each level
+    (a restarted member goes back to its siblings' rack). tier_names:
+    HyperNode spec.tierName -> tier, for Volcano's highestTierName.
     """
-    tried, anywhere = levels_to_try(constraint, levels, tier_names)
+
+    constraint: TopologyConstraint
+    levels: Sequence[str]
+    placed_nodes: Sequence[str] = ()
+    tier_names: Mapping[str, int] | None = None
+
+
+def place(
+    candidate: Gang, where: Where, contest: Contest, now: float, aging_seconds: float
+) -> Placed:
+    """Admit `candidate` in one domain, trying levels lowest first and domains fullest first."""
+    constraint, placed_nodes = where.constraint, where.placed_nodes
+    tried, anywhere = levels_to_try(constraint, where.levels, where.tier_names)
+    free, allocatable = contest.free, contest.allocatable
     labels = {b.name: b.labels for b in (*free, *allocatable)}
     smallest = sorted(candidate.demands, key=lambda d: (sum(d.requests.values()), d.key))
     need = total_of(d.requests for d in smallest[: candidate.need])
@@ -247,15 +250,8 @@ def place(
         groups = by_domain(free, level)
         alloc_groups = by_domain(allocatable, level) if allocatable else {}
         for value in _domain_order(groups, level, need, placed_nodes, labels):
-            decision = decide(
-                candidate,
-                groups[value],
-                holders,
-                line,
-                now,
-                aging_seconds,
-                alloc_groups.get(value, ()),
-            )
+            inside = replace(contest, free=groups[value], allocatable=alloc_groups.get(value, ()))
+            decision = decide(candidate, inside, now, aging_seconds)
             domain = Domain(level, value)
             if decision.verdict is Ruling.ADMIT:
                 return Placed(decision, domain)
@@ -266,7 +262,7 @@ def place(
             elif closest is None:
                 closest = (domain, decision)
     if anywhere:
-        return Placed(decide(candidate, free, holders, line, now, aging_seconds, allocatable), None)
+        return Placed(decide(candidate, contest, now, aging_seconds), None)
     if first_wait is not None:
         return first_wait
     return Placed(
@@ -293,24 +289,14 @@ def _domain_order(
     return [pin] if pin is not None and pin in groups else []
 
 
-def fits_one_domain(
-    candidate: Gang,
-    constraint: TopologyConstraint,
-    levels: Sequence[str],
-    free: Sequence[Bin],
-    placed_nodes: Sequence[str] = (),
-    tier_names: Mapping[str, int] | None = None,
-) -> bool:
+def fits_one_domain(candidate: Gang, where: Where, free: Sequence[Bin]) -> bool:
     """Could the gang be admitted in one domain of its levels with the room free now?
 
     For the line of waiting gangs: a gang with a required level that no
     domain can hold now must not be counted as taking the room it would
     take anywhere, nor, once aged, hold back the gangs behind it.
     """
-    placed = place(
-        candidate, constraint, levels, free, [], [], 0.0, 0.0, (), placed_nodes, tier_names
-    )
-    return placed.decision.verdict is Ruling.ADMIT
+    return place(candidate, where, Contest(free), 0.0, 0.0).decision.verdict is Ruling.ADMIT
 
 
 def placed_domain(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from app.core.contention import Decision, Gang, decide
+from app.core.contention import Contest, Decision, Gang, decide
 from app.core.groups import GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin
@@ -17,6 +17,7 @@ from app.core.state import ClusterState
 from app.core.topology import (
     Domain,
     TopologyConstraint,
+    Where,
     fits_one_domain,
     place,
     placed_message,
@@ -24,7 +25,6 @@ from app.core.topology import (
 from app.core.topology_sources import constraint_of
 from app.ops.metrics import Metrics
 from app.runtime.claims import Claim
-from app.runtime.contest import Contest
 from app.runtime.revision import Revision
 
 log = logging.getLogger(__name__)
@@ -88,29 +88,8 @@ class GangTopology:
     ) -> tuple[Decision, Domain | None]:
         """decide(), in one domain when the gang has a constraint; the domain it was given."""
         if constraint is None:
-            decision = decide(
-                gang,
-                contest.free,
-                contest.holders,
-                contest.line,
-                now,
-                aging_seconds,
-                contest.allocatable,
-            )
-            return decision, None
-        placed = place(
-            gang,
-            constraint,
-            self._state.topology_levels(self.levels),
-            contest.free,
-            contest.holders,
-            contest.line,
-            now,
-            aging_seconds,
-            contest.allocatable,
-            self._placed_nodes(gang.key),
-            self._state.hypernodes.tier_names,
-        )
+            return decide(gang, contest, now, aging_seconds), None
+        placed = place(gang, self._where(gang.key, constraint), contest, now, aging_seconds)
         return placed.decision, placed.domain
 
     def fits_one_domain(self, gang: Gang, constraint: TopologyConstraint, free: list[Bin]) -> bool:
@@ -121,16 +100,18 @@ class GangTopology:
             return known[1]
         if len(self._fits) > 10_000:
             self._fits.clear()
-        fits = fits_one_domain(
-            gang,
-            constraint,
-            self._state.topology_levels(self.levels),
-            free,
-            self._placed_nodes(gang.key),
-            self._state.hypernodes.tier_names,
-        )
+        fits = fits_one_domain(gang, self._where(gang.key, constraint), free)
         self._fits[gang.key] = (version, fits)
         return fits
+
+    def _where(self, key: str, constraint: TopologyConstraint) -> Where:
+        """The gang's constraint with the levels the cluster has and its placed members' nodes."""
+        return Where(
+            constraint,
+            self._state.topology_levels(self.levels),
+            self._placed_nodes(key),
+            self._state.hypernodes.tier_names,
+        )
 
     def announce(
         self, key: str, constraint: TopologyConstraint, domain: Domain | None, pod: str

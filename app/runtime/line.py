@@ -16,7 +16,7 @@ from typing import Any
 
 from app.core.admission import Admission, wholeness
 from app.core.clock import wall
-from app.core.contention import Gang, Holder, order_line, wake_order
+from app.core.contention import Contest, Gang, Holder, order_line, wake_order
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.core.packing import Bin, Demand, placement_of
 from app.core.records import GroupNotFound, delivered
@@ -24,7 +24,6 @@ from app.core.resources import QuantityError, pod_requests
 from app.core.state import ClusterState
 from app.core.topology import TopologyConstraint
 from app.runtime.claims import Claim, ClaimLedger
-from app.runtime.contest import Contest, capacity
 from app.runtime.gang_topology import GangTopology
 from app.runtime.queue_book import Assessment, QueueBook
 from app.runtime.queue_tally import podgroup_created, queue_of
@@ -167,11 +166,14 @@ class Line:
 
     def contest(self, exclude: str) -> Contest:
         """What a decision about gang `exclude` weighs (\"\": waking the line)."""
-        free, allocatable = capacity(self._state)
-        return Contest(free, allocatable, self._ledger.holders(), self.gangs(exclude, free))
+        state = self._state
+        free = state.room()
+        return Contest(
+            free, self._ledger.holders(), self.gangs(exclude, free), state.allocatable_bins()
+        )
 
     def assess(
-        self, gang: Gang | None, queue: str, line: Sequence[Gang], holders: list[Holder]
+        self, gang: Gang | None, queue: str, line: Sequence[Gang], holders: Sequence[Holder]
     ) -> Assessment:
         """QueueBook.assess() with the queue of each gang in `line` (the candidate's if unknown)."""
         book = self.queues
@@ -183,17 +185,9 @@ class Line:
     def to_wake(self, now: float, aging_seconds: float) -> list[str]:
         """The gangs in line that would be admitted now, in line order."""
         contest = self.contest(exclude="")
-        line = contest.line
         if self.queues is not None:
-            line = self.assess(None, "", line, contest.holders).line
-        return wake_order(
-            line,
-            contest.free,
-            contest.holders,
-            now,
-            aging_seconds,
-            allocatable=contest.allocatable,
-        )
+            contest.line = self.assess(None, "", contest.line, contest.holders).line
+        return wake_order(contest, now, aging_seconds)
 
     def snapshot(self, now: float, aging_seconds: float) -> list[dict[str, Any]]:
         """For /debug/gangs: who waits, in line order."""

@@ -10,6 +10,7 @@ alone would never see a gang that only reclaim can place.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 
 from app.core.admission import Admission, wholeness
@@ -54,8 +55,8 @@ class ReclaimChecks:
         gang: Gang,
         ref: GroupRef,
         queued: Assessment,
-        free: list[Bin],
-        holders: list[Holder],
+        free: Sequence[Bin],
+        holders: Sequence[Holder],
         room: list[Bin] | None = None,
     ) -> str:
         """A gang of a queue below its share does not fit: take room back; what was done.
@@ -69,7 +70,7 @@ class ReclaimChecks:
         if not starving(replace(view, head=request_of(gang)), book.overcommit):
             return ""
         if room is None:
-            room, _index = room_left(free, holders)
+            room = room_left(free, holders)
         text = self._reclaimer.reclaim(gang, ref, queued.queue, queued.views, room, queued.running)
         return f"; {text}" if text else ""
 
@@ -128,7 +129,7 @@ class ReclaimChecks:
             queued = self._line.assess(gang, queue, contest.line, contest.holders)
             if queued.message is not None:
                 continue
-            room, _index = room_left(contest.free, contest.holders)
+            room = room_left(contest.free, contest.holders)
             if not pack(gang.demands, room, gang.need).fits:
                 self.reclaim(gang, ref, queued, contest.free, contest.holders, room)
 

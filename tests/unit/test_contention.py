@@ -1,4 +1,5 @@
 from app.core.contention import (
+    Contest,
     Gang,
     Holder,
     Ruling,
@@ -52,7 +53,7 @@ AGING = 60.0
 
 
 def test_a_gang_that_fits_is_admitted_with_a_plan() -> None:
-    decision = decide(gang("ns/a", 3, 2.5), cluster(4, 4, 4), [], [], 0, AGING)
+    decision = decide(gang("ns/a", 3, 2.5), Contest(cluster(4, 4, 4)), 0, AGING)
     assert decision.verdict == Ruling.ADMIT
     assert sorted(decision.plan.values()) == ["n0", "n1", "n2"]
 
@@ -60,7 +61,7 @@ def test_a_gang_that_fits_is_admitted_with_a_plan() -> None:
 def test_capacity_claimed_by_another_gang_makes_the_second_wait_behind_it() -> None:
     # Gang a holds a claim for one member per node (2.5 CPUs each); b needs the same.
     held = holder("ns/a", {"n0": 2.5, "n1": 2.5, "n2": 2.5}, priority=5)
-    decision = decide(gang("ns/b", 3, 2.5, priority=5), cluster(4, 4, 4), [held], [], 0, AGING)
+    decision = decide(gang("ns/b", 3, 2.5, priority=5), Contest(cluster(4, 4, 4), [held]), 0, AGING)
     assert decision.verdict == Ruling.WAIT
     assert decision.behind == ("ns/a", 5)
     assert "waiting behind ns/a (priority 5)" in decision.message
@@ -68,7 +69,7 @@ def test_capacity_claimed_by_another_gang_makes_the_second_wait_behind_it() -> N
 
 
 def test_a_gang_that_does_not_fit_the_free_capacity_is_short_and_names_it() -> None:
-    decision = decide(gang("ns/big", 4, 3), cluster(4, 4, 4), [], [], 0, AGING)
+    decision = decide(gang("ns/big", 4, 3), Contest(cluster(4, 4, 4)), 0, AGING)
     assert decision.verdict == Ruling.SHORT
     assert "gang ns/big needs 4 more member(s)" in decision.message
     assert "only 3 fit" in decision.message
@@ -78,18 +79,20 @@ def test_higher_priority_gang_takes_the_place_of_a_lower_one_still_collecting() 
     # Free capacity already excludes what low holds in the gate (1 member on n0).
     low = holder("ns/low", {"n1": 2.5, "n2": 2.5}, priority=1, reserved={"n0": 2.5})
     high = gang("ns/high", 3, 2.5, priority=10)
-    decision = decide(high, cluster(1.5, 4, 4), [low], [], 0, AGING)
+    decision = decide(high, Contest(cluster(1.5, 4, 4), [low]), 0, AGING)
     assert decision.verdict == Ruling.ADMIT
     assert decision.release == ("ns/low",)
     # Equal priority does not take anything.
     same = gang("ns/same", 3, 2.5, priority=1)
-    assert decide(same, cluster(1.5, 4, 4), [low], [], 0, AGING).verdict == Ruling.WAIT
+    assert decide(same, Contest(cluster(1.5, 4, 4), [low]), 0, AGING).verdict == Ruling.WAIT
 
 
 def test_releases_only_as_many_lower_gangs_as_needed_lowest_first() -> None:
     lowest = holder("ns/lowest", {"n0": 2}, priority=1)
     low = holder("ns/low", {"n1": 2}, priority=2)
-    decision = decide(gang("ns/high", 1, 2, priority=9), cluster(2, 2), [low, lowest], [], 0, AGING)
+    decision = decide(
+        gang("ns/high", 1, 2, priority=9), Contest(cluster(2, 2), [low, lowest]), 0, AGING
+    )
     assert decision.verdict == Ruling.ADMIT and decision.release == ("ns/lowest",)
 
 
@@ -113,34 +116,56 @@ def test_line_order_priority_then_aged_then_creation() -> None:
 def test_a_gang_ahead_in_line_that_fits_keeps_its_share() -> None:
     ahead = gang("ns/first", 2, 4, created=1)
     late = gang("ns/late", 1, 4, created=2)
-    decision = decide(late, cluster(4, 4), [], [ahead], 0, AGING)
+    decision = decide(late, Contest(cluster(4, 4), [], [ahead]), 0, AGING)
     assert decision.verdict == Ruling.WAIT and decision.behind == ("ns/first", 0)
     # The gang ahead itself is admitted.
-    assert decide(ahead, cluster(4, 4), [], [late], 0, AGING).verdict == Ruling.ADMIT
+    assert decide(ahead, Contest(cluster(4, 4), [], [late]), 0, AGING).verdict == Ruling.ADMIT
+
+
+def test_a_decision_never_changes_the_free_room_it_weighs() -> None:
+    # The arbiter hands the same free bins to the decision, then to reclaim:
+    # promises, gangs set aside ahead and releases by precedence happen on copies.
+    free = cluster(4, 4, 4)
+    before = [(b.name, dict(b.free)) for b in free]
+    low = holder("ns/low", {"n0": 4}, reserved={"n1": 2})
+    ahead = gang("ns/first", 1, 4, priority=9, created=1)
+    high = gang("ns/high", 2, 4, priority=5, created=2)
+    decision = decide(high, Contest(free, [low], [ahead]), 0, AGING)
+    assert decision.verdict == Ruling.ADMIT and decision.release == ("ns/low",)
+    assert [(b.name, b.free) for b in free] == before
+    assert wake_order(Contest(free, [low], [ahead, high]), 0, AGING) == ["ns/first"]
+    assert [(b.name, b.free) for b in free] == before
 
 
 def test_backfill_passes_a_gang_ahead_that_does_not_fit_yet() -> None:
     big = gang("ns/big", 3, 4, created=1, since=0)  # needs 3 whole nodes; 2 are free
     small = gang("ns/small", 1, 1, created=2)
-    assert decide(small, cluster(4, 4), [], [big], 10, AGING).verdict == Ruling.ADMIT
+    assert decide(small, Contest(cluster(4, 4), [], [big]), 10, AGING).verdict == Ruling.ADMIT
 
 
 def test_aging_stops_overtaking_so_a_large_gang_is_not_starved() -> None:
     big = gang("ns/big", 3, 4, created=1, since=0)
     small = gang("ns/small", 1, 1, created=2)
-    decision = decide(small, cluster(4, 4, 0), [], [big], AGING + 1, AGING, cluster(4, 4, 4))
+    decision = decide(
+        small, Contest(cluster(4, 4, 0), [], [big], cluster(4, 4, 4)), AGING + 1, AGING
+    )
     assert decision.verdict == Ruling.WAIT
     assert decision.behind == ("ns/big", 0)
     assert "has waited longest" in decision.message
     # A higher-priority gang still passes the aged one.
     urgent = gang("ns/urgent", 1, 1, priority=9, created=3)
-    assert decide(urgent, cluster(4, 4, 0), [], [big], AGING + 1, AGING).verdict == Ruling.ADMIT
+    assert (
+        decide(urgent, Contest(cluster(4, 4, 0), [], [big]), AGING + 1, AGING).verdict
+        == Ruling.ADMIT
+    )
 
 
 def test_an_aged_gang_that_can_never_fit_blocks_nobody() -> None:
     huge = gang("ns/huge", 5, 4, created=1, since=0)  # 5 nodes' worth on a 3-node cluster
     small = gang("ns/small", 1, 1, created=2)
-    decision = decide(small, cluster(4, 4, 0), [], [huge], AGING + 1, AGING, cluster(4, 4, 4))
+    decision = decide(
+        small, Contest(cluster(4, 4, 0), [], [huge], cluster(4, 4, 4)), AGING + 1, AGING
+    )
     assert decision.verdict == Ruling.ADMIT
 
 
@@ -159,13 +184,13 @@ def test_stream_of_small_gangs_does_not_starve_a_large_one() -> None:
         waiting_since = 0.0
         big_now = Gang(big.key, 0, 0, big.demands, 1, waiting_since)
         small = gang(f"ns/s{t}", 1, 4, created=now)
-        decision = decide(big_now, cluster(free), [], [small], now, AGING)
+        decision = decide(big_now, Contest(cluster(free), [], [small]), now, AGING)
         if decision.verdict == Ruling.ADMIT:
             big_admitted_at = now
             break
         # A new small gang arrives every second and runs for 10 s if let in.
         if (
-            decide(small, cluster(free), [], [big_now], now, AGING, cluster(8)).verdict
+            decide(small, Contest(cluster(free), [], [big_now], cluster(8)), now, AGING).verdict
             == Ruling.ADMIT
         ):
             running.append((4.0, now + 10))
@@ -179,6 +204,6 @@ def test_wake_order_lists_the_gangs_that_now_fit_in_line_order() -> None:
         gang("ns/a", 2, 2, created=1),
         gang("ns/c", 1, 4, created=3),
     ]
-    assert wake_order(gangs, cluster(4, 4), [], 0, AGING) == ["ns/a", "ns/b"]
+    assert wake_order(Contest(cluster(4, 4), [], gangs), 0, AGING) == ["ns/a", "ns/b"]
     held = holder("ns/h", {"n0": 4})
-    assert wake_order(gangs, cluster(4, 4), [held], 0, AGING) == ["ns/a"]
+    assert wake_order(Contest(cluster(4, 4), [held], gangs), 0, AGING) == ["ns/a"]

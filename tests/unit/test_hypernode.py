@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.core.contention import Gang, Ruling
+from app.core.contention import Contest, Gang, Ruling
 from app.core.hypernode import (
     HyperNodeError,
     HyperNodeIndex,
@@ -21,6 +21,7 @@ from app.core.topology import (
     Domain,
     TopologyConstraint,
     TopologyError,
+    Where,
     domain_message,
     levels_to_try,
     place,
@@ -237,17 +238,25 @@ def test_a_hard_tier_1_gang_lands_in_one_leaf_or_is_short_naming_the_hypernode_t
     idx = index()
     free = bins(idx, {"n0": 4, "n1": 4, "n2": 4, "n3": 1})
     levels = (*DEFAULT_LEVELS, *idx.levels)
-    placed = place(gang(2, 3), hard(1), levels, free, [], [], 0.0, 60.0, tier_names=idx.tier_names)
+    placed = place(
+        gang(2, 3), Where(hard(1), levels, tier_names=idx.tier_names), Contest(free), 0.0, 60.0
+    )
     assert placed.decision.verdict is Ruling.ADMIT and placed.domain is not None
     assert placed.domain.value == "leaf-a"
     assert set(placed.decision.plan.values()) == {"n0", "n1"}
     # Three members of 3 CPUs: no leaf holds them, though the spine would.
-    short = place(gang(3, 3), hard(1), levels, free, [], [], 0.0, 60.0, tier_names=idx.tier_names)
+    short = place(
+        gang(3, 3), Where(hard(1), levels, tier_names=idx.tier_names), Contest(free), 0.0, 60.0
+    )
     assert short.decision.verdict is Ruling.SHORT and short.no_domain
     assert "in one tier-1 hypernode" in short.decision.message
     assert "stays pending" in short.decision.message
     unnamed = place(
-        gang(2, 1), hard(name="pod"), levels, free, [], [], 0.0, 60.0, tier_names=idx.tier_names
+        gang(2, 1),
+        Where(hard(name="pod"), levels, tier_names=idx.tier_names),
+        Contest(free),
+        0.0,
+        60.0,
     )
     assert "highestTierName pod names no tier" in unnamed.decision.message
 

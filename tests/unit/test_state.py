@@ -1,3 +1,9 @@
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.packing import Bin
 from app.core.state import ClusterState
 from tests.unit.builders import cluster, node, pod, podgroup
 
@@ -159,3 +165,73 @@ def test_leaving_and_nominated_follow_every_change_and_room_counts_leaving_as_fr
     finished = pod("staying", node="n1", cpu="1", phase="Succeeded", deleting=True)
     state.apply_pod(finished)
     assert state.leaving == {}  # a finished pod holds nothing to free
+
+
+_NODES = ("n1", "n2", "n3")
+_PODS = ("a", "b", "c", "d")
+_STEPS = st.one_of(
+    st.tuples(st.just("node"), st.sampled_from(_NODES), st.sampled_from(["2", "4", "8"])),
+    st.tuples(st.just("cordon"), st.sampled_from(_NODES), st.booleans()),
+    st.tuples(st.just("drop node"), st.sampled_from(_NODES)),
+    st.tuples(
+        st.just("pod"),
+        st.sampled_from(_PODS),
+        st.sampled_from(["", *_NODES]),
+        st.sampled_from(["1", "2"]),
+        st.sampled_from(["Pending", "Running", "Succeeded"]),
+        st.booleans(),
+    ),
+    st.tuples(st.just("drop pod"), st.sampled_from(_PODS)),
+    st.tuples(st.just("reserve"), st.sampled_from(_PODS), st.sampled_from(_NODES)),
+    st.tuples(st.just("unreserve"), st.sampled_from(_PODS)),
+    st.tuples(st.just("bound"), st.sampled_from(_PODS), st.sampled_from(_NODES)),
+)
+
+
+def _step(state: ClusterState, step: tuple[Any, ...]) -> None:
+    match step:
+        case ("node", name, cores):
+            state.apply_node(node(name, cpu=cores))
+        case ("cordon", name, unschedulable):
+            raw = node(name)
+            raw["spec"]["unschedulable"] = unschedulable
+            state.apply_node(raw)
+        case ("drop node", name):
+            state.delete_node(name)
+        case ("pod", name, where, cores, phase, deleting):
+            state.apply_pod(pod(name, node=where, cpu=cores, phase=phase, deleting=deleting))
+        case ("drop pod", name):
+            state.delete_pod("default", name)
+        case ("reserve", name, where):
+            state.reserve(f"default/{name}", where)
+        case ("unreserve", name):
+            state.unreserve(f"default/{name}")
+        case ("bound", name, where):
+            state.assume_bound(f"default/{name}", where)
+
+
+def _bins(state: ClusterState) -> list[tuple[str, dict[str, int], dict[str, str]]]:
+    return [(b.name, dict(b.free), dict(b.labels)) for b in state.room()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(_STEPS, max_size=25))
+def test_room_kept_between_calls_equals_room_computed_afresh(
+    steps: list[tuple[Any, ...]],
+) -> None:
+    """room() redoes only the nodes that changed since it was last asked; never a stale bin."""
+    kept = ClusterState()
+    kept.replace_nodes([node(n) for n in _NODES])
+    handed: list[tuple[list[Bin], list[tuple[str, dict[str, int], dict[str, str]]]]] = []
+    for i, step in enumerate(steps):
+        _step(kept, step)
+        fresh = ClusterState()
+        fresh.replace_nodes([node(n) for n in _NODES])
+        for earlier in steps[: i + 1]:
+            _step(fresh, earlier)
+        assert _bins(kept) == _bins(fresh)
+        bins = kept.room()
+        handed.append((bins, [(b.name, dict(b.free), dict(b.labels)) for b in bins]))
+    # Bins handed out earlier are never changed by what came after.
+    for bins, seen in handed:
+        assert [(b.name, b.free, dict(b.labels)) for b in bins] == seen

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.core.cheapest_victims import Evictable
-from app.core.contention import Gang, Holder, Ruling
+from app.core.contention import Contest, Gang, Holder, Ruling
 from app.core.groups import (
     ALL_SOURCES,
     KUEUE_GROUP_LABEL,
@@ -27,6 +27,7 @@ from app.core.topology import (
     Domain,
     TopologyConstraint,
     TopologyError,
+    Where,
     domain_message,
     fullest_first,
     levels_to_try,
@@ -230,7 +231,9 @@ def test_levels_tried_required_preferred_and_volcano_tiers() -> None:
 
 def test_required_rack_gang_is_admitted_in_one_rack() -> None:
     bins = world()
-    placed = place(gang("ml/a", 4, 2), TopologyConstraint(RACK, True), LEVELS, bins, [], [], 0, 60)
+    placed = place(
+        gang("ml/a", 4, 2), Where(TopologyConstraint(RACK, True), LEVELS), Contest(bins), 0, 60
+    )
     assert placed.decision.verdict is Ruling.ADMIT
     assert placed.domain is not None and placed.domain.level == RACK
     assert racks_of(dict(placed.decision.plan), bins) == {placed.domain.value}
@@ -240,10 +243,14 @@ def test_the_fullest_rack_that_fits_is_chosen_leaving_empty_racks_whole() -> Non
     # Rack z1b1r0 is half full (its two nodes have 2 of 4 CPUs free): a gang of
     # 4 x 1 CPU fits there, and goes there rather than opening an empty rack.
     bins = world({"z1-b1-r0-n0": 2, "z1-b1-r0-n1": 2})
-    placed = place(gang("ml/a", 4, 1), TopologyConstraint(RACK, True), LEVELS, bins, [], [], 0, 60)
+    placed = place(
+        gang("ml/a", 4, 1), Where(TopologyConstraint(RACK, True), LEVELS), Contest(bins), 0, 60
+    )
     assert placed.domain == Domain(RACK, "z1b1r0")
     # A larger gang (4 x 2 CPUs) does not fit there: the first empty rack by name.
-    big = place(gang("ml/b", 4, 2), TopologyConstraint(RACK, True), LEVELS, bins, [], [], 0, 60)
+    big = place(
+        gang("ml/b", 4, 2), Where(TopologyConstraint(RACK, True), LEVELS), Contest(bins), 0, 60
+    )
     assert big.domain == Domain(RACK, "z0b0r0")
 
 
@@ -256,7 +263,9 @@ def test_fullest_first_skips_domains_short_in_total() -> None:
 
 def test_no_rack_holds_the_gang_so_it_is_short_with_a_message_naming_the_level() -> None:
     bins = world()
-    placed = place(gang("ml/a", 3, 3), TopologyConstraint(RACK, True), LEVELS, bins, [], [], 0, 60)
+    placed = place(
+        gang("ml/a", 3, 3), Where(TopologyConstraint(RACK, True), LEVELS), Contest(bins), 0, 60
+    )
     assert placed.decision.verdict is Ruling.SHORT
     assert placed.no_domain and placed.domain is None
     assert placed.decision.message.startswith(
@@ -269,18 +278,18 @@ def test_preferred_rack_falls_back_to_block_then_zone_then_anywhere() -> None:
     preferred = TopologyConstraint(RACK, False)
     bins = world()
     # 3 x 3 CPUs: no rack (2 x 4 CPUs), one block.
-    block = place(gang("ml/a", 3, 3), preferred, LEVELS, bins, [], [], 0, 60)
+    block = place(gang("ml/a", 3, 3), Where(preferred, LEVELS), Contest(bins), 0, 60)
     assert block.domain is not None and block.domain.level == BLOCK
     # 5 x 3 CPUs: no block (4 x 4), one zone.
-    zone = place(gang("ml/b", 5, 3), preferred, LEVELS, bins, [], [], 0, 60)
+    zone = place(gang("ml/b", 5, 3), Where(preferred, LEVELS), Contest(bins), 0, 60)
     assert zone.domain is not None and zone.domain.level == ZONE
     # 9 x 3 CPUs: no zone (8 x 4): anywhere.
-    anywhere = place(gang("ml/c", 9, 3), preferred, LEVELS, bins, [], [], 0, 60)
+    anywhere = place(gang("ml/c", 9, 3), Where(preferred, LEVELS), Contest(bins), 0, 60)
     assert anywhere.decision.verdict is Ruling.ADMIT and anywhere.domain is None
     # The required rack is refused where the preferred one fell back.
     assert (
         place(
-            gang("ml/a", 3, 3), TopologyConstraint(RACK, True), LEVELS, bins, [], [], 0, 60
+            gang("ml/a", 3, 3), Where(TopologyConstraint(RACK, True), LEVELS), Contest(bins), 0, 60
         ).decision.verdict
         is Ruling.SHORT
     )
@@ -292,20 +301,16 @@ def test_placed_members_pin_the_domain_of_a_restarted_member() -> None:
     # Siblings run in rack z1b0r1: the restarted member goes back there, although
     # an emptier-named rack (z0b0r0) comes first otherwise.
     placed = place(
-        gang("ml/a", 1, 1), required, LEVELS, bins, [], [], 0, 60, placed_nodes=["z1-b0-r1-n0"]
+        gang("ml/a", 1, 1), Where(required, LEVELS, ["z1-b0-r1-n0"]), Contest(bins), 0, 60
     )
     assert placed.domain == Domain(RACK, "z1b0r1")
     # Siblings in two racks: no rack can hold the whole gang.
     split = place(
         gang("ml/a", 1, 1),
-        required,
-        LEVELS,
-        bins,
-        [],
-        [],
+        Where(required, LEVELS, ["z1-b0-r1-n0", "z0-b0-r0-n0"]),
+        Contest(bins),
         0,
         60,
-        placed_nodes=["z1-b0-r1-n0", "z0-b0-r0-n0"],
     )
     assert split.decision.verdict is Ruling.SHORT
     assert "already placed on z0-b0-r0-n0, z1-b0-r1-n0" in split.decision.message
@@ -319,7 +324,7 @@ def test_a_claim_in_one_rack_sends_the_next_gang_to_another_or_behind_it() -> No
         Holder(f"ml/h{i}", 0, 0.0, {b.name: cpu(4) for b in bins[2 * i : 2 * i + 2]})
         for i in range(7)
     ]
-    placed = place(gang("ml/a", 2, 4), required, LEVELS, bins, holders, [], 0, 60)
+    placed = place(gang("ml/a", 2, 4), Where(required, LEVELS), Contest(bins, holders), 0, 60)
     assert placed.domain == Domain(RACK, "z1b1r1")
 
 
