@@ -102,19 +102,7 @@ class NodeScorer:
                 packed, _ = self._binpack_memo(asked, node_names)
             else:
                 packed = binpack_all(asked, state, node_names, nodes_in_request)
-        # Spelled out for the two parts: this loop runs over every node for every gang member.
-        scores: dict[str, int] = {}
-        if near:
-            for name in node_names:
-                combined = near_weight * near.get(name, 0.0) + pack_weight * packed.get(name, 0.0)
-                if score := _clamp(combined / total):
-                    scores[name] = score
-        elif pack_weight:
-            share = pack_weight / total
-            for name in node_names:
-                if score := _clamp(share * packed.get(name, 0.0)):
-                    scores[name] = score
-        return scores
+        return _weighted(node_names, (near_weight, near), (pack_weight, packed))
 
     def _binpack_memo(self, asked: list[tuple[str, int, int]], node_names: Sequence[str]) -> _Memo:
         """This request shape's memo, holding every known node in `node_names`."""
@@ -151,6 +139,41 @@ _Memo = tuple[dict[str, float], dict[str, int]]
 """Per node: binpack in 0..1, and as the 0..10 score of a pod in no gang."""
 
 
+def _weighted(
+    node_names: Sequence[str],
+    near: tuple[int, Mapping[str, float]],
+    packed: tuple[int, Mapping[str, float]],
+) -> dict[str, int]:
+    """The nodes' scores from the two parts, (weight, 0..1 per node); those scoring 0 left out.
+
+    Spelled out for the two parts: this loop runs over every node for every
+    gang member. Most nodes of a large cluster round to 0: below `cut` no
+    _clamp() is needed to know.
+    """
+    (near_weight, near_part), (pack_weight, pack_part) = near, packed
+    total = near_weight + pack_weight
+    scores: dict[str, int] = {}
+    cut = total * _ROUNDS_TO_ZERO
+    if near_part:
+        near_of, pack_of = near_part.get, pack_part.get
+        for name in node_names:
+            combined = near_weight * near_of(name, 0.0) + pack_weight * pack_of(name, 0.0)
+            if combined > cut and (score := _clamp(combined / total)):
+                scores[name] = score
+    elif pack_weight:
+        share = pack_weight / total
+        cut = cut / pack_weight
+        for name in node_names:
+            fraction = pack_part.get(name, 0.0)
+            if fraction > cut and (score := _clamp(share * fraction)):
+                scores[name] = score
+    return scores
+
+
+# A 0..1 fraction up to this is score 0 (below 0.5 / MAX_SCORE, with room for float error).
+_ROUNDS_TO_ZERO = 0.49 / MAX_SCORE
+
+
 def _clamp(fraction: float) -> int:
     """0..1 to kube-scheduler's extender score range 0..MAX_SCORE."""
     return max(0, min(MAX_SCORE, round(fraction * MAX_SCORE)))
@@ -163,7 +186,7 @@ def locality(
     node_names: Sequence[str],
     lookup: Callable[[str], NodeRecord | None],
 ) -> dict[str, float]:
-    """Pull the gang together, 0..1 per node.
+    """Pull the gang together, 0..1 per node; a node left out scores 0.
 
     Without --topology-key: the share of the group's placed (bound or
     reserved) members on the node. With it: mostly the share in the node's
@@ -182,9 +205,7 @@ def locality(
     placed_total = sum(on_node.values())
     key = policy.topology_key
     if not key:
-        if not placed_total:
-            return {}
-        return {name: on_node.get(name, 0) / placed_total for name in node_names}
+        return {name: count / placed_total for name, count in on_node.items()}
 
     def domain_of(node: str) -> str | None:
         record = lookup(node)
@@ -205,7 +226,8 @@ def locality(
         same_domain = in_domain.get(domain, 0.0) if domain is not None else 0.0
         same_node = on_node.get(name, 0) / placed_total if placed_total else 0.0
         # A shared domain matters most; sharing the node itself is a bonus.
-        result[name] = 0.75 * same_domain + 0.25 * same_node
+        if near := 0.75 * same_domain + 0.25 * same_node:
+            result[name] = near
     return result
 
 

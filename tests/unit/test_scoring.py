@@ -1,3 +1,5 @@
+import math
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -203,3 +205,41 @@ def test_more_changes_than_the_state_remembers_forget_every_score() -> None:
     after = every(scorer, CPU1, None, ["n1", "n2"])
     assert after == every(NodeScorer(ScoringPolicy(), state), CPU1, None, ["n1", "n2"])
     assert after["n1"] > before["n1"] and after["n2"] == before["n2"]
+
+
+@given(
+    placed=st.lists(st.integers(0, 3), max_size=6),
+    used=st.lists(st.sampled_from(["0", "1", "7", "9", "19"]), min_size=4, max_size=4),
+    weights=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+)
+def test_a_gang_members_scores_are_the_weighted_parts_rounded(
+    placed: list[int], used: list[str], weights: tuple[int, int]
+) -> None:
+    """Locality and binpack, weighted, then rounded: the nodes that round to 0 are left out.
+
+    Nodes of 20 CPUs with 0 to 19 used: the binpack part lands on and around the
+    fraction that rounds to 0 or to 1. A value within float error of a half may
+    round either way.
+    """
+    state = ClusterState()
+    state.replace_nodes([node(f"n{n}", cpu="20", memory="1Ti") for n in range(4)])
+    for n, cores in enumerate(used):
+        state.apply_pod(pod(f"other{n}", node=f"n{n}", cpu=cores, memory="1Ki"))
+    for i, n in enumerate(placed):
+        state.apply_pod(pod(f"m{i}", group="g", node=f"n{n}", cpu="0", memory="1Ki"))
+    locality_weight, binpack_weight = weights
+    policy = ScoringPolicy(locality_weight=locality_weight, binpack_weight=binpack_weight)
+    requests = {"cpu": 1000}
+    asked = binpack_request(policy.binpack_resources, requests)
+    total = locality_weight + binpack_weight
+    names = [f"n{n}" for n in range(4)]
+    scores = NodeScorer(policy, state).score(requests, "default/g", names)
+    for name in names:
+        near = sum(1 for n in placed if f"n{n}" == name) / len(placed) if placed else 0.0
+        packed = binpack(asked, state, state.nodes[name]) if binpack_weight else 0.0
+        tenths = (locality_weight * near + binpack_weight * packed) / total * 10 if total else 0
+        allowed = {math.floor(tenths), math.ceil(tenths)}
+        if abs(tenths - math.floor(tenths) - 0.5) > 1e-9:
+            allowed = {round(tenths)}
+        assert scores.get(name, 0) in allowed, (name, tenths, scores)
+    assert 0 not in scores.values()
