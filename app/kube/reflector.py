@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
@@ -75,8 +75,18 @@ class ListWatch(Requests, Protocol):
     ) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Collection:
+    """What a reflector lists and watches: `path` (e.g. /api/v1/pods) with query `params`
+    (a fieldSelector, say) on every list and watch; `kind` names it in logs and metrics."""
+
+    kind: str
+    path: str
+    params: Mapping[str, str] = field(default_factory=dict)
+
+
 class Reflector:
-    """Lists and watches one collection (`path`, e.g. /api/v1/pods) into a Sink.
+    """Lists and watches one collection into a Sink.
 
     `settings` is read at each list and watch; set another on an instance
     before start() (tests use small pages and short watches).
@@ -85,19 +95,10 @@ class Reflector:
     settings: ReflectorSettings = ReflectorSettings()
 
     def __init__(
-        self,
-        kind: str,
-        path: str,
-        sink: Sink,
-        api: ListWatch,
-        metrics: Metrics,
-        *,
-        params: Mapping[str, str] | None = None,
+        self, collection: Collection, sink: Sink, api: ListWatch, metrics: Metrics
     ) -> None:
-        """params: query parameters of every list and watch (a fieldSelector, say)."""
-        self.kind = kind
-        self._path = path
-        self._params = dict(params or {})
+        self.kind = kind = collection.kind
+        self._collection = collection
         self._sink = sink
         self._api = api
         self._metrics = metrics
@@ -171,7 +172,8 @@ class Reflector:
                 backoff = min(backoff * 2, self.settings.max_backoff_seconds)
 
     def _url(self, **params: str) -> str:
-        return f"{self._path}?{urlencode({**self._params, **params})}"
+        collection = self._collection
+        return f"{collection.path}?{urlencode({**collection.params, **params})}"
 
     async def _list(self) -> None:
         items: list[Mapping[str, Any]] = []

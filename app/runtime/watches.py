@@ -20,7 +20,7 @@ from app.core.admission import Admission
 from app.core.groups import GROUP_APIS, SOURCE_XK8S, GroupApi, group_key
 from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from app.core.state import ClusterState
-from app.kube.reflector import ListWatch, Reflector, Sink
+from app.kube.reflector import Collection, ListWatch, Reflector, Sink
 from app.ops.leader import LeaderElection
 from app.ops.metrics import Metrics
 from app.runtime.queue_book import QueueBook
@@ -89,7 +89,8 @@ class Watches:
     def _reflector(
         self, kind: str, path: str, sink: Sink, params: Mapping[str, str] | None = None
     ) -> Reflector:
-        return Reflector(kind, path, sink, self._requests, self._metrics, params=params)
+        collection = Collection(kind, path, params or {})
+        return Reflector(collection, sink, self._requests, self._metrics)
 
 
 def _name(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.kube.http import AsyncApiClient
-from app.kube.reflector import Reflector, ReflectorSettings, Sink
+from app.kube.reflector import Collection, Reflector, ReflectorSettings, Sink
 from app.ops.metrics import Metrics
 from tests.cluster.kube import Kube
 
@@ -61,7 +61,7 @@ async def test_watch_resumes_after_drops_and_relists_after_410(kube: Kube, names
     api = AsyncApiClient(kube.client.configuration)
     path = f"/api/v1/namespaces/{namespace}/configmaps"
     # Pages of 2: the list is paginated as with thousands of pods.
-    reflector = Reflector("configmaps", path, sink, api, metrics)
+    reflector = Reflector(Collection("configmaps", path), sink, api, metrics)
     reflector.settings = ReflectorSettings(page_size=2)
     for i in range(3):
         create(kube, namespace, f"before-{i}")
@@ -110,7 +110,7 @@ async def test_a_watch_the_server_ends_is_opened_again_without_a_list(
     sink = Sink(recorder.replace, recorder.upsert, recorder.delete, lambda: len(recorder.objects))
     api = AsyncApiClient(kube.client.configuration)
     path = f"/api/v1/namespaces/{namespace}/configmaps"
-    reflector = Reflector("configmaps", path, sink, api, Metrics())
+    reflector = Reflector(Collection("configmaps", path), sink, api, Metrics())
     reflector.settings = ReflectorSettings(watch_timeout_seconds=1)
     reflector.start()
     try:

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from app.kube.errors import Gone, Transient
-from app.kube.reflector import Reflector, ReflectorSettings, Sink
+from app.kube.reflector import Collection, Reflector, ReflectorSettings, Sink
 from app.ops.metrics import Metrics
 
 HANG = object()  # a watch step: stay open until cancelled
@@ -142,7 +142,7 @@ async def test_list_pages_then_watch_from_the_list_and_apply_each_event() -> Non
         ],
     )
     cache = Cache()
-    reflector = Reflector("things", "/api/v1/things", cache.sink(), api, Metrics())
+    reflector = Reflector(Collection("things", "/api/v1/things"), cache.sink(), api, Metrics())
     reflector.settings = ReflectorSettings(page_size=2)
     try:
         await run_until(reflector, lambda: reflector.resource_version == "14", "the bookmark")
@@ -171,7 +171,7 @@ async def test_an_expired_continue_token_starts_the_list_over() -> None:
         watches=[[HANG]],
     )
     cache = Cache()
-    reflector = Reflector("things", "/t", cache.sink(), api, Metrics())
+    reflector = Reflector(Collection("things", "/t"), cache.sink(), api, Metrics())
     reflector.settings = ReflectorSettings(page_size=1)
     try:
         await run_until(reflector, lambda: reflector.synced, "the list")
@@ -192,7 +192,7 @@ async def test_410_gone_lists_again_and_watches_from_the_new_list(gone: bytes | 
         api.watches[0] = [gone]
     cache = Cache()
     metrics = Metrics()
-    reflector = Reflector("things", "/t", cache.sink(), api, metrics)
+    reflector = Reflector(Collection("things", "/t"), cache.sink(), api, metrics)
     try:
         await run_until(reflector, lambda: cache.lists == 2 and api.opened >= 1, "the relist")
         await asyncio.sleep(0.05)
@@ -219,7 +219,7 @@ async def test_a_failed_watch_is_unhealthy_until_the_next_one_opens_from_the_sam
         ],
     )
     cache = Cache()
-    reflector = Reflector("things", "/t", cache.sink(), api, Metrics())
+    reflector = Reflector(Collection("things", "/t"), cache.sink(), api, Metrics())
     try:
         await run_until(reflector, lambda: reflector.last_error is not None, "the error")
         assert not reflector.healthy
@@ -242,7 +242,7 @@ async def test_an_object_the_cache_refuses_neither_stops_the_watch_nor_later_eve
         watches=[[line("ADDED", "bad", "2"), line("ADDED", "good", "3"), HANG]],
     )
     cache = Cache(refuse="bad")
-    reflector = Reflector("things", "/t", cache.sink(), api, Metrics())
+    reflector = Reflector(Collection("things", "/t"), cache.sink(), api, Metrics())
     try:
         await run_until(reflector, lambda: "good" in cache.objects, "the next event")
         assert reflector.resource_version == "3"
@@ -257,7 +257,7 @@ async def test_reconnect_resumes_from_the_last_event_without_a_list() -> None:
         watches=[[line("ADDED", "b", "6"), HANG], [line("ADDED", "c", "7"), HANG]],
     )
     cache = Cache()
-    reflector = Reflector("things", "/t", cache.sink(), api, Metrics())
+    reflector = Reflector(Collection("things", "/t"), cache.sink(), api, Metrics())
     try:
         await run_until(reflector, lambda: "b" in cache.objects, "the first watch")
         reflector.reconnect()
