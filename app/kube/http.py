@@ -46,6 +46,7 @@ from kubernetes.client.rest import should_bypass_proxies
 from yarl import URL
 
 from app import __version__
+from app.core.clock import monotonic
 from app.kube.errors import Transient, error_for
 
 LineHandler = Callable[[bytes], None]
@@ -349,12 +350,27 @@ class AsyncApiClient:
         raise AssertionError("unreachable")
 
 
+# The longest a watch's events hold the event loop before waiting verbs get a turn.
+WATCH_SLICE_SECONDS = 0.0005
+
+
 async def _stream(response: aiohttp.ClientResponse, on_line: LineHandler) -> None:
-    """Each line of the answer to `on_line` as its chunk arrives; the last one at the end."""
+    """Each line of the answer to `on_line` as its chunk arrives; the last one at the end.
+
+    One chunk can carry dozens of pod events (a burst of bindings): applied
+    in one go they would hold a filter call that arrived meanwhile for
+    milliseconds, and kube-scheduler waits for it. So the loop is given back
+    every WATCH_SLICE_SECONDS; the events are still applied in order.
+    """
     lines = LineBuffer()
     async for chunk in response.content.iter_any():
-        for line in lines.feed(chunk):
+        batch = lines.feed(chunk)
+        until = monotonic() + WATCH_SLICE_SECONDS
+        for line in batch:
             on_line(line)
+            if monotonic() > until:
+                await asyncio.sleep(0)
+                until = monotonic() + WATCH_SLICE_SECONDS
     for line in lines.rest():
         on_line(line)
 

@@ -8,6 +8,7 @@ happen) from a script: bytes to send, pauses, and where to cut the connection.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,7 +18,7 @@ import pytest
 from kubernetes import client as k8s
 
 from app.kube.errors import Gone, NotFound, Transient
-from app.kube.http import AsyncApiClient
+from app.kube.http import WATCH_SLICE_SECONDS, AsyncApiClient
 
 
 class Pause:
@@ -245,3 +246,30 @@ async def test_no_answer_in_time_is_transient() -> None:
     await api2.close()
     listener.close()
     listener2.close()
+
+
+async def test_a_burst_of_events_in_one_chunk_gives_the_event_loop_back_between_them(
+    serve: Serve,
+) -> None:
+    """A verb that arrives during a burst is answered before the burst is all applied."""
+    burst = b"".join(event("ADDED", f"p{i}", str(i)) for i in range(40))
+    _server, watch = await serve([HEAD, chunk(burst), END])
+    lines = Lines()
+    ticks: list[int] = []  # how many events were applied each time the other task ran
+
+    def slow(line: bytes) -> None:
+        lines.line(line)
+        until = time.perf_counter() + WATCH_SLICE_SECONDS / 2
+        while time.perf_counter() < until:  # each event takes half a slice
+            pass
+
+    async def other_task() -> None:
+        while len(lines.seen) < 40:
+            ticks.append(len(lines.seen))
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_task())
+    await asyncio.wait_for(watch("/w", slow, timeout_seconds=5), 5)
+    await other
+    assert lines.seen == [f"p{i}" for i in range(40)]  # all of them, in order
+    assert len({t for t in ticks if 0 < t < 40}) >= 5  # it ran again and again mid-burst
