@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import random
 import re
 import socket
 import ssl
@@ -38,11 +39,39 @@ SCHEDULER_NAME = "gang-scheduler"
 SIBLINGS = "cannot find enough sibling pods"
 
 
+# Below the kernel's range for outgoing connections (ip_local_port_range, from 32768
+# by default) and above the session clusters' fixed ports (hack/local_cluster/layout.py).
+_PORTS = range(28000, 32768)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A loopback port nothing listens on, for a server the test starts next.
+
+    Not bind(0): the kernel answers with a port of its range for outgoing
+    connections, and any connection opened between this check and the
+    server's own bind may take it (a kube-scheduler exited with "bind:
+    address already in use"). A port is handed out once per test session.
+    """
+    low = _outgoing_ports_start()
+    for port in random.sample(_PORTS, len(_PORTS)):
+        if port >= low or port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise RuntimeError(f"no free loopback port in {_PORTS} below {low}")
+
+
+def _outgoing_ports_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _set_flag(args: list[str], name: str, value: str) -> list[str]:
