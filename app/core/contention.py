@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from app.core.packing import AllowedNodes, Bin, Demand, Packing, give, index_of, pack, take
+from app.core.packing import AllowedNodes, Bin, Demand, Packing, give, pack, take
 
 
 class Ruling(StrEnum):
@@ -218,8 +218,12 @@ class _Room:
 
     def give_back(self, holder: Holder) -> None:
         """What the holder was promised and holds in the gate is free again."""
-        for held in (holder.remaining, holder.reserved):
-            give(self.bins, held, index=self._copied(held))
+        self.free_up(holder.remaining)
+        self.free_up(holder.reserved)
+
+    def free_up(self, held: Mapping[str, Mapping[str, int]]) -> None:
+        """Capacity held per node is free again (in this room's own copies of those bins)."""
+        give(self.bins, held, index=self._copied(held))
 
 
 class _Steps:
@@ -278,11 +282,10 @@ class _Steps:
         packing.
         """
         candidate = self.candidate
-        unheld = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
-        unheld_index = index_of(unheld)
+        unheld = _Room(free, (), ())
         for holder in self.holders:
-            give(unheld, holder.reserved, index=unheld_index)
-        alone = pack(candidate.demands, unheld, candidate.need)
+            unheld.free_up(holder.reserved)
+        alone = pack(candidate.demands, unheld.bins, candidate.need)
         if not alone.fits:
             return Decision(Ruling.SHORT, message=alone.describe(candidate.key, candidate.demands))
         blocker = self.blocker
