@@ -47,6 +47,7 @@ class Settings:
     binpack_weight: int = 1
     binpack_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
     score_non_gang: str = "binpack"
+    member_node_choice: str = "extender"
     x_k8s_podgroups: str = "auto"
     volcano_podgroups: str = "auto"
     native_podgroups: str = "auto"

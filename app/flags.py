@@ -222,6 +222,15 @@ FLAGS = (
         "MODE",
     ),
     Flag(
+        "member_node_choice",
+        _choice(("extender", "scheduler")),
+        "who picks an admitted gang member's node: extender (the filter answers with the "
+        "node prioritize ranks first, so kube-scheduler skips scoring; not for pods with "
+        "preferred affinities or ScheduleAnyway spreading) or scheduler (every node passes "
+        "and kube-scheduler's scoring, with prioritize, decides)",
+        "MODE",
+    ),
+    Flag(
         "x_k8s_podgroups",
         _choice(("auto", "off")),
         "scheduler-plugins PodGroups (scheduling.x-k8s.io/v1alpha1, pod label "

@@ -208,6 +208,7 @@ def build_extender(settings: Settings, parts: Components) -> GangExtender:
         binpack_resources=dict(settings.binpack_resources),
         topology_key=settings.topology_key,
         binpack_non_gang=settings.score_non_gang == "binpack",
+        pick_member_node=settings.member_node_choice == "extender",
     )
     return GangExtender(
         cluster,

@@ -31,6 +31,9 @@ class ScoringPolicy:
     topology_key: str | None = None
     # Whether pods outside any gang get the binpack score (else a flat 0).
     binpack_non_gang: bool = True
+    # Whether the filter names an admitted gang member's node (app/core/node_choice.py)
+    # rather than pass every node for kube-scheduler to score (--member-node-choice).
+    pick_member_node: bool = True
 
 
 class NodeScorer:
@@ -71,38 +74,80 @@ class NodeScorer:
         nodes_in_request: the Node objects of a call without nodeCacheCapable;
         they win over our cache and are not remembered.
         """
+        policy = self.policy
+        with_binpack = policy.binpack_weight > 0 and (
+            group_key is not None or policy.binpack_non_gang
+        )
+        with_locality = group_key is not None and policy.locality_weight > 0
+        if with_binpack and not with_locality and nodes_in_request is None:
+            # A pod in no gang, the common case: the remembered 0..10 scores as they are.
+            asked = binpack_request(policy.binpack_resources, requests)
+            _, remembered = self._binpack_memo(asked, node_names)
+            return {name: score for name in node_names if (score := remembered.get(name))}
+        parts = self._parts(requests, group_key, node_names, nodes_in_request)
+        return _weighted(node_names, *parts) if parts is not None else {}
+
+    def best(
+        self,
+        requests: Resources,
+        group_key: str,
+        node_names: Sequence[str],
+        nodes_in_request: Mapping[str, NodeRecord] | None = None,
+    ) -> str | None:
+        """The node of `node_names` that score() ranks first, compared before rounding.
+
+        The filter names this node for a gang member (app/web/filter_verb.py),
+        so kube-scheduler skips its scoring and our prioritize call. Ties go
+        to the first in `node_names`; None when the policy prefers nothing
+        (both weights 0) or no node is named.
+        """
+        parts = self._parts(requests, group_key, node_names, nodes_in_request)
+        if parts is None or not node_names:
+            return None
+        (near_weight, near), (pack_weight, packed) = parts
+        near_of, pack_of = near.get, packed.get
+        first, top = node_names[0], -1.0
+        for name in node_names:
+            value = near_weight * near_of(name, 0.0) + pack_weight * pack_of(name, 0.0)
+            if value > top:
+                first, top = name, value
+        return first
+
+    def _parts(
+        self,
+        requests: Resources,
+        group_key: str | None,
+        node_names: Sequence[str],
+        nodes_in_request: Mapping[str, NodeRecord] | None,
+    ) -> tuple[_Part, _Part] | None:
+        """(weight, 0..1 per node) of locality and of binpack; None when both weigh 0."""
         policy, state = self.policy, self._state
         with_binpack = policy.binpack_weight > 0 and (
             group_key is not None or policy.binpack_non_gang
         )
         with_locality = group_key is not None and policy.locality_weight > 0
-        asked = binpack_request(policy.binpack_resources, requests) if with_binpack else []
-        if with_binpack and not with_locality and nodes_in_request is None:
-            # A pod in no gang, the common case: the remembered 0..10 scores as they are.
-            _, remembered = self._binpack_memo(asked, node_names)
-            return {name: score for name in node_names if (score := remembered.get(name))}
+        near_weight = policy.locality_weight if with_locality else 0
+        pack_weight = policy.binpack_weight if with_binpack else 0
+        if not near_weight + pack_weight:
+            return None
 
         def node(name: str) -> NodeRecord | None:
             if nodes_in_request is not None and name in nodes_in_request:
                 return nodes_in_request[name]
             return state.nodes.get(name)
 
-        near_weight = policy.locality_weight if with_locality else 0
-        pack_weight = policy.binpack_weight if with_binpack else 0
-        total = near_weight + pack_weight
-        if not total:
-            return {}
         near: Mapping[str, float] = {}
         if with_locality:
             assert group_key is not None
             near = locality(policy, state, group_key, node_names, node)
         packed: Mapping[str, float] = {}
         if with_binpack:
+            asked = binpack_request(policy.binpack_resources, requests)
             if nodes_in_request is None:
                 packed, _ = self._binpack_memo(asked, node_names)
             else:
                 packed = binpack_all(asked, state, node_names, nodes_in_request)
-        return _weighted(node_names, (near_weight, near), (pack_weight, packed))
+        return (near_weight, near), (pack_weight, packed)
 
     def _binpack_memo(self, asked: list[tuple[str, int, int]], node_names: Sequence[str]) -> _Memo:
         """This request shape's memo, holding every known node in `node_names`."""
@@ -138,12 +183,11 @@ class NodeScorer:
 _Memo = tuple[dict[str, float], dict[str, int]]
 """Per node: binpack in 0..1, and as the 0..10 score of a pod in no gang."""
 
+_Part = tuple[int, Mapping[str, float]]
+"""One part of the score: its weight, and 0..1 per node (a node left out is 0)."""
 
-def _weighted(
-    node_names: Sequence[str],
-    near: tuple[int, Mapping[str, float]],
-    packed: tuple[int, Mapping[str, float]],
-) -> dict[str, int]:
+
+def _weighted(node_names: Sequence[str], near: _Part, packed: _Part) -> dict[str, int]:
     """The nodes' scores from the two parts, (weight, 0..1 per node); those scoring 0 left out.
 
     Spelled out for the two parts: this loop runs over every node for every

@@ -3,7 +3,9 @@
 A group-level refusal (too few siblings, no room for the whole gang, a
 broken PodGroup) marks every node unresolvable, so kube-scheduler does not
 preempt for it; a gang held to a topology domain passes only that domain's
-nodes.
+nodes. An admitted member is given the one node the prioritize score ranks
+first, unless its spec has preferences only kube-scheduler weighs
+(app/core/node_choice.py): kube-scheduler then skips scoring for it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import Any
 from app.core.admission import FilterReason
 from app.core.groups import describe_task_shortfall
 from app.core.hypernode import tier_of
+from app.core.node_choice import soft_preference, without_disfavoured
+from app.core.records import NodeRecord, node_record_from
+from app.core.scoring import NodeScorer
 from app.core.topology import Domain, TopologyConstraint, domain_message
 from app.runtime.line import Candidate
 from app.web.pod_view import PodView, PodViews
@@ -24,10 +29,13 @@ log = logging.getLogger(__name__)
 
 
 class FilterVerb:
-    def __init__(self, core: VerbCore, views: PodViews, links: VerbLinks) -> None:
+    def __init__(
+        self, core: VerbCore, views: PodViews, links: VerbLinks, scorer: NodeScorer
+    ) -> None:
         self._core = core
         self._views = views
         self._links = links
+        self._scorer = scorer
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
         core, names = self._core, args.names
@@ -72,9 +80,29 @@ class FilterVerb:
             extra={"pod": pod.key, "podgroup": spec.key, "verb": "filter"},
         )
         placed = arbiter.domain(spec, pod.topology) if arbiter is not None else None
+        passed, outside = names, dict[str, str]()
         if placed is not None:
-            return self._in_domain(args, names, spec.key, *placed)
-        return filter_result(args, names, {}, {})
+            passed, outside = self._in_domain(args, names, spec.key, *placed)
+        return filter_result(args, self._pick(args, passed, pod), {}, outside)
+
+    def _pick(self, args: ExtenderArgs, passed: list[str], pod: PodView) -> list[str]:
+        """[the node an admitted member goes to], or `passed` when kube-scheduler should rank them.
+
+        See app/core/node_choice.py; the other nodes are left out of the
+        answer, not failed: they could take the pod, we just prefer one.
+        """
+        scorer = self._scorer
+        if len(passed) < 2 or pod.spec is None or not scorer.policy.pick_member_node:
+            return passed
+        if soft_preference(pod.pod_spec) is not None:
+            return passed
+        in_request: dict[str, NodeRecord] | None = None
+        if args.nodes is not None:
+            in_request = {n["metadata"]["name"]: node_record_from(n) for n in args.nodes}
+        nodes = in_request if in_request is not None else self._core.state.nodes
+        offered = without_disfavoured(passed, nodes, pod.pod_spec)
+        best = scorer.best(pod.requests, pod.spec.key, offered, in_request)
+        return [best] if best is not None else passed
 
     def _in_domain(
         self,
@@ -83,7 +111,7 @@ class FilterVerb:
         group_key: str,
         domain: Domain,
         constraint: TopologyConstraint,
-    ) -> dict[str, Any]:
+    ) -> tuple[list[str], dict[str, str]]:
         """Only the nodes of the gang's domain pass; the others are told where the gang is.
 
         Unresolvable: evicting pods on a node outside the domain cannot make
@@ -114,7 +142,7 @@ class FilterVerb:
             if message is None:
                 message = messages[value] = domain_message(group_key, domain, constraint, value)
             outside[name] = message
-        return filter_result(args, passed, {}, outside)
+        return passed, outside
 
     def _reject(
         self,

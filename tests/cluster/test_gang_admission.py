@@ -185,3 +185,53 @@ def test_both_node_cache_modes_through_the_real_scheduler(
     assert set(bound) == {"cached-0", "cached-1", "listed-0", "listed-1"}
     assert calls("node-names") >= names_before + 2
     assert calls("nodes") >= nodes_before + 2
+
+
+def test_the_filter_names_a_members_node_unless_the_pod_states_a_preference(
+    kube: Kube, namespace: str, extender: Extender
+) -> None:
+    """--member-node-choice=extender: one node in the filter's answer, so kube-scheduler
+    neither scores nor calls prioritize for the member; a preferred node affinity
+    leaves the ranking to kube-scheduler, with prioritize."""
+
+    def prioritize_calls() -> float:
+        return sum(
+            value
+            for (name, labels), value in extender.metrics().items()
+            if name == "gang_extender_requests_total" and dict(labels).get("verb") == "prioritize"
+        )
+
+    # A plain pod makes one node the fullest: binpack then ranks it first for the gang.
+    kube.create_pod(namespace, "anchor", cpu="1")
+    fullest = wait_for(lambda: kube.bound(namespace).get("anchor"), 30, "the anchor bound")
+    before = prioritize_calls()
+    kube.create_podgroup(namespace, "packed", 2)
+    for i in range(2):
+        kube.create_pod(namespace, f"packed-{i}", group="packed", cpu="1")
+    bound = wait_for(lambda: len(kube.bound(namespace)) == 3 and kube.bound(namespace), 30, "gang")
+    assert bound["packed-0"] == bound["packed-1"] == fullest, bound
+    time.sleep(1)  # a late call, if any, is counted
+    assert prioritize_calls() == before
+
+    elsewhere = next(name for name in kube.node_names() if name != fullest)
+    kube.create_podgroup(namespace, "picky", 2)
+    for i in range(2):
+        body = kube.pod_body(f"picky-{i}", group="picky")
+        body["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "preference": {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [elsewhere]}
+                            ]
+                        },
+                    }
+                ]
+            }
+        }
+        kube.core.create_namespaced_pod(namespace, body)
+    bound = wait_for(lambda: len(kube.bound(namespace)) == 5 and kube.bound(namespace), 30, "picky")
+    assert bound["picky-0"] == bound["picky-1"] == elsewhere, bound
+    assert prioritize_calls() >= before + 2

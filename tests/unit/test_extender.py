@@ -134,6 +134,43 @@ async def test_gang_binds_through_the_gate(world: tuple[World, httpx.AsyncClient
     assert sorted(w.api.bound) == [("a", "n1"), ("b", "n2")]
 
 
+async def test_an_admitted_member_is_given_one_node_unless_it_states_a_preference(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    """One node in the answer: kube-scheduler skips its scoring and our prioritize."""
+    w, client = world
+    w.state.apply_podgroup(podgroup("g", 2))
+    w.state.apply_pod(pod("busy", node="n2", cpu="2"))
+    for name in ("a", "b"):
+        w.state.apply_pod(pod(name, group="g"))
+    r = await post(client, "filter", {"Pod": pod("a", group="g"), "NodeNames": ["n1", "n2"]})
+    assert r.json()["NodeNames"] == ["n2"]  # the fuller node: binpack
+    assert r.json()["FailedNodes"] == {} and r.json()["FailedAndUnresolvableNodes"] == {}
+    # Full Node objects (no nodeCacheCapable): the same pick, among the objects sent.
+    r = await post(
+        client, "filter", {"Pod": pod("a", group="g"), "Nodes": {"items": [node("n1"), node("n2")]}}
+    )
+    assert [n["metadata"]["name"] for n in r.json()["Nodes"]["items"]] == ["n2"]
+    # A preference only kube-scheduler's scoring weighs: every node, for it to rank.
+    picky = pod("b", group="g")
+    picky["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 10,
+                    "preference": {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}
+                        ]
+                    },
+                }
+            ]
+        }
+    }
+    r = await post(client, "filter", {"Pod": picky, "NodeNames": ["n1", "n2"]})
+    assert r.json()["NodeNames"] == ["n1", "n2"]
+
+
 async def test_bind_of_unknown_or_recreated_pod_is_refused(
     world: tuple[World, httpx.AsyncClient],
 ) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from app.core.admission import Admission, WaitPolicy
 from app.core.groups import SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS
+from app.core.scoring import ScoringPolicy
 from app.core.state import ClusterState
 from app.core.topology import HOSTNAME, ZONE
 from app.core.topology_sources import KUEUE_REQUIRED
@@ -26,8 +27,12 @@ NODES = ("a1", "a2", "b1", "b2")
 class World:
     """Racks a (a1, a2) and b (b1, b2) of two 4-CPU nodes; a1 runs a 2-CPU pod."""
 
-    def __init__(self, every_gang: bool = True) -> None:
-        """every_gang: --gang-feasibility."""
+    def __init__(self, every_gang: bool = True, pick_member_node: bool = False) -> None:
+        """every_gang: --gang-feasibility. pick_member_node: --member-node-choice=extender.
+
+        Off by default here: these tests are about the nodes a domain lets
+        through, which the pick would narrow to one.
+        """
         self.state = ClusterState()
         nodes = []
         for name in NODES:
@@ -53,6 +58,7 @@ class World:
             gate,
             api,
             VerbLinks(arbiter=self.arbiter),
+            ScoringPolicy(pick_member_node=pick_member_node),
         )
 
     def member(self, name: str, node_name: str = "") -> dict[str, Any]:
@@ -85,6 +91,16 @@ def test_the_gang_is_held_to_the_fullest_rack_and_other_nodes_are_unresolvable()
     assert world.filter(world.member("train-1"))["NodeNames"] == ["a1", "a2"]
     assert world.arbiter.snapshot()["claims"][0]["domain"] == {"level": RACK, "value": "a"}
     assert world.metrics.topology_placements.labels(RACK)._value.get() == 1
+
+
+def test_a_member_is_given_the_fullest_node_of_its_rack_when_the_extender_picks() -> None:
+    world = World(pick_member_node=True)
+    for i in range(2):
+        world.state.apply_pod(world.member(f"train-{i}"))
+    result = world.filter(world.member("train-0"))
+    # a1 already runs 2 of its 4 CPUs: binpack ranks it above a2; rack b stays unresolvable.
+    assert result["NodeNames"] == ["a1"]
+    assert set(result["FailedAndUnresolvableNodes"]) == {"b1", "b2"}
 
 
 def test_a_restarted_member_follows_its_bound_sibling_to_the_emptier_rack() -> None:
