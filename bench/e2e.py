@@ -192,6 +192,15 @@ def gang_latencies(
     return [t - ready_at[g] for g, t in last_bound.items() if g in ready_at]
 
 
+def nodes_per_gang(node_of: Mapping[str, str], gang_of: Mapping[str, str]) -> float | None:
+    """How many distinct nodes a gang's bound members are on, mean over the gangs."""
+    nodes: dict[str, set[str]] = {}
+    for pod, gang in gang_of.items():
+        if node_of.get(pod):
+            nodes.setdefault(gang, set()).add(node_of[pod])
+    return sum(len(n) for n in nodes.values()) / len(nodes) if nodes else None
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (and its waited-for children), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -344,6 +353,8 @@ class CaseResult:
     pod_latency_p99: float
     gang_latency_p50: float | None = None
     gang_latency_p99: float | None = None
+    # Distinct nodes a gang's members landed on, mean over the gangs (packing, not speed).
+    nodes_per_gang: float | None = None
     extender_cpu_per_1000: float | None = None
     scheduler_cpu_per_1000: float | None = None
     # verb -> (p50, p99) seconds, from the extender's own histogram (server side).
@@ -478,10 +489,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "the machine's CPUs in use from the first bind to the last.",
         "",
         "| case | nodes | pods | pods/s | CPU busy | pod latency p50 / p99 "
-        "| gang latency p50 / p99 | extender CPU s / 1,000 pods "
+        "| gang latency p50 / p99 | nodes per gang | extender CPU s / 1,000 pods "
         "| kube-scheduler CPU s / 1,000 pods | scheduling algorithm p50 / p99 "
         "| API server pods/binding p50 / p99 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cases:
         gang = (
@@ -496,7 +507,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines.append(
             f"| ({c.case}) {c.description} | {c.nodes:,} | {c.bound:,}/{c.pods:,} "
             f"| {c.pods_per_second:.1f} | {c.machine_busy:.0%} "
-            f"| {c.pod_latency_p50:.2f} / {c.pod_latency_p99:.2f} s | {gang} | {cpu} "
+            f"| {c.pod_latency_p50:.2f} / {c.pod_latency_p99:.2f} s | {gang} "
+            f"| {f'{c.nodes_per_gang:.2f}' if c.nodes_per_gang is not None else '-'} | {cpu} "
             f"| {sched_cpu} | {_ms((c.algorithm_p50, c.algorithm_p99))} "
             f"| {c.api_binding_p50 * 1000:.0f} / {c.api_binding_p99 * 1000:.0f} ms |"
         )
@@ -606,6 +618,7 @@ class BindWatch:
 
     def __init__(self, core: Any, namespace: str, resource_version: str, expected: int) -> None:
         self.bound_at: dict[str, float] = {}
+        self.node_of: dict[str, str] = {}
         self.expected = expected
         self.ticks_at_first: CpuTicks | None = None
         self.ticks_at_last: CpuTicks | None = None
@@ -655,6 +668,9 @@ class BindWatch:
                         self._rv = meta["resourceVersion"]
                     if event.get("type") in ("ADDED", "MODIFIED"):
                         self._bound(meta.get("name", ""), now)
+                        self.node_of[meta.get("name", "")] = (obj.get("spec") or {}).get(
+                            "nodeName", ""
+                        )
                 if self._stop.is_set():
                     return
         finally:
@@ -1105,6 +1121,7 @@ class Runner:
             )
             result.gang_latency_p50 = percentile(gangs_latency, 0.5)
             result.gang_latency_p99 = percentile(gangs_latency, 0.99)
+            result.nodes_per_gang = nodes_per_gang(watch.node_of, gang_of)
         if extender_pid is not None:
             result.extender_cpu_per_1000 = (cpu_after - cpu_before) / max(1, bound) * 1000
             name = "gang_extender_request_duration_seconds"
@@ -1129,6 +1146,11 @@ class Runner:
             + f", last bind {last - t0:.1f}s after start"
             + f", API server pods/binding p50 {result.api_binding_p50 * 1000:.0f} ms"
             + f" p99 {result.api_binding_p99 * 1000:.0f} ms"
+            + (
+                f", {result.nodes_per_gang:.2f} nodes per gang"
+                if result.nodes_per_gang is not None
+                else ""
+            )
         )
         self.delete_namespace(namespace)
         return result

@@ -234,3 +234,11 @@ def test_wire_latencies_are_percentiles_of_the_captured_round_trips() -> None:
 
 def test_every_other_round_runs_the_cases_in_reverse() -> None:
     assert [e2e.round_order("abcdn", n) for n in (1, 2, 3)] == ["abcdn", "ndcba", "abcdn"]
+
+
+def test_nodes_per_gang_counts_distinct_nodes_of_bound_members() -> None:
+    gang_of = {"p0": "g0", "p1": "g0", "p2": "g0", "p3": "g1", "p4": "g1", "p5": "g2"}
+    node_of = {"p0": "n1", "p1": "n1", "p2": "n2", "p3": "n3", "p4": "n3", "p5": ""}
+    # g0 on two nodes, g1 on one, g2 not bound yet (left out).
+    assert e2e.nodes_per_gang(node_of, gang_of) == 1.5
+    assert e2e.nodes_per_gang({}, gang_of) is None
