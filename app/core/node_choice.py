@@ -53,10 +53,12 @@ def without_disfavoured(
     TaintToleration score would rank them by how many, and any of them is
     allowed.
     """
+    # Most nodes have no taint at all: an empty tuple is the whole test for them.
     tainted = [
         name
         for name in names
         if (record := nodes.get(name)) is not None
+        and record.taints
         and any(t.effect == "PreferNoSchedule" for t in record.taints)
     ]
     if not tainted:
