@@ -10,7 +10,9 @@ fragmentation, so the next gang finds whole nodes free).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
+from itertools import filterfalse, repeat
 
 from cachetools import LRUCache
 
@@ -105,13 +107,17 @@ class NodeScorer:
         if parts is None or not node_names:
             return None
         (near_weight, near), (pack_weight, packed) = parts
-        near_of, pack_of = near.get, packed.get
-        first, top = node_names[0], -1.0
-        for name in node_names:
-            value = near_weight * near_of(name, 0.0) + pack_weight * pack_of(name, 0.0)
-            if value > top:
-                first, top = name, value
-        return first
+        # Once per member over hundreds of nodes: the binpack part in C (map, max,
+        # index), then the few nodes that locality lifts, each by its position.
+        packs = list(map(packed.get, node_names, repeat(0.0)))
+        top = max(packs)
+        at = packs.index(top)
+        best = pack_weight * top
+        for name, i in _positions(node_names, near).items():
+            value = near_weight * near[name] + pack_weight * packs[i]
+            if value > best or (value == best and i < at):
+                best, at = value, i
+        return node_names[at]
 
     def _parts(
         self,
@@ -159,9 +165,8 @@ class NodeScorer:
             memo = self._memo[shape] = ({}, {})
         fractions, scores = memo
         nodes = state.nodes
-        for name in node_names:
-            if name in fractions:
-                continue
+        # Usually every node is remembered: the look for the others runs in C.
+        for name in filterfalse(fractions.__contains__, node_names):
             record = nodes.get(name)
             if record is not None:
                 fraction = binpack(asked, state, record)
@@ -212,6 +217,18 @@ def _weighted(node_names: Sequence[str], near: _Part, packed: _Part) -> dict[str
             if fraction > cut and (score := _clamp(share * fraction)):
                 scores[name] = score
     return scores
+
+
+def _positions(node_names: Sequence[str], wanted: Mapping[str, float]) -> dict[str, int]:
+    """Where each of `wanted` first is in `node_names` (those absent left out)."""
+    if len(wanted) > 8:  # a topology domain's nodes: one pass, in C
+        index = dict(zip(reversed(node_names), range(len(node_names) - 1, -1, -1), strict=True))
+        return {name: index[name] for name in wanted if name in index}
+    found: dict[str, int] = {}
+    for name in wanted:  # the few nodes holding members: list.index runs in C
+        with suppress(ValueError):
+            found[name] = node_names.index(name)
+    return found
 
 
 # A 0..1 fraction up to this is score 0 (below 0.5 / MAX_SCORE, with room for float error).

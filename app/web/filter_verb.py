@@ -16,7 +16,13 @@ from typing import Any
 from app.core.admission import FilterReason
 from app.core.groups import describe_task_shortfall
 from app.core.hypernode import tier_of
-from app.core.node_choice import soft_preference, without_disfavoured
+from app.core.node_choice import (
+    SoftTaintedNodes,
+    SoftTaints,
+    soft_preference,
+    soft_taints_of,
+    without_disfavoured,
+)
 from app.core.records import NodeRecord, node_record_from
 from app.core.scoring import NodeScorer
 from app.core.topology import Domain, TopologyConstraint, domain_message
@@ -36,6 +42,7 @@ class FilterVerb:
         self._views = views
         self._links = links
         self._scorer = scorer
+        self._soft_tainted = SoftTaintedNodes(core.state)
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
         core, names = self._core, args.names
@@ -97,10 +104,13 @@ class FilterVerb:
         if soft_preference(pod.pod_spec) is not None:
             return passed
         in_request: dict[str, NodeRecord] | None = None
+        soft_taints: SoftTaints
         if args.nodes is not None:
             in_request = {n["metadata"]["name"]: node_record_from(n) for n in args.nodes}
-        nodes = in_request if in_request is not None else self._core.state.nodes
-        offered = without_disfavoured(passed, nodes, pod.pod_spec)
+            soft_taints = soft_taints_of(in_request)
+        else:
+            soft_taints = self._soft_tainted.current()
+        offered = without_disfavoured(passed, soft_taints, pod.pod_spec)
         best = scorer.best(pod.requests, pod.spec.key, offered, in_request)
         return [best] if best is not None else passed
 

@@ -171,6 +171,26 @@ async def test_an_admitted_member_is_given_one_node_unless_it_states_a_preferenc
     assert r.json()["NodeNames"] == ["n1", "n2"]
 
 
+async def test_a_member_is_not_given_a_node_it_would_rather_avoid(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    w, client = world
+    disfavoured = node("n2")
+    disfavoured["spec"]["taints"] = [{"key": "spot", "value": "", "effect": "PreferNoSchedule"}]
+    w.state.apply_node(disfavoured)
+    w.state.apply_pod(pod("busy", node="n2", cpu="2"))  # the fuller node: binpack's first
+    w.state.apply_podgroup(podgroup("g", 2))
+    for name in ("a", "b"):
+        w.state.apply_pod(pod(name, group="g"))
+    r = await post(client, "filter", {"Pod": pod("a", group="g"), "NodeNames": ["n1", "n2"]})
+    assert r.json()["NodeNames"] == ["n1"]
+    # Tolerated, the taint no longer counts against the node.
+    tolerant = pod("b", group="g")
+    tolerant["spec"]["tolerations"] = [{"key": "spot", "operator": "Exists"}]
+    r = await post(client, "filter", {"Pod": tolerant, "NodeNames": ["n1", "n2"]})
+    assert r.json()["NodeNames"] == ["n2"]
+
+
 async def test_bind_of_unknown_or_recreated_pod_is_refused(
     world: tuple[World, httpx.AsyncClient],
 ) -> None:

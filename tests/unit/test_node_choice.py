@@ -7,8 +7,13 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.node_choice import soft_preference, without_disfavoured
-from app.core.scoring import NodeScorer, ScoringPolicy
+from app.core.node_choice import (
+    SoftTaintedNodes,
+    soft_preference,
+    soft_taints_of,
+    without_disfavoured,
+)
+from app.core.scoring import NodeScorer, ScoringPolicy, binpack, binpack_request, locality
 from app.core.state import ClusterState
 from tests.unit.builders import node, pod
 
@@ -46,13 +51,31 @@ def test_nodes_the_pod_would_rather_avoid_are_left_out_unless_nothing_else_is_of
     state.replace_nodes(
         [node("clean"), tainted("soft", "PreferNoSchedule"), tainted("hard", "NoSchedule")]
     )
+    soft = SoftTaintedNodes(state).current()
+    assert set(soft) == {"soft"} and soft == soft_taints_of(state.nodes)
     names = ["soft", "clean", "hard"]
     # NoSchedule is kube-scheduler's filter's business: it offered the node, so it is allowed.
-    assert without_disfavoured(names, state.nodes, {}) == ["clean", "hard"]
+    assert without_disfavoured(names, soft, {}) == ["clean", "hard"]
     tolerant = {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}
-    assert without_disfavoured(names, state.nodes, tolerant) == names
-    assert without_disfavoured(["soft"], state.nodes, {}) == ["soft"]
-    assert without_disfavoured(["clean", "unknown"], state.nodes, {}) == ["clean", "unknown"]
+    assert without_disfavoured(names, soft, tolerant) == names
+    assert without_disfavoured(["soft"], soft, {}) == ["soft"]
+    assert without_disfavoured(["clean", "unknown"], soft, {}) == ["clean", "unknown"]
+
+
+def test_the_soft_tainted_nodes_follow_node_changes() -> None:
+    state = ClusterState()
+    state.replace_nodes([node("a"), node("b")])
+    kept = SoftTaintedNodes(state)
+    assert kept.current() == {}
+    state.apply_node(tainted("a", "PreferNoSchedule"))
+    assert set(kept.current()) == {"a"}
+    state.apply_node(tainted("b", "PreferNoSchedule", "NoSchedule"))
+    state.apply_node(node("a"))
+    assert set(kept.current()) == {"b"} and len(kept.current()["b"]) == 1
+    state.delete_node("b")
+    assert kept.current() == {}
+    state.replace_nodes([tainted("c", "PreferNoSchedule")])
+    assert set(kept.current()) == {"c"}
 
 
 def test_best_is_the_fullest_node_and_ties_go_to_the_first_offered() -> None:
@@ -69,27 +92,51 @@ def test_best_is_the_fullest_node_and_ties_go_to_the_first_offered() -> None:
 
 
 @given(
-    used=st.lists(st.integers(0, 19), min_size=1, max_size=6),
-    placed=st.lists(st.integers(0, 5), max_size=6),
+    used=st.lists(st.integers(0, 19), min_size=1, max_size=24),
+    placed=st.lists(st.integers(0, 23), max_size=6),
     weights=st.sampled_from([(2, 1), (0, 1), (1, 0), (1, 3)]),
+    zones=st.booleans(),
+    order=st.randoms(use_true_random=False),
 )
-def test_best_is_a_node_prioritize_scores_highest(
-    used: list[int], placed: list[int], weights: tuple[int, int]
+def test_best_is_the_first_node_of_highest_unrounded_score(
+    used: list[int], placed: list[int], weights: tuple[int, int], zones: bool, order: Any
 ) -> None:
-    """What the filter names is never a node that prioritize would have ranked lower."""
+    """What the filter names: the weighted parts, compared before rounding; ties to the first.
+
+    So it is never a node that prioritize would have ranked lower. With
+    zones, locality covers whole domains (more than a few nodes).
+    """
     state = ClusterState()
     names = [f"n{n}" for n in range(len(used))]
-    state.replace_nodes([node(name, cpu="20", memory="1Ti") for name in names])
+    nodes = []
+    for n, name in enumerate(names):
+        raw = node(name, cpu="20", memory="1Ti")
+        raw["metadata"]["labels"]["zone"] = "a" if n % 3 else "b"
+        nodes.append(raw)
+    state.replace_nodes(nodes)
     for n, cores in enumerate(used):
         if cores:
             state.apply_pod(pod(f"other{n}", node=f"n{n}", cpu=str(cores), memory="1Ki"))
     for i, n in enumerate(placed):
         if n < len(names):
             state.apply_pod(pod(f"m{i}", group="g", node=f"n{n}", cpu="0", memory="1Ki"))
-    policy = ScoringPolicy(locality_weight=weights[0], binpack_weight=weights[1])
+    policy = ScoringPolicy(
+        locality_weight=weights[0],
+        binpack_weight=weights[1],
+        topology_key="zone" if zones else None,
+    )
     scorer = NodeScorer(policy, state)
     requests = {"cpu": 1000}
-    scores = scorer.score(requests, "default/g", names)
-    best = scorer.best(requests, "default/g", names)
-    assert best in names
-    assert scores.get(best, 0) == max(scores.get(n, 0) for n in names)
+    offered = [*names, "unknown"]
+    order.shuffle(offered)
+    near = locality(policy, state, "default/g", offered, state.nodes.get)
+    asked = binpack_request(policy.binpack_resources, requests)
+
+    def value(name: str) -> float:
+        packed = binpack(asked, state, state.nodes.get(name)) if weights[1] else 0.0
+        return weights[0] * near.get(name, 0.0) + weights[1] * packed
+
+    expected = max(offered, key=value)  # max() keeps the first of equals
+    assert scorer.best(requests, "default/g", offered) == expected
+    scores = scorer.score(requests, "default/g", offered)
+    assert scores.get(expected, 0) == max(scores.get(n, 0) for n in offered)
