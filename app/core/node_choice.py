@@ -33,11 +33,13 @@ def soft_preference(pod_spec: Mapping[str, Any]) -> str | None:
 
     The answer is logged, so it names the field.
     """
-    affinity = pod_spec.get("affinity") or {}
+    affinity = pod_spec.get("affinity")
     for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
-        if (affinity.get(kind) or {}).get(_PREFERRED):
+        terms = affinity.get(kind) if isinstance(affinity, Mapping) else None
+        if isinstance(terms, Mapping) and terms.get(_PREFERRED):
             return f"affinity.{kind}.{_PREFERRED}"
-    for constraint in pod_spec.get("topologySpreadConstraints") or ():
+    spread = pod_spec.get("topologySpreadConstraints")
+    for constraint in spread if isinstance(spread, list) else ():
         if isinstance(constraint, Mapping) and constraint.get("whenUnsatisfiable") == (
             "ScheduleAnyway"
         ):

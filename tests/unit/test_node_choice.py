@@ -36,6 +36,9 @@ def test_only_preferences_that_kube_schedulers_scoring_weighs_stop_the_pick() ->
     for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
         spec = {"affinity": {kind: {PREFERRED: [{"weight": 1}]}}}
         assert soft_preference(spec) == f"affinity.{kind}.{PREFERRED}"
+    # Shapes the API server would not store are no preference, never an error.
+    assert soft_preference({"affinity": ["x"], "topologySpreadConstraints": "x"}) is None
+    assert soft_preference({"affinity": {"nodeAffinity": 3}}) is None
     spread = {"topologySpreadConstraints": [{"maxSkew": 1, "whenUnsatisfiable": "ScheduleAnyway"}]}
     assert "ScheduleAnyway" in (soft_preference(spread) or "")
 
