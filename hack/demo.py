@@ -3,8 +3,11 @@
 
 Starts (or reuses) the local control plane and an extender on port 8888,
 applies deploy/examples/, and prints what happened to every pod and why,
-as `kubectl describe` would show it. Leaves everything running; `make
-demo-down` (or `python hack/demo.py --stop` + `hack/local-cluster down`) stops it.
+as `kubectl describe` would show it. Exits 1 when a step did not end as
+it says it should (tests/cluster/test_demo.py runs it). Leaves everything
+running; `make demo-down` (or `python hack/demo.py --stop` +
+`hack/local-cluster down`) stops it. DEMO_EXTENDER_PORT (default 8888) and
+LOCAL_CLUSTER_DIR / LOCAL_CLUSTER_PORT_OFFSET run it beside another cluster.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from hack.clusterkit import (
 STATE = Path(os.environ.get("LOCAL_CLUSTER_DIR", REPO / ".local-cluster"))
 PID_FILE = STATE / "extender.pid"
 LOG_FILE = STATE / "logs" / "extender.log"
-PORT = 8888
+PORT = int(os.environ.get("DEMO_EXTENDER_PORT", "8888"))
 URL = f"http://127.0.0.1:{PORT}"
 NAMESPACE = "gang-demo"
 
@@ -112,12 +115,30 @@ def report(core: Any, title: str) -> None:
         say(f"  {pod.metadata.name:<28} group={group:<8} {line}")
 
 
-def wait(core: Any, seconds: float, done: Any = None) -> None:
+def wait(core: Any, seconds: float, done: Any = None) -> bool:
+    """Until `done(pods)` (True) or `seconds` passed (False; always so without `done`)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if done is not None and done(core.list_namespaced_pod(NAMESPACE).items):
-            return
+            return True
         time.sleep(0.5)
+    return False
+
+
+def bound(pods: Any, prefix: str) -> int:
+    return sum(1 for p in pods if p.metadata.name.startswith(prefix) and p.spec.node_name)
+
+
+class Steps:
+    """What each step should have led to; the demo fails if one did not."""
+
+    def __init__(self) -> None:
+        self.missed: list[str] = []
+
+    def expect(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.missed.append(what)
+            say(f"!!! expected: {what}")
 
 
 def main() -> int:
@@ -129,7 +150,11 @@ def main() -> int:
 
     say("== starting the local control plane (hack/local-cluster up)")
     kubeconfig = kubeconfig_of(
-        local_cluster("up", "--nodes", "3", "--node-cpu", "4", "--node-memory", "8Gi")
+        local_cluster(
+            "up",
+            *("--nodes", "3", "--node-cpu", "4", "--node-memory", "8Gi"),
+            *("--extender-url", f"{URL}/scheduler"),
+        )
     )
     kubectl = str(Path(run(str(REPO / "hack" / "build-kube")).strip()) / "kubectl")
     start_demo_extender(kubeconfig)
@@ -154,31 +179,34 @@ def main() -> int:
     )
     kubectl_run("apply", "-f", str(examples / "00-namespace.yaml"))
     kubectl_run("apply", "-f", str(examples / "10-nginx-gang.yaml"))
+    steps = Steps()
     wait(core, 8)
     report(core, "after 8s: both replicas wait for a third sibling")
+    steps.expect(
+        bound(core.list_namespaced_pod(NAMESPACE).items, "nginx-") == 0, "no nginx pod bound"
+    )
 
     say("\n== 2. kubectl -n gang-demo scale deployment nginx --replicas=3")
     kubectl_run("-n", NAMESPACE, "scale", "deployment", "nginx", "--replicas=3")
     start = time.monotonic()
-    wait(core, 30, lambda pods: sum(1 for p in pods if p.spec.node_name) >= 3)
+    complete = wait(core, 30, lambda pods: bound(pods, "nginx-") >= 3)
     report(core, f"after {time.monotonic() - start:.1f}s: the gang is complete")
+    steps.expect(complete, "the 3 nginx pods bound within 30 s")
 
     say("\n== 3. trainer: 4 workers x 3 CPUs must start together; the cluster fits 3")
     kubectl_run("apply", "-f", str(examples / "20-gang-that-does-not-fit.yaml"))
     wait(core, 15)
     report(core, "after 15s: none of the trainer pods is bound (all or nothing)")
+    steps.expect(
+        bound(core.list_namespaced_pod(NAMESPACE).items, "trainer-") == 0, "no trainer bound"
+    )
 
     say("\n== 4. hack/local-cluster add-node node-4: now there is room for the whole gang")
     local_cluster("add-node", "node-4", "--cpu", "4", "--memory", "8Gi")
     start = time.monotonic()
-    wait(
-        core,
-        60,
-        lambda pods: (
-            sum(1 for p in pods if p.metadata.name.startswith("trainer-") and p.spec.node_name) >= 4
-        ),
-    )
+    placed = wait(core, 60, lambda pods: bound(pods, "trainer-") >= 4)
     report(core, f"after {time.monotonic() - start:.1f}s: all four trainer pods bound together")
+    steps.expect(placed, "the 4 trainer pods bound within 60 s of node-4")
 
     say(
         "\nThe cluster and the extender keep running. Try it yourself:\n"
@@ -189,6 +217,12 @@ def main() -> int:
         f"  tail -f {LOG_FILE}\n"
         "Stop everything with: make demo-down"
     )
+    if steps.missed:
+        say(
+            f"\ndemo: {len(steps.missed)} step(s) did not end as expected: "
+            + "; ".join(steps.missed)
+        )
+        return 1
     return 0
 
 

@@ -8,8 +8,10 @@ member's scheduling cycle, and the extender already knows which node it
 ranks first (app/core/scoring.py NodeScorer.best: locality and binpack,
 the profile's MostAllocated formula). So the filter answers with that one
 node, unless the pod asks for something only kube-scheduler's scoring
-weighs: a preferred node affinity, a preferred pod (anti-)affinity, or a
-topology spread that may be broken (ScheduleAnyway). Nodes with a
+weighs: a preferred node affinity, a preferred pod (anti-)affinity, a
+topology spread that may be broken (ScheduleAnyway), or the spreading
+kube-scheduler gives by default to the pods of a ReplicaSet, a
+ReplicationController or a StatefulSet. Nodes with a
 PreferNoSchedule taint the pod does not tolerate are picked only when no
 other node is offered. Everything required (selectors, required
 affinities, DoNotSchedule spreading, taints that forbid) was already
@@ -28,11 +30,24 @@ from app.core.state import ClusterState
 _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
-def soft_preference(pod_spec: Mapping[str, Any]) -> str | None:
-    """What in the pod's spec only kube-scheduler's scoring weighs, or None if nothing.
+# kube-scheduler spreads the pods of these owners over hosts and zones by
+# default (PodTopologySpread's system defaults, whenUnsatisfiable
+# ScheduleAnyway): a Deployment gang packed on one node by our pick would
+# leave no node whole for the next gang, where kube-scheduler would not.
+_SPREAD_BY_DEFAULT = frozenset({"ReplicaSet", "ReplicationController", "StatefulSet"})
 
-    The answer is logged, so it names the field.
+
+def soft_preference(
+    pod_spec: Mapping[str, Any], meta: Mapping[str, Any] | None = None
+) -> str | None:
+    """What only kube-scheduler's scoring weighs for this pod, or None if nothing.
+
+    `meta`: the pod's metadata, for its owner. The answer names the field.
     """
+    owners = (meta or {}).get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else ():
+        if isinstance(owner, Mapping) and owner.get("kind") in _SPREAD_BY_DEFAULT:
+            return f"owned by a {owner['kind']} (kube-scheduler's default spreading)"
     affinity = pod_spec.get("affinity")
     for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
         terms = affinity.get(kind) if isinstance(affinity, Mapping) else None

@@ -101,7 +101,7 @@ class FilterVerb:
         scorer = self._scorer
         if len(passed) < 2 or pod.spec is None or not scorer.policy.pick_member_node:
             return passed
-        if soft_preference(pod.pod_spec) is not None:
+        if soft_preference(pod.pod_spec, args.pod.get("metadata")) is not None:
             return passed
         in_request: dict[str, NodeRecord] | None = None
         soft_taints: SoftTaints

@@ -191,8 +191,8 @@ def test_the_filter_names_a_members_node_unless_the_pod_states_a_preference(
     kube: Kube, namespace: str, extender: Extender
 ) -> None:
     """--member-node-choice=extender: one node in the filter's answer, so kube-scheduler
-    neither scores nor calls prioritize for the member; a preferred node affinity
-    leaves the ranking to kube-scheduler, with prioritize."""
+    neither scores nor calls prioritize for the member; a preferred node affinity, or
+    an owner kube-scheduler spreads by default, leaves the ranking to kube-scheduler."""
 
     def prioritize_calls() -> float:
         return sum(
@@ -234,4 +234,11 @@ def test_the_filter_names_a_members_node_unless_the_pod_states_a_preference(
         kube.core.create_namespaced_pod(namespace, body)
     bound = wait_for(lambda: len(kube.bound(namespace)) == 5 and kube.bound(namespace), 30, "picky")
     assert bound["picky-0"] == bound["picky-1"] == elsewhere, bound
+    assert prioritize_calls() >= before + 2
+
+    # A Deployment's pods: kube-scheduler spreads them by default, so it ranks them too.
+    before = prioritize_calls()
+    kube.create_podgroup(namespace, "web", 2)
+    kube.create_deployment(namespace, "web", 2, group="web")
+    wait_for(lambda: len(kube.bound(namespace)) == 7, 30, "the Deployment's gang bound")
     assert prioritize_calls() >= before + 2

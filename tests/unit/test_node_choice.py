@@ -36,6 +36,12 @@ def test_only_preferences_that_kube_schedulers_scoring_weighs_stop_the_pick() ->
     for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
         spec = {"affinity": {kind: {PREFERRED: [{"weight": 1}]}}}
         assert soft_preference(spec) == f"affinity.{kind}.{PREFERRED}"
+    # kube-scheduler spreads the pods of these owners by default; a Job's pods it does not.
+    for kind in ("ReplicaSet", "ReplicationController", "StatefulSet"):
+        meta = {"ownerReferences": [{"kind": kind, "name": "x"}]}
+        assert kind in (soft_preference({}, meta) or "")
+    assert soft_preference({}, {"ownerReferences": [{"kind": "Job", "name": "x"}]}) is None
+    assert soft_preference({}, {"ownerReferences": "x"}) is None
     # Shapes the API server would not store are no preference, never an error.
     assert soft_preference({"affinity": ["x"], "topologySpreadConstraints": "x"}) is None
     assert soft_preference({"affinity": {"nodeAffinity": 3}}) is None
