@@ -226,8 +226,9 @@ FLAGS = (
         _choice(("extender", "scheduler")),
         "who picks an admitted gang member's node: extender (the filter answers with the "
         "node prioritize ranks first, so kube-scheduler skips scoring; not for pods with "
-        "preferred affinities or ScheduleAnyway spreading) or scheduler (every node passes "
-        "and kube-scheduler's scoring, with prioritize, decides)",
+        "preferred affinities, ScheduleAnyway spreading or a ReplicaSet, ReplicationController "
+        "or StatefulSet owner) or scheduler (every node passes and kube-scheduler's scoring, "
+        "with prioritize, decides)",
         "MODE",
     ),
     Flag(

@@ -4,7 +4,7 @@ A group-level refusal (too few siblings, no room for the whole gang, a
 broken PodGroup) marks every node unresolvable, so kube-scheduler does not
 preempt for it; a gang held to a topology domain passes only that domain's
 nodes. An admitted member is given the one node the prioritize score ranks
-first, unless its spec has preferences only kube-scheduler weighs
+first, unless it has preferences only kube-scheduler weighs
 (app/core/node_choice.py): kube-scheduler then skips scoring for it.
 """
 
