@@ -102,6 +102,14 @@ class Metrics:
             ["mode"],
             registry=r,
         )
+        self.member_node_choices = Counter(
+            "gang_extender_member_node_choices",
+            "admitted gang members offered more than one node, by who ranks them: extender "
+            "(the filter named one node) or scheduler (every node passed: a preference only "
+            "kube-scheduler weighs, or --member-node-choice=scheduler).",
+            ["by"],
+            registry=r,
+        )
 
     def _gate(self, r: CollectorRegistry) -> None:
         """The permit gate: who waits, how long, and how each gang wave ended."""

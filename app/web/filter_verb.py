@@ -98,10 +98,13 @@ class FilterVerb:
         See app/core/node_choice.py; the other nodes are left out of the
         answer, not failed: they could take the pod, we just prefer one.
         """
-        scorer = self._scorer
-        if len(passed) < 2 or pod.spec is None or not scorer.policy.pick_member_node:
+        scorer, choices = self._scorer, self._core.metrics.member_node_choices
+        if len(passed) < 2 or pod.spec is None:
             return passed
-        if soft_preference(pod.pod_spec, args.pod.get("metadata")) is not None:
+        if not scorer.policy.pick_member_node or (
+            soft_preference(pod.pod_spec, args.pod.get("metadata")) is not None
+        ):
+            choices.labels("scheduler").inc()
             return passed
         in_request: dict[str, NodeRecord] | None = None
         soft_taints: SoftTaints
@@ -112,6 +115,7 @@ class FilterVerb:
             soft_taints = self._soft_tainted.current()
         offered = without_disfavoured(passed, soft_taints, pod.pod_spec)
         best = scorer.best(pod.requests, pod.spec.key, offered, in_request)
+        choices.labels("scheduler" if best is None else "extender").inc()
         return [best] if best is not None else passed
 
     def _in_domain(

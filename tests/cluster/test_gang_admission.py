@@ -205,6 +205,7 @@ def test_the_filter_names_a_members_node_unless_the_pod_states_a_preference(
     kube.create_pod(namespace, "anchor", cpu="1")
     fullest = wait_for(lambda: kube.bound(namespace).get("anchor"), 30, "the anchor bound")
     before = prioritize_calls()
+    named = extender.sample("gang_extender_member_node_choices_total", by="extender")
     kube.create_podgroup(namespace, "packed", 2)
     for i in range(2):
         kube.create_pod(namespace, f"packed-{i}", group="packed", cpu="1")
@@ -212,6 +213,7 @@ def test_the_filter_names_a_members_node_unless_the_pod_states_a_preference(
     assert bound["packed-0"] == bound["packed-1"] == fullest, bound
     time.sleep(1)  # a late call, if any, is counted
     assert prioritize_calls() == before
+    assert extender.sample("gang_extender_member_node_choices_total", by="extender") >= named + 2
 
     elsewhere = next(name for name in kube.node_names() if name != fullest)
     kube.create_podgroup(namespace, "picky", 2)

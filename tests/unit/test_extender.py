@@ -169,6 +169,9 @@ async def test_an_admitted_member_is_given_one_node_unless_it_states_a_preferenc
     }
     r = await post(client, "filter", {"Pod": picky, "NodeNames": ["n1", "n2"]})
     assert r.json()["NodeNames"] == ["n1", "n2"]
+    choices = "gang_extender_member_node_choices_total"
+    assert w.metrics.registry.get_sample_value(choices, {"by": "extender"}) == 2
+    assert w.metrics.registry.get_sample_value(choices, {"by": "scheduler"}) == 1
 
 
 async def test_a_member_is_not_given_a_node_it_would_rather_avoid(
