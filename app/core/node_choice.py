@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.core.packing import Taint, placement_of
+from app.core.packing import Placement, Taint, placement_of
 from app.core.records import NodeRecord
 from app.core.state import ClusterState
 
@@ -117,12 +117,11 @@ def without_disfavoured(
     """
     if not soft_taints:
         return names
-    placement = placement_of(pod_spec)
-    tolerations = placement.tolerations if placement is not None else ()
+    placement = placement_of(pod_spec) or Placement()
     disfavoured = {
         name
         for name, taints in soft_taints.items()
-        if any(not any(tol.tolerates(t) for tol in tolerations) for t in taints)
+        if not all(placement.tolerates(t) for t in taints)
     }
     if not disfavoured:
         return names

@@ -73,10 +73,13 @@ class Placement:
         if self.terms and not any(_term_matches(t, node, labels) for t in self.terms):
             return False
         return all(
-            taint.effect not in ("NoSchedule", "NoExecute")
-            or any(t.tolerates(taint) for t in self.tolerations)
+            taint.effect not in ("NoSchedule", "NoExecute") or self.tolerates(taint)
             for taint in taints
         )
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Whether one of the pod's tolerations tolerates `taint`."""
+        return any(t.tolerates(taint) for t in self.tolerations)
 
 
 _ANY = Placement()

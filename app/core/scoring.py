@@ -76,14 +76,10 @@ class NodeScorer:
         nodes_in_request: the Node objects of a call without nodeCacheCapable;
         they win over our cache and are not remembered.
         """
-        policy = self.policy
-        with_binpack = policy.binpack_weight > 0 and (
-            group_key is not None or policy.binpack_non_gang
-        )
-        with_locality = group_key is not None and policy.locality_weight > 0
-        if with_binpack and not with_locality and nodes_in_request is None:
+        near_weight, pack_weight = self._weights(group_key)
+        if pack_weight and not near_weight and nodes_in_request is None:
             # A pod in no gang, the common case: the remembered 0..10 scores as they are.
-            asked = binpack_request(policy.binpack_resources, requests)
+            asked = binpack_request(self.policy.binpack_resources, requests)
             _, remembered = self._binpack_memo(asked, node_names)
             return {name: score for name in node_names if (score := remembered.get(name))}
         parts = self._parts(requests, group_key, node_names, nodes_in_request)
@@ -128,12 +124,7 @@ class NodeScorer:
     ) -> tuple[_Part, _Part] | None:
         """(weight, 0..1 per node) of locality and of binpack; None when both weigh 0."""
         policy, state = self.policy, self._state
-        with_binpack = policy.binpack_weight > 0 and (
-            group_key is not None or policy.binpack_non_gang
-        )
-        with_locality = group_key is not None and policy.locality_weight > 0
-        near_weight = policy.locality_weight if with_locality else 0
-        pack_weight = policy.binpack_weight if with_binpack else 0
+        near_weight, pack_weight = self._weights(group_key)
         if not near_weight + pack_weight:
             return None
 
@@ -143,17 +134,24 @@ class NodeScorer:
             return state.nodes.get(name)
 
         near: Mapping[str, float] = {}
-        if with_locality:
+        if near_weight:
             assert group_key is not None
             near = locality(policy, state, group_key, node_names, node)
         packed: Mapping[str, float] = {}
-        if with_binpack:
+        if pack_weight:
             asked = binpack_request(policy.binpack_resources, requests)
             if nodes_in_request is None:
                 packed, _ = self._binpack_memo(asked, node_names)
             else:
                 packed = binpack_all(asked, state, node_names, nodes_in_request)
         return (near_weight, near), (pack_weight, packed)
+
+    def _weights(self, group_key: str | None) -> tuple[int, int]:
+        """(locality, binpack) weights for a pod of `group_key` (None: in no gang)."""
+        policy = self.policy
+        near = policy.locality_weight if group_key is not None else 0
+        pack = policy.binpack_weight if group_key is not None or policy.binpack_non_gang else 0
+        return near, pack
 
     def _binpack_memo(self, asked: list[tuple[str, int, int]], node_names: Sequence[str]) -> _Memo:
         """This request shape's memo, holding every known node in `node_names`."""
