@@ -71,7 +71,7 @@ class Settings:
     webhook_cert_secret: str | None = None
     webhook_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
     webhook_scheduler_names: tuple[str, ...] = ()
-    webhook_mark_preemptors: bool = False
+    expect_marked_preemptors: bool = False
 
     @property
     def tls(self) -> bool:
@@ -173,10 +173,10 @@ def _check_webhook(settings: Settings) -> None:
             f"{flag_of('webhook_port')}={settings.webhook_port} is taken by the verbs or the "
             "operations server: pick another port"
         )
-    if settings.webhook_mark_preemptors and settings.webhook_port is None:
+    if settings.expect_marked_preemptors and settings.webhook_port is None:
         raise ConfigError(
-            f"{flag_of('webhook_mark_preemptors')}=true needs the webhook: set "
-            f"{flag_of('webhook_port')}"
+            f"{flag_of('expect_marked_preemptors')}=true is for the gang-only mode, which "
+            f"serves the webhook: set {flag_of('webhook_port')}"
         )
 
 

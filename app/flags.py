@@ -386,12 +386,12 @@ FLAGS = (
         "LIST",
     ),
     Flag(
-        "webhook_mark_preemptors",
+        "expect_marked_preemptors",
         _bool,
-        "also mark plain pods that may preempt (priority above 0, preemptionPolicy not "
-        "Never) with gang-extender.dev/preemptor, for a preempt entry that names it in "
-        "managedResources; a pod created while the webhook is down then preempts without "
-        'the extender (README "Deployment modes")',
+        "the preempt-only entry names gang-extender.dev/preemptor in managedResources, "
+        "which a MutatingAdmissionPolicy gives plain pods that may preempt (the chart's "
+        "markPreemptors, hack/local-cluster's gang-only mode): warn about a pending one "
+        'without it, which would preempt without the extender (README "Deployment modes")',
         "BOOL",
     ),
 )

@@ -249,7 +249,7 @@ def build_webhook(
         WebhookApi(requests),
     )
     return (
-        WebhookApp(metrics, settings.webhook_scheduler_names, settings.webhook_mark_preemptors),
+        WebhookApp(metrics, settings.webhook_scheduler_names),
         certs,
     )
 
@@ -264,7 +264,7 @@ def build_apps(settings: Settings, configuration: k8s.Configuration | None = Non
     if webhook is not None:
         names = settings.webhook_scheduler_names
         unmarked = UnmarkedMembers(
-            parts.writers.events, metrics, names, settings.webhook_mark_preemptors
+            parts.writers.events, metrics, names, settings.expect_marked_preemptors
         )
     wire_listeners(parts, unmarked)
     service = Service(settings, parts)

@@ -15,14 +15,15 @@ nodes, and times five cases on the same cluster in the same run:
       noop-extender: every node passes, no scores, bind at once), the
       yardstick: (n)/(a) is what the extender protocol itself costs
       kube-scheduler on this machine, (b)/(n) what gang-extender adds to it
-  (g) plain pods and (h) gangs of 8 in the gang-only mode (README
-      "Deployment modes"): two extender entries, members carrying
-      gang-extender.dev/member as the webhook leaves them; (b) and (c) are
-      the every-verb mode
-  (p) plain pods and (q) gangs of 8 in the gang-only mode with the chart's
-      webhook.markPreemptors: the preempt-only entry names
-      gang-extender.dev/preemptor (which the bench's plain pods of priority 0
-      do not carry) and the member entry preempts as well
+  (p) plain pods and (q) gangs of 8 in the gang-only mode as shipped
+      (README "Deployment modes"; the chart's default, hack/local-cluster's):
+      two extender entries, members carrying gang-extender.dev/member as the
+      webhook leaves them and preempting through their entry, the
+      preempt-only entry naming gang-extender.dev/preemptor (which the
+      bench's plain pods of priority 0 do not carry); (b) and (c) are the
+      every-verb mode
+  (g) plain pods and (h) gangs of 8 in the gang-only mode with the chart's
+      markPreemptors: false: the preempt-only entry serves every pod
 
 For each case the pods are created first and only then is a kube-scheduler
 started, so pod creation is not what is measured. Throughput is pods /
@@ -249,11 +250,12 @@ def render_scheduler_config(
 ) -> str:
     """KubeSchedulerConfiguration of one bench case (JSON is valid YAML).
 
-    gang_only: as deploy/scheduler-config.yaml, two extender entries (filter,
-    prioritize and bind for pods requesting MEMBER_RESOURCE; preempt for all)
-    and MostAllocated scoring in-tree. mark_preemptors: as the chart renders
-    it with webhook.markPreemptors (the member entry preempts too; the
-    preempt-only entry manages PREEMPTOR_RESOURCE).
+    gang_only: two extender entries (filter, prioritize and bind for pods
+    requesting MEMBER_RESOURCE; preempt for all) and MostAllocated scoring
+    in-tree, as the chart renders it with markPreemptors: false.
+    mark_preemptors: as deploy/scheduler-config.yaml and the chart's default
+    (the member entry preempts too; the preempt-only entry manages
+    PREEMPTOR_RESOURCE).
     """
     config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -423,10 +425,10 @@ def describe_ratios(values: list[float]) -> str:
 RATIO_TARGETS = (
     ("(b)/(a) plain pods, extender / no extender", "b", "a", 0.8),
     ("(c)/(d) gangs, extender / in-tree GangScheduling", "c", "d", 1.0),
-    ("(g)/(a) plain pods, gang-only mode / no extender", "g", "a", 0.95),
-    ("(h)/(d) gangs, gang-only mode / in-tree GangScheduling", "h", "d", 1.2),
-    ("(p)/(a) plain pods, gang-only with marked preemptors / no extender", "p", "a", 0.95),
-    ("(q)/(d) gangs, gang-only with marked preemptors / in-tree GangScheduling", "q", "d", 1.2),
+    ("(p)/(a) plain pods, gang-only (default) / no extender", "p", "a", 0.95),
+    ("(q)/(d) gangs, gang-only (default) / in-tree GangScheduling", "q", "d", 1.2),
+    ("(g)/(a) plain pods, gang-only, preempt entry for all / no extender", "g", "a", None),
+    ("(h)/(d) gangs, gang-only, preempt entry for all / in-tree GangScheduling", "h", "d", None),
     ("(n)/(a) plain pods, no-op Go extender / no extender", "n", "a", None),
     ("(b)/(n) plain pods, extender / no-op Go extender", "b", "n", None),
     ("(b)/(a) at scale", "b-scale", "a-scale", None),
@@ -722,11 +724,17 @@ CASES = {
     "c": Case("c", f"gangs of {GANG_SIZE} through the extender", True, "x-k8s"),
     "d": Case("d", f"gangs of {GANG_SIZE}, in-tree GangScheduling", False, "native"),
     "n": Case("n", "plain pods through a no-op Go extender", False, None, noop=True),
-    "g": Case("g", "plain pods, gang-only mode", True, None, gang_only=True),
-    "h": Case("h", f"gangs of {GANG_SIZE}, gang-only mode", True, "x-k8s", gang_only=True),
+    "g": Case("g", "plain pods, gang-only, preempt entry for all", True, None, gang_only=True),
+    "h": Case(
+        "h",
+        f"gangs of {GANG_SIZE}, gang-only, preempt entry for all",
+        True,
+        "x-k8s",
+        gang_only=True,
+    ),
     "p": Case(
         "p",
-        "plain pods, gang-only, marked preemptors",
+        "plain pods, gang-only (default: marked preemptors)",
         True,
         None,
         gang_only=True,
@@ -734,7 +742,7 @@ CASES = {
     ),
     "q": Case(
         "q",
-        f"gangs of {GANG_SIZE}, gang-only, marked preemptors",
+        f"gangs of {GANG_SIZE}, gang-only (default: marked preemptors)",
         True,
         "x-k8s",
         gang_only=True,

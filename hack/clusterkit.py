@@ -32,7 +32,7 @@ from kubernetes import config as k8s_config
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.core.groups import GroupApi
-from app.core.resources import MEMBER_RESOURCE
+from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
@@ -169,9 +169,17 @@ def webhook_args(port: int) -> tuple[str, ...]:
 
     That is where `hack/local-cluster up` points kube-apiserver by default
     (its --webhook-url); the extender makes its own certificate and writes
-    its CA into the configuration.
+    its CA into the configuration; deploy/webhook.yaml's policy marks
+    preemptors, which the extender then expects.
     """
-    return ("--webhook-port", str(port + 1), "--webhook-configuration", WEBHOOK_CONFIGURATION)
+    return (
+        "--webhook-port",
+        str(port + 1),
+        "--webhook-configuration",
+        WEBHOOK_CONFIGURATION,
+        "--expect-marked-preemptors",
+        "true",
+    )
 
 
 def marked_by_webhook(core: Any, namespace: str = "default", scheduler: str | None = None) -> bool:
@@ -201,9 +209,34 @@ def marked_by_webhook(core: Any, namespace: str = "default", scheduler: str | No
     return MEMBER_RESOURCE in requests
 
 
+def marked_as_preemptor(core: Any, scheduler: str | None = None) -> bool:
+    """Whether kube-apiserver, right now, marks a plain pod that may preempt.
+
+    A server-side dry run of a system-cluster-critical pod (a priority the
+    API server lets only kube-system use) through the preemptor-mark
+    MutatingAdmissionPolicy, which the API server loads a moment after it
+    is created.
+    """
+    spec: dict[str, Any] = {"priorityClassName": "system-cluster-critical"}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    body = pause_pod("preemptor-probe", cpu="1m", memory="1Mi", spec=spec)
+    try:
+        pod = core.create_namespaced_pod("kube-system", body, dry_run="All")
+    except k8s.ApiException:
+        return False
+    requests = pod.spec.containers[0].resources.requests or {}
+    return PREEMPTOR_RESOURCE in requests
+
+
 def wait_webhook_marks(core: Any, timeout: float = 30) -> None:
-    """Until gang members are marked: the extender's CA registered, kube-apiserver calling it."""
+    """Until gang members and preemptors are marked (the gang-only mode's admission).
+
+    The extender's CA registered and kube-apiserver calling it, and the
+    preemptor-mark policy loaded.
+    """
     wait_for(lambda: marked_by_webhook(core), timeout, "the webhook to mark a gang member")
+    wait_for(lambda: marked_as_preemptor(core), timeout, "the policy to mark a preemptor")
 
 
 def parse_metrics(text: str) -> Samples:

@@ -8,12 +8,13 @@ each container of a pod that names a group, from any group source;
 this module decides which pods and builds the JSONPatch. Everything here is
 pure: pods in, patch operations and AdmissionReview answers out.
 
-With --webhook-mark-preemptors it also marks a plain pod that may evict
-others (`can_preempt`) with PREEMPTOR_RESOURCE, which the preempt-only
-extender entry then names: kube-scheduler considers that entry "interested"
-in every pod it has no managedResources for, and does work proportional to
-the feasible nodes for it on every scheduling cycle, verb or not (README
-"Deployment modes", BENCHMARKS.md).
+A plain pod that may evict others (`can_preempt`) gets PREEMPTOR_RESOURCE,
+which the preempt-only extender entry names: without managedResources
+kube-scheduler considers that entry "interested" in every pod and does work
+proportional to the feasible nodes for it on every scheduling cycle, verb or
+not (README "Deployment modes", BENCHMARKS.md). That mark is not the
+webhook's: a MutatingAdmissionPolicy adds it inside the API server
+(`preemptor_mutation`), so no pod escapes it because this process is down.
 
 A pod that names a group through a source the extender has switched off is
 marked too: it then reaches the verbs as an ordinary pod (a few round trips),
@@ -51,9 +52,8 @@ MEMBER_QUANTITY = "0"
 
 JsonPatch = list[dict[str, Any]]
 
-# The webhook configurations' default namespaceSelector leaves these out (the
-# chart's webhook.excludedNamespaces; tests/packaging compares): their pods
-# are never marked, so nothing warns about them either.
+# The member-mark webhook's default namespaceSelector leaves these out (the
+# chart's webhook.excludedNamespaces; tests compare).
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 
 
@@ -122,24 +122,13 @@ def _ours(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
     return name in scheduler_names
 
 
-def mark_of(
-    pod: Mapping[str, Any], scheduler_names: Collection[str], mark_preemptors: bool
-) -> str | None:
-    """The resource the webhook adds to this pod, or None for a pod it leaves alone.
+def needs_member_mark(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
+    """Whether the webhook marks this pod: a pod of a group, of one of our schedulers.
 
-    Only pods of our schedulers (an empty `scheduler_names`: every
-    scheduler, as on the local control plane) are marked.
-    A member gets only the member mark even when it could preempt: the member
-    entry has its own preempt verb, and a second mark would have
-    kube-scheduler ask the extender twice.
+    An empty `scheduler_names` means every scheduler, as on the local
+    control plane.
     """
-    if not _ours(pod, scheduler_names):
-        return None
-    if names_a_group(pod):
-        return MEMBER_RESOURCE
-    if mark_preemptors and can_preempt(pod):
-        return PREEMPTOR_RESOURCE
-    return None
+    return _ours(pod, scheduler_names) and names_a_group(pod)
 
 
 def _pointer(token: str) -> str:
@@ -150,7 +139,8 @@ def _pointer(token: str) -> str:
 def member_patch(pod: Mapping[str, Any], resource: str = MEMBER_RESOURCE) -> JsonPatch:
     """JSONPatch operations giving every app container `resource: "0"` in requests and limits.
 
-    `resource` is the member mark or the preemptor mark; both are zero.
+    `resource`: the member mark, or the preemptor mark to build a pod as the
+    preemptor-mark policy (preemptor_mutation) leaves it; both are zero.
 
     Idempotent: a container that already requests and limits exactly
     MEMBER_QUANTITY gets no operation, so marking a marked pod returns [].
@@ -190,18 +180,15 @@ def member_patch(pod: Mapping[str, Any], resource: str = MEMBER_RESOURCE) -> Jso
 
 
 def review_response(
-    review: Mapping[str, Any],
-    scheduler_names: Collection[str] = (),
-    mark_preemptors: bool = False,
+    review: Mapping[str, Any], scheduler_names: Collection[str] = ()
 ) -> tuple[dict[str, Any], str]:
     """The AdmissionReview answer to a pod CREATE review, and what was done.
 
     Always allowed (the webhook marks, it never refuses: refusing unmarked
     members is the ValidatingAdmissionPolicy's job, which runs even when this
     process does not). The second value is the metric label: `marked` (a
-    member), `preemptor` (a plain pod that may preempt, with
-    `mark_preemptors`), `unchanged` (already marked), `skipped` (neither, or
-    not of our schedulers) or `invalid` (no pod in the request).
+    member), `unchanged` (already marked), `skipped` (no member, or not of
+    our schedulers) or `invalid` (no pod in the request).
     """
     request = review.get("request") or {}
     uid = request.get("uid") or ""
@@ -214,15 +201,14 @@ def review_response(
     pod = request.get("object")
     if not isinstance(pod, Mapping) or request.get("operation", "CREATE") != "CREATE":
         return answer, "invalid"
-    resource = mark_of(pod, scheduler_names, mark_preemptors)
-    if resource is None:
+    if not needs_member_mark(pod, scheduler_names):
         return answer, "skipped"
-    ops = member_patch(pod, resource)
+    ops = member_patch(pod)
     if not ops:
         return answer, "unchanged"
     response["patchType"] = "JSONPatch"
     response["patch"] = base64.b64encode(orjson.dumps(ops)).decode()
-    return answer, "marked" if resource == MEMBER_RESOURCE else "preemptor"
+    return answer, "marked"
 
 
 def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
@@ -273,14 +259,32 @@ def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
 
 
 def preemptor_expression() -> str:
-    """CEL mirroring can_preempt(): the webhook's matchCondition for the preemptor mark.
+    """CEL mirroring can_preempt(): which pods the preemptor-mark policy marks.
 
-    The chart's MutatingWebhookConfiguration sends such pods to the webhook
-    only with `webhook.markPreemptors` (tests/packaging compares the text).
+    One of the MutatingAdmissionPolicy's matchConditions in the chart and in
+    deploy/webhook.yaml (tests compare the text); the others leave out gang
+    members (their own entry preempts; a second mark would have
+    kube-scheduler ask twice), pods bound already (mirror pods) and pods of
+    other schedulers.
     """
     return (
         "has(object.spec.priority) && object.spec.priority > 0 && "
         "(!has(object.spec.preemptionPolicy) || object.spec.preemptionPolicy != 'Never')"
+    )
+
+
+def preemptor_mutation(resource: str = PREEMPTOR_RESOURCE) -> str:
+    """CEL of the policy's mutation: `resource: "0"` in every app container's requests and limits.
+
+    An apply configuration, merged by the API server like a server-side
+    apply: containers by name, requests and limits by key, so nothing else
+    in the pod changes (member_patch does the same for the webhook).
+    """
+    quantity = f"{{'{resource}': '{MEMBER_QUANTITY}'}}"
+    return (
+        "Object{spec: Object.spec{containers: object.spec.containers.map(c, "
+        "Object.spec.containers{name: c.name, resources: Object.spec.containers.resources{"
+        f"requests: {quantity}, limits: {quantity}}}}})}}}}"
     )
 
 

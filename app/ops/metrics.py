@@ -77,8 +77,8 @@ class Metrics:
         )
         self.webhook_reviews = Counter(
             "gang_extender_webhook_reviews",
-            "Pod admission reviews answered by the webhook: marked (a gang member), preemptor "
-            "(a plain pod that may preempt), unchanged (already marked), skipped, invalid.",
+            "Pod admission reviews answered by the webhook: marked (a gang member), unchanged "
+            "(already marked), skipped, invalid.",
             ["result"],
             registry=r,
         )
@@ -91,7 +91,7 @@ class Metrics:
         self.unmarked_preemptors = Counter(
             "gang_extender_unmarked_preemptors",
             "Pending plain pods that may preempt seen without the gang-extender.dev/preemptor "
-            "mark (--webhook-mark-preemptors): kube-scheduler would preempt for them without "
+            "mark (--expect-marked-preemptors): kube-scheduler would preempt for them without "
             "asking the extender.",
             registry=r,
         )

@@ -10,12 +10,12 @@ installed, this listener is the alarm: a Warning Event on the pod that says
 what to fix, and a counter an alert can watch. It cannot hold the pod: no
 verb of ours is called for it.
 
-With --webhook-mark-preemptors the same goes for a plain pod that may
-preempt and came without the preemptor mark: nothing refuses it (refusing
-every high-priority pod while the extender is down would be worse), and if it
-preempts, kube-scheduler does so without asking us, so the warning is all
-there is. Pods in the system namespaces, which the webhook never sees, are
-left out.
+With --expect-marked-preemptors the same goes for a plain pod that may
+preempt and came without the preemptor mark. The MutatingAdmissionPolicy
+that marks such pods runs in the API server itself, so this happens only to
+pods created before the policy was installed (or with it removed, or where
+its failurePolicy Ignore let an error through); if one preempts,
+kube-scheduler does so without asking us, so the warning is all there is.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import logging
 from collections.abc import Collection
 from typing import Protocol
 
-from app.core.marking import SYSTEM_NAMESPACES
 from app.core.observer import MemberRef
 from app.core.records import PodRecord
 from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
@@ -55,10 +54,10 @@ def preemptor_not_marked_message(priority: int) -> str:
     return (
         f"this pod may preempt others (priority {priority}) but requests no "
         f"{PREEMPTOR_RESOURCE}: if it preempts, kube-scheduler does not ask gang-extender "
-        "first and may evict part of a running gang. gang-extender's admission webhook did "
-        "not mark it (was the extender down, or its MutatingWebhookConfiguration missing, "
-        "when the pod was created?). If it is still pending, delete it: its controller "
-        "creates it again, and the webhook marks the new one."
+        "first and may evict part of a running gang. gang-extender's preemptor-mark "
+        "MutatingAdmissionPolicy did not mark it (was it installed, with its binding, when "
+        "the pod was created?). If it is still pending, delete it: its controller "
+        "creates it again, and the policy marks the new one."
     )
 
 
@@ -70,13 +69,13 @@ class UnmarkedMembers:
         report: NotMarkedReport,
         metrics: Metrics,
         scheduler_names: Collection[str] = (),
-        mark_preemptors: bool = False,
+        expect_marked_preemptors: bool = False,
     ) -> None:
         self._report = report
         self._metrics = metrics
         # Empty: every scheduler calls us (as the webhook's --webhook-scheduler-names).
         self._scheduler_names = frozenset(scheduler_names)
-        self._mark_preemptors = mark_preemptors
+        self._expect_marked_preemptors = expect_marked_preemptors
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if new is None or not self._needs_report(new):
@@ -101,11 +100,10 @@ class UnmarkedMembers:
 
     def _needs_report(self, pod: PodRecord) -> bool:
         """A member without the member mark, or (when preemptors are marked) a plain pod
-        that may preempt without its mark, outside the namespaces the webhook never sees."""
+        that may preempt without its mark: the policy that marks them runs in
+        the API server for every namespace, so one without it anywhere was
+        created before the policy existed.
+        """
         if pod.group is not None:
             return not pod.marked
-        return (
-            self._mark_preemptors
-            and pod.unmarked_preemptor
-            and pod.namespace not in SYSTEM_NAMESPACES
-        )
+        return self._expect_marked_preemptors and pod.unmarked_preemptor

@@ -4,12 +4,12 @@ kube-apiserver POSTs an AdmissionReview for every pod CREATE in the
 namespaces the MutatingWebhookConfiguration selects; the answer (pure, in
 app/core/marking.py) adds `gang-extender.dev/member: "0"` to the containers of a
 pod that names a group, so that kube-scheduler calls the gang verbs for it
-(README "Deployment modes"), and with --webhook-mark-preemptors
-`gang-extender.dev/preemptor: "0"` to a plain pod that may preempt. It is
-served over HTTPS on its own port (--webhook-port), with either the
-operator's certificate files (cert-manager, or a Secret: reloaded when they
-change) or certificates this process makes, renews and registers in the
-configuration's caBundle itself (app/core/certs.py).
+(README "Deployment modes"); plain pods that may preempt are marked by a
+MutatingAdmissionPolicy in the API server, not here. It is served over
+HTTPS on its own port (--webhook-port), with either the operator's
+certificate files (cert-manager, or a Secret: reloaded when they change) or
+certificates this process makes, renews and registers in the configuration's
+caBundle itself (app/core/certs.py).
 """
 
 from __future__ import annotations
@@ -49,15 +49,9 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 class WebhookApp:
     """The ASGI app kube-apiserver calls: POST /mutate-pods, GET /healthz."""
 
-    def __init__(
-        self,
-        metrics: Metrics,
-        scheduler_names: Collection[str] = (),
-        mark_preemptors: bool = False,
-    ) -> None:
+    def __init__(self, metrics: Metrics, scheduler_names: Collection[str] = ()) -> None:
         self._metrics = metrics
         self._scheduler_names = frozenset(scheduler_names)
-        self._mark_preemptors = mark_preemptors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -95,15 +89,14 @@ class WebhookApp:
             self._metrics.webhook_reviews.labels(result="invalid").inc()
             await _answer(send, 400, orjson.dumps({"error": f"bad AdmissionReview: {err}"}))
             return
-        answer, result = review_response(review, self._scheduler_names, self._mark_preemptors)
+        answer, result = review_response(review, self._scheduler_names)
         self._metrics.webhook_reviews.labels(result=result).inc()
-        if result in ("marked", "preemptor"):
+        if result == "marked":
             request = review.get("request") or {}
             meta = (request.get("object") or {}).get("metadata") or {}
             name = meta.get("name") or meta.get("generateName")
             log.debug(
-                "pod marked (%s)",
-                result,
+                "pod marked",
                 extra={
                     "pod": f"{request.get('namespace')}/{name}",
                     "verb": "webhook",

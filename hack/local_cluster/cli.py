@@ -104,7 +104,8 @@ kube-controller-manager, kube-scheduler; built by hack/build-kube at the
 version pinned in hack/kube/versions.env) on 127.0.0.1 for tests and demos,
 with fake nodes (Node objects, no kubelet) for the scheduler to place pods on.
 kube-scheduler calls the gang-extender at --extender-url: for gang members
-(marked by its admission webhook at --webhook-url) and for preemption in the
+(marked by its admission webhook at --webhook-url) and for the preemption of
+plain pods that may preempt (marked by a MutatingAdmissionPolicy) in the
 default gang-only mode, for every pod with --extender-mode every-verb.
 """
 
@@ -205,7 +206,8 @@ def build_parser(ports: Ports) -> argparse.ArgumentParser:
         default=MODE_GANG_ONLY,
         help=f"{MODE_GANG_ONLY} (default): kube-scheduler calls filter/prioritize/bind only for "
         "pods marked gang-extender.dev/member by the extender's admission webhook, preempt for "
-        f"every pod (deploy/scheduler-config.yaml, deploy/webhook.yaml); {MODE_EVERY_VERB}: "
+        "them and for plain pods that may preempt (deploy/scheduler-config.yaml, "
+        f"deploy/webhook.yaml); {MODE_EVERY_VERB}: "
         "every verb for every pod, no webhook (deploy/scheduler-config-every-verb.yaml)",
     )
     up.add_argument(

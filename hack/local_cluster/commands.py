@@ -282,7 +282,10 @@ def _reconcile_webhook(layout: Layout, bin_dir: Path, opts: UpOptions) -> None:
     """
     if opts.extender_mode == MODE_GANG_ONLY:
         apply_text(layout, bin_dir, render_webhook(WEBHOOK_TEMPLATE.read_text(), opts.webhook_url))
-        info(f"gang-only mode: webhook {opts.webhook_url} and its member-mark policy applied")
+        info(
+            f"gang-only mode: webhook {opts.webhook_url}, its member-mark policy and the "
+            "preemptor-mark policy applied"
+        )
         return
     kubectl(
         layout,
@@ -292,6 +295,8 @@ def _reconcile_webhook(layout: Layout, bin_dir: Path, opts: UpOptions) -> None:
         "mutatingwebhookconfiguration/gang-extender",
         "validatingadmissionpolicy/gang-extender-member-mark",
         "validatingadmissionpolicybinding/gang-extender-member-mark",
+        "mutatingadmissionpolicy/gang-extender-preemptor-mark",
+        "mutatingadmissionpolicybinding/gang-extender-preemptor-mark",
     )
 
 

@@ -19,14 +19,13 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client as k8s
 
 from app.core.marking import is_marked
 from app.core.resources import PREEMPTOR_RESOURCE
-from hack.clusterkit import WEBHOOK_CONFIGURATION, stop_process, wait_for, wait_ready
-from tests.cluster.chart_pod import free_port, local_webhook
+from hack.clusterkit import stop_process, wait_for, wait_ready
+from tests.cluster.chart_pod import free_port
 from tests.cluster.kube import HIGH, Kube
-from tests.cluster.session import EXTENDER_PORT, EXTENDER_URL, GANG_ONLY, Extender
+from tests.cluster.session import EXTENDER_URL, GANG_ONLY, Extender
 from tests.cluster.test_chart import NOT_SERVED_GROUPS, api_group, kubectl
 from tests.cluster.test_gang_only import verb_calls
 from tests.cluster.test_preemption import assert_stays, fill_node3_and_start_low_gang
@@ -39,7 +38,7 @@ MODES = {
         "mode=gang-only,serveDefaultScheduler=true,tls.enabled=true,replicaCount=2,"
         "webhook.certManager.enabled=true,webhook.certManager.issuerRef.name=ca",
     ),
-    "mark-preemptors": ("--set", "mode=gang-only,webhook.markPreemptors=true"),
+    "preempt-entry-for-all": ("--set", "mode=gang-only,markPreemptors=false"),
 }
 
 
@@ -131,31 +130,22 @@ def pod_dict(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     return as_dict(kube, kube.core.read_namespaced_pod(name, namespace))
 
 
-@pytest.fixture
-def marking_preemptors(extender: Extender) -> Iterator[None]:
-    extender.restart("--webhook-mark-preemptors", "true")
-    yield
-    extender.restart()
+def preemptor_marked(kube: Kube, namespace: str, name: str) -> bool:
+    return is_marked(pod_dict(kube, namespace, name), PREEMPTOR_RESOURCE)
 
 
-@pytest.fixture
-def preemptor_webhook(kube: Kube, namespace: str) -> Iterator[None]:
-    """The chart's webhook configuration with webhook.markPreemptors, for the
-    pods of the PREEMPTORS scheduler, calling the session extender's webhook
-    (its CA copied from the session's configuration, which the extender keeps)."""
-    docs = render("--set", f"mode=gang-only,webhook.markPreemptors=true,schedulerName={PREEMPTORS}")
-    configuration = local_webhook(docs, EXTENDER_PORT + 1)
-    name = f"{namespace}-preemptors"
-    configuration["metadata"] = {"name": name}
-    api: Any = k8s.AdmissionregistrationV1Api(kube.client)
-    session = api.read_mutating_webhook_configuration(WEBHOOK_CONFIGURATION)
-    for webhook in configuration["webhooks"]:
-        webhook["clientConfig"]["caBundle"] = session.webhooks[0].client_config.ca_bundle
-    assert [w["name"] for w in configuration["webhooks"]] == [
-        "member-mark.gang-extender.dev",
-        "preemptor-mark.gang-extender.dev",
+@contextmanager
+def preemptor_policy(kubeconfig: str, kube: Kube, namespace: str) -> Iterator[None]:
+    """The chart's preemptor-mark MutatingAdmissionPolicy and its binding, for the
+    pods of the PREEMPTORS scheduler, loaded by the API server (a dry-run
+    probe comes back marked) before the body runs."""
+    docs = render("--set", f"schedulerName={PREEMPTORS}", release=f"{namespace}-p")
+    objects = [d for d in docs if d["kind"].startswith("MutatingAdmissionPolicy")]
+    assert [d["kind"] for d in objects] == [
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
     ]
-    api.create_mutating_webhook_configuration(configuration)
+    kubectl(kubeconfig, "apply", "--server-side", objects=objects)
     try:
         probe = kube.pod_body("probe", cpu="1m", scheduler=PREEMPTORS, priority_class=HIGH)
 
@@ -163,25 +153,28 @@ def preemptor_webhook(kube: Kube, namespace: str) -> Iterator[None]:
             pod = kube.core.create_namespaced_pod(namespace, probe, dry_run="All")
             return is_marked(as_dict(kube, pod), PREEMPTOR_RESOURCE)
 
-        wait_for(marks_the_probe, 30, "the preemptor webhook to mark a high-priority pod")
+        wait_for(marks_the_probe, 30, "the preemptor-mark policy to mark a high-priority pod")
         yield
     finally:
-        api.delete_mutating_webhook_configuration(name)
+        kubectl(kubeconfig, "delete", "--ignore-not-found", objects=objects)
 
 
 @pytest.mark.skipif(not GANG_ONLY, reason="the session extender serves no webhook")
-@pytest.mark.usefixtures("priorities", "marking_preemptors", "preemptor_webhook")
-def test_with_marked_preemptors_a_plain_pod_is_marked_only_if_it_may_preempt_and_gangs_hold(
+@pytest.mark.usefixtures("priorities")
+def test_a_plain_pod_is_marked_only_if_it_may_preempt_and_gangs_hold(
     kubeconfig: str, kube: Kube, namespace: str, extender: Extender, tmp_path: Path
 ) -> None:
-    """webhook.markPreemptors end to end: the real API server has the webhook
-    mark a plain pod that may preempt (its priority resolved by then), the
-    chart's kube-scheduler configuration sends only such pods to the
-    preempt-only entry, and a running gang still loses no member below
-    minMember to them; a plain pod of priority 0 is left alone and bound
-    without any call to the extender."""
-    docs = render("--set", f"mode=gang-only,webhook.markPreemptors=true,schedulerName={PREEMPTORS}")
-    with chart_scheduler(kubeconfig, tmp_path, docs, lambda i: PREEMPTORS) as log:
+    """The chart's default end to end: the real API server's policy marks a
+    plain pod that may preempt (its priority resolved by then), the chart's
+    kube-scheduler configuration sends only such pods to the preempt-only
+    entry, and a running gang still loses no member below minMember to them;
+    a plain pod of priority 0 is left alone and bound without any call to
+    the extender."""
+    docs = render("--set", f"schedulerName={PREEMPTORS}")
+    with (
+        preemptor_policy(kubeconfig, kube, namespace),
+        chart_scheduler(kubeconfig, tmp_path, docs, lambda i: PREEMPTORS) as log,
+    ):
         text = log.read_text()
         assert (
             '"ManagedResources":[{"Name":"gang-extender.dev/preemptor","IgnoredByScheduler":true}]'
@@ -193,12 +186,12 @@ def test_with_marked_preemptors_a_plain_pod_is_marked_only_if_it_may_preempt_and
         before = verb_calls(extender)
         kube.create_pod(namespace, "plain", cpu="100m", scheduler=PREEMPTORS)
         wait_for(lambda: kube.bound(namespace).get("plain"), 30, "the plain pod bound")
-        assert not is_marked(pod_dict(kube, namespace, "plain"), PREEMPTOR_RESOURCE)
+        assert not preemptor_marked(kube, namespace, "plain")
         time.sleep(1)
         assert verb_calls(extender) == before
 
         kube.create_pod(namespace, "vip-1", cpu="2", scheduler=PREEMPTORS, priority_class=HIGH)
-        assert is_marked(pod_dict(kube, namespace, "vip-1"), PREEMPTOR_RESOURCE)
+        assert preemptor_marked(kube, namespace, "vip-1")
         wait_for(lambda: kube.bound(namespace).get("vip-1"), 60, "vip-1 bound by preemption")
         assert verb_calls(extender)["preempt"] > before["preempt"]
         left = {n for n in kube.bound(namespace) if n.startswith("batch-")}
@@ -210,25 +203,31 @@ def test_with_marked_preemptors_a_plain_pod_is_marked_only_if_it_may_preempt_and
 
 
 @pytest.mark.skipif(not GANG_ONLY, reason="the session extender serves no webhook")
-@pytest.mark.usefixtures("priorities", "marking_preemptors", "preemptor_webhook")
-def test_a_preemptor_created_with_the_webhook_down_gets_a_warning_and_is_counted(
-    kube: Kube, namespace: str, extender: Extender
+@pytest.mark.usefixtures("priorities")
+def test_preemptors_are_marked_with_the_extender_down_and_one_from_before_the_policy_is_reported(
+    kubeconfig: str, kube: Kube, namespace: str, extender: Extender
 ) -> None:
-    """Nothing refuses it (failurePolicy Ignore): the extender's watch is the alarm."""
+    """The mark is the API server's own work: nothing of ours needs to run. A
+    pod that may preempt and was created before the policy existed has no
+    mark; the extender's watch is the alarm (Event and counter)."""
     extender.stop()
     try:
-        # No kube-scheduler serves PREEMPTORS here: both stay pending.
-        kube.create_pod(namespace, "vip", cpu="100m", scheduler=PREEMPTORS, priority_class=HIGH)
-        kube.create_pod(namespace, "plain", cpu="100m", scheduler=PREEMPTORS)
-        assert not is_marked(pod_dict(kube, namespace, "vip"), PREEMPTOR_RESOURCE)
+        # No kube-scheduler serves PREEMPTORS here: they all stay pending.
+        kube.create_pod(namespace, "early", cpu="100m", scheduler=PREEMPTORS, priority_class=HIGH)
+        assert not preemptor_marked(kube, namespace, "early")
+        with preemptor_policy(kubeconfig, kube, namespace):
+            kube.create_pod(namespace, "vip", cpu="100m", scheduler=PREEMPTORS, priority_class=HIGH)
+            kube.create_pod(namespace, "plain", cpu="100m", scheduler=PREEMPTORS)
+            assert preemptor_marked(kube, namespace, "vip")
+            assert not preemptor_marked(kube, namespace, "plain")
     finally:
         extender.start(*extender.extra_args)
     kube.wait_for_event(
         namespace,
-        "vip",
+        "early",
         "PreemptorNotMarked:",
         "delete it",
         what="the extender's Warning Event on the unmarked preemptor",
     )
     assert extender.sample("gang_extender_unmarked_preemptors_total") == 1
-    assert kube.events(namespace, "plain") == []
+    assert kube.events(namespace, "vip") == kube.events(namespace, "plain") == []

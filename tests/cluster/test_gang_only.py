@@ -1,10 +1,11 @@
 """The gang-only mode, the local cluster's default: kube-scheduler calls us for gang members only.
 
 The session cluster runs deploy/scheduler-config.yaml (one extender entry
-for filter, prioritize and bind with managedResources
-gang-extender.dev/member, one for preempt with none) and deploy/webhook.yaml
-(the MutatingWebhookConfiguration pointing at the session extender, and the
-ValidatingAdmissionPolicy refusing unmarked members). What is asserted is
+for filter, prioritize, preempt and bind with managedResources
+gang-extender.dev/member, one for preempt with gang-extender.dev/preemptor)
+and deploy/webhook.yaml (the MutatingWebhookConfiguration pointing at the
+session extender, the ValidatingAdmissionPolicy refusing unmarked members,
+and the MutatingAdmissionPolicy marking plain pods that may preempt). What is asserted is
 what the API server shows, plus the extender's own verb counters.
 """
 
@@ -27,7 +28,7 @@ from app.core.groups import (
     LIGHT_NAME_LABEL,
 )
 from app.core.marking import refusal_message
-from app.core.resources import MEMBER_RESOURCE
+from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
 from bench import e2e
 from hack.clusterkit import wait_for
 from tests.cluster.bench_runner import bench_runner
@@ -174,8 +175,11 @@ def test_a_plain_high_priority_pod_still_cannot_break_a_running_gang(
     fill_node3_and_start_low_gang(kube, namespace, "batch")
     members = {n for n in kube.bound(namespace) if n.startswith("batch-")}
     preempts = verb_calls(extender)["preempt"]
-    # Fits nowhere: kube-scheduler preempts, and asks the preempt-only entry first.
+    # Fits nowhere: kube-scheduler preempts, and asks the preempt-only entry first,
+    # which is interested in it through the mark the API server's policy gave it.
     kube.create_pod(namespace, "vip-1", cpu="2", priority_class=HIGH)
+    vip = kube.core.read_namespaced_pod("vip-1", namespace)
+    assert PREEMPTOR_RESOURCE in (vip.spec.containers[0].resources.requests or {})
     wait_for(lambda: kube.bound(namespace).get("vip-1"), 60, "vip-1 bound by preemption")
     assert verb_calls(extender)["preempt"] > preempts
     left = {n for n in kube.bound(namespace) if n.startswith("batch-")}

@@ -14,6 +14,7 @@ from app.core.marking import (
     SYSTEM_NAMESPACES,
     member_expression,
     preemptor_expression,
+    preemptor_mutation,
     refusal_message,
 )
 from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
@@ -27,27 +28,11 @@ CERT_MANAGER = (
 )
 
 
-def test_two_extender_entries_one_binder_members_only_for_the_gang_verbs() -> None:
+def test_two_extender_entries_one_binder_members_and_marked_preemptors_only() -> None:
     docs = render(*GANG_ONLY, namespace="gang-system")
     config = scheduler_config(docs)
-    members, everyone = config["extenders"]
+    members, preemptors = config["extenders"]
     assert members["managedResources"] == [{"name": MEMBER_RESOURCE, "ignoredByScheduler": True}]
-    assert {k for k in members if k.endswith("Verb")} == {
-        "filterVerb",
-        "prioritizeVerb",
-        "bindVerb",
-    }
-    assert {k for k in everyone if k.endswith("Verb")} == {"preemptVerb"}
-    assert "managedResources" not in everyone
-    assert members["urlPrefix"] == everyone["urlPrefix"]
-    (profile,) = config["profiles"]
-    (fit,) = profile["pluginConfig"]
-    assert fit["args"]["scoringStrategy"]["type"] == "MostAllocated"
-
-
-def test_mark_preemptors_scopes_the_preempt_entry_to_marked_plain_pods() -> None:
-    docs = render("--set", "mode=gang-only,webhook.markPreemptors=true", namespace="gang-system")
-    members, preemptors = scheduler_config(docs)["extenders"]
     # Gang members have their own preempt verb: they carry no preemptor mark.
     assert {k for k in members if k.endswith("Verb")} == {
         "filterVerb",
@@ -55,38 +40,66 @@ def test_mark_preemptors_scopes_the_preempt_entry_to_marked_plain_pods() -> None
         "preemptVerb",
         "bindVerb",
     }
-    assert members["managedResources"] == [{"name": MEMBER_RESOURCE, "ignoredByScheduler": True}]
     assert {k for k in preemptors if k.endswith("Verb")} == {"preemptVerb"}
     assert preemptors["managedResources"] == [
         {"name": PREEMPTOR_RESOURCE, "ignoredByScheduler": True}
     ]
-    assert flags(container(docs, "gang-extender")["args"])["webhook-mark-preemptors"] == "true"
-    member_hook, preemptor_hook = find(docs, "MutatingWebhookConfiguration")["webhooks"]
-    assert preemptor_hook["name"] == "preemptor-mark.gang-extender.dev"
-    assert preemptor_hook["matchConditions"] == [
+    assert members["urlPrefix"] == preemptors["urlPrefix"]
+    (profile,) = config["profiles"]
+    (fit,) = profile["pluginConfig"]
+    assert fit["args"]["scoringStrategy"]["type"] == "MostAllocated"
+    assert flags(container(docs, "gang-extender")["args"])["expect-marked-preemptors"] == "true"
+
+
+def test_the_api_server_marks_preemptors_with_a_policy_not_the_webhook() -> None:
+    docs = render(*GANG_ONLY, release="r", namespace="gang-system")
+    (member_hook,) = find(docs, "MutatingWebhookConfiguration")["webhooks"]
+    policy = find(docs, "MutatingAdmissionPolicy")
+    assert policy["metadata"]["name"] == "r-gang-extender-preemptor-mark"
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Ignore"
+    assert spec["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
+    # Every namespace: nothing is sent anywhere, and a system pod's preemption counts too.
+    assert "namespaceSelector" not in spec["matchConstraints"]
+    assert spec["matchConditions"] == [
         {"name": "may-preempt", "expression": preemptor_expression()},
+        {"name": "not-a-gang-member", "expression": f"!({member_expression()['isMember']})"},
+        {
+            "name": "unscheduled",
+            "expression": "!has(object.spec.nodeName) || object.spec.nodeName == ''",
+        },
         member_hook["matchConditions"][1],
     ]
-    assert {k: v for k, v in preemptor_hook.items() if k not in ("name", "matchConditions")} == {
-        k: v for k, v in member_hook.items() if k not in ("name", "matchConditions")
+    assert spec["mutations"] == [
+        {
+            "patchType": "ApplyConfiguration",
+            "applyConfiguration": {"expression": preemptor_mutation()},
+        }
+    ]
+    binding = find(docs, "MutatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": "r-gang-extender-preemptor-mark"}
+
+
+def test_without_marked_preemptors_the_preempt_entry_serves_every_pod() -> None:
+    docs = render("--set", "mode=gang-only,markPreemptors=false", namespace="gang-system")
+    members, everyone = scheduler_config(docs)["extenders"]
+    assert {k for k in members if k.endswith("Verb")} == {
+        "filterVerb",
+        "prioritizeVerb",
+        "bindVerb",
     }
-    # Off by default.
-    default = render(*GANG_ONLY, namespace="gang-system")
-    assert len(find(default, "MutatingWebhookConfiguration")["webhooks"]) == 1
-    assert "webhook-mark-preemptors" not in flags(container(default, "gang-extender")["args"])
+    assert {k for k in everyone if k.endswith("Verb")} == {"preemptVerb"}
+    assert "managedResources" not in everyone
+    assert not [d for d in docs if d["kind"].startswith("MutatingAdmissionPolicy")]
+    assert "expect-marked-preemptors" not in flags(container(docs, "gang-extender")["args"])
 
 
-def test_mark_preemptors_needs_the_gang_only_mode() -> None:
+def test_the_old_webhook_mark_preemptors_value_is_refused_by_the_schema() -> None:
     result = run_helm(
-        "template",
-        "x",
-        str(CHART),
-        "--set",
-        "mode=every-verb,webhook.markPreemptors=true",
-        check=False,
+        "template", "x", str(CHART), "--set", "webhook.markPreemptors=true", check=False
     )
     assert result.returncode != 0
-    assert "webhook.markPreemptors needs mode gang-only" in result.stderr
+    assert "markPreemptors" in result.stderr
 
 
 def test_the_webhook_reaches_the_extender_through_its_service_and_makes_its_own_certs() -> None:
@@ -118,7 +131,6 @@ def test_the_webhook_reaches_the_extender_through_its_service_and_makes_its_own_
     assert webhook["sideEffects"] == "None"
     excluded = webhook["namespaceSelector"]["matchExpressions"][0]
     assert excluded["operator"] == "NotIn"
-    # The extender warns about no unmarked pod there (app/runtime/unmarked.py).
     assert set(excluded["values"]) == SYSTEM_NAMESPACES
     expressions = member_expression()
     assert webhook["matchConditions"] == [
@@ -198,19 +210,22 @@ def test_gang_only_is_the_default() -> None:
     assert sorted(d["kind"] for d in docs) == sorted(
         ["ServiceAccount", "ConfigMap", "Deployment", "ClusterRole", "MutatingWebhookConfiguration"]
         + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        + ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
         + ["Service"] * 2  # operations, webhook
         + ["Role"] * 2  # leader election, the webhook's certificate Secret
         + ["RoleBinding"] * 3
         + ["ClusterRoleBinding"] * 3
     )
-    members, everyone = scheduler_config(docs)["extenders"]
-    assert "managedResources" in members and "managedResources" not in everyone
+    members, preemptors = scheduler_config(docs)["extenders"]
+    assert "managedResources" in members and "managedResources" in preemptors
 
 
 def test_every_verb_has_no_webhook() -> None:
     docs = render("--set", "mode=every-verb")
-    assert not {"MutatingWebhookConfiguration", "ValidatingAdmissionPolicy"} & {
-        d["kind"] for d in docs
-    }
+    assert not {
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "MutatingAdmissionPolicy",
+    } & {d["kind"] for d in docs}
     (extender,) = scheduler_config(docs)["extenders"]
     assert "managedResources" not in extender

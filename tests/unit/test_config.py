@@ -70,12 +70,12 @@ def test_tls_settings_must_be_complete(tmp_path: Path) -> None:
         settings(["--tls-client-ca-file", str(ca)])
 
 
-def test_marking_preemptors_is_off_by_default_and_needs_the_webhook() -> None:
-    assert settings([]).webhook_mark_preemptors is False
-    on = settings(["--webhook-port", "9443"], {"GANG_EXTENDER_WEBHOOK_MARK_PREEMPTORS": "true"})
-    assert on.webhook_mark_preemptors is True
-    with pytest.raises(ConfigError, match="--webhook-mark-preemptors=true needs the webhook"):
-        settings(["--webhook-mark-preemptors", "true"])
+def test_expecting_marked_preemptors_is_off_by_default_and_needs_the_gang_only_mode() -> None:
+    assert settings([]).expect_marked_preemptors is False
+    on = settings(["--webhook-port", "9443"], {"GANG_EXTENDER_EXPECT_MARKED_PREEMPTORS": "true"})
+    assert on.expect_marked_preemptors is True
+    with pytest.raises(ConfigError, match="--expect-marked-preemptors=true is for the gang-only"):
+        settings(["--expect-marked-preemptors", "true"])
 
 
 def test_ops_port_must_differ_from_the_verbs_port() -> None:

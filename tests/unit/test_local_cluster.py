@@ -253,25 +253,28 @@ def rendered(
     return yaml.safe_load(text)
 
 
-def test_gang_only_mode_calls_filter_prioritize_bind_for_marked_pods_and_preempt_for_all() -> None:
+def test_gang_only_mode_calls_the_verbs_for_members_and_preempt_for_marked_preemptors() -> None:
     doc = rendered(SchedulerSpec("kube-scheduler", DEFAULT_SCHEDULER_NAME, True, 1))
     (profile,) = doc["profiles"]
     assert {"name": "GangScheduling"} in profile["plugins"]["multiPoint"]["disabled"]
-    members, everyone = doc["extenders"]
-    assert members["urlPrefix"] == everyone["urlPrefix"] == "http://127.0.0.1:9999/scheduler"
+    members, preemptors = doc["extenders"]
+    assert members["urlPrefix"] == preemptors["urlPrefix"] == "http://127.0.0.1:9999/scheduler"
     assert members["managedResources"] == [
         {"name": "gang-extender.dev/member", "ignoredByScheduler": True}
     ]
     assert {k: v for k, v in members.items() if k.endswith("Verb")} == {
         "filterVerb": "filter",
         "prioritizeVerb": "prioritize",
+        "preemptVerb": "preempt",
         "bindVerb": "bind",
     }
-    # No managedResources: interested in every pod, for preempt only.
-    assert "managedResources" not in everyone
-    assert {k: v for k, v in everyone.items() if k.endswith("Verb")} == {"preemptVerb": "preempt"}
-    assert members["nodeCacheCapable"] is everyone["nodeCacheCapable"] is True
-    assert members["ignorable"] is everyone["ignorable"] is False
+    # Only pods the preemptor-mark policy marked, for preempt only.
+    assert preemptors["managedResources"] == [
+        {"name": "gang-extender.dev/preemptor", "ignoredByScheduler": True}
+    ]
+    assert {k: v for k, v in preemptors.items() if k.endswith("Verb")} == {"preemptVerb": "preempt"}
+    assert members["nodeCacheCapable"] is preemptors["nodeCacheCapable"] is True
+    assert members["ignorable"] is preemptors["ignorable"] is False
 
 
 def test_the_webhook_url_is_the_extender_port_plus_one_and_fills_the_template() -> None:
@@ -282,6 +285,8 @@ def test_the_webhook_url_is_the_extender_port_plus_one_and_fills_the_template() 
         "MutatingWebhookConfiguration",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
     ]
     (webhook,) = docs[0]["webhooks"]
     assert webhook["clientConfig"] == {"url": url}
@@ -290,6 +295,7 @@ def test_the_webhook_url_is_the_extender_port_plus_one_and_fills_the_template() 
         "object.spec.schedulerName in ['default-scheduler', 'gang-scheduler-nodelist']"
     )
     assert docs[1]["spec"]["matchConditions"] == webhook["matchConditions"]
+    assert docs[3]["spec"]["matchConditions"][-1] == webhook["matchConditions"][1]
 
 
 def test_every_verb_mode_calls_the_extender_with_node_names_only() -> None:

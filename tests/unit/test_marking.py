@@ -12,9 +12,9 @@ from app.core.marking import (
     MEMBER_QUANTITY,
     can_preempt,
     is_marked,
-    mark_of,
     member_patch,
     names_a_group,
+    needs_member_mark,
     review_response,
 )
 from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE, pod_requests
@@ -110,12 +110,12 @@ def test_the_resource_name_is_escaped_as_a_json_pointer() -> None:
 
 def test_only_the_named_schedulers_pods_are_marked() -> None:
     member = pod({"scheduling.x-k8s.io/pod-group": "g"}, schedulerName="gang-scheduler")
-    assert mark_of(member, (), mark_preemptors=False) == MEMBER_RESOURCE
-    assert mark_of(member, {"gang-scheduler"}, mark_preemptors=False) == MEMBER_RESOURCE
-    assert mark_of(member, {"default-scheduler"}, mark_preemptors=False) is None
+    assert needs_member_mark(member, ())
+    assert needs_member_mark(member, {"gang-scheduler"})
+    assert not needs_member_mark(member, {"default-scheduler"})
     # No schedulerName (never defaulted, e.g. a hand-made review): default-scheduler.
     unnamed = pod({"scheduling.x-k8s.io/pod-group": "g"})
-    assert mark_of(unnamed, {"default-scheduler"}, mark_preemptors=False) == MEMBER_RESOURCE
+    assert needs_member_mark(unnamed, {"default-scheduler"})
 
 
 def plain(priority: int | None, policy: str | None = None, **spec: Any) -> dict[str, Any]:
@@ -145,35 +145,19 @@ def test_a_plain_pod_may_preempt_with_priority_above_zero_unless_its_policy_is_n
     assert can_preempt(obj) is expected
 
 
-def test_the_preemptor_mark_goes_to_plain_pods_only_and_only_when_asked() -> None:
-    vip = plain(1000)
-    member = orjson.loads(orjson.dumps(SOURCES["x-k8s"]))
-    member["spec"]["priority"] = 1000
-    assert mark_of(vip, (), mark_preemptors=False) is None
-    assert mark_of(vip, (), mark_preemptors=True) == PREEMPTOR_RESOURCE
-    assert mark_of(plain(0), (), mark_preemptors=True) is None
-    # A member that may preempt carries the member mark alone: its entry preempts too.
-    assert mark_of(member, (), mark_preemptors=True) == MEMBER_RESOURCE
-    # Another scheduler's pods are never marked.
-    other = plain(1000, schedulerName="other")
-    assert mark_of(other, {"default-scheduler"}, mark_preemptors=True) is None
+def test_the_webhook_leaves_plain_pods_alone_whatever_their_priority() -> None:
+    """Preemptors are the API server's policy's to mark, never the webhook's."""
+    assert review_response(review(plain(1000)))[1] == "skipped"
+    assert review_response(review(plain(0)))[1] == "skipped"
 
 
-def test_a_preemptor_review_gets_a_zero_preemptor_patch_once() -> None:
+def test_capacity_checks_leave_the_preemptor_mark_out() -> None:
     vip = plain(1000)
-    answer, result = review_response(review(vip), (), mark_preemptors=True)
-    assert result == "preemptor"
-    ops = orjson.loads(base64.b64decode(answer["response"]["patch"]))
-    assert ops == member_patch(vip, PREEMPTOR_RESOURCE)
-    marked = apply_patch(vip, ops)
+    marked = apply_patch(vip, member_patch(vip, PREEMPTOR_RESOURCE))
     assert is_marked(marked, PREEMPTOR_RESOURCE) and not is_marked(marked)
     requests = marked["spec"]["containers"][0]["resources"]["requests"]
     assert requests[PREEMPTOR_RESOURCE] == MEMBER_QUANTITY == "0"
-    assert review_response(review(marked), (), mark_preemptors=True)[1] == "unchanged"
-    # Capacity checks leave it out, as they do the member mark.
     assert pod_requests(marked["spec"]) == pod_requests(vip["spec"])
-    # Without the option the webhook leaves plain pods alone, whatever their priority.
-    assert review_response(review(vip))[1] == "skipped"
 
 
 def review(obj: Any, operation: str = "CREATE") -> dict[str, Any]:
@@ -233,12 +217,21 @@ def test_capacity_checks_leave_the_mark_out() -> None:
     )
 
 
+UNSCHEDULED = "!has(object.spec.nodeName) || object.spec.nodeName == ''"
+
+
 def test_deploy_webhook_yaml_carries_the_expressions_and_message_of_marking() -> None:
     from pathlib import Path
 
     import yaml
 
-    from app.core.marking import SYSTEM_NAMESPACES, member_expression, refusal_message
+    from app.core.marking import (
+        SYSTEM_NAMESPACES,
+        member_expression,
+        preemptor_expression,
+        preemptor_mutation,
+        refusal_message,
+    )
 
     docs = list(yaml.safe_load_all(Path("deploy/webhook.yaml").read_text()))
     webhook, policy = docs[0]["webhooks"][0], docs[1]["spec"]
@@ -253,3 +246,21 @@ def test_deploy_webhook_yaml_carries_the_expressions_and_message_of_marking() ->
     ]
     (excluded,) = webhook["namespaceSelector"]["matchExpressions"]
     assert set(excluded["values"]) == SYSTEM_NAMESPACES
+    assert [d["kind"] for d in docs[3:]] == [
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+    ]
+    marker = docs[3]["spec"]
+    assert marker["matchConditions"] == [
+        {"name": "may-preempt", "expression": preemptor_expression()},
+        {"name": "not-a-gang-member", "expression": f"!({expressions['isMember']})"},
+        {"name": "unscheduled", "expression": UNSCHEDULED},
+        {"name": "our-schedulers", "expression": "object.spec.schedulerName in @SCHEDULER_NAMES@"},
+    ]
+    assert marker["mutations"] == [
+        {
+            "patchType": "ApplyConfiguration",
+            "applyConfiguration": {"expression": preemptor_mutation()},
+        }
+    ]
+    assert docs[4]["spec"] == {"policyName": docs[3]["metadata"]["name"]}

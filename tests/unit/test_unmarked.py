@@ -26,10 +26,10 @@ class Reports:
 
 
 def watched(
-    scheduler_names: tuple[str, ...] = (), mark_preemptors: bool = False
+    scheduler_names: tuple[str, ...] = (), expect_marked_preemptors: bool = False
 ) -> tuple[ClusterState, Reports, Metrics]:
     state, reports, metrics = ClusterState(), Reports(), Metrics()
-    listener = UnmarkedMembers(reports, metrics, scheduler_names, mark_preemptors)
+    listener = UnmarkedMembers(reports, metrics, scheduler_names, expect_marked_preemptors)
     state.add_pod_listener(listener.on_pod_change)
     return state, reports, metrics
 
@@ -74,30 +74,32 @@ def preemptor(name: str, priority: int, **fields: Any) -> dict[str, Any]:
 
 
 def test_with_marked_preemptors_an_unmarked_pending_preemptor_is_reported_once() -> None:
-    state, reports, metrics = watched(mark_preemptors=True)
+    state, reports, metrics = watched(expect_marked_preemptors=True)
     raw = preemptor("vip", 1000)
     state.apply_pod(raw)
     raw["metadata"]["resourceVersion"] = "2"
+    # The policy runs in the API server for every namespace: a system pod too.
+    state.apply_pod(preemptor("dns", 2000000000, namespace="kube-system"))
     state.apply_pod(raw)
-    assert [key for key, _, _ in reports.seen] == ["default/vip"]
+    assert [key for key, _, _ in reports.seen] == ["default/vip", "kube-system/dns"]
     message = reports.seen[0][2]
     assert "gang-extender.dev/preemptor" in message and "priority 1000" in message
-    assert metrics.registry.get_sample_value("gang_extender_unmarked_preemptors_total") == 1
+    assert "MutatingAdmissionPolicy" in message
+    assert metrics.registry.get_sample_value("gang_extender_unmarked_preemptors_total") == 2
     assert count(metrics) == 0
 
 
-def test_marked_low_priority_bound_system_and_unasked_preemptors_are_not_reported() -> None:
+def test_marked_low_priority_bound_and_unexpected_preemptors_are_not_reported() -> None:
     vip = preemptor("vip-marked", 1000)
-    state, reports, metrics = watched(mark_preemptors=True)
+    state, reports, metrics = watched(expect_marked_preemptors=True)
     state.apply_pod(apply_patch(vip, member_patch(vip, PREEMPTOR_RESOURCE)))
     state.apply_pod(preemptor("zero", 0))
     never = preemptor("polite", 1000)
     never["spec"]["preemptionPolicy"] = "Never"
     state.apply_pod(never)
     state.apply_pod(preemptor("bound", 1000, node="n1", phase="Running"))
-    state.apply_pod(preemptor("dns", 2000000000, namespace="kube-system"))
     assert reports.seen == []
-    # Without --webhook-mark-preemptors nobody expects the mark.
+    # Without --expect-marked-preemptors nobody expects the mark.
     state, reports, metrics = watched()
     state.apply_pod(preemptor("vip", 1000))
     assert reports.seen == []

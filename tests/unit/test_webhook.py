@@ -221,9 +221,9 @@ async def test_the_app_answers_a_review_with_a_patch(client: httpx.AsyncClient) 
     assert health.status_code == 200
 
 
-async def test_the_app_marks_preemptors_only_when_asked_and_counts_them() -> None:
+async def test_the_app_leaves_a_plain_pod_that_may_preempt_to_the_api_servers_policy() -> None:
     metrics = Metrics()
-    app = WebhookApp(metrics, scheduler_names=(), mark_preemptors=True)
+    app = WebhookApp(metrics, scheduler_names=())
     vip = {"metadata": {"name": "vip"}, "spec": {"priority": 1000, "containers": [{"name": "c"}]}}
     review = {
         "apiVersion": "admission.k8s.io/v1",
@@ -233,9 +233,9 @@ async def test_the_app_marks_preemptors_only_when_asked_and_counts_them() -> Non
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="https://wh") as wh:
         response = await wh.post(WEBHOOK_PATH, content=orjson.dumps(review))
-    ops = orjson.loads(base64.b64decode(response.json()["response"]["patch"]))
-    assert ops[0]["value"]["requests"] == {"gang-extender.dev/preemptor": "0"}
-    assert metrics.webhook_reviews.labels(result="preemptor")._value.get() == 1
+    assert response.status_code == 200
+    assert "patch" not in response.json()["response"]
+    assert metrics.webhook_reviews.labels(result="skipped")._value.get() == 1
 
 
 async def test_close_removes_the_self_made_key() -> None:

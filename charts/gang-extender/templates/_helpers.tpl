@@ -71,9 +71,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (eq .Values.mode "gang-only") (or (eq (int .Values.webhook.port) (int $ext.port)) (eq (int .Values.webhook.port) (int $ext.opsPort))) -}}
 {{- fail "webhook.port must differ from extender.port and extender.opsPort" -}}
 {{- end -}}
-{{- if and .Values.webhook.markPreemptors (ne .Values.mode "gang-only") -}}
-{{- fail "webhook.markPreemptors needs mode gang-only: in every-verb mode kube-scheduler asks the extender about every pod already" -}}
-{{- end -}}
 {{- if and .Values.serveDefaultScheduler (eq .Values.schedulerName "default-scheduler") -}}
 {{- fail "schedulerName is already default-scheduler: leave serveDefaultScheduler off" -}}
 {{- end -}}
@@ -124,6 +121,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* CEL, the same as app/core/marking.py's preemptor_expression(). */}}
 {{- define "gang-extender.canPreempt" -}}
 has(object.spec.priority) && object.spec.priority > 0 && (!has(object.spec.preemptionPolicy) || object.spec.preemptionPolicy != 'Never')
+{{- end -}}
+
+{{- define "gang-extender.preemptorMutation" -}}
+Object{spec: Object.spec{containers: object.spec.containers.map(c, Object.spec.containers{name: c.name, resources: Object.spec.containers.resources{requests: {'gang-extender.dev/preemptor': '0'}, limits: {'gang-extender.dev/preemptor': '0'}}})}}
 {{- end -}}
 
 {{- define "gang-extender.memberValid" -}}
