@@ -201,12 +201,7 @@ def marked_by_webhook(core: Any, namespace: str = "default", scheduler: str | No
         },
         spec={"schedulerName": scheduler} if scheduler else None,
     )
-    try:
-        pod = core.create_namespaced_pod(namespace, body, dry_run="All")
-    except k8s.ApiException:
-        return False
-    requests = pod.spec.containers[0].resources.requests or {}
-    return MEMBER_RESOURCE in requests
+    return _admitted_with(core, namespace, body, MEMBER_RESOURCE)
 
 
 def marked_as_preemptor(core: Any, scheduler: str | None = None) -> bool:
@@ -221,12 +216,21 @@ def marked_as_preemptor(core: Any, scheduler: str | None = None) -> bool:
     if scheduler:
         spec["schedulerName"] = scheduler
     body = pause_pod("preemptor-probe", cpu="1m", memory="1Mi", spec=spec)
+    return _admitted_with(core, "kube-system", body, PREEMPTOR_RESOURCE)
+
+
+def _admitted_with(core: Any, namespace: str, body: dict[str, Any], resource: str) -> bool:
+    """Whether a server-side dry run of `body` is admitted requesting `resource`.
+
+    Admission runs in full (webhooks called, policies applied), nothing is
+    stored; a refusal counts as not marked.
+    """
     try:
-        pod = core.create_namespaced_pod("kube-system", body, dry_run="All")
+        pod = core.create_namespaced_pod(namespace, body, dry_run="All")
     except k8s.ApiException:
         return False
     requests = pod.spec.containers[0].resources.requests or {}
-    return PREEMPTOR_RESOURCE in requests
+    return resource in requests
 
 
 def wait_webhook_marks(core: Any, timeout: float = 30) -> None:

@@ -43,6 +43,10 @@ class FilterVerb:
         self._links = links
         self._scorer = scorer
         self._soft_tainted = SoftTaintedNodes(core.state)
+        # Counted once per admitted member: the label lookups done here, not per call.
+        choices = core.metrics.member_node_choices
+        self._ranked_by_us = choices.labels("extender")
+        self._ranked_by_scheduler = choices.labels("scheduler")
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
         core, names = self._core, args.names
@@ -98,13 +102,13 @@ class FilterVerb:
         See app/core/node_choice.py; the other nodes are left out of the
         answer, not failed: they could take the pod, we just prefer one.
         """
-        scorer, choices = self._scorer, self._core.metrics.member_node_choices
+        scorer = self._scorer
         if len(passed) < 2 or pod.spec is None:
             return passed
         if not scorer.policy.pick_member_node or (
             soft_preference(pod.pod_spec, args.pod.get("metadata")) is not None
         ):
-            choices.labels("scheduler").inc()
+            self._ranked_by_scheduler.inc()
             return passed
         in_request: dict[str, NodeRecord] | None = None
         soft_taints: SoftTaints
@@ -115,7 +119,7 @@ class FilterVerb:
             soft_taints = self._soft_tainted.current()
         offered = without_disfavoured(passed, soft_taints, pod.pod_spec)
         best = scorer.best(pod.requests, pod.spec.key, offered, in_request)
-        choices.labels("scheduler" if best is None else "extender").inc()
+        (self._ranked_by_scheduler if best is None else self._ranked_by_us).inc()
         return [best] if best is not None else passed
 
     def _in_domain(
