@@ -24,6 +24,11 @@ nodes, and times five cases on the same cluster in the same run:
       every-verb mode
   (g) plain pods and (h) gangs of 8 in the gang-only mode with the chart's
       markPreemptors: false: the preempt-only entry serves every pod
+  (o) plain pods, no extender, kube-scheduler's OpportunisticBatching off:
+      kube-scheduler turns that off for every pod as soon as any extender
+      is configured, interested in the pod or not, so (p)/(o) is what the
+      gang-only mode costs plain pods beyond that, and (o)/(a) what the
+      batching is worth
 
 For each case the pods are created first and only then is a kube-scheduler
 started, so pod creation is not what is measured. Throughput is pods /
@@ -35,7 +40,10 @@ The cases run --rounds times, every other round in reverse order (a b c d n,
 n d c b a, a b c d n): on a shared machine one case can be slowed by
 something else, and the median of the rounds' ratios is less at the mercy of
 that than one ratio; reversing puts what drifts over a run (the control
-plane's history grows) on both sides of each ratio.
+plane's history grows) on both sides of each ratio. Before the first round,
+--warmup-pods pods of each case go through once, unmeasured, so that round 1
+does not also measure a fresh control plane's cold caches (the API server's,
+etcd's, the Go heaps'); it does not make a shared machine's rounds agree.
 
 Then, optionally (--scale-nodes), the cluster grows and (a), (b) and (n) run
 again to report filter/prioritize latency with kube-scheduler's default
@@ -312,6 +320,15 @@ def render_scheduler_config(
     return json.dumps(config, indent=2) + "\n"
 
 
+def scheduler_feature_gates(gates: str, *, batching: bool) -> str:
+    """kube-scheduler's --feature-gates value for a case ("" for none): `gates`, and
+    OpportunisticBatching turned off unless `batching`."""
+    wanted = [gates] if gates else []
+    if not batching:
+        wanted.append("OpportunisticBatching=false")
+    return ",".join(wanted)
+
+
 def pod_body(
     name: str,
     *,
@@ -359,6 +376,8 @@ class CaseResult:
     nodes_per_gang: float | None = None
     extender_cpu_per_1000: float | None = None
     scheduler_cpu_per_1000: float | None = None
+    # kube-apiserver and etcd together; None when their pids are not known.
+    control_plane_cpu_per_1000: float | None = None
     # verb -> (p50, p99) seconds, from the extender's own histogram (server side).
     verbs: dict[str, tuple[float, float]] = field(default_factory=dict)
     # verb -> (p50, p99) seconds on kube-scheduler's connections (bench/roundtrips.py).
@@ -426,6 +445,13 @@ RATIO_TARGETS = (
     ("(b)/(a) plain pods, extender / no extender", "b", "a", 0.8),
     ("(c)/(d) gangs, extender / in-tree GangScheduling", "c", "d", 1.0),
     ("(p)/(a) plain pods, gang-only (default) / no extender", "p", "a", 0.95),
+    (
+        "(p)/(o) plain pods, gang-only (default) / no extender without OpportunisticBatching",
+        "p",
+        "o",
+        None,
+    ),
+    ("(o)/(a) plain pods, no extender: OpportunisticBatching off / on", "o", "a", None),
     ("(q)/(d) gangs, gang-only (default) / in-tree GangScheduling", "q", "d", 1.2),
     ("(g)/(a) plain pods, gang-only, preempt entry for all / no extender", "g", "a", None),
     ("(h)/(d) gangs, gang-only, preempt entry for all / in-tree GangScheduling", "h", "d", None),
@@ -492,9 +518,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "",
         "| case | nodes | pods | pods/s | CPU busy | pod latency p50 / p99 "
         "| gang latency p50 / p99 | nodes per gang | extender CPU s / 1,000 pods "
-        "| kube-scheduler CPU s / 1,000 pods | scheduling algorithm p50 / p99 "
-        "| API server pods/binding p50 / p99 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| kube-scheduler CPU s / 1,000 pods | API server and etcd CPU s / 1,000 pods "
+        "| scheduling algorithm p50 / p99 | API server pods/binding p50 / p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cases:
         gang = (
@@ -506,12 +532,17 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         sched_cpu = (
             f"{c.scheduler_cpu_per_1000:.2f}" if c.scheduler_cpu_per_1000 is not None else "-"
         )
+        plane_cpu = (
+            f"{c.control_plane_cpu_per_1000:.2f}"
+            if c.control_plane_cpu_per_1000 is not None
+            else "-"
+        )
         lines.append(
             f"| ({c.case}) {c.description} | {c.nodes:,} | {c.bound:,}/{c.pods:,} "
             f"| {c.pods_per_second:.1f} | {c.machine_busy:.0%} "
             f"| {c.pod_latency_p50:.2f} / {c.pod_latency_p99:.2f} s | {gang} "
             f"| {f'{c.nodes_per_gang:.2f}' if c.nodes_per_gang is not None else '-'} | {cpu} "
-            f"| {sched_cpu} | {_ms((c.algorithm_p50, c.algorithm_p99))} "
+            f"| {sched_cpu} | {plane_cpu} | {_ms((c.algorithm_p50, c.algorithm_p99))} "
             f"| {c.api_binding_p50 * 1000:.0f} / {c.api_binding_p99 * 1000:.0f} ms |"
         )
     lines += ["", "| figure | value | target |", "|---|---|---|", *_target_rows(report, by)]
@@ -716,6 +747,11 @@ class Case:
     gang_only: bool = False
     # ... with the preempt-only entry scoped to pods marked as preemptors.
     mark_preemptors: bool = False
+    # kube-scheduler's OpportunisticBatching (feature gate, on by default since 1.35): pods
+    # alike reuse the last cycle's scored nodes. kube-scheduler turns it off itself in every
+    # profile once any extender is configured (framework computeBatchablePlugins), whether
+    # or not the extender is interested in the pod; (o) turns it off without an extender.
+    batching: bool = True
 
 
 CASES = {
@@ -724,6 +760,13 @@ CASES = {
     "c": Case("c", f"gangs of {GANG_SIZE} through the extender", True, "x-k8s"),
     "d": Case("d", f"gangs of {GANG_SIZE}, in-tree GangScheduling", False, "native"),
     "n": Case("n", "plain pods through a no-op Go extender", False, None, noop=True),
+    "o": Case(
+        "o",
+        "plain pods, no extender, OpportunisticBatching off (as with any extender)",
+        False,
+        None,
+        batching=False,
+    ),
     "g": Case("g", "plain pods, gang-only, preempt entry for all", True, None, gang_only=True),
     "h": Case(
         "h",
@@ -799,6 +842,8 @@ class Cluster:
     noop_url: str | None = None
     noop_pid: int | None = None
     feature_gates: str = "GenericWorkload=true"
+    # kube-apiserver's and etcd's: whose CPU a case costs the control plane.
+    control_plane_pids: tuple[int, ...] = ()
 
 
 class Runner:
@@ -912,6 +957,7 @@ class Runner:
         gates: bool,
         gang_only: bool = False,
         mark_preemptors: bool = False,
+        batching: bool = True,
     ) -> subprocess.Popen[bytes]:
         work = self.cluster.work_dir
         work.mkdir(parents=True, exist_ok=True)
@@ -937,8 +983,11 @@ class Runner:
             f"--cert-dir={work / 'bench-scheduler-certs'}",
             "--v=1",
         ]
-        if gates and self.cluster.feature_gates:
-            argv.append(f"--feature-gates={self.cluster.feature_gates}")
+        feature_gates = scheduler_feature_gates(
+            self.cluster.feature_gates if gates else "", batching=batching
+        )
+        if feature_gates:
+            argv.append(f"--feature-gates={feature_gates}")
         log = (work / f"bench-scheduler-{name}.log").open("wb")
         return subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
@@ -980,6 +1029,10 @@ class Runner:
         )
 
     # ---- one case ---------------------------------------------------------------------
+
+    def control_plane_cpu(self) -> float:
+        """CPU seconds kube-apiserver and etcd have used so far."""
+        return sum(cpu_seconds(pid) for pid in self.cluster.control_plane_pids)
 
     def run_case(self, case: Case, pods: int, nodes: int, suffix: str = "") -> CaseResult:
         namespace = f"bench-{case.key}{suffix}"
@@ -1053,6 +1106,7 @@ class Runner:
             case.gangs == "native",
             case.gang_only,
             case.mark_preemptors,
+            case.batching,
         )
         t0 = time.monotonic()
         profile = (
@@ -1065,6 +1119,7 @@ class Runner:
         )
         try:
             sched_cpu_before = cpu_seconds(scheduler.pid)
+            plane_cpu_before = self.control_plane_cpu()
             deadline_seconds = max(180.0, len(bodies) / 10)
             try:
                 wait_for(
@@ -1083,6 +1138,7 @@ class Runner:
             last = max(watch.bound_at.values(), default=t0)
             cpu_after = cpu_seconds(extender_pid) if extender_pid is not None else 0.0
             sched_cpu = cpu_seconds(scheduler.pid) - sched_cpu_before
+            plane_cpu = self.control_plane_cpu() - plane_cpu_before
             sched_text = self.scheduler_metrics()
             ext_after = self.extender_metrics() if case.extender else ""
             api_binding = bucket_delta(self.apiserver_binding_buckets(), api_before)
@@ -1113,6 +1169,9 @@ class Runner:
             pod_latency_p50=percentile(latencies, 0.5),
             pod_latency_p99=percentile(latencies, 0.99),
             scheduler_cpu_per_1000=sched_cpu / max(1, bound) * 1000,
+            control_plane_cpu_per_1000=(
+                plane_cpu / max(1, bound) * 1000 if self.cluster.control_plane_pids else None
+            ),
             algorithm_p50=histogram_quantile(0.5, algo),
             algorithm_p99=histogram_quantile(0.99, algo),
             nodes=nodes,
@@ -1151,6 +1210,11 @@ class Runner:
                 else ""
             )
             + f", scheduler {result.scheduler_cpu_per_1000:.2f} CPU s/1000 pods"
+            + (
+                f", API server and etcd {result.control_plane_cpu_per_1000:.2f} CPU s/1000 pods"
+                if result.control_plane_cpu_per_1000 is not None
+                else ""
+            )
             + f", last bind {last - t0:.1f}s after start"
             + f", API server pods/binding p50 {result.api_binding_p50 * 1000:.0f} ms"
             + f" p99 {result.api_binding_p99 * 1000:.0f} ms"
@@ -1277,8 +1341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=2000, help="pods per case (default 2000)")
     parser.add_argument(
         "--cases",
-        default="abcdnghpq",
-        help="which of a, b, c, d, n, g, h, p, q to run (default abcdnghpq)",
+        default="abcdnghpqo",
+        help="which of a, b, c, d, n, g, h, p, q, o to run (default abcdnghpqo)",
     )
     parser.add_argument(
         "--rounds",
@@ -1287,6 +1351,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the cases this many times, every other round in reverse order; ratios "
         "are reported per round and as their median, so one disturbed case does not decide "
         "them (default 3)",
+    )
+    parser.add_argument(
+        "--warmup-pods",
+        type=int,
+        default=200,
+        help="before the first round, schedule this many pods of each case, unmeasured; "
+        "0 skips the warm-up (default 200)",
     )
     parser.add_argument("--qps", type=int, default=2000, help="kube-scheduler client QPS and burst")
     parser.add_argument(
@@ -1356,6 +1427,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         scheduler_port=config.ports.scheduler,
         work_dir=layout.root,
         extender_url=f"http://127.0.0.1:{extender_port}/scheduler",
+        control_plane_pids=tuple(
+            int(layout.pid_file(name).read_text()) for name in ("kube-apiserver", "etcd")
+        ),
     )
     runner = Runner(
         cluster,
@@ -1410,18 +1484,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes: list[str] = []
     noop_port = 18890 + PORT_OFFSET
 
-    def run(case: Case, suffix: str) -> None:
-        """One case, with gang-extender or the no-op extender running only if it needs it."""
+    def run(case: Case, suffix: str, pods: int | None = None) -> None:
+        """One case, with gang-extender or the no-op extender running only if it needs it.
+
+        With `pods`, a warm-up: that many pods, and the figures thrown away.
+        """
         with_extender(case.extender)
+
+        def measure() -> None:
+            result = runner.run_case(case, pods or args.pods, current_nodes, suffix)
+            if pods is None:
+                results.append(result)
+
         if not case.noop:
-            results.append(runner.run_case(case, args.pods, current_nodes, suffix))
+            measure()
             return
         noop = NoopExtender(
             bin_dir, kubeconfig, noop_port, args.qps, layout.logs / "bench-noop-extender.log"
         )
         cluster.noop_url, cluster.noop_pid = noop.url, noop.process.pid
         try:
-            results.append(runner.run_case(case, args.pods, current_nodes, suffix))
+            measure()
         finally:
             noop.stop()
             cluster.noop_url = cluster.noop_pid = None
@@ -1454,6 +1537,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     try:
+        if args.warmup_pods > 0:
+            for key in args.cases:
+                run(CASES[key], "-warmup", pods=args.warmup_pods)
         for round_number in range(1, args.rounds + 1):
             for key in round_order(args.cases, round_number):
                 run(CASES[key], round_suffix(round_number))

@@ -60,6 +60,9 @@ def test_bench_cases_schedule_every_pod_and_report_their_figures(
         assert through.wire == {} and through.wire_missing
     for result in (plain, through, gangs, yardstick):
         assert 0 < result.machine_busy <= 1
+        # kube-apiserver and etcd did work for every case (bindings, watches).
+        assert result.control_plane_cpu_per_1000 is not None
+        assert result.control_plane_cpu_per_1000 > 0
     section = e2e.render_markdown(
         {
             "date": "today",
@@ -75,6 +78,16 @@ def test_bench_cases_schedule_every_pod_and_report_their_figures(
     )
     assert "| (b-smoke) plain pods through the extender | 3 | 6/6 |" in section
     assert "| (n-smoke) plain pods through a no-op Go extender | 3 | 6/6 |" in section
+
+
+def test_bench_case_o_runs_kube_scheduler_without_opportunistic_batching(kubeconfig: str) -> None:
+    """(o): no extender, and the batching kube-scheduler drops once any extender is configured."""
+    runner = bench_runner(kubeconfig, "bench-batching")
+    result = runner.run_case(e2e.CASES["o"], 6, 3, "-smoke")
+    assert result.bound == result.pods and result.extender_cpu_per_1000 is None
+    log = (runner.cluster.work_dir / "bench-scheduler-o-smoke.log").read_text()
+    assert "OpportunisticBatching=false" in log  # kube-scheduler's own echo of its flags
+    assert "Disabling signatures for profile because it has extenders" not in log
 
 
 def capture_possible() -> bool:

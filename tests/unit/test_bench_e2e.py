@@ -120,6 +120,17 @@ def test_marked_preemptor_cases_scope_the_preempt_entry_as_the_chart_does() -> N
     assert e2e.CASES["q"].gangs == "x-k8s" and e2e.CASES["q"].mark_preemptors
 
 
+def test_only_case_o_turns_kube_schedulers_batching_off() -> None:
+    assert [key for key, case in e2e.CASES.items() if not case.batching] == ["o"]
+    assert not e2e.CASES["o"].extender and not e2e.CASES["o"].noop
+    assert e2e.scheduler_feature_gates("", batching=True) == ""
+    assert e2e.scheduler_feature_gates("", batching=False) == "OpportunisticBatching=false"
+    assert (
+        e2e.scheduler_feature_gates("GenericWorkload=true", batching=False)
+        == "GenericWorkload=true,OpportunisticBatching=false"
+    )
+
+
 def test_pod_bodies_name_their_gang_the_way_each_scheduler_reads_it() -> None:
     x = e2e.pod_body("p0", x_group="g0")
     assert x["metadata"]["labels"][POD_GROUP_LABEL] == "g0"
@@ -143,6 +154,7 @@ def _result(case: str, rate: float) -> e2e.CaseResult:
         pod_latency_p50=0.5,
         pod_latency_p99=0.9,
         extender_cpu_per_1000=1.5 if case in ("b", "c") else None,
+        control_plane_cpu_per_1000=2.25 if case == "a" else None,
         verbs={"filter": (0.001, 0.002)} if case == "b" else {},
         nodes=500,
     )
@@ -167,6 +179,13 @@ def test_markdown_states_the_ratios_against_their_targets_and_replaces_the_old_s
     assert "| (b)/(a) plain pods, extender / no extender | 0.90 | >= 0.8 |" in section
     assert "| (c)/(d) gangs, extender / in-tree GangScheduling | 1.10 | >= 1.0 |" in section
     assert "| (b) | 1.00 / 2.00 ms |" in section
+    assert "| API server and etcd CPU s / 1,000 pods |" in section
+    # (a): no extender, no kube-scheduler CPU given, the control plane's 2.25.
+    assert "| (a) case a | 500 | 100/100 |" in section and "| - | - | 2.25 |" in section
+    with_o = e2e.render_markdown({**report, "cases": [*cases, _result("o", 190)]})
+    assert "| (o)/(a) plain pods, no extender: OpportunisticBatching off / on | 0.95 | - |" in (
+        with_o
+    )
     report["cases"] = [*cases, _result("a-r2", 200), _result("b-r2", 140)]
     rounds = e2e.render_markdown(report)
     assert "| (b)/(a) plain pods, extender / no extender | 0.80 (median; rounds 0.90, 0.70) |" in (
