@@ -29,6 +29,9 @@ nodes, and times five cases on the same cluster in the same run:
       is configured, interested in the pod or not, so (p)/(o) is what the
       gang-only mode costs plain pods beyond that, and (o)/(a) what the
       batching is worth
+  (w) plain pods with gang-extender running (its watches) but not in
+      kube-scheduler's configuration: what the watches alone cost (not in
+      the default --cases)
 
 For each case the pods are created first and only then is a kube-scheduler
 started, so pod creation is not what is measured. Throughput is pods /
@@ -452,6 +455,7 @@ RATIO_TARGETS = (
         None,
     ),
     ("(o)/(a) plain pods, no extender: OpportunisticBatching off / on", "o", "a", None),
+    ("(w)/(a) plain pods, extender watching but not configured / no extender", "w", "a", None),
     ("(q)/(d) gangs, gang-only (default) / in-tree GangScheduling", "q", "d", 1.2),
     ("(g)/(a) plain pods, gang-only, preempt entry for all / no extender", "g", "a", None),
     ("(h)/(d) gangs, gang-only, preempt entry for all / in-tree GangScheduling", "h", "d", None),
@@ -752,6 +756,8 @@ class Case:
     # profile once any extender is configured (framework computeBatchablePlugins), whether
     # or not the extender is interested in the pod; (o) turns it off without an extender.
     batching: bool = True
+    # gang-extender runs (and watches the cluster) but kube-scheduler is not told of it.
+    watch_only: bool = False
 
 
 CASES = {
@@ -760,6 +766,13 @@ CASES = {
     "c": Case("c", f"gangs of {GANG_SIZE} through the extender", True, "x-k8s"),
     "d": Case("d", f"gangs of {GANG_SIZE}, in-tree GangScheduling", False, "native"),
     "n": Case("n", "plain pods through a no-op Go extender", False, None, noop=True),
+    "w": Case(
+        "w",
+        "plain pods, extender running but not configured",
+        False,
+        None,
+        watch_only=True,
+    ),
     "o": Case(
         "o",
         "plain pods, no extender, OpportunisticBatching off (as with any extender)",
@@ -1342,7 +1355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cases",
         default="abcdnghpqo",
-        help="which of a, b, c, d, n, g, h, p, q, o to run (default abcdnghpqo)",
+        help="which of a, b, c, d, n, g, h, p, q, o, w to run (default abcdnghpqo)",
     )
     parser.add_argument(
         "--rounds",
@@ -1489,7 +1502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         With `pods`, a warm-up: that many pods, and the figures thrown away.
         """
-        with_extender(case.extender)
+        with_extender(case.extender or case.watch_only)
 
         def measure() -> None:
             result = runner.run_case(case, pods or args.pods, current_nodes, suffix)

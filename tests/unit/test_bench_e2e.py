@@ -123,6 +123,9 @@ def test_marked_preemptor_cases_scope_the_preempt_entry_as_the_chart_does() -> N
 def test_only_case_o_turns_kube_schedulers_batching_off() -> None:
     assert [key for key, case in e2e.CASES.items() if not case.batching] == ["o"]
     assert not e2e.CASES["o"].extender and not e2e.CASES["o"].noop
+    # (w): the extender runs, kube-scheduler is not told of it.
+    assert [key for key, case in e2e.CASES.items() if case.watch_only] == ["w"]
+    assert not e2e.CASES["w"].extender
     assert e2e.scheduler_feature_gates("", batching=True) == ""
     assert e2e.scheduler_feature_gates("", batching=False) == "OpportunisticBatching=false"
     assert (
