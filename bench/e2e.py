@@ -759,6 +759,11 @@ class Case:
     # gang-extender runs (and watches the cluster) but kube-scheduler is not told of it.
     watch_only: bool = False
 
+    @property
+    def runs_extender(self) -> bool:
+        """gang-extender runs during the case, called by kube-scheduler or only watching."""
+        return self.extender or self.watch_only
+
 
 CASES = {
     "a": Case("a", "plain pods, no extender", False, None),
@@ -857,6 +862,13 @@ class Cluster:
     feature_gates: str = "GenericWorkload=true"
     # kube-apiserver's and etcd's: whose CPU a case costs the control plane.
     control_plane_pids: tuple[int, ...] = ()
+
+
+def control_plane_pids(pids_dir: Path) -> tuple[int, ...]:
+    """kube-apiserver's and etcd's pids, from a local cluster's pid files."""
+    return tuple(
+        int((pids_dir / f"{name}.pid").read_text().strip()) for name in ("kube-apiserver", "etcd")
+    )
 
 
 class Runner:
@@ -1081,7 +1093,7 @@ class Runner:
             if case.noop
             else None
         )
-        if case.extender:
+        if case.runs_extender:
             # The extender has seen every pod before kube-scheduler starts.
             target = len(bodies)
             wait_for(
@@ -1440,9 +1452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         scheduler_port=config.ports.scheduler,
         work_dir=layout.root,
         extender_url=f"http://127.0.0.1:{extender_port}/scheduler",
-        control_plane_pids=tuple(
-            int(layout.pid_file(name).read_text()) for name in ("kube-apiserver", "etcd")
-        ),
+        control_plane_pids=control_plane_pids(layout.pids),
     )
     runner = Runner(
         cluster,
@@ -1502,7 +1512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         With `pods`, a warm-up: that many pods, and the figures thrown away.
         """
-        with_extender(case.extender or case.watch_only)
+        with_extender(case.runs_extender)
 
         def measure() -> None:
             result = runner.run_case(case, pods or args.pods, current_nodes, suffix)

@@ -27,10 +27,7 @@ def bench_runner(
         bin_dir=Path(state["bin_dir"]),
         scheduler_port=free_port(),
         work_dir=CLUSTER_DIR / work,
-        control_plane_pids=tuple(
-            int((CLUSTER_DIR / "pids" / f"{name}.pid").read_text())
-            for name in ("kube-apiserver", "etcd")
-        ),
+        control_plane_pids=e2e.control_plane_pids(CLUSTER_DIR / "pids"),
     )
     if extender is not None:
         assert extender.process is not None

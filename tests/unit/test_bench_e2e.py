@@ -126,6 +126,8 @@ def test_only_case_o_turns_kube_schedulers_batching_off() -> None:
     # (w): the extender runs, kube-scheduler is not told of it.
     assert [key for key, case in e2e.CASES.items() if case.watch_only] == ["w"]
     assert not e2e.CASES["w"].extender
+    assert e2e.CASES["w"].runs_extender and e2e.CASES["b"].runs_extender
+    assert not e2e.CASES["a"].runs_extender and not e2e.CASES["o"].runs_extender
     assert e2e.scheduler_feature_gates("", batching=True) == ""
     assert e2e.scheduler_feature_gates("", batching=False) == "OpportunisticBatching=false"
     assert (
