@@ -59,6 +59,7 @@ class Settings:
     max_request_bytes: int = 64 * 1024 * 1024
     api_max_in_flight: int = 32
     shutdown_grace_seconds: float = 10.0
+    full_gc_interval_seconds: float = 60.0
     gang_feasibility: bool = True
     gang_aging_seconds: float = 60.0
     queues: str = "auto"

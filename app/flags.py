@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from math import inf
 from typing import Any, TypeVar
 
 from app.core.topology import parse_levels
@@ -44,7 +45,8 @@ def _checked(
     return parse
 
 
-_positive_float = _checked(float, lambda v: 0 < v < float("inf"), "must be a number of seconds > 0")
+_positive_float = _checked(float, lambda v: 0 < v < inf, "must be a number of seconds > 0")
+_seconds_or_off = _checked(float, lambda v: 0 <= v < inf, "must be a number of seconds >= 0")
 _overcommit = _checked(float, lambda v: 1 <= v <= 10, "must be a factor between 1 and 10")
 _positive_int = _checked(int, lambda v: v >= 1, "must be a whole number >= 1")
 _port = _checked(int, lambda v: 1 <= v <= 65535, "must be a TCP port between 1 and 65535")
@@ -200,15 +202,8 @@ FLAGS = (
         "topology constraint may ask for and falls back through (--topology-key is added)",
         "LABELS",
     ),
-    Flag(
-        "locality_weight",
-        _weight,
-        "weight of gang locality in the prioritize score (0 turns it off)",
-        "N",
-    ),
-    Flag(
-        "binpack_weight", _weight, "weight of binpack in the prioritize score (0 turns it off)", "N"
-    ),
+    Flag("locality_weight", _weight, "weight of gang locality in prioritize's score (0: off)", "N"),
+    Flag("binpack_weight", _weight, "weight of binpack in prioritize's score (0: off)", "N"),
     Flag(
         "binpack_resources",
         _resource_weights,
@@ -309,6 +304,13 @@ FLAGS = (
         _positive_float,
         "on SIGTERM: verbs are refused and gate waiters answered at once, then bindings in "
         "flight get this long to finish; keep it below terminationGracePeriodSeconds",
+        "SECONDS",
+    ),
+    Flag(
+        "full_gc_interval_seconds",
+        _seconds_or_off,
+        "once the caches are listed, full garbage collections run this often and no "
+        "other time (Python's own rule would run one every few verb calls); 0: Python's",
         "SECONDS",
     ),
     Flag(

@@ -23,7 +23,7 @@ from app.kube.http import AsyncApiClient
 from app.kube.pods import PodApi
 from app.kube.reflector import Reflector
 from app.ops.event_recorder import EventRecorder
-from app.ops.heap import freeze_heap_when_synced
+from app.ops.heap import keep_heap
 from app.ops.leader import LeaderCheck, LeaderElection
 from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus
@@ -128,7 +128,9 @@ class Service:
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         await self.start()
-        heap = asyncio.create_task(freeze_heap_when_synced(self.reflectors))
+        heap = asyncio.create_task(
+            keep_heap(self.reflectors, self._settings.full_gc_interval_seconds)
+        )
         log.info("gang-extender started", extra={"verb": None})
         try:
             yield

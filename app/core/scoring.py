@@ -12,15 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from itertools import filterfalse, repeat
 
-from cachetools import LRUCache
-
+from app.core.binpack import ROUNDS_TO_ZERO, BinpackMemo, binpack_all, binpack_request, clamp
 from app.core.records import NodeRecord
 from app.core.resources import Resources
 from app.core.state import ClusterState
-
-MAX_SCORE = 10
 
 
 @dataclass(frozen=True)
@@ -41,25 +37,13 @@ class ScoringPolicy:
 class NodeScorer:
     """The prioritize scores: 1..10 for the nodes kube-scheduler sent that score at all.
 
-    kube-scheduler asks for every pod and, with nodeCacheCapable, sends the
-    same hundreds of node names each time, while one binding changes the
-    usage of one node. So the binpack part is remembered per node and per
-    request shape (pods of one Deployment or gang ask alike), and forgotten
-    for the nodes ClusterState reports changed since the last call. The
-    results are exactly binpack()'s; bench/e2e.py showed the scheduler's throughput with
-    the extender limited by this verb's time when every node was recomputed.
+    The binpack part comes from a memo per request shape (app/core/binpack.py).
     """
-
-    _SHAPES = 32
-    """Request shapes remembered (least recently used dropped first)."""
 
     def __init__(self, policy: ScoringPolicy, state: ClusterState) -> None:
         self.policy = policy
         self._state = state
-        # request shape -> its memo (below).
-        self._memo: LRUCache[tuple[tuple[str, int, int], ...], _Memo] = LRUCache(self._SHAPES)
-        # The ClusterState stamp the memo is up to date with.
-        self._seen = 0
+        self._binpacks = BinpackMemo(state)
 
     def score(
         self,
@@ -80,7 +64,7 @@ class NodeScorer:
         if pack_weight and not near_weight and nodes_in_request is None:
             # A pod in no gang, the common case: the remembered 0..10 scores as they are.
             asked = binpack_request(self.policy.binpack_resources, requests)
-            _, remembered = self._binpack_memo(asked, node_names)
+            remembered = self._binpacks.of(asked, node_names)[0].scores
             return {name: score for name in node_names if (score := remembered.get(name))}
         parts = self._parts(requests, group_key, node_names, nodes_in_request)
         return _weighted(node_names, *parts) if parts is not None else {}
@@ -102,10 +86,9 @@ class NodeScorer:
         parts = self._parts(requests, group_key, node_names, nodes_in_request)
         if parts is None or not node_names:
             return None
-        (near_weight, near), (pack_weight, packed) = parts
-        # Once per member over hundreds of nodes: the binpack part in C (map, max,
+        (near_weight, near), (pack_weight, packs) = parts
+        # Once per member over thousands of nodes: the binpack part in C (max,
         # index), then the few nodes that locality lifts, each by its position.
-        packs = list(map(packed.get, node_names, repeat(0.0)))
         top = max(packs)
         at = packs.index(top)
         best = pack_weight * top
@@ -121,8 +104,9 @@ class NodeScorer:
         group_key: str | None,
         node_names: Sequence[str],
         nodes_in_request: Mapping[str, NodeRecord] | None,
-    ) -> tuple[_Part, _Part] | None:
-        """(weight, 0..1 per node) of locality and of binpack; None when both weigh 0."""
+    ) -> tuple[_Near, _Packs] | None:
+        """(weight, 0..1 per node) of locality (by name) and of binpack (in node order);
+        None when both weigh 0."""
         policy, state = self.policy, self._state
         near_weight, pack_weight = self._weights(group_key)
         if not near_weight + pack_weight:
@@ -137,14 +121,15 @@ class NodeScorer:
         if near_weight:
             assert group_key is not None
             near = locality(policy, state, group_key, node_names, node)
-        packed: Mapping[str, float] = {}
+        packs = [0.0] * len(node_names)
         if pack_weight:
             asked = binpack_request(policy.binpack_resources, requests)
             if nodes_in_request is None:
-                packed, _ = self._binpack_memo(asked, node_names)
+                packs = self._binpacks.of(asked, node_names)[1]
             else:
                 packed = binpack_all(asked, state, node_names, nodes_in_request)
-        return (near_weight, near), (pack_weight, packed)
+                packs = list(map(packed.__getitem__, node_names))
+        return (near_weight, near), (pack_weight, packs)
 
     def _weights(self, group_key: str | None) -> tuple[int, int]:
         """(locality, binpack) weights for a pod of `group_key` (None: in no gang)."""
@@ -153,66 +138,36 @@ class NodeScorer:
         pack = policy.binpack_weight if group_key is not None or policy.binpack_non_gang else 0
         return near, pack
 
-    def _binpack_memo(self, asked: list[tuple[str, int, int]], node_names: Sequence[str]) -> _Memo:
-        """This request shape's memo, holding every known node in `node_names`."""
-        state = self._state
-        self._forget_changed_nodes()
-        shape = tuple(asked)
-        memo = self._memo.get(shape)
-        if memo is None:
-            memo = self._memo[shape] = ({}, {})
-        fractions, scores = memo
-        nodes = state.nodes
-        # Usually every node is remembered: the look for the others runs in C.
-        for name in filterfalse(fractions.__contains__, node_names):
-            record = nodes.get(name)
-            if record is not None:
-                fraction = binpack(asked, state, record)
-                fractions[name] = fraction
-                scores[name] = _clamp(fraction)
-        return memo
 
-    def _forget_changed_nodes(self) -> None:
-        self._seen, changed = self._state.nodes_changed_since(self._seen)
-        if changed is None:
-            self._memo.clear()
-            return
-        for fractions, scores in self._memo.values():
-            for name in changed:
-                fractions.pop(name, None)
-                scores.pop(name, None)
+_Near = tuple[int, Mapping[str, float]]
+"""Locality: its weight, and 0..1 per node (a node left out is 0)."""
+
+_Packs = tuple[int, list[float]]
+"""Binpack: its weight, and 0..1 for each node of the call, in the call's order."""
 
 
-_Memo = tuple[dict[str, float], dict[str, int]]
-"""Per node: binpack in 0..1, and as the 0..10 score of a pod in no gang."""
-
-_Part = tuple[int, Mapping[str, float]]
-"""One part of the score: its weight, and 0..1 per node (a node left out is 0)."""
-
-
-def _weighted(node_names: Sequence[str], near: _Part, packed: _Part) -> dict[str, int]:
-    """The nodes' scores from the two parts, (weight, 0..1 per node); those scoring 0 left out.
+def _weighted(node_names: Sequence[str], near: _Near, packed: _Packs) -> dict[str, int]:
+    """The nodes' scores from the two parts; those scoring 0 left out.
 
     Spelled out for the two parts: this loop runs over every node for every
     gang member. Most nodes of a large cluster round to 0: below `cut` no
-    _clamp() is needed to know.
+    clamp() is needed to know.
     """
-    (near_weight, near_part), (pack_weight, pack_part) = near, packed
+    (near_weight, near_part), (pack_weight, packs) = near, packed
     total = near_weight + pack_weight
     scores: dict[str, int] = {}
-    cut = total * _ROUNDS_TO_ZERO
+    cut = total * ROUNDS_TO_ZERO
     if near_part:
-        near_of, pack_of = near_part.get, pack_part.get
-        for name in node_names:
-            combined = near_weight * near_of(name, 0.0) + pack_weight * pack_of(name, 0.0)
-            if combined > cut and (score := _clamp(combined / total)):
+        near_of = near_part.get
+        for name, fraction in zip(node_names, packs, strict=True):
+            combined = near_weight * near_of(name, 0.0) + pack_weight * fraction
+            if combined > cut and (score := clamp(combined / total)):
                 scores[name] = score
     elif pack_weight:
         share = pack_weight / total
         cut = cut / pack_weight
-        for name in node_names:
-            fraction = pack_part.get(name, 0.0)
-            if fraction > cut and (score := _clamp(share * fraction)):
+        for name, fraction in zip(node_names, packs, strict=True):
+            if fraction > cut and (score := clamp(share * fraction)):
                 scores[name] = score
     return scores
 
@@ -227,15 +182,6 @@ def _positions(node_names: Sequence[str], wanted: Mapping[str, float]) -> dict[s
         with suppress(ValueError):
             found[name] = node_names.index(name)
     return found
-
-
-# A 0..1 fraction up to this is score 0 (below 0.5 / MAX_SCORE, with room for float error).
-_ROUNDS_TO_ZERO = 0.49 / MAX_SCORE
-
-
-def _clamp(fraction: float) -> int:
-    """0..1 to kube-scheduler's extender score range 0..MAX_SCORE."""
-    return max(0, min(MAX_SCORE, round(fraction * MAX_SCORE)))
 
 
 def locality(
@@ -315,59 +261,3 @@ def tightest_domain(state: ClusterState, key: str, requests: Sequence[Resources]
         if all(pool.get(name, 0) >= amount for name, amount in need.items())
     ]
     return min(fitting)[1] if fitting else None
-
-
-def binpack(
-    asked: Sequence[tuple[str, int, int]],
-    state: ClusterState,
-    node: NodeRecord | None,
-) -> float:
-    """Volcano's BinPackingScore in 0..1: weighted (used + request) / allocatable.
-
-    `asked` lists (resource, weight, request) for the weighted resources the
-    pod requests. A node where one of them would overflow scores 0: it cannot
-    take the pod anyway and must not look attractive.
-    """
-    if node is None:
-        return 0.0
-    used = state.requested_on(node.name)
-    allocatable = node.allocatable
-    score = 0.0
-    weight_sum = 0
-    for name, weight, request in asked:
-        capacity = allocatable.get(name, 0)
-        if capacity == 0:
-            continue
-        after = used.get(name, 0) + request
-        if after > capacity:
-            return 0.0
-        score += weight * after / capacity
-        weight_sum += weight
-    return score / weight_sum if weight_sum else 0.0
-
-
-def binpack_all(
-    asked: Sequence[tuple[str, int, int]],
-    state: ClusterState,
-    node_names: Sequence[str],
-    nodes_in_request: Mapping[str, NodeRecord] | None = None,
-) -> dict[str, float]:
-    """binpack() for every node kube-scheduler sent; a node in the request wins over our cache."""
-    nodes = state.nodes
-    return {
-        name: binpack(
-            asked,
-            state,
-            nodes_in_request[name]
-            if nodes_in_request is not None and name in nodes_in_request
-            else nodes.get(name),
-        )
-        for name in node_names
-    }
-
-
-def binpack_request(
-    resource_weights: Mapping[str, int], requests: Resources
-) -> list[tuple[str, int, int]]:
-    """The `asked` argument of binpack() for a pod's requests."""
-    return [(n, w, requests[n]) for n, w in resource_weights.items() if w and requests.get(n)]

@@ -87,13 +87,21 @@ def _judge(
     that retries the preemptor, which would then wait, nominated, for minutes.
     Without it kube-scheduler forgets the pod, and that retries the preemptor.
     """
-    kept = [uid for uid in candidate.victim_uids if not _refused_here(state, uid)]
+    kept: list[str] = []
+    known: list[PodRecord] = []  # the kept victims our watch knows
+    for uid in candidate.victim_uids:
+        victim = state.pod_by_uid(uid)
+        if victim is not None and victim.bind_refused and not victim.placed_node:
+            continue  # the gate refused its bind call: not on the node
+        kept.append(uid)
+        if victim is not None:
+            known.append(victim)
     if not kept:
         return (
             "every victim kube-scheduler chose has left the node already (the gate refused "
             "its bind call); the preemptor is retried once kube-scheduler forgets them"
         )
-    gangs = _victims_by_gang(preemptor, kept, state)
+    gangs = _victims_by_gang(preemptor, known, state)
     if isinstance(gangs, str):
         return gangs
     extra: list[str] = []
@@ -119,21 +127,15 @@ def _judge(
 
 
 def _victims_by_gang(
-    preemptor: Preemptor, uids: list[str], state: ClusterState
+    preemptor: Preemptor, victims: list[PodRecord], state: ClusterState
 ) -> dict[str, tuple[GroupSpec, list[PodRecord]]] | str:
     """The victims that are gang members, per gang; or why the preemptor may not take them."""
     gangs: dict[str, tuple[GroupSpec, list[PodRecord]]] = {}
-    for uid in uids:
-        victim = state.pod_by_uid(uid)
-        spec = victim_group(state, victim) if victim is not None else None
-        if victim is None or spec is None:
-            continue  # a pod we know nothing of, or a plain pod
+    for victim in victims:
+        spec = victim_group(state, victim)
+        if spec is None:
+            continue  # a plain pod
         if spec.key == preemptor.group_key:
             return f"victim {victim.key} is a member of the preemptor's own gang {spec.key}"
         gangs.setdefault(spec.key, (spec, []))[1].append(victim)
     return gangs
-
-
-def _refused_here(state: ClusterState, uid: str) -> bool:
-    victim = state.pod_by_uid(uid)
-    return victim is not None and victim.bind_refused and not victim.placed_node

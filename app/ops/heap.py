@@ -1,16 +1,42 @@
-"""Keeping the watch caches out of the garbage collector's full passes."""
+"""Keeping the garbage collector's full passes out of the verbs.
+
+Two measures, both about the collector's full (generation 2) passes, which
+walk every container object not frozen and run inside whichever verb call
+happens to allocate at that moment:
+
+- The watch caches are frozen once first listed (freeze_heap_when_synced).
+- Python's own full passes are then replaced by one every
+  --full-gc-interval-seconds (collect_fully_every). Python starts a full
+  pass when the objects promoted since the last one exceed a quarter of
+  the long-lived ones, but frozen objects do not count as long-lived: with
+  the caches frozen, every tenth generation-1 pass became a full one. Each
+  walked what was built after the freeze (a record per pod changed since,
+  the free room kept per node: at 5,000 nodes about 1 ms idle and up to
+  4 ms inside a preempt call), so about one preempt call in ten paid for it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from app.core.clock import monotonic
 from app.kube.reflector import Reflector
 
 log = logging.getLogger(__name__)
+
+# Generation-1 passes before Python would consider a full one: never, in practice.
+_NEVER = 1_000_000_000
+
+
+async def keep_heap(reflectors: Sequence[Reflector], full_gc_interval_seconds: float) -> None:
+    """Freeze the caches once listed, then run the full passes on our own clock (0: Python's)."""
+    await freeze_heap_when_synced(reflectors)
+    if full_gc_interval_seconds > 0:
+        await collect_fully_every(full_gc_interval_seconds)
 
 
 async def freeze_heap_when_synced(
@@ -35,3 +61,39 @@ async def freeze_heap_when_synced(
     gc.collect()
     gc.freeze()
     log.info("caches listed: %d objects frozen", gc.get_freeze_count(), extra={"verb": None})
+
+
+@contextmanager
+def full_collections_deferred() -> Iterator[None]:
+    """Python starts no full pass of its own meanwhile; generations 0 and 1 run as before.
+
+    Cyclic garbage that outlives a generation-1 pass then waits for the next
+    gc.collect(): the caller owes one now and then (collect_fully_every).
+    """
+    young, middle, full = gc.get_threshold()
+    gc.set_threshold(young, middle, _NEVER)
+    try:
+        yield
+    finally:
+        gc.set_threshold(young, middle, full)
+
+
+async def collect_fully_every(seconds: float) -> None:
+    """A full pass every `seconds`, and none of Python's own in between; runs until cancelled.
+
+    A pass still blocks the loop for as long as it walks, but once in
+    `seconds` rather than after every ten generation-1 passes (about 70,000
+    container objects allocated), so it lands in one verb call in thousands
+    instead of about one in ten.
+    """
+    with full_collections_deferred():
+        while True:
+            await asyncio.sleep(seconds)
+            started = monotonic()
+            freed = gc.collect()
+            log.debug(
+                "full garbage collection: %d objects freed in %.1f ms",
+                freed,
+                (monotonic() - started) * 1000,
+                extra={"verb": None},
+            )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from app.core.groups import PodGroupSpecError
+from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.core.observer import MemberRef
 from app.core.records import GroupNotFound, PodRecord, pod_record_from
 from app.kube.errors import ApiError
@@ -35,35 +35,39 @@ class BindVerb:
         self._links = links
 
     async def bind(self, args: BindingArgs) -> dict[str, Any]:
+        # One coroutine from the answer to the gate: a gang member's bind call
+        # stays in it for as long as the member waits, and each frame is memory.
         try:
-            await self._bind(args)
+            pod = await self._lookup(args)
+            if pod.node_name:
+                raise GateError(f"pod {pod.key} is already bound to {pod.node_name}")
+            if pod.group_error:
+                raise GateError(pod.group_error)
+            if pod.group is None:
+                await self._bind_plain(pod, args.node)
+            else:
+                await self._gate.admit(pod, args.node, *self._spec_and_wait(pod.group))
         except (GateError, ApiError) as err:
             return binding_result(str(err))
         return binding_result()
 
-    async def _bind(self, args: BindingArgs) -> None:
-        pod = await self._lookup(args)
-        if pod.node_name:
-            raise GateError(f"pod {pod.key} is already bound to {pod.node_name}")
-        if pod.group_error:
-            raise GateError(pod.group_error)
-        state = self._core.state
-        if pod.group is None:
-            try:
-                await self._api.bind(pod.namespace, pod.name, pod.uid, args.node)
-            except ApiError as err:
-                self._core.metrics.bind_errors.labels(err.reason).inc()
-                self._links.observer.bind_failed(
-                    MemberRef(pod.namespace, pod.name, pod.uid, args.node), None, str(err)
-                )
-                raise
-            state.assume_bound(pod.key, args.node)
-            return
+    def _spec_and_wait(self, group: GroupRef) -> tuple[GroupSpec, float]:
         try:
-            spec = state.group_spec(pod.group)
+            spec = self._core.state.group_spec(group)
         except (GroupNotFound, PodGroupSpecError) as err:
             raise GateError(str(err)) from None
-        await self._gate.admit(pod, args.node, spec, self._core.wait.for_group(spec))
+        return spec, self._core.wait.for_group(spec)
+
+    async def _bind_plain(self, pod: PodRecord, node: str) -> None:
+        try:
+            await self._api.bind(pod.namespace, pod.name, pod.uid, node)
+        except ApiError as err:
+            self._core.metrics.bind_errors.labels(err.reason).inc()
+            self._links.observer.bind_failed(
+                MemberRef(pod.namespace, pod.name, pod.uid, node), None, str(err)
+            )
+            raise
+        self._core.state.assume_bound(pod.key, node)
 
     async def _lookup(self, args: BindingArgs) -> PodRecord:
         state = self._core.state

@@ -38,6 +38,23 @@ def test_in_process_figures_are_every_latency_rate_and_memory_figure_of_bench_ru
     assert all(f.rsplit(" ", 1)[1] in {"ms", "/s", "bytes"} for f in figures)
 
 
+def test_a_gang_members_calls_add_prioritize_only_when_the_filter_passed_several_nodes(
+    run_results: dict[str, Any],
+) -> None:
+    figures = compare.in_process_figures(run_results)
+    assert run_results["filter_gang_cached_nodes"] == 1  # this main's filter names the node
+    assert (
+        figures["gang member filter and prioritize p50 ms"]
+        == (run_results["filter_gang_cached"]["p50_ms"])
+    )
+    older = {k: v for k, v in run_results.items() if k != "filter_gang_cached_nodes"}
+    summed = compare.gang_member_calls(older)
+    assert summed["gang member filter and prioritize p99 ms"] == (
+        run_results["filter_gang_cached"]["p99_ms"] + run_results["prioritize"]["p99_ms"]
+    )
+    assert compare.gang_member_calls({"filter_gang_cached": {"p50_ms": 1}}) == {}
+
+
 def _case(case: str, rate: float, cpu: float | None = 2.0) -> e2e.CaseResult:
     return e2e.CaseResult(
         case=case,

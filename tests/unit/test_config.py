@@ -121,6 +121,15 @@ def test_reliability_settings_have_safe_defaults_and_are_validated() -> None:
             settings(argv)
 
 
+def test_full_gc_interval_defaults_to_a_minute_takes_zero_for_off_and_refuses_negatives() -> None:
+    assert settings([]).full_gc_interval_seconds == 60
+    assert settings(["--full-gc-interval-seconds", "0"]).full_gc_interval_seconds == 0
+    env = {"GANG_EXTENDER_FULL_GC_INTERVAL_SECONDS": "300"}
+    assert settings([], env).full_gc_interval_seconds == 300
+    with pytest.raises(ConfigError, match="must be a number of seconds >= 0"):
+        settings(["--full-gc-interval-seconds", "-1"])
+
+
 def test_gang_feasibility_is_on_by_default_and_switches_off_by_flag_or_env() -> None:
     assert settings([]).gang_feasibility is True
     assert settings([]).gang_aging_seconds == 60

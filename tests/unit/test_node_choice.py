@@ -7,13 +7,14 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.core.binpack import binpack, binpack_request
 from app.core.node_choice import (
     SoftTaintedNodes,
     soft_preference,
     soft_taints_of,
     without_disfavoured,
 )
-from app.core.scoring import NodeScorer, ScoringPolicy, binpack, binpack_request, locality
+from app.core.scoring import NodeScorer, ScoringPolicy, locality
 from app.core.state import ClusterState
 from tests.unit.builders import node, pod
 

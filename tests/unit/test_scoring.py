@@ -3,9 +3,10 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.core.binpack import binpack, binpack_all, binpack_request
 from app.core.records import node_record_from
 from app.core.resources import Resources
-from app.core.scoring import NodeScorer, ScoringPolicy, binpack, binpack_all, binpack_request
+from app.core.scoring import NodeScorer, ScoringPolicy
 from app.core.state import ClusterState
 from app.web.wire import host_priorities
 from tests.unit.builders import node, pod
@@ -173,6 +174,9 @@ def test_remembered_scores_always_equal_a_fresh_computation(
         # A gang member's binpack part comes from the same memo.
         gang = scorer.score(requests, "default/g", NAMES)
         assert gang == NodeScorer(policy, state).score(requests, "default/g", NAMES)
+        # And the node the filter names for a member (names our watch has not seen included).
+        best = scorer.best(requests, "default/g", NAMES)
+        assert best == NodeScorer(policy, state).best(requests, "default/g", NAMES)
 
 
 def test_a_node_in_the_request_wins_over_the_memo() -> None:

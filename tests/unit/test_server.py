@@ -1,7 +1,6 @@
 """How build_apps splits routes between the verbs' port and the operations port, and wires."""
 
 from collections.abc import Callable
-from typing import cast
 
 import httpx
 from fastapi import FastAPI
@@ -19,10 +18,8 @@ from app.web.verbs_asgi import VerbRouter
 
 def paths(app: FastAPI) -> set[str]:
     """The paths an app answers: its routes, and those its VerbRouter answers ahead of them."""
-    verbs: set[str] = set()
-    for middleware in app.user_middleware:
-        if cast(object, middleware.cls) is VerbRouter:
-            verbs |= set(cast(dict[str, object], middleware.kwargs["verbs"]))
+    stack = app.build_middleware_stack()
+    verbs = set(stack.verbs) if isinstance(stack, VerbRouter) else set()
     return {route.path for route in app.routes} | verbs  # type: ignore[attr-defined]
 
 

@@ -3,7 +3,7 @@
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -257,3 +257,19 @@ async def test_shutdown_waits_for_an_answer_in_progress(served: Served) -> None:
     if served.http == "httptools":  # h11 closes without saying so first
         assert headers["connection"] == "close"
     assert await closed(reader)
+
+
+def test_the_verbs_sit_on_top_of_fastapis_own_middleware() -> None:
+    """FastAPI's 500 page, exception telemetry and body limit are for the other routes:
+    the verbs answer their errors themselves, and each layer is work on every call."""
+    from app.web.extender import GangExtender
+
+    app = create_app(
+        cast(GangExtender, object()), Metrics(), url_prefix="/v", ready=lambda: (True, "ok")
+    )
+    stack = app.build_middleware_stack()
+    assert isinstance(stack, VerbRouter)
+    assert set(stack.verbs) == {"/v/filter", "/v/prioritize", "/v/preempt", "/v/bind"}
+    assert type(stack.app).__name__ == "ServerErrorMiddleware"  # the rest: FastAPI's own
+    operations_only = create_app(None, Metrics(), url_prefix="/v", ready=lambda: (True, "ok"))
+    assert not isinstance(operations_only.build_middleware_stack(), VerbRouter)

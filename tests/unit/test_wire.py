@@ -60,6 +60,9 @@ def test_legacy_lower_case_field_names_are_accepted() -> None:
         (body({"NodeNames": ["n1"]}), "Pod must be a JSON object"),
         (body({"Pod": {"metadata": {}}, "NodeNames": ["n1"]}), "Pod.metadata.name"),
         (body({"Pod": pod("a"), "NodeNames": "n1"}), "NodeNames must be a list"),
+        (body({"Pod": pod("a"), "NodeNames": ["n1", 2]}), "NodeNames must be a list of node"),
+        (body({"Pod": pod("a"), "NodeNames": ["n1", None]}), "NodeNames must be a list of node"),
+        (body({"Pod": pod("a"), "NodeNames": [["n1"]]}), "NodeNames must be a list of node"),
         (body({"Pod": pod("a")}), "neither NodeNames nor Nodes"),
         (
             body({"Pod": {"metadata": {"name": "a", "annotations": {"x": 1}}}, "NodeNames": []}),
@@ -115,6 +118,26 @@ def test_preempt_meta_victims_round_trip() -> None:
         preempt_result(args.candidates)["NodeNameToMetaVictims"]
         == (request["NodeNameToMetaVictims"])
     )
+
+
+def test_preempt_victim_uids_in_any_case_and_malformed_victims_named() -> None:
+    def victims(pods: object) -> bytes:
+        return body({"Pod": pod("p"), "NodeNameToMetaVictims": {"n1": {"Pods": pods}}})
+
+    args = parse_preempt_args(victims([{"UID": "a"}, {"uid": "b"}, {"Uid": "c"}]))
+    assert args.candidates[0].victim_uids == ["a", "b", "c"]
+    for pods, hint in (
+        (["a"], r"NodeNameToMetaVictims\[n1\].Pods\[\] must be a JSON object"),
+        ([{"UID": ""}], r"NodeNameToMetaVictims\[n1\].Pods\[\] UID must be a non-empty"),
+        ([{"Name": "x"}], r"NodeNameToMetaVictims\[n1\].Pods\[\] UID must be a non-empty"),
+        ([{"UID": 7}], r"NodeNameToMetaVictims\[n1\].Pods\[\] UID must be a non-empty"),
+        ({"UID": "a"}, r"NodeNameToMetaVictims\[n1\].Pods must be a list"),
+    ):
+        with pytest.raises(WireError, match=hint):
+            parse_preempt_args(victims(pods))
+    full = {"Pod": pod("p"), "NodeNameToVictims": {"n1": {"Pods": [{"metadata": "x"}]}}}
+    with pytest.raises(WireError, match=r"NodeNameToVictims\[n1\].Pods\[\].metadata must"):
+        parse_preempt_args(body(full))
 
 
 def test_binding_requires_pod_and_node() -> None:
