@@ -111,11 +111,14 @@ def free_resources(
         if pod.placed_node:
             add(own_on.setdefault(pod.placed_node, {}), pod.requests)
     free: Resources = {}
+    nothing: Resources = {}
     for node in nodes:
         if node.unschedulable:
             continue
-        used = dict(requested.get(node.name, {}))
-        subtract(used, own_on.get(node.name, {}))
+        used = requested.get(node.name, nothing)
+        if node.name in own_on:  # a few nodes of thousands: copy only theirs
+            used = dict(used)
+            subtract(used, own_on[node.name])
         for name, amount in node.allocatable.items():
             left = amount - used.get(name, 0)
             if left > 0:
