@@ -279,7 +279,7 @@ def parse_preempt_args(body: bytes) -> PreemptArgs:
         uids = [_victim_uid(victim, where, meta=meta is not None) for victim in pods]
         violations = victims.get("numpdbviolations") or 0
         if not isinstance(violations, int):
-            raise WireError(f"{what}[{node}].NumPDBViolations must be an integer")
+            raise WireError(f"{where}.NumPDBViolations must be an integer")
         candidates.append(VictimCandidate(str(node), uids, violations))
     return PreemptArgs(pod=pod, candidates=candidates)
 

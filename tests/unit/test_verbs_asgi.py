@@ -273,3 +273,27 @@ def test_the_verbs_sit_on_top_of_fastapis_own_middleware() -> None:
     assert type(stack.app).__name__ == "ServerErrorMiddleware"  # the rest: FastAPI's own
     operations_only = create_app(None, Metrics(), url_prefix="/v", ready=lambda: (True, "ok"))
     assert not isinstance(operations_only.build_middleware_stack(), VerbRouter)
+
+
+def test_asking_whether_the_caller_is_there_never_waits_nor_fails() -> None:
+    from app.web.verbs_asgi import _caller_gone
+
+    async def gone() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    waited: list[str] = []
+
+    async def there() -> dict[str, Any]:
+        try:
+            await asyncio.Event().wait()  # the caller has not gone: receive() would wait
+        finally:
+            waited.append("closed")
+        return {"type": "http.disconnect"}
+
+    async def broken() -> dict[str, Any]:
+        raise RuntimeError("the server's own trouble")
+
+    assert _caller_gone(gone) is True
+    assert _caller_gone(there) is False
+    assert waited == ["closed"]  # the step that would wait is closed, nothing left pending
+    assert _caller_gone(broken) is False  # the answer is sent all the same
