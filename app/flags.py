@@ -309,8 +309,8 @@ FLAGS = (
     Flag(
         "full_gc_interval_seconds",
         _seconds_or_off,
-        "once the caches are listed, full garbage collections run this often and no "
-        "other time (Python's own rule would run one every few verb calls); 0: Python's",
+        "once the caches are listed, full garbage collections run this often and no other "
+        "time (Python's own rule runs one every ~70,000 allocations, in a verb); 0: Python's",
         "SECONDS",
     ),
     Flag(
