@@ -30,7 +30,7 @@ from app.core.queues import QUEUE_ANNOTATION
 from app.core.state import ClusterState
 from app.core.topology import HOSTNAME, ZONE
 from app.core.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
-from app.ops.heap import full_collections_deferred
+from app.ops.heap import freeze_heap, full_collections_deferred
 from app.ops.metrics import Metrics
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
@@ -89,8 +89,7 @@ async def heap_kept_as_the_server_keeps_it() -> AsyncIterator[None]:
     """What app/ops/heap.py does once the caches are listed: everything alive now frozen,
     and no full collection of Python's own (the server runs one every
     --full-gc-interval-seconds, a minute by default: rarer than any row here)."""
-    gc.collect()
-    gc.freeze()
+    freeze_heap()
     try:
         with full_collections_deferred():
             yield

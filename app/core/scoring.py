@@ -121,14 +121,14 @@ class NodeScorer:
         if near_weight:
             assert group_key is not None
             near = locality(policy, state, group_key, node_names, node)
-        packs = [0.0] * len(node_names)
-        if pack_weight:
-            asked = binpack_request(policy.binpack_resources, requests)
-            if nodes_in_request is None:
-                packs = self._binpacks.of(asked, node_names)[1]
-            else:
-                packed = binpack_all(asked, state, node_names, nodes_in_request)
-                packs = list(map(packed.__getitem__, node_names))
+        if not pack_weight:
+            return (near_weight, near), (0, [0.0] * len(node_names))
+        asked = binpack_request(policy.binpack_resources, requests)
+        if nodes_in_request is None:
+            packs = self._binpacks.of(asked, node_names)[1]
+        else:
+            packed = binpack_all(asked, state, node_names, nodes_in_request)
+            packs = list(map(packed.__getitem__, node_names))
         return (near_weight, near), (pack_weight, packs)
 
     def _weights(self, group_key: str | None) -> tuple[int, int]:

@@ -58,9 +58,14 @@ async def freeze_heap_when_synced(
         if monotonic() > deadline:
             return
         await asyncio.sleep(poll_seconds)
+    freeze_heap()
+    log.info("caches listed: %d objects frozen", gc.get_freeze_count(), extra={"verb": None})
+
+
+def freeze_heap() -> None:
+    """Collect, then freeze what is alive: nothing cyclic that was already garbage stays."""
     gc.collect()
     gc.freeze()
-    log.info("caches listed: %d objects frozen", gc.get_freeze_count(), extra={"verb": None})
 
 
 @contextmanager
