@@ -968,7 +968,10 @@ class Runner:
             wait_for(gone, 180, f"namespace {namespace} to be deleted", 0.5)
         except TimeoutError:
             self.log(f"  namespace {namespace} still there after 180 s; going on")
-        # A shared machine may never be idle: give up after settle_seconds.
+        self.settle()
+
+    def settle(self) -> None:
+        """Wait for the CPUs to be quiet; a shared machine may never be: at most settle_seconds."""
         deadline = time.monotonic() + self.settle_seconds
         while time.monotonic() < deadline and machine_busy() > QUIET_BUSY:
             pass
@@ -1023,13 +1026,17 @@ class Runner:
             f"https://127.0.0.1:{self.cluster.scheduler_port}/metrics", context=_insecure()
         )
 
-    def apiserver_binding_buckets(self) -> Buckets:
-        """Cumulative pods/binding latency buckets of the API server (its own /metrics)."""
+    def apiserver_metrics(self) -> str:
+        """The API server's own /metrics page."""
         client = self.client
         response = client.rest_client.pool_manager.request(
             "GET", client.configuration.host + "/metrics", preload_content=False, timeout=60
         )
-        text = read_and_release(response).decode()
+        return read_and_release(response).decode()
+
+    def apiserver_binding_buckets(self) -> Buckets:
+        """Cumulative pods/binding latency buckets of the API server (its own /metrics)."""
+        text = self.apiserver_metrics()
         lines = [
             line
             for line in text.splitlines()
@@ -1337,6 +1344,66 @@ class Extender:
         stop_process(self.process, grace=15)
 
 
+@dataclass
+class BenchCluster:
+    """The bench's control plane, up with its fake nodes: what main() and bench/watchcost.py use."""
+
+    lc: Any  # hack/local_cluster, as imported from this checkout
+    layout: Any  # hack/local_cluster's Layout: logs, pid files, kubeconfigs
+    cluster: Cluster  # the kubeconfig, the Kubernetes binaries, the control plane's pids
+    runner: Runner
+    extender_port: int
+    nodes: int
+
+    def down(self) -> None:
+        _local_cluster("down")
+
+
+def start_bench_cluster(
+    nodes: int,
+    *,
+    qps: int = 2000,
+    log: Callable[[str], None] = print,
+    profile_dir: Path | None = None,
+) -> BenchCluster:
+    """`hack/local-cluster up` in BENCH_DIR (brought down first) with `nodes` fake nodes.
+
+    No kube-scheduler (each case starts its own) and no pod simulator (no
+    pod runs; binding is the end of a pod's way here).
+    """
+    os.environ.update(_env())
+    lc = _local_cluster_module()
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    log(f"bench cluster: {BENCH_DIR} (port offset {PORT_OFFSET})")
+    _local_cluster("down")
+    out = _local_cluster(
+        "up",
+        "--nodes",
+        "0",
+        "--no-scheduler",
+        "--no-pod-simulator",
+        "--feature-gates",
+        "GenericWorkload=true",
+    )
+    config = lc.layout.Config.from_env(_env())
+    layout = config.layout
+    extender_port = 18888 + PORT_OFFSET
+    cluster = Cluster(
+        kubeconfig=kubeconfig_of(out),
+        scheduler_kubeconfig=str(layout.kubeconfig_for("kube-scheduler")),
+        bin_dir=lc.toolchain.build_kube(),
+        scheduler_port=config.ports.scheduler,
+        work_dir=layout.root,
+        extender_url=f"http://127.0.0.1:{extender_port}/scheduler",
+        control_plane_pids=control_plane_pids(layout.pids),
+    )
+    runner = Runner(cluster, qps, log, profile_dir=profile_dir)
+    started = time.monotonic()
+    add_nodes(lc, 1, nodes)
+    log(f"{nodes} nodes created in {time.monotonic() - started:.0f}s")
+    return BenchCluster(lc, layout, cluster, runner, extender_port, nodes)
+
+
 def create_cache_pods(runner: Runner, count: int, nodes: int) -> None:
     """`count` pods already bound (spec.nodeName set), in label-only gangs of 8."""
     namespace = "bench-cache"
@@ -1426,43 +1493,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     began = time.monotonic()
-    os.environ.update(_env())
-    lc = _local_cluster_module()
-    BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    print(f"bench cluster: {BENCH_DIR} (port offset {PORT_OFFSET})", flush=True)
-    _local_cluster("down")
-    out = _local_cluster(
-        "up",
-        "--nodes",
-        "0",
-        "--no-scheduler",
-        "--no-pod-simulator",
-        "--feature-gates",
-        "GenericWorkload=true",
-    )
-    kubeconfig = kubeconfig_of(out)
-    config = lc.layout.Config.from_env(_env())
-    layout = config.layout
-    bin_dir = lc.toolchain.build_kube()
-    extender_port = 18888 + PORT_OFFSET
-    cluster = Cluster(
-        kubeconfig=kubeconfig,
-        scheduler_kubeconfig=str(layout.kubeconfig_for("kube-scheduler")),
-        bin_dir=bin_dir,
-        scheduler_port=config.ports.scheduler,
-        work_dir=layout.root,
-        extender_url=f"http://127.0.0.1:{extender_port}/scheduler",
-        control_plane_pids=control_plane_pids(layout.pids),
-    )
-    runner = Runner(
-        cluster,
-        args.qps,
-        lambda m: print(m, flush=True),
+    bench = start_bench_cluster(
+        args.nodes,
+        qps=args.qps,
+        log=lambda m: print(m, flush=True),
         profile_dir=Path(args.profile_scheduler) if args.profile_scheduler else None,
     )
-    started = time.monotonic()
-    add_nodes(lc, 1, args.nodes)
-    print(f"{args.nodes} nodes created in {time.monotonic() - started:.0f}s", flush=True)
+    lc, layout, cluster, runner = bench.lc, bench.layout, bench.cluster, bench.runner
+    kubeconfig, bin_dir, extender_port = cluster.kubeconfig, cluster.bin_dir, bench.extender_port
     results: list[CaseResult] = []
     memory: dict[str, tuple[float, float]] = {}
     extender: Extender | None = None

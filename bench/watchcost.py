@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""`make bench`, plain pods in the gang-only mode: what the extender's pod watch costs them.
+
+In the gang-only mode (the default) kube-scheduler makes no call to the
+extender for a plain pod that fits; what a plain pod still costs is the
+extender's watch of every pod: the extender's CPU to apply the event, and
+the API server's to send it. bench/e2e.py's (p)/(a) ratio is meant to show
+that, but single rounds of it move by a fifth (the end of a case waits on
+the API server's slowest bindings), so this measures the cost itself:
+`--pods` plain pods per trial are bound through pods/binding by the harness
+(no scheduler), in trials that take turns without and with the extender
+running (without, with, with, without, ...), and for each trial it reads
+the CPU seconds kube-apiserver and etcd spent (from /proc), and the
+extender's, per 1,000 bindings. Every trial's pods are created before the
+first trial, so that no trial pays for another's creation or deletion.
+
+It runs on bench/e2e.py's control plane (`.local-cluster-bench`, no
+scheduler, `--nodes` fake nodes), which it brings down at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from app.kube.client import read_and_release
+from bench import e2e
+from hack.clusterkit import REPO, parse_metrics, wait_for
+
+# Threads binding at once: enough to keep the API server busy, as kube-scheduler's
+# binding goroutines do, without one trial's bindings outrunning the watches for long.
+BIND_THREADS = 8
+# After the last binding: the watches deliver what is still in flight.
+DRAIN_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial's bindings and the CPU seconds they cost."""
+
+    with_extender: bool
+    bindings: int
+    control_plane_seconds: float
+    extender_seconds: float
+    # Pod watch events the API server sent meanwhile, to every watcher, and their bytes.
+    watch_events: float = 0.0
+    watch_bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Medians over the trials, in CPU seconds per 1,000 bindings."""
+
+    control_plane_without: float
+    control_plane_with: float
+    extender: float
+    # Pod watch events per binding, without and with the extender, and bytes per event added.
+    events_without: float = 0.0
+    events_with: float = 0.0
+    bytes_per_added_event: float = 0.0
+
+    @property
+    def added(self) -> float:
+        """What the extender adds per 1,000 plain pods: the API server's difference plus its own."""
+        return self.control_plane_with - self.control_plane_without + self.extender
+
+    @property
+    def share(self) -> float:
+        """`added` as a share of what the control plane spends on them without the extender."""
+        return self.added / self.control_plane_without if self.control_plane_without else 0.0
+
+
+def per_thousand(seconds: float, bindings: int) -> float:
+    return 1000 * seconds / bindings if bindings else 0.0
+
+
+def summarize(trials: Sequence[Trial]) -> Summary:
+    """The medians per 1,000 bindings; both kinds of trial are needed."""
+    without = [t for t in trials if not t.with_extender]
+    with_ = [t for t in trials if t.with_extender]
+    if not without or not with_:
+        raise ValueError("need trials both with and without the extender")
+
+    def median(values: Sequence[Trial], seconds: str) -> float:
+        return statistics.median(per_thousand(getattr(t, seconds), t.bindings) for t in values)
+
+    def per_binding(values: Sequence[Trial], what: str) -> float:
+        return statistics.median(float(getattr(t, what)) / t.bindings for t in values if t.bindings)
+
+    added_events = per_binding(with_, "watch_events") - per_binding(without, "watch_events")
+    added_bytes = per_binding(with_, "watch_bytes") - per_binding(without, "watch_bytes")
+    return Summary(
+        control_plane_without=median(without, "control_plane_seconds"),
+        control_plane_with=median(with_, "control_plane_seconds"),
+        extender=median(with_, "extender_seconds"),
+        events_without=per_binding(without, "watch_events"),
+        events_with=per_binding(with_, "watch_events"),
+        bytes_per_added_event=added_bytes / added_events if added_events > 0 else 0.0,
+    )
+
+
+def pod_watch_events(metrics: str) -> tuple[float, float]:
+    """(events, bytes) of pod watch events the API server has sent, from its /metrics page."""
+    samples = parse_metrics(metrics)
+
+    def total(name: str) -> float:
+        return sum(
+            value
+            for (sample_name, labels), value in samples.items()
+            if sample_name == name and ("resource", "pods") in labels
+        )
+
+    return total("apiserver_watch_events_total"), total("apiserver_watch_events_sizes_sum")
+
+
+def plan(trials: int) -> list[bool]:
+    """Which trials run the extender: without, with, with, without, ... (drift cancels out)."""
+    return [i % 4 in (1, 2) for i in range(trials)]
+
+
+def render(trials: Sequence[Trial], summary: Summary, command: str) -> str:
+    lines = [f"`{command}`", ""]
+    lines += ["| trial | extender | control plane CPU s / 1,000 | extender CPU s / 1,000 |"]
+    lines += ["|---|---|---|---|"]
+    for number, t in enumerate(trials, 1):
+        extender = f"{per_thousand(t.extender_seconds, t.bindings):.3f}" if t.with_extender else "-"
+        lines.append(
+            f"| {number} | {'running' if t.with_extender else 'stopped'} "
+            f"| {per_thousand(t.control_plane_seconds, t.bindings):.3f} | {extender} |"
+        )
+    lines += [
+        "",
+        f"Medians per 1,000 plain pods bound: kube-apiserver and etcd "
+        f"{summary.control_plane_without:.3f} s without the extender, "
+        f"{summary.control_plane_with:.3f} s with it; the extender {summary.extender:.3f} s. "
+        f"Added by the extender's watch: {summary.added:.3f} s, "
+        f"{100 * summary.share:.1f}% of the control plane's CPU for the same pods. "
+        f"Pod watch events the API server sent per binding: {summary.events_without:.2f} "
+        f"without the extender, {summary.events_with:.2f} with it, "
+        f"{summary.bytes_per_added_event:,.0f} bytes per added event.",
+    ]
+    return "\n".join(lines)
+
+
+def run_trial(
+    bench: e2e.BenchCluster,
+    namespace: str,
+    pods: int,
+    listed: int,
+    extender_checkout: Path | None,
+) -> Trial:
+    """Bind the `pods` pods of `namespace`, with the extender of `extender_checkout` watching.
+
+    extender_checkout: None for a trial without the extender. listed: how
+    many pods the cluster holds, all of which a started extender must have
+    listed before the bindings begin.
+    """
+    runner = bench.runner
+    with_extender = extender_checkout is not None
+    extender = None
+    if extender_checkout is not None:
+        log = bench.layout.logs / "bench-watchcost-extender.log"
+        extender = e2e.Extender(
+            bench.cluster.kubeconfig, bench.extender_port, log, [], extender_checkout
+        )
+        bench.cluster.extender_pid = extender.process.pid
+    try:
+        if extender is not None:
+            wait_for(
+                lambda: runner.extender_cached_pods() >= listed, 120, "the extender's pods", 0.5
+            )
+        runner.settle()
+        # The /metrics scrapes are outside the CPU readings: they cost the API server too.
+        events, sent = pod_watch_events(runner.apiserver_metrics())
+        control_plane = runner.control_plane_cpu()
+        extender_cpu = e2e.cpu_seconds(extender.process.pid) if extender else 0.0
+        with ThreadPoolExecutor(BIND_THREADS) as pool:
+            list(pool.map(lambda i: bind(runner, namespace, i, bench.nodes), range(pods)))
+        time.sleep(DRAIN_SECONDS)
+        control_plane = runner.control_plane_cpu() - control_plane
+        extender_cpu = e2e.cpu_seconds(extender.process.pid) - extender_cpu if extender else 0.0
+        events_after, sent_after = pod_watch_events(runner.apiserver_metrics())
+        return Trial(
+            with_extender,
+            pods,
+            control_plane,
+            extender_cpu,
+            events_after - events,
+            sent_after - sent,
+        )
+    finally:
+        if extender is not None:
+            extender.stop()
+            bench.cluster.extender_pid = None
+
+
+def bind(runner: e2e.Runner, namespace: str, index: int, nodes: int) -> None:
+    """pods/binding of pod `p<index>`, as kube-scheduler's DefaultBinder sends it."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": f"p{index}"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": f"node-{index % nodes + 1}"},
+    }
+    read_and_release(
+        runner.core.create_namespaced_pod_binding(
+            f"p{index}", namespace, body, _preload_content=False, _request_timeout=60
+        )
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=500, help="fake nodes (default 500)")
+    parser.add_argument("--pods", type=int, default=3000, help="pods per trial (default 3000)")
+    parser.add_argument("--trials", type=int, default=8, help="trials, half with (default 8)")
+    parser.add_argument("--json", type=Path, help="also write the trials and medians here")
+    parser.add_argument(
+        "--extender-checkout",
+        type=Path,
+        default=REPO,
+        help="run the extender from this checkout's app/ (default this one): an older "
+        "revision's watch measured the same way",
+    )
+    args = parser.parse_args(argv)
+    if args.trials < 2:
+        parser.error("--trials must be at least 2: one without the extender, one with it")
+    command = "python -m bench.watchcost " + " ".join(argv if argv is not None else sys.argv[1:])
+    bench = e2e.start_bench_cluster(args.nodes, log=lambda m: print(m, flush=True))
+    trials: list[Trial] = []
+    try:
+        for number in range(args.trials):
+            bench.runner.create_namespace(f"bench-watchcost-{number}")
+            bench.runner.create_pods(
+                f"bench-watchcost-{number}",
+                [e2e.pod_body(f"p{i}", scheduler_name="nobody") for i in range(args.pods)],
+            )
+        listed = args.trials * args.pods
+        for number, with_extender in enumerate(plan(args.trials)):
+            namespace = f"bench-watchcost-{number}"
+            checkout = args.extender_checkout if with_extender else None
+            trial = run_trial(bench, namespace, args.pods, listed, checkout)
+            trials.append(trial)
+            print(
+                f"trial {number + 1}, extender {'running' if with_extender else 'stopped'}: "
+                f"control plane {per_thousand(trial.control_plane_seconds, trial.bindings):.3f}, "
+                f"extender {per_thousand(trial.extender_seconds, trial.bindings):.3f} "
+                "CPU s per 1,000 bindings",
+                flush=True,
+            )
+    finally:
+        bench.down()
+    summary = summarize(trials)
+    print(render(trials, summary, command.strip()))
+    if args.json:
+        report = {"trials": [asdict(t) for t in trials], "summary": asdict(summary)}
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
