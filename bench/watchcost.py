@@ -73,7 +73,7 @@ class Summary:
 
     @property
     def share(self) -> float:
-        """`added` as a share of what the control plane spends on them without the extender."""
+        """`added` as a share of what kube-apiserver and etcd spend binding them without it."""
         return self.added / self.control_plane_without if self.control_plane_without else 0.0
 
 
@@ -141,7 +141,9 @@ def render(trials: Sequence[Trial], summary: Summary, command: str) -> str:
         f"{summary.control_plane_without:.3f} s without the extender, "
         f"{summary.control_plane_with:.3f} s with it; the extender {summary.extender:.3f} s. "
         f"Added by the extender's watch: {summary.added:.3f} s, "
-        f"{100 * summary.share:.1f}% of the control plane's CPU for the same pods. "
+        f"{100 * summary.share:.1f}% of what kube-apiserver and etcd spend binding them "
+        "without it (a part of what a scheduled pod costs kube-scheduler, kube-apiserver "
+        "and etcd: bench/e2e.py reports that per 1,000 pods). "
         f"Pod watch events the API server sent per binding: {summary.events_without:.2f} "
         f"without the extender, {summary.events_with:.2f} with it, "
         f"{summary.bytes_per_added_event:,.0f} bytes per added event.",
