@@ -21,22 +21,25 @@ scheduler, `--nodes` fake nodes), which it brings down at the end.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.kube.client import read_and_release
+from kubernetes.client import Configuration
+
+from app.kube.http import AsyncApiClient
+from app.kube.pods import PodApi
 from bench import e2e
 from hack.clusterkit import REPO, parse_metrics, wait_for
 
-# Threads binding at once: enough to keep the API server busy, as kube-scheduler's
+# Bindings under way at once: enough to keep the API server busy, as kube-scheduler's
 # binding goroutines do, without one trial's bindings outrunning the watches for long.
-BIND_THREADS = 8
+BINDINGS_IN_FLIGHT = 8
 # After the last binding: the watches deliver what is still in flight.
 DRAIN_SECONDS = 2.0
 
@@ -94,14 +97,16 @@ def summarize(trials: Sequence[Trial]) -> Summary:
     def per_binding(values: Sequence[Trial], what: str) -> float:
         return statistics.median(float(getattr(t, what)) / t.bindings for t in values if t.bindings)
 
-    added_events = per_binding(with_, "watch_events") - per_binding(without, "watch_events")
+    events_without = per_binding(without, "watch_events")
+    events_with = per_binding(with_, "watch_events")
     added_bytes = per_binding(with_, "watch_bytes") - per_binding(without, "watch_bytes")
+    added_events = events_with - events_without
     return Summary(
         control_plane_without=median(without, "control_plane_seconds"),
         control_plane_with=median(with_, "control_plane_seconds"),
         extender=median(with_, "extender_seconds"),
-        events_without=per_binding(without, "watch_events"),
-        events_with=per_binding(with_, "watch_events"),
+        events_without=events_without,
+        events_with=events_with,
         bytes_per_added_event=added_bytes / added_events if added_events > 0 else 0.0,
     )
 
@@ -165,7 +170,6 @@ def run_trial(
     listed before the bindings begin.
     """
     runner = bench.runner
-    with_extender = extender_checkout is not None
     extender = None
     if extender_checkout is not None:
         log = bench.layout.logs / "bench-watchcost-extender.log"
@@ -183,14 +187,13 @@ def run_trial(
         events, sent = pod_watch_events(runner.apiserver_metrics())
         control_plane = runner.control_plane_cpu()
         extender_cpu = e2e.cpu_seconds(extender.process.pid) if extender else 0.0
-        with ThreadPoolExecutor(BIND_THREADS) as pool:
-            list(pool.map(lambda i: bind(runner, namespace, i, bench.nodes), range(pods)))
+        asyncio.run(bind_all(runner.client.configuration, namespace, pods, bench.nodes))
         time.sleep(DRAIN_SECONDS)
         control_plane = runner.control_plane_cpu() - control_plane
         extender_cpu = e2e.cpu_seconds(extender.process.pid) - extender_cpu if extender else 0.0
         events_after, sent_after = pod_watch_events(runner.apiserver_metrics())
         return Trial(
-            with_extender,
+            extender is not None,
             pods,
             control_plane,
             extender_cpu,
@@ -203,19 +206,16 @@ def run_trial(
             bench.cluster.extender_pid = None
 
 
-def bind(runner: e2e.Runner, namespace: str, index: int, nodes: int) -> None:
-    """pods/binding of pod `p<index>`, as kube-scheduler's DefaultBinder sends it."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": {"name": f"p{index}"},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": f"node-{index % nodes + 1}"},
-    }
-    read_and_release(
-        runner.core.create_namespaced_pod_binding(
-            f"p{index}", namespace, body, _preload_content=False, _request_timeout=60
+async def bind_all(configuration: Configuration, namespace: str, pods: int, nodes: int) -> None:
+    """Pods p0..p<pods-1> bound round-robin over the nodes, by the extender's own PodApi.bind."""
+    client = AsyncApiClient(configuration, max_in_flight=BINDINGS_IN_FLIGHT)
+    api = PodApi(client)
+    try:
+        await asyncio.gather(
+            *(api.bind(namespace, f"p{i}", "", f"node-{i % nodes + 1}") for i in range(pods))
         )
-    )
+    finally:
+        await client.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
