@@ -10,6 +10,7 @@ import pytest
 import uvicorn
 
 from app.ops.metrics import Metrics
+from app.web.joined_writes import JoinedWritesProtocol
 from app.web.routes import create_app
 from app.web.verbs_asgi import VerbEndpoint, VerbGuard, VerbRouter
 from app.web.wire import WireError
@@ -24,7 +25,7 @@ class Served:
     metrics: Metrics
     guard: VerbGuard
     server: uvicorn.Server
-    http: str
+    http: str  # uvicorn's name of its HTTP implementation, or "joined" (the extender's)
 
     def count(self, verb: str, code: int) -> float | None:
         return self.metrics.registry.get_sample_value(
@@ -32,8 +33,16 @@ class Served:
         )
 
 
-# The callable is plain ASGI: it must behave the same on both of uvicorn's HTTP implementations.
-@pytest.fixture(params=["httptools", "h11"])
+# The callable is plain ASGI: it must behave the same on both of uvicorn's HTTP implementations,
+# and on the one the extender serves with (httptools, each answer in one write).
+PROTOCOLS: dict[str, str | type[asyncio.Protocol]] = {
+    "httptools": "httptools",
+    "h11": "h11",
+    "joined": JoinedWritesProtocol,
+}
+
+
+@pytest.fixture(params=list(PROTOCOLS))
 async def served(request: pytest.FixtureRequest) -> AsyncIterator[Served]:
     metrics = Metrics()
     guard = VerbGuard(max_request_bytes=LIMIT)
@@ -57,7 +66,12 @@ async def served(request: pytest.FixtureRequest) -> AsyncIterator[Served]:
     app = create_app(None, metrics, url_prefix="/v", ready=lambda: (True, "ok"))
     app.add_middleware(VerbRouter, verbs=verbs)
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, http=request.param, log_config=None, lifespan="off"
+        app,
+        host="127.0.0.1",
+        port=0,
+        http=PROTOCOLS[request.param],
+        log_config=None,
+        lifespan="off",
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -254,7 +268,7 @@ async def test_shutdown_waits_for_an_answer_in_progress(served: Served) -> None:
     served.release.set()
     status, headers, _ = await response(reader)
     assert status == 200
-    if served.http == "httptools":  # h11 closes without saying so first
+    if served.http != "h11":  # h11 closes without saying so first
         assert headers["connection"] == "close"
     assert await closed(reader)
 
