@@ -200,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.names > args.nodes:
         parser.error("--names cannot exceed --nodes: the extender knows only those nodes")
     verbs = [v.strip() for v in args.verbs.split(",") if v.strip()]
+    if not verbs or not set(verbs) <= {"filter", "prioritize"}:
+        parser.error(f"--verbs {args.verbs!r}: name filter, prioritize or both")
     bench = e2e.start_bench_cluster(args.nodes, log=lambda m: print(m, flush=True))
     cluster, logs = bench.cluster, bench.layout.logs
     client = cluster.bin_dir / "verb-client"
