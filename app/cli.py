@@ -128,13 +128,13 @@ async def _run(settings: Settings, apps: Apps) -> None:
 
 
 def _verbs_server(settings: Settings, apps: Apps) -> uvicorn.Server:
+    from app.web.joined_writes import JoinedWritesProtocol
+
     tls: dict[str, Any] = {}
     if settings.tls:
         tls = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
         if settings.tls_client_ca_file:
             tls |= {"ssl_ca_certs": settings.tls_client_ca_file, "ssl_cert_reqs": ssl.CERT_REQUIRED}
-    from app.web.joined_writes import JoinedWritesProtocol
-
     # kube-scheduler calls the verbs directly: no proxy headers to honour, and the answers
     # need no Server or Date header; each is work on every filter call. Each answer's
     # head and body leave in one write (app/web/joined_writes.py).

@@ -1347,7 +1347,7 @@ class Extender:
 # kube-scheduler's requests past API Priority and Fairness's gate, as every extender's are.
 # By default they share the workload-high level's queues, and at the bench's QPS 2000,
 # with every pod pending at once, the bindings of kube-scheduler's own binder overflow
-# them: 40 to 375 of 2,000 came back 429 in rounds of case (a), each retried after the
+# them: 41 to 375 of 2,000 came back 429 in rounds of case (a), each retried after the
 # API server's Retry-After second while the CPUs idled, and a round's pods/s fell to a
 # fifth of the next one's. gang-extender and the no-op extender bind as the bench's
 # admin (system:masters: the exempt level), so without this the cases where
@@ -1380,7 +1380,7 @@ SCHEDULER_EXEMPT: dict[str, Any] = {
 
 @dataclass
 class BenchCluster:
-    """The bench's control plane, up with its fake nodes: what main() and bench/watchcost.py use."""
+    """The bench's control plane with its fake nodes, for main(), watchcost and verbcost."""
 
     lc: Any  # hack/local_cluster, as imported from this checkout
     layout: Any  # hack/local_cluster's Layout: logs, pid files, kubeconfigs
