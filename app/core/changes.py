@@ -20,22 +20,51 @@ NodeListener = Callable[[], None]
 """Called after any node was added, changed, removed or relabelled."""
 
 
+class _RecentNames:
+    """The latest names changed, as (stamp, name), oldest first; bounded: a reader that
+    fell further behind is told so (None) and must assume every name changed."""
+
+    def __init__(self, size: int) -> None:
+        self._changes: deque[tuple[int, str]] = deque(maxlen=size)
+        # The stamp of the newest change the bounded log let go of.
+        self._forgotten = 0
+
+    def add(self, stamp: int, name: str) -> None:
+        changes = self._changes
+        if len(changes) == changes.maxlen:
+            self._forgotten = changes[0][0]
+        changes.append((stamp, name))
+
+    def since(self, stamp: int) -> list[str] | None:
+        """The names logged after `stamp`, newest first (a name may repeat)."""
+        if stamp < self._forgotten:
+            return None
+        changed: list[str] = []
+        for when, name in reversed(self._changes):
+            if when <= stamp:
+                break
+            changed.append(name)
+        return changed
+
+
 class ChangeLog:
-    def __init__(self, remembered_node_changes: int = 4096) -> None:
+    def __init__(
+        self, remembered_node_changes: int = 4096, remembered_group_changes: int = 16384
+    ) -> None:
         self._pod_listeners: list[PodListener] = []
         self._node_listeners: list[NodeListener] = []
-        # The latest changes to a node's record or to the requests placed on it,
-        # as (stamp, node name), oldest first: prioritize keeps per-node scores
-        # and forgets only the nodes named here (app/core/scoring.py). Bounded: a
-        # reader that fell further behind is told to forget everything.
-        self._node_changes: deque[tuple[int, str]] = deque(maxlen=remembered_node_changes)
+        # Changes to a node's record or to the requests placed on it: prioritize
+        # keeps per-node scores and forgets only the nodes named here
+        # (app/core/scoring.py).
+        self._node_changes = _RecentNames(remembered_node_changes)
         # group key -> stamp of the last change to one of its members (any field,
         # placement included): the arbiter reuses what it derived from a gang's
         # members while this stays put (app/runtime/claims.py).
         self._group_stamps: dict[str, int] = {}
+        # Changes to a group (a member, or its group object): the queues' tally
+        # redoes only these gangs (app/runtime/queue_tally.py).
+        self._group_changes = _RecentNames(remembered_group_changes)
         self._stamp = 0
-        # The stamp of the newest node change the bounded log let go of.
-        self._forgotten = 0
 
     def add_pod_listener(self, listener: PodListener) -> None:
         self._pod_listeners.append(listener)
@@ -45,17 +74,19 @@ class ChangeLog:
 
     def nodes_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
         """(the stamp now, the nodes changed after `stamp`); None: too many to tell, assume all."""
-        changes = self._node_changes
         if stamp == self._stamp:
             return stamp, []
-        if stamp < self._forgotten:
-            return self._stamp, None
-        changed: list[str] = []
-        for when, node in reversed(changes):
-            if when <= stamp:
-                break
-            changed.append(node)
-        return self._stamp, changed
+        return self._stamp, self._node_changes.since(stamp)
+
+    def groups_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
+        """(the stamp now, the groups changed after `stamp`); None: too many to tell, assume all.
+
+        A group changes when one of its pods does (placement included) or its
+        group object (a PodGroup) does.
+        """
+        if stamp == self._stamp:
+            return stamp, []
+        return self._stamp, self._group_changes.since(stamp)
 
     def group_stamp(self, group_key: str) -> int:
         """Changes whenever a member of the group changes (0: it has none)."""
@@ -63,14 +94,17 @@ class ChangeLog:
 
     def node_touched(self, node: str) -> None:
         self._stamp += 1
-        changes = self._node_changes
-        if len(changes) == changes.maxlen:
-            self._forgotten = changes[0][0]
-        changes.append((self._stamp, node))
+        self._node_changes.add(self._stamp, node)
 
     def group_touched(self, group_key: str) -> None:
-        self._stamp += 1
+        """A member of the group changed."""
+        self.group_object_changed(group_key)
         self._group_stamps[group_key] = self._stamp
+
+    def group_object_changed(self, group_key: str) -> None:
+        """The group's own object (its PodGroup) came, changed or went."""
+        self._stamp += 1
+        self._group_changes.add(self._stamp, group_key)
 
     def group_emptied(self, group_key: str) -> None:
         """Groups come and go (one per Job run): keep no stamp for an empty one;

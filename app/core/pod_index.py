@@ -170,6 +170,14 @@ class PodIndex:
         keys = self._members.get(group_key, ())
         return [p for k in keys if (p := self.pods[k]).counts_as_member]
 
+    def labelled(self, group_key: str) -> list[PodRecord]:
+        """Every pod labelled into the group, in any phase."""
+        return [self.pods[k] for k in self._members.get(group_key, ())]
+
+    def group_keys(self) -> list[str]:
+        """The groups that have pods."""
+        return list(self._members)
+
     def placed_members(self, group_key: str) -> list[PodRecord]:
         """Members holding a node now: bound by the API or reserved in the gate."""
         return [p for p in self.members(group_key) if p.placed_node]

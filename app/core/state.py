@@ -57,6 +57,7 @@ class ClusterState:
         self._bins = free_room.FreeRoom(self._pods.requested, self._changes.nodes_changed_since)
         # Group sources in use (flags and API discovery); pods naming another are plain pods.
         self.sources: frozenset[str] = ALL_SOURCES
+        self._schedulable_version = 0  # see schedulable_version
 
     # ---- who hears of changes ---------------------------------------------------
 
@@ -74,6 +75,15 @@ class ClusterState:
     def group_stamp(self, group_key: str) -> int:
         """Changes whenever a member of the group changes (0: it has none)."""
         return self._changes.group_stamp(group_key)
+
+    def groups_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
+        """As nodes_changed_since, for groups: their pods or their group object changed."""
+        return self._changes.groups_changed_since(stamp)
+
+    @property
+    def schedulable_version(self) -> int:
+        """Changes whenever nodes come, go, or change whether they take pods."""
+        return self._schedulable_version
 
     # ---- pods -------------------------------------------------------------------
 
@@ -118,6 +128,13 @@ class ClusterState:
         """Siblings that can still take part (not finished, not being deleted)."""
         return self._pods.members(group_key)
 
+    def group_pods(self, group_key: str) -> list[PodRecord]:
+        """Every pod labelled into the group, in any phase (members() keeps those that count)."""
+        return self._pods.labelled(group_key)
+
+    def group_keys(self) -> list[str]:
+        return self._pods.group_keys()
+
     def placed_members(self, group_key: str) -> list[PodRecord]:
         """Members holding a node now: bound by the API or reserved in the gate."""
         return self._pods.placed_members(group_key)
@@ -141,13 +158,13 @@ class ClusterState:
         self.nodes[record.name] = record
         self._changes.node_touched(record.name)
         if old is None or old.unschedulable != record.unschedulable:
-            self._bins.forget()  # the set of nodes that take pods changed
+            self._schedulable_changed()
         self._changes.nodes_changed()
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         self._changes.node_touched(name)
-        self._bins.forget()
+        self._schedulable_changed()
         self._changes.nodes_changed()
 
     def replace_nodes(self, objects: Iterable[Mapping[str, Any]]) -> None:
@@ -155,8 +172,12 @@ class ClusterState:
         for name in {*self.nodes, *fresh}:
             self._changes.node_touched(name)
         self.nodes = fresh
-        self._bins.forget()
+        self._schedulable_changed()
         self._changes.nodes_changed()
+
+    def _schedulable_changed(self) -> None:
+        self._bins.forget()
+        self._schedulable_version += 1
 
     def requested_on(self, node: str) -> Resources:
         return self._pods.requested.get(node, {})
@@ -250,9 +271,11 @@ class ClusterState:
     def apply_podgroup(self, raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> None:
         record = podgroup_record_from(raw, source)
         self.podgroups[record.key] = record
+        self._changes.group_object_changed(record.key)
 
     def delete_podgroup(self, namespace: str, name: str, source: str = SOURCE_XK8S) -> None:
-        self.podgroups.pop(make_group_key(source, namespace, name), None)
+        if self.podgroups.pop(key := make_group_key(source, namespace, name), None) is not None:
+            self._changes.group_object_changed(key)
 
     def replace_podgroups(
         self, objects: Iterable[Mapping[str, Any]], source: str = SOURCE_XK8S
@@ -260,6 +283,8 @@ class ClusterState:
         """Adopt a fresh list of one source's objects; the other sources' records stay."""
         fresh = {r.key: r for r in (podgroup_record_from(o, source) for o in objects)}
         kept = {k: r for k, r in self.podgroups.items() if r.source != source}
+        for key in {k for k, r in self.podgroups.items() if r.source == source} | set(fresh):
+            self._changes.group_object_changed(key)
         self.podgroups = {**kept, **fresh}
 
     def group_spec(self, ref: GroupRef) -> GroupSpec:

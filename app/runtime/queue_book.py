@@ -38,7 +38,7 @@ from app.core.records import PodRecord
 from app.core.resources import Resources, add, format_resources
 from app.core.state import ClusterState
 from app.ops.metrics import Metrics
-from app.runtime.queue_tally import Pending, tally_queues
+from app.runtime.queue_tally import Pending, QueueTally
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class QueueBook:
         clock: Clock = monotonic,
     ) -> None:
         self._state = state
+        self._tally = QueueTally(state)
         self.overcommit = overcommit
         self._metrics = metrics
         self._clock = clock
@@ -135,7 +136,7 @@ class QueueBook:
         Without a candidate (waking the line) only the line is judged.
         """
         queues = self._queues()
-        tally = tally_queues(self._state, holders)
+        tally = self._tally.tally(holders)
         capacity, allocated, running = tally.capacity, tally.allocated, tally.running
         requests: dict[str, Resources] = {n: dict(v) for n, v in allocated.items()}
         if candidate is not None:
@@ -171,12 +172,7 @@ class QueueBook:
             )
         else:
             message = self._in_turn(candidate, queue, tally.pending.get(queue, ()), views, capacity)
-        allowed = [
-            gang
-            for gang, name in line
-            if name in views
-            and enqueue(name, request_of(gang), views, capacity, self.overcommit) is None
-        ]
+        allowed = admitted(line, views, capacity, self.overcommit)
         return Assessment(views, capacity, message, allowed, queue, list(running.values()))
 
     def _in_turn(
@@ -238,7 +234,7 @@ class QueueBook:
         pending: gangs waiting; inqueue: gangs admitted, on their way through
         the gate; running: gangs holding nodes; allocated: what they hold.
         """
-        tally = tally_queues(self._state, holders)
+        tally = self._tally.tally(holders)
         running: dict[str, int] = {}
         for gang in tally.running.values():
             running[gang.queue] = running.get(gang.queue, 0) + 1
@@ -296,6 +292,33 @@ class QueueBook:
 def _quantity(milli: int) -> str:
     """A Kubernetes quantity string for a milli-unit amount."""
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def admitted(
+    line: Sequence[tuple[Gang, str]],
+    views: Mapping[str, QueueView],
+    capacity: Resources,
+    overcommit: float,
+) -> list[Gang]:
+    """The gangs of `line` (gang, its queue) whose queue lets them in.
+
+    Gangs in line are often alike (one Job's shape, run after run): one
+    verdict per queue and request, not one per gang.
+    """
+    verdicts: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
+    allowed = []
+    for gang, name in line:
+        if name not in views:
+            continue
+        request = request_of(gang)
+        asked = (name, tuple(request.items()))
+        verdict = verdicts.get(asked)
+        if verdict is None:
+            verdict = enqueue(name, request, views, capacity, overcommit) is None
+            verdicts[asked] = verdict
+        if verdict:
+            allowed.append(gang)
+    return allowed
 
 
 def request_of(gang: Gang) -> Resources:

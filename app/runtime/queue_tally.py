@@ -41,105 +41,219 @@ def queue_of(spec: GroupSpec | None, members: Sequence[PodRecord]) -> str:
     return next((p.queue for p in members if p.queue), DEFAULT_QUEUE)
 
 
-def tally_queues(state: ClusterState, holders: Sequence[Holder]) -> Tally:
-    """The queues now: placed pods and the claims' promises are held, unplaced gangs wait."""
-    walk = _Placed(state)
-    walk.over(state)
-    allocated = walk.allocated
-    admitted: dict[str, int] = {}
-    for holder in holders:
-        members = state.members(holder.key)
-        name = _queue_of_key(state, holder.key, members[0]) if members else DEFAULT_QUEUE
-        admitted[name] = admitted.get(name, 0) + 1
-        for amounts in holder.remaining.values():
-            add(allocated.setdefault(name, {}), amounts)
-    claimed = {h.key for h in holders}
-    return Tally(
-        walk.capacity,
-        allocated,
-        walk.running(state, claimed),
-        walk.pending(state, claimed),
-        admitted,
-    )
+class QueueTally:
+    """The queues' tally, kept between calls: each gang's part is redone only when it changed.
 
-
-class _Placed:
-    """One walk over the pods: what each gang holds where, and which gangs wait."""
+    A fresh admission with queues asks for the whole cluster's tally; walking
+    every pod for it took 0.2-0.5 s at 50,000 pods (BENCHMARKS.md, "The
+    queues' tally"), on the event loop every other verb waits for. Each
+    gang's part (what it holds on which node, whether it waits and for
+    what) depends on its pods, its group object and which nodes take pods,
+    and the state says which of those changed (`groups_changed_since`,
+    `schedulable_version`), so a tally redoes those gangs and sums the rest
+    as they were. The plain pods' share is what the pods on schedulable
+    nodes request less the gangs' share, both summed node by node as nodes
+    and their pods change (`nodes_changed_since`).
+    """
 
     def __init__(self, state: ClusterState) -> None:
-        self.capacity = state.total_allocatable()
-        self.allocated: dict[str, Resources] = {}
-        # gang -> node -> what its placed members hold there.
-        self.held: dict[str, dict[str, Resources]] = {}
-        # gang -> (queue, highest priority, latest member creation).
-        self.meta: dict[str, tuple[str, int, float]] = {}
-        self.unplaced: dict[str, list[PodRecord]] = {}
-        self.placed: dict[str, int] = {}
-        # Gangs still being admitted (a member in the gate): not running, never reclaimed.
-        self.admitting: set[str] = set()
+        self._state = state
+        self._nodes = _NodeSums(state)
+        self._parts: dict[str, _GangPart] = {}
+        # What the parts add up to, kept as parts change.
+        self._allocated: dict[str, Resources] = {}
+        self._on_nodes: Resources = {}
+        self._running: dict[str, Running] = {}
+        self._pending: dict[str, tuple[str, Pending]] = {}
+        # The change stamp and the schedulable-node version the parts are current with.
+        self._stamp = -1
+        self._schedulable = -1
 
-    def over(self, state: ClusterState) -> None:
-        for pod in state.pods.values():
-            if not pod.placed_node:
-                if pod.group is not None and pod.counts_as_member:
-                    self.unplaced.setdefault(pod.group.key, []).append(pod)
-                continue
-            if pod.terminal or pod.key in state.leaving:
-                continue
-            node = state.nodes.get(pod.placed_node)
-            if node is None or node.unschedulable:
-                continue  # outside the capacity as well
-            if pod.group is None:
-                subtract(self.capacity, pod.requests)
-                continue
-            self._held(state, pod.group.key, pod)
-
-    def _held(self, state: ClusterState, key: str, pod: PodRecord) -> None:
-        if not pod.node_name:
-            self.admitting.add(key)  # reserved in the gate, not bound yet
-        self.placed[key] = self.placed.get(key, 0) + 1
-        name = _queue_of_key(state, key, pod)
-        add(self.allocated.setdefault(name, {}), pod.requests)
-        add(self.held.setdefault(key, {}).setdefault(pod.placed_node, {}), pod.requests)
-        _, priority, created = self.meta.get(key, (name, pod.priority, pod.created))
-        self.meta[key] = (name, max(priority, pod.priority), max(created, pod.created))
-
-    def pending(self, state: ClusterState, claimed: set[str]) -> dict[str, list[Pending]]:
-        """queue -> the gangs waiting in it: not whole yet, but with members enough to be."""
+    def tally(self, holders: Sequence[Holder]) -> Tally:
+        """The queues now: placed pods and the claims' promises are held, unplaced gangs wait."""
+        self._catch_up()
+        state = self._state
+        allocated = {name: dict(amounts) for name, amounts in self._allocated.items()}
+        admitted: dict[str, int] = {}
+        for holder in holders:
+            members = state.members(holder.key)
+            name = _queue_of_key(state, holder.key, members[0]) if members else DEFAULT_QUEUE
+            admitted[name] = admitted.get(name, 0) + 1
+            for amounts in holder.remaining.values():
+                add(allocated.setdefault(name, {}), amounts)
+        claimed = {h.key for h in holders}
+        running = dict(self._running)
+        for key in claimed:
+            running.pop(key, None)
         pending: dict[str, list[Pending]] = {}
-        for key, pods in self.unplaced.items():
-            if key in claimed:
-                continue
-            ref = pods[0].group
-            assert ref is not None
-            try:
-                spec = state.group_spec(ref)
-            except (GroupNotFound, PodGroupSpecError):
-                continue
-            have = self.placed.get(key, 0)
-            if have >= spec.min_member or have + len(pods) < spec.min_member:
-                continue  # whole already, or cannot be yet
-            request: Resources = {}
-            for pod in pods:
-                add(request, pod.requests)
-            created = podgroup_created(state, key, 0.0) or min(p.created for p in pods)
-            pending.setdefault(queue_of(spec, pods), []).append(
-                (-max(p.priority for p in pods), created, key, request)
-            )
-        return pending
+        for key, (name, waiting) in self._pending.items():
+            if key not in claimed:
+                pending.setdefault(name, []).append(waiting)
+        return Tally(self._capacity(), allocated, running, pending, admitted)
 
-    def running(self, state: ClusterState, claimed: set[str]) -> dict[str, Running]:
-        """The gangs holding nodes that are neither claiming nor being admitted."""
-        running: dict[str, Running] = {}
-        for key, (name, priority, latest) in self.meta.items():
-            if key in claimed or key in self.admitting:
-                continue
-            total: Resources = {}
-            for amounts in self.held[key].values():
-                add(total, amounts)
-            created = podgroup_created(state, key, latest)
-            running[key] = Running(key, name, priority, created, self.held[key], total)
-        return running
+    def _capacity(self) -> Resources:
+        """What the schedulable nodes have less what plain pods (no gang) hold there."""
+        state = self._state
+        self._nodes.catch_up()
+        capacity = dict(self._nodes.allocatable)
+        plain = dict(self._nodes.requested)
+        subtract(plain, self._on_nodes)
+        for pod in state.leaving.values():  # placed, on their way out: they hold nothing
+            if pod.group is None and _takes_pods(state, pod.placed_node):
+                subtract(plain, pod.requests)
+        subtract(capacity, plain)
+        return capacity
+
+    def _catch_up(self) -> None:
+        state = self._state
+        stamp, changed = state.groups_changed_since(self._stamp)
+        if self._schedulable != state.schedulable_version:
+            changed = None
+        if changed is None:
+            self._parts.clear()
+            self._allocated, self._on_nodes, self._running, self._pending = {}, {}, {}, {}
+            changed = state.group_keys()
+        for key in set(changed):
+            self._redo(key)
+        self._stamp, self._schedulable = stamp, state.schedulable_version
+
+    def _redo(self, key: str) -> None:
+        old = self._parts.pop(key, None)
+        if old is not None:
+            for name, amounts in old.allocated.items():
+                total = self._allocated[name]
+                subtract(total, amounts)
+                if not total:
+                    del self._allocated[name]
+            subtract(self._on_nodes, old.on_nodes)
+            self._running.pop(key, None)
+            self._pending.pop(key, None)
+        pods = self._state.group_pods(key)
+        if not pods:
+            return
+        part = _gang_part(self._state, key, pods)
+        self._parts[key] = part
+        for name, amounts in part.allocated.items():
+            add(self._allocated.setdefault(name, {}), amounts)
+        add(self._on_nodes, part.on_nodes)
+        if part.running is not None:
+            self._running[key] = part.running
+        if part.pending is not None:
+            self._pending[key] = part.pending
+
+
+class _NodeSums:
+    """What the schedulable nodes have and what the pods on them request, summed; redone
+    node by node as the state reports nodes changed (their record or their pods)."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+        self._stamp = -1
+        # node -> (allocatable, requested) as counted in the sums.
+        self._counted: dict[str, tuple[Resources, Resources]] = {}
+        self.allocatable: Resources = {}
+        self.requested: Resources = {}
+
+    def catch_up(self) -> None:
+        stamp, changed = self._state.nodes_changed_since(self._stamp)
+        if changed is None:
+            self._counted, self.allocatable, self.requested = {}, {}, {}
+            changed = list(self._state.nodes)
+        for name in set(changed):
+            self._redo(name)
+        self._stamp = stamp
+
+    def _redo(self, name: str) -> None:
+        counted = self._counted.pop(name, None)
+        if counted is not None:
+            subtract(self.allocatable, counted[0])
+            subtract(self.requested, counted[1])
+        node = self._state.nodes.get(name)
+        if node is None or node.unschedulable:
+            return
+        requested = dict(self._state.requested_on(name))  # the state changes its own in place
+        add(self.allocatable, node.allocatable)
+        add(self.requested, requested)
+        self._counted[name] = (node.allocatable, requested)
+
+
+@dataclass(frozen=True, slots=True)
+class _GangPart:
+    """One gang's share of the tally."""
+
+    # queue -> what its held members (placed, staying, on schedulable nodes) request.
+    allocated: dict[str, Resources]
+    # What every non-terminal member on a schedulable node requests, leaving ones too.
+    on_nodes: Resources
+    # The gang as a reclaim victim: it holds nodes and is not being admitted.
+    running: Running | None
+    # (queue, its place in line): it waits, with members enough to be whole.
+    pending: tuple[str, Pending] | None
+
+
+def _gang_part(state: ClusterState, key: str, pods: Sequence[PodRecord]) -> _GangPart:
+    """Members naming different queues (no queue on the group object) count each in its own;
+    the gang, as a reclaim victim, is in the first of them by name."""
+    allocated: dict[str, Resources] = {}
+    held: dict[str, Resources] = {}
+    on_nodes: Resources = {}
+    unplaced: list[PodRecord] = []
+    queues: set[str] = set()
+    placed, admitting, priority, latest = 0, False, 0, 0.0
+    for pod in pods:
+        node = pod.placed_node
+        if not node:
+            if pod.counts_as_member:
+                unplaced.append(pod)
+            continue
+        if pod.terminal or not _takes_pods(state, node):
+            continue  # outside the capacity as well
+        add(on_nodes, pod.requests)
+        if pod.key in state.leaving:
+            continue
+        admitting = admitting or not pod.node_name  # reserved in the gate, not bound yet
+        name = _queue_of_key(state, key, pod)
+        queues.add(name)
+        add(allocated.setdefault(name, {}), pod.requests)
+        add(held.setdefault(node, {}), pod.requests)
+        priority = pod.priority if not placed else max(priority, pod.priority)
+        latest = max(latest, pod.created)
+        placed += 1
+    running = None
+    if placed and not admitting:
+        total: Resources = {}
+        for amounts in held.values():
+            add(total, amounts)
+        created = podgroup_created(state, key, latest)
+        running = Running(key, min(queues), priority, created, held, total)
+    return _GangPart(allocated, on_nodes, running, _waiting(state, key, placed, unplaced))
+
+
+def _waiting(
+    state: ClusterState, key: str, placed: int, unplaced: Sequence[PodRecord]
+) -> tuple[str, Pending] | None:
+    """(queue, place in line) of a gang not whole yet but with members enough to be."""
+    if not unplaced:
+        return None
+    ref = unplaced[0].group
+    assert ref is not None
+    try:
+        spec = state.group_spec(ref)
+    except (GroupNotFound, PodGroupSpecError):
+        return None
+    if placed >= spec.min_member or placed + len(unplaced) < spec.min_member:
+        return None  # whole already, or cannot be yet
+    request: Resources = {}
+    for pod in unplaced:
+        add(request, pod.requests)
+    created = podgroup_created(state, key, 0.0) or min(p.created for p in unplaced)
+    priority = max(p.priority for p in unplaced)
+    return queue_of(spec, unplaced), (-priority, created, key, request)
+
+
+def _takes_pods(state: ClusterState, node: str) -> bool:
+    record = state.nodes.get(node)
+    return record is not None and not record.unschedulable
 
 
 def podgroup_created(state: ClusterState, key: str, otherwise: float) -> float:

@@ -26,3 +26,19 @@ def test_a_reader_behind_what_the_log_remembers_is_told_to_assume_all() -> None:
     assert fresh.nodes_changed_since(-1)[1] is None
     fresh.group_touched("default/g")  # no node changed: nothing to redo
     assert fresh.nodes_changed_since(0)[1] == []
+
+
+def test_groups_changed_since_names_the_groups_or_says_too_many() -> None:
+    log = ChangeLog(remembered_group_changes=3)
+    stamp, changed = log.groups_changed_since(0)
+    assert (stamp, changed) == (0, [])
+    log.group_touched("a")
+    log.group_object_changed("b")  # a PodGroup changed: no member stamp of its own
+    assert log.groups_changed_since(0) == (2, ["b", "a"])
+    assert log.group_stamp("a") == 1 and log.group_stamp("b") == 0
+    log.node_touched("n1")  # node changes share the stamps, not the log
+    assert log.groups_changed_since(2) == (3, [])
+    for name in ("c", "d", "e"):
+        log.group_touched(name)
+    assert log.groups_changed_since(1) == (6, None)  # "b" fell out of the log
+    assert log.groups_changed_since(2) == (6, ["e", "d", "c"])
