@@ -45,8 +45,9 @@ class QueueTally:
     """The queues' tally, kept between calls: each gang's part is redone only when it changed.
 
     A fresh admission with queues asks for the whole cluster's tally; walking
-    every pod for it took 0.2-0.5 s at 50,000 pods (BENCHMARKS.md, "The
-    queues' tally"), on the event loop every other verb waits for. Each
+    every pod for it took 0.2-0.5 s at 50,000 pods (BENCHMARKS.md, "the
+    queues' tally kept between calls"), on the event loop every other verb
+    waits for. Each
     gang's part (what it holds on which node, whether it waits and for
     what) depends on its pods, its group object and which nodes take pods,
     and the state says which of those changed (`groups_changed_since`,
