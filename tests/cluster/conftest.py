@@ -73,7 +73,8 @@ def namespace(kube: Kube, extender: Extender, request: pytest.FixtureRequest) ->
     name = f"{base}-{uuid.uuid4().hex[:5]}"
     kube.core.create_namespace({"metadata": {"name": name}})
     wait_for_default_service_account(kube.core, name, 30)
-    yield name
+    with kube.reporting(name):
+        yield name
     for deployment in kube.apps.list_namespaced_deployment(name).items:
         kube.apps.delete_namespaced_deployment(deployment.metadata.name, name)
     deadline = time.monotonic() + 20

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from app.core.groups import NATIVE_API, POD_GROUP_LABEL, VOLCANO_API, XK8S_API, GroupApi
@@ -15,6 +17,70 @@ from hack.clusterkit import create_group, pause_pod, wait_for
 
 # The tests' PriorityClasses (the `priorities` fixture, tests/cluster/conftest.py).
 LOW, HIGH, TOP = "gang-test-low", "gang-test-high", "gang-test-top"
+
+
+class SchedulingReports:
+    """Every message kube-scheduler put in a namespace's pods' PodScheduled condition.
+
+    kube-scheduler also records each failure as a FailedScheduling Event, but
+    its events/v1 broadcaster keys a series on the pod reference (with its
+    resourceVersion), type, reason and action, not on the note. A second
+    failure that comes before kube-scheduler's informer has seen the first
+    one's status patch (34 ms apart, in one run) only counts into the first
+    Event's series and keeps the first note. A test waiting for the later
+    reason (the extender shut down, the gate timed out) then waits in vain.
+    The condition is patched with every failure's message, and a watch
+    started before the namespace has pods sees each patch.
+    """
+
+    def __init__(self, core: Any, namespace: str) -> None:
+        self._core = core
+        self._namespace = namespace
+        self._messages: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._failure: Exception | None = None
+        version = core.list_namespaced_pod(namespace).metadata.resource_version
+        self._thread = threading.Thread(
+            target=self._run, args=(version,), name=f"reports-{namespace}", daemon=True
+        )
+        self._thread.start()
+
+    def of(self, pod: str) -> list[str]:
+        if self._failure is not None:
+            raise AssertionError(f"the pod watch behind the reports ended: {self._failure!r}")
+        with self._lock:
+            return list(self._messages.get(pod, ()))
+
+    def stop(self) -> None:
+        """The thread ends with its current watch (at most 2 s); nothing waits for it."""
+        self._stopped.set()
+
+    def _run(self, version: str) -> None:
+        try:
+            while not self._stopped.is_set():
+                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                    self._core.list_namespaced_pod,
+                    self._namespace,
+                    resource_version=version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=2,
+                )
+                for event in stream:
+                    pod = event["object"]
+                    version = pod.metadata.resource_version
+                    if event["type"] != "BOOKMARK":
+                        self._record(pod)
+        except Exception as err:  # reported by of(), loudly
+            self._failure = err
+
+    def _record(self, pod: Any) -> None:
+        for condition in pod.status.conditions or ():
+            if condition.type == "PodScheduled" and condition.status == "False":
+                with self._lock:
+                    seen = self._messages.setdefault(pod.metadata.name, [])
+                    if condition.message and condition.message not in seen:
+                        seen.append(condition.message)
 
 
 class Kube:
@@ -26,6 +92,16 @@ class Kube:
         self.apps: Any = k8s.AppsV1Api(client)
         self.custom: Any = k8s.CustomObjectsApi(client)
         self.scheduling: Any = k8s.SchedulingV1Api(client)
+        self._reports: dict[str, SchedulingReports] = {}
+
+    @contextlib.contextmanager
+    def reporting(self, namespace: str) -> Iterator[None]:
+        """While inside, events() on the namespace's pods also holds SchedulingReports."""
+        self._reports[namespace] = SchedulingReports(self.core, namespace)
+        try:
+            yield
+        finally:
+            self._reports.pop(namespace).stop()
 
     # ---- objects --------------------------------------------------------------------
 
@@ -195,9 +271,20 @@ class Kube:
         return {p.metadata.name: p.spec.node_name for p in self.pods(namespace) if p.spec.node_name}
 
     def events(self, namespace: str, pod: str | None = None) -> list[str]:
+        """'reason: message' of the Events on `pod` (or the namespace's objects).
+
+        For a pod of a namespace inside reporting(), also 'FailedScheduling:
+        message' for each failure kube-scheduler reported in the pod's
+        condition that its Events folded away (see SchedulingReports).
+        """
         selector = f"involvedObject.name={pod}" if pod else None
         items = self.core.list_namespaced_event(namespace, field_selector=selector).items
-        return [f"{e.reason}: {e.message}" for e in items]
+        events = [f"{e.reason}: {e.message}" for e in items]
+        reports = self._reports.get(namespace)
+        if pod and reports:
+            notes = {e.message for e in items if e.reason == "FailedScheduling"}
+            events += [f"FailedScheduling: {m}" for m in reports.of(pod) if m not in notes]
+        return events
 
     def event_on(self, namespace: str, pod: str, *parts: str) -> bool:
         """Some event on the pod contains every one of `parts` (case-insensitive)."""
