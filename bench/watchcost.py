@@ -76,7 +76,7 @@ class Summary:
     control_plane_without: float
     control_plane_with: float
     watcher_seconds: float
-    # Pod watch events per binding, without and with the extender, and bytes per event added.
+    # Pod watch events per binding, without and with the watcher, and bytes per event added.
     events_without: float = 0.0
     events_with: float = 0.0
     bytes_per_added_event: float = 0.0
