@@ -127,26 +127,37 @@ async def _run(settings: Settings, apps: Apps) -> None:
             apps.webhook_certs.close()
 
 
-def _verbs_server(settings: Settings, apps: Apps) -> uvicorn.Server:
+def verbs_http() -> dict[str, Any]:
+    """uvicorn's settings for the verbs' port (bench.verbfloor serves an empty app with them).
+
+    kube-scheduler calls the verbs directly: no proxy headers to honour, and
+    the answers need no Server or Date header; each is work on every filter
+    call. Each answer's head and body leave in one write
+    (app/web/joined_writes.py).
+    """
     from app.web.joined_writes import JoinedWritesProtocol
 
+    return {
+        "http": JoinedWritesProtocol,
+        "proxy_headers": False,
+        "server_header": False,
+        "date_header": False,
+    }
+
+
+def _verbs_server(settings: Settings, apps: Apps) -> uvicorn.Server:
     tls: dict[str, Any] = {}
     if settings.tls:
         tls = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
         if settings.tls_client_ca_file:
             tls |= {"ssl_ca_certs": settings.tls_client_ca_file, "ssl_cert_reqs": ssl.CERT_REQUIRED}
-    # kube-scheduler calls the verbs directly: no proxy headers to honour, and the answers
-    # need no Server or Date header; each is work on every filter call. Each answer's
-    # head and body leave in one write (app/web/joined_writes.py).
-    lean = {"proxy_headers": False, "server_header": False, "date_header": False}
     return _server(
         apps,
         apps.main,
         settings,
         host=settings.host,
         port=settings.port,
-        http=JoinedWritesProtocol,
-        **lean,
+        **verbs_http(),
         **tls,
     )
 

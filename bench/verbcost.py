@@ -16,6 +16,12 @@ uses), and with `--base-checkout` gang-extender from another checkout
 reverse), so drift falls on each alike, and each figure is the median of
 the trials per call: the client's CPU (what kube-scheduler spends), the
 extender's CPU, the wall time, and the latency p50 and p99.
+
+Two floors take their turns too (bench/verbfloor.py): a pass-through verb
+served by uvicorn as gang-extender's verbs port is, and the same verb
+answered by a bare asyncio protocol. gang-extender less the uvicorn floor is
+what its own verb code costs per call; the uvicorn floor less the bare one
+is the HTTP server's per-request machinery.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import e2e
-from hack.clusterkit import REPO
+from hack.clusterkit import REPO, stop_process, wait_ready
 
 # What kube-scheduler sends an extender at 500 nodes: it stops looking once it has
 # found 46% of them feasible (adaptive percentageOfNodesToScore: 50 - nodes / 125).
 DEFAULT_NAMES = 230
 OURS, NOOP = "gang-extender", "no-op Go extender"
+FLOORS = {"uvicorn": "floor: pass-through on uvicorn", "bare": "floor: pass-through, bare protocol"}
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,29 @@ def run_trial(
     )
 
 
+class Floor:
+    """A bench/verbfloor.py server on 127.0.0.1:`port`."""
+
+    def __init__(self, server: str, port: int, log_path: Path) -> None:
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "bench.verbfloor", f"--server={server}", f"--port={port}"],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self.url = f"http://127.0.0.1:{port}/scheduler"
+        try:
+            wait_ready(f"http://127.0.0.1:{port}/healthz", self.process, log_path, server, 30)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        stop_process(self.process, grace=15)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -206,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cluster, logs = bench.cluster, bench.layout.logs
     client = cluster.bin_dir / "verb-client"
     port = bench.extender_port
-    servers: dict[str, tuple[str, int, e2e.Extender | e2e.NoopExtender]] = {}
+    servers: dict[str, tuple[str, int, e2e.Extender | e2e.NoopExtender | Floor]] = {}
     try:
         ours = e2e.Extender(cluster.kubeconfig, port, logs / "verbcost-extender.log", [], REPO)
         servers[OURS] = (f"http://127.0.0.1:{port}/scheduler", ours.process.pid, ours)
@@ -220,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cluster.kubeconfig, port + 1, logs / "verbcost-base.log", [], args.base_checkout
             )
             servers[label] = (f"http://127.0.0.1:{port + 1}/scheduler", base.process.pid, base)
+        for offset, (kind, label) in enumerate(FLOORS.items(), start=3):
+            floor = Floor(kind, port + offset, logs / f"verbcost-floor-{kind}.log")
+            servers[label] = (floor.url, floor.process.pid, floor)
         bench.runner.settle()
         trials = []
         for verb in verbs:

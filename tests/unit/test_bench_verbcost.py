@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from bench import verbcost
@@ -55,3 +56,21 @@ def test_render_gives_each_row_its_ratios_to_gang_extender_for_the_same_verb() -
         "| filter | no-op Go extender | 120.0 | 100.0 | 260.0 | 230 / 1500 | 1.20, 2.00, 1.30 |"
         in text
     )
+
+
+def test_the_floors_answer_the_least_a_verb_can_do() -> None:
+    from bench.verbfloor import answer
+
+    body = orjson.dumps({"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["n-1", "n-2"]})
+    status, filtered = answer(b"/scheduler/filter", body)
+    assert status == 200
+    assert orjson.loads(filtered) == {
+        "NodeNames": ["n-1", "n-2"],
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+    }
+    # Every node scores 0, which gang-extender's answer says by naming none.
+    status, scores = answer(b"/scheduler/prioritize", body)
+    assert (status, orjson.loads(scores)) == (200, [])
+    assert answer(b"/healthz", b"")[0] == 200
+    assert answer(b"/scheduler/bind", body)[0] == 404
