@@ -128,7 +128,7 @@ async def _run(settings: Settings, apps: Apps) -> None:
 
 
 def verbs_http() -> dict[str, Any]:
-    """uvicorn's settings for the verbs' port (bench.verbfloor serves an empty app with them).
+    """uvicorn's settings for the verbs' port (bench.verbfloor's uvicorn floor uses them too).
 
     kube-scheduler calls the verbs directly: no proxy headers to honour, and
     the answers need no Server or Date header; each is work on every filter
