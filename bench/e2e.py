@@ -109,10 +109,10 @@ from hack.clusterkit import (
     pause_pod,
     sample,
     start_extender,
+    start_ready,
     stop_process,
     wait_for,
     wait_for_default_service_account,
-    wait_ready,
 )
 
 BENCH_DIR = REPO / ".local-cluster-bench"
@@ -1306,27 +1306,19 @@ class NoopExtender:
     """Case (n)'s yardstick: hack/kube/cmd/noop-extender, serving on 127.0.0.1:`port`."""
 
     def __init__(self, bin_dir: Path, kubeconfig: str, port: int, qps: int, log_path: Path) -> None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    str(bin_dir / "noop-extender"),
-                    f"--kubeconfig={kubeconfig}",
-                    f"--address=127.0.0.1:{port}",
-                    f"--qps={qps}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
+        self.process = start_ready(
+            [
+                str(bin_dir / "noop-extender"),
+                f"--kubeconfig={kubeconfig}",
+                f"--address=127.0.0.1:{port}",
+                f"--qps={qps}",
+            ],
+            f"http://127.0.0.1:{port}/healthz",
+            log_path,
+            "noop-extender",
+            30,
+        )
         self.url = f"http://127.0.0.1:{port}/scheduler"
-        try:
-            wait_ready(
-                f"http://127.0.0.1:{port}/healthz", self.process, log_path, "noop-extender", 30
-            )
-        except BaseException:
-            self.stop()
-            raise
 
     def stop(self) -> None:
         stop_process(self.process, grace=15)

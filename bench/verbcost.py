@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import e2e
-from hack.clusterkit import REPO, stop_process, wait_ready
+from hack.clusterkit import REPO, start_ready, stop_process
 
 # What kube-scheduler sends an extender at 500 nodes: it stops looking once it has
 # found 46% of them feasible (adaptive percentageOfNodesToScore: 50 - nodes / 125).
@@ -183,20 +183,14 @@ class Floor:
     """A bench/verbfloor.py server on 127.0.0.1:`port`."""
 
     def __init__(self, server: str, port: int, log_path: Path) -> None:
-        with log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "bench.verbfloor", f"--server={server}", f"--port={port}"],
-                cwd=REPO,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
+        self.process = start_ready(
+            [sys.executable, "-m", "bench.verbfloor", f"--server={server}", f"--port={port}"],
+            f"http://127.0.0.1:{port}/healthz",
+            log_path,
+            f"the {server} floor",
+            30,
+        )
         self.url = f"http://127.0.0.1:{port}/scheduler"
-        try:
-            wait_ready(f"http://127.0.0.1:{port}/healthz", self.process, log_path, server, 30)
-        except BaseException:
-            self.stop()
-            raise
 
     def stop(self) -> None:
         stop_process(self.process, grace=15)

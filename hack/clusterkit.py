@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,44 @@ def wait_ready(
     wait_for(ready, timeout, f"{what} at {url}")
 
 
+def start_ready(
+    command: Sequence[str],
+    ready_url: str,
+    log_path: Path,
+    what: str,
+    timeout: float,
+    *,
+    cwd: Path = REPO,
+    env: Mapping[str, str] | None = None,
+    detach: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start `command`, its output in `log_path`, and return once `ready_url` answers 200.
+
+    How every helper starts a server of its own (the extender, the no-op Go
+    extender, the bench's verb floors). `detach` starts it in its own
+    session, so it outlives the caller. If it never becomes ready it is
+    stopped before the error is raised.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            list(command),
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=detach,
+        )
+    try:
+        wait_ready(ready_url, process, log_path, what, timeout)
+    except BaseException:
+        if process.poll() is None:
+            stop_process(process)
+        raise
+    return process
+
+
 def start_extender(
     kubeconfig: str,
     port: int,
@@ -124,39 +162,30 @@ def start_extender(
 
     `cwd` picks the checkout whose app/ runs: it is the working directory
     (`python -m` imports from it first) and it leads PYTHONPATH too, so the
-    choice does not rest on `python -m`'s path rule alone.
-    `detach` starts it in its own session, so it outlives the caller (the
-    demo leaves it running). If it never becomes ready it is stopped before
-    the error is raised.
+    choice does not rest on `python -m`'s path rule alone. `detach`: the
+    demo leaves it running.
     """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     pythonpath = os.environ.get("PYTHONPATH", "")
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "app",
-                "serve",
-                "--kubeconfig",
-                kubeconfig,
-                "--port",
-                str(port),
-                *args,
-            ],
-            cwd=cwd,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(cwd), pythonpath)))},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=detach,
-        )
-    try:
-        wait_ready(f"http://127.0.0.1:{port}/readyz", process, log_path, "the extender", timeout)
-    except BaseException:
-        if process.poll() is None:
-            stop_process(process)
-        raise
-    return process
+    return start_ready(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "serve",
+            "--kubeconfig",
+            kubeconfig,
+            "--port",
+            str(port),
+            *args,
+        ],
+        f"http://127.0.0.1:{port}/readyz",
+        log_path,
+        "the extender",
+        timeout,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(cwd), pythonpath)))},
+        detach=detach,
+    )
 
 
 # hack/local-cluster's gang-only mode (deploy/webhook.yaml): the configuration
