@@ -93,9 +93,8 @@ class PodRecord:
     # The queue its gang joins (annotation scheduling.volcano.sh/queue-name), "": none named.
     queue: str = ""
 
-    # "namespace/name", made once: the index looks pods up by it a dozen times per
-    # watch event, and a property made the string anew each time (15% of applying
-    # a pod event).
+    # "namespace/name", made once with the record: the index looks a pod up by it a
+    # dozen times per watch event, and every index then shares this one string.
     key: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
