@@ -14,6 +14,21 @@ def test_plan_takes_turns_in_one_order_then_the_reverse() -> None:
     assert verbcost.plan(["a", "b"], 3) == ["a", "b", "b", "a", "a", "b"]
 
 
+@pytest.mark.parametrize(
+    ("nodes", "names"),
+    [
+        (60, 60),  # under 100 nodes: every node
+        (150, 100),  # 49% would be 73: at least 100
+        (500, 230),  # 46%
+        (2000, 680),  # 34%
+        (5000, 500),  # 10%: issue 20's size
+        (10000, 500),  # the 5% floor
+    ],
+)
+def test_names_are_what_kube_scheduler_sends_at_that_many_nodes(nodes: int, names: int) -> None:
+    assert verbcost.names_sent(nodes) == names
+
+
 def test_figures_are_medians_per_call_for_each_extender_and_verb() -> None:
     def trial(label: str, verb: str, calls: int, client: float, extender: float) -> Trial:
         return Trial(label, verb, calls, client, extender, 2 * client, client / 1000, client / 100)
