@@ -2,32 +2,33 @@
 """`make bench`: what one filter or prioritize call costs kube-scheduler and the extender.
 
 bench/e2e.py's pods/s move by a tenth or more between rounds of one run
-(the machine's speed drifts, and every process's CPU per pod with it), so a
-change of a few per cent in what a verb call costs cannot be read there.
+(the machine's speed drifts, and every process's CPU per pod with it), so
+a change of a few per cent in what a verb call costs cannot be read there.
 This measures the call itself: hack/kube/cmd/verb-client calls one verb
 through kube-scheduler's own HTTPExtender (the pinned
 k8s.io/kubernetes/pkg/scheduler), for a plain pod and the node names
-kube-scheduler sends at `--nodes` nodes (or `--names`), one call after
-the other on one kept-alive connection, `--calls` calls per trial. The
+kube-scheduler sends at `--nodes` nodes (or `--names`), one call after the
+other on one kept-alive connection, `--calls` calls per trial. The
 extenders under test run side by side on the bench control plane:
 gang-extender from this checkout, the no-op Go extender (the yardstick
 bench/e2e.py's case (n) uses), and with `--base-checkout` gang-extender
-from another checkout (old main, say). Trials take turns between them (in one order, then the
-reverse), so drift falls on each alike, and each figure is the median of
-the trials per call: the client's CPU (what kube-scheduler spends), the
-extender's CPU, the wall time, and the latency p50 and p99.
+from another checkout (old main, say). Trials take turns between them (in
+one order, then the reverse), so drift falls on each alike, and each
+figure is the median of the trials per call: the client's CPU (what
+kube-scheduler spends), the extender's CPU, the wall time, and the latency
+p50 and p99.
 
 Two floors take their turns too (bench/verbfloor.py): a pass-through verb
 served by uvicorn as gang-extender's verbs port is, and the same verb
-answered by a bare asyncio protocol. gang-extender less the uvicorn floor is
-what its own verb code costs per call; the uvicorn floor less the bare one
-is the HTTP server's per-request machinery.
+answered by a bare asyncio protocol. gang-extender less the uvicorn floor
+is what its own verb code costs per call; the uvicorn floor less the bare
+one is the HTTP server's per-request machinery.
 
 `make bench` runs it twice: at 500 nodes (230 names a call), and at 5,000
-(500 names), the size the verb latency targets are set for (filter p99
-<= 2 ms, prioritize p99 <= 5 ms on the wire as kube-scheduler sees it).
-Here the p99 is that of kube-scheduler's own client on a machine that is otherwise
-idle; bench/e2e.py's scale step gives the same verbs' p99 while
+(500 names), the size the verb latency targets are set for (filter p99 <=
+2 ms, prioritize p99 <= 5 ms on the wire as kube-scheduler sees it). Here
+the p99 is that of kube-scheduler's own client on a machine that is
+otherwise idle; bench/e2e.py's scale step gives the same verbs' p99 while
 kube-scheduler, the API server and etcd keep both CPUs busy.
 """
 
