@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -166,9 +167,20 @@ def render(rows: Sequence[Figures], command: str) -> str:
 
 
 def run_trial(
-    client: Path, url: str, pid: int, label: str, verb: str, names: int, calls: int
+    client: Path,
+    url: str,
+    pid: int,
+    label: str,
+    verb: str,
+    names: int,
+    calls: int,
+    client_gogc: str | None = None,
 ) -> Trial:
-    """One run of verb-client against the extender at `url` (process `pid`)."""
+    """One run of verb-client against the extender at `url` (process `pid`).
+
+    client_gogc: the client's GOGC (None: Go's default, as kube-scheduler runs).
+    """
+    env = None if client_gogc is None else {**os.environ, "GOGC": client_gogc}
     before = e2e.cpu_seconds(pid)
     out = subprocess.run(
         [
@@ -181,6 +193,7 @@ def run_trial(
         capture_output=True,
         text=True,
         check=False,
+        env=env,
     )
     extender = e2e.cpu_seconds(pid) - before
     if out.returncode != 0:
@@ -237,6 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         help="also run gang-extender from this checkout's app/ (e.g. `git archive` of old main)",
     )
+    parser.add_argument(
+        "--client-gogc",
+        help="the client's GOGC, e.g. `off` to read the servers' tail without the client's "
+        "garbage collector (default: Go's, as kube-scheduler runs)",
+    )
     parser.add_argument("--json", type=Path, help="also write the trials and medians here")
     args = parser.parse_args(argv)
     if args.names is None:
@@ -272,7 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for verb in verbs:
             for label in plan(list(servers), args.trials):
                 url, pid, _ = servers[label]
-                trial = run_trial(client, url, pid, label, verb, args.names, args.calls)
+                trial = run_trial(
+                    client, url, pid, label, verb, args.names, args.calls, args.client_gogc
+                )
                 trials.append(trial)
                 print(
                     f"{verb} {label}: client {1e6 * trial.client_seconds / trial.calls:.1f} µs, "
