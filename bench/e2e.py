@@ -184,6 +184,16 @@ def parse_histograms(text: str, name: str, label: str) -> dict[str, Buckets]:
     return out
 
 
+def counters_by_label(text: str, name: str, label: str) -> dict[str, float]:
+    """`{label value: count}` of counter `name` from a /metrics text (other labels summed)."""
+    out: dict[str, float] = {}
+    for (sample_name, pairs), value in parse_metrics(text).items():
+        if sample_name == name:
+            key = dict(pairs).get(label, "")
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
 def throughput(bind_times: Iterable[float]) -> tuple[float, float]:
     """(pods per second from the first to the last bind, that span in seconds)."""
     times = sorted(bind_times)
@@ -396,6 +406,13 @@ class CaseResult:
     # pods/binding as the API server timed it (whoever binds).
     api_binding_p50: float = 0.0
     api_binding_p99: float = 0.0
+    # kube-scheduler's OpportunisticBatching: cycles that took the node it hinted, of
+    # all its cycles that asked for a hint (scheduler_batch_attempts_total); None when
+    # batching was off (every case with an extender: kube-scheduler turns it off).
+    batch_hints_used: int | None = None
+    batch_attempts: int | None = None
+    # Why its remembered scores were dropped (scheduler_batch_cache_flushed_total): reason -> times.
+    batch_flushes: dict[str, int] = field(default_factory=dict)
 
 
 def wire_latencies(
@@ -503,6 +520,11 @@ def _target_rows(report: Mapping[str, Any], by: Mapping[str, CaseResult]) -> lis
     return rows
 
 
+def _batching(c: CaseResult) -> str:
+    flushes = ", ".join(f"{reason} {n:,}" for reason, n in c.batch_flushes.items()) or "never"
+    return f"{c.batch_hints_used or 0:,}/{c.batch_attempts or 0:,} (dropped: {flushes})"
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     """The BENCHMARKS.md section for one run."""
     cases: list[CaseResult] = report["cases"]
@@ -549,6 +571,14 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             f"| {sched_cpu} | {plane_cpu} | {_ms((c.algorithm_p50, c.algorithm_p99))} "
             f"| {c.api_binding_p50 * 1000:.0f} / {c.api_binding_p99 * 1000:.0f} ms |"
         )
+    batched = [c for c in cases if c.batch_attempts is not None]
+    if batched:
+        lines += [
+            "",
+            "kube-scheduler's OpportunisticBatching (on only without an extender), cycles "
+            "that took the node it hinted / cycles that asked for a hint, and why it dropped "
+            "the scores it kept: " + "; ".join(f"({c.case}) {_batching(c)}" for c in batched) + ".",
+        ]
     lines += ["", "| figure | value | target |", "|---|---|---|", *_target_rows(report, by)]
     wire_rows = [c for c in cases if c.wire or c.wire_missing]
     if wire_rows:
@@ -1211,6 +1241,12 @@ class Runner:
             api_binding_p99=histogram_quantile(0.99, api_binding),
             machine_busy=watch.machine_busy,
         )
+        batching = counters_by_label(sched_text, "scheduler_batch_attempts_total", "result")
+        if batching:
+            result.batch_hints_used = round(batching.get("hint_used", 0.0))
+            result.batch_attempts = round(sum(batching.values()))
+            flushes = counters_by_label(sched_text, "scheduler_batch_cache_flushed_total", "reason")
+            result.batch_flushes = {reason: round(n) for reason, n in sorted(flushes.items())}
         if capture is not None:
             result.wire, result.wire_missing = wire_latencies(trips, capture.why_not)
             capture.path.unlink(missing_ok=True)  # tens of MB, read now
@@ -1250,6 +1286,11 @@ class Runner:
             + f", last bind {last - t0:.1f}s after start"
             + f", API server pods/binding p50 {result.api_binding_p50 * 1000:.0f} ms"
             + f" p99 {result.api_binding_p99 * 1000:.0f} ms"
+            + (
+                f", batching hints used {_batching(result)}"
+                if result.batch_attempts is not None
+                else ""
+            )
             + (
                 f", {result.nodes_per_gang:.2f} nodes per gang"
                 if result.nodes_per_gang is not None

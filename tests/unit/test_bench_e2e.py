@@ -187,6 +187,12 @@ def test_markdown_states_the_ratios_against_their_targets_and_replaces_the_old_s
     assert "| API server and etcd CPU s / 1,000 pods |" in section
     # (a): no extender, no kube-scheduler CPU given, the control plane's 2.25.
     assert "| (a) case a | 500 | 100/100 |" in section and "| - | - | 2.25 |" in section
+    assert "OpportunisticBatching (on only" not in section  # no case told us about it
+    batched = _result("a-r2", 200)
+    batched.batch_hints_used, batched.batch_attempts = 3, 2000
+    batched.batch_flushes = {"expired": 4, "pod_not_batchable": 1990}
+    with_batching = e2e.render_markdown({**report, "cases": [*cases, batched]})
+    assert "kept: (a-r2) 3/2,000 (dropped: expired 4, pod_not_batchable 1,990)." in with_batching
     with_o = e2e.render_markdown({**report, "cases": [*cases, _result("o", 190)]})
     assert "| (o)/(a) plain pods, no extender: OpportunisticBatching off / on | 0.95 | - |" in (
         with_o
@@ -266,3 +272,19 @@ def test_nodes_per_gang_counts_distinct_nodes_of_bound_members() -> None:
     # g0 on two nodes, g1 on one, g2 not bound yet (left out).
     assert e2e.nodes_per_gang(node_of, gang_of) == 1.5
     assert e2e.nodes_per_gang({}, gang_of) is None
+
+
+def test_counters_are_summed_by_one_label_across_the_others() -> None:
+    text = (
+        "# TYPE scheduler_batch_attempts_total counter\n"
+        'scheduler_batch_attempts_total{profile="default-scheduler",result="no_hint"} 1990\n'
+        'scheduler_batch_attempts_total{profile="default-scheduler",result="hint_used"} 7\n'
+        'scheduler_batch_attempts_total{profile="other",result="hint_used"} 3\n'
+        "# TYPE scheduler_goroutines gauge\n"
+        'scheduler_goroutines{operation="binding"} 4\n'
+    )
+    assert e2e.counters_by_label(text, "scheduler_batch_attempts_total", "result") == {
+        "no_hint": 1990.0,
+        "hint_used": 10.0,
+    }
+    assert e2e.counters_by_label(text, "scheduler_batch_cache_flushed_total", "reason") == {}
