@@ -111,6 +111,7 @@ from hack.clusterkit import (
     start_extender,
     start_ready,
     stop_process,
+    sum_by_label,
     wait_for,
     wait_for_default_service_account,
 )
@@ -181,16 +182,6 @@ def parse_histograms(text: str, name: str, label: str) -> dict[str, Buckets]:
         bound = float(labels["le"])
         buckets = out.setdefault(key, {})
         buckets[bound] = buckets.get(bound, 0.0) + value
-    return out
-
-
-def counters_by_label(text: str, name: str, label: str) -> dict[str, float]:
-    """`{label value: count}` of counter `name` from a /metrics text (other labels summed)."""
-    out: dict[str, float] = {}
-    for (sample_name, pairs), value in parse_metrics(text).items():
-        if sample_name == name:
-            key = dict(pairs).get(label, "")
-            out[key] = out.get(key, 0.0) + value
     return out
 
 
@@ -1241,11 +1232,12 @@ class Runner:
             api_binding_p99=histogram_quantile(0.99, api_binding),
             machine_busy=watch.machine_busy,
         )
-        batching = counters_by_label(sched_text, "scheduler_batch_attempts_total", "result")
+        sched_samples = parse_metrics(sched_text)
+        batching = sum_by_label(sched_samples, "scheduler_batch_attempts_total", "result")
         if batching:
             result.batch_hints_used = round(batching.get("hint_used", 0.0))
             result.batch_attempts = round(sum(batching.values()))
-            flushes = counters_by_label(sched_text, "scheduler_batch_cache_flushed_total", "reason")
+            flushes = sum_by_label(sched_samples, "scheduler_batch_cache_flushed_total", "reason")
             result.batch_flushes = {reason: round(n) for reason, n in sorted(flushes.items())}
         if capture is not None:
             result.wire, result.wire_missing = wire_latencies(trips, capture.why_not)

@@ -42,7 +42,7 @@ from kubernetes.client import Configuration
 from app.kube.http import AsyncApiClient
 from app.kube.pods import PodApi
 from bench import e2e
-from hack.clusterkit import REPO, parse_metrics, wait_for
+from hack.clusterkit import REPO, parse_metrics, sum_by_label, wait_for
 
 # Bindings under way at once: enough to keep the API server busy, as kube-scheduler's
 # binding goroutines do, without one trial's bindings outrunning the watches for long.
@@ -129,11 +129,7 @@ def pod_watch_events(metrics: str) -> tuple[float, float]:
     samples = parse_metrics(metrics)
 
     def total(name: str) -> float:
-        return sum(
-            value
-            for (sample_name, labels), value in samples.items()
-            if sample_name == name and ("resource", "pods") in labels
-        )
+        return sum_by_label(samples, name, "resource").get("pods", 0.0)
 
     return total("apiserver_watch_events_total"), total("apiserver_watch_events_sizes_sum")
 

@@ -291,6 +291,16 @@ def sample(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def sum_by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
+    """`{value of label: sum}` of the samples named `name`, whatever their other labels."""
+    out: dict[str, float] = {}
+    for (sample_name, pairs), value in samples.items():
+        if sample_name == name:
+            key = dict(pairs).get(label, "")
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
 def local_cluster(*args: str, env: Mapping[str, str] | None = None) -> str:
     """Run `hack/local-cluster ARGS` (state dir and ports from `env`); its stdout."""
     result = subprocess.run(

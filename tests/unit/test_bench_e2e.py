@@ -272,19 +272,3 @@ def test_nodes_per_gang_counts_distinct_nodes_of_bound_members() -> None:
     # g0 on two nodes, g1 on one, g2 not bound yet (left out).
     assert e2e.nodes_per_gang(node_of, gang_of) == 1.5
     assert e2e.nodes_per_gang({}, gang_of) is None
-
-
-def test_counters_are_summed_by_one_label_across_the_others() -> None:
-    text = (
-        "# TYPE scheduler_batch_attempts_total counter\n"
-        'scheduler_batch_attempts_total{profile="default-scheduler",result="no_hint"} 1990\n'
-        'scheduler_batch_attempts_total{profile="default-scheduler",result="hint_used"} 7\n'
-        'scheduler_batch_attempts_total{profile="other",result="hint_used"} 3\n'
-        "# TYPE scheduler_goroutines gauge\n"
-        'scheduler_goroutines{operation="binding"} 4\n'
-    )
-    assert e2e.counters_by_label(text, "scheduler_batch_attempts_total", "result") == {
-        "no_hint": 1990.0,
-        "hint_used": 10.0,
-    }
-    assert e2e.counters_by_label(text, "scheduler_batch_cache_flushed_total", "reason") == {}

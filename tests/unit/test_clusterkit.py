@@ -7,7 +7,15 @@ from typing import Any
 import pytest
 
 from app.core.groups import VOLCANO_API
-from hack.clusterkit import create_group, kubeconfig_of, parse_metrics, pause_pod, sample, wait_for
+from hack.clusterkit import (
+    create_group,
+    kubeconfig_of,
+    parse_metrics,
+    pause_pod,
+    sample,
+    sum_by_label,
+    wait_for,
+)
 
 PAGE = """\
 # HELP gang_extender_gang_admissions_total Gate outcomes per gang wave.
@@ -83,3 +91,19 @@ def test_pause_pod_requests_what_it_is_given_and_takes_extra_spec_fields() -> No
     assert pod["spec"]["nodeSelector"] == {"pool": "p"}
     assert pod["spec"]["terminationGracePeriodSeconds"] == 0
     assert "annotations" not in pause_pod("q", cpu="1", memory="1Gi")["metadata"]
+
+
+def test_counters_are_summed_by_one_label_across_the_others() -> None:
+    text = (
+        "# TYPE scheduler_batch_attempts_total counter\n"
+        'scheduler_batch_attempts_total{profile="default-scheduler",result="no_hint"} 1990\n'
+        'scheduler_batch_attempts_total{profile="default-scheduler",result="hint_used"} 7\n'
+        'scheduler_batch_attempts_total{profile="other",result="hint_used"} 3\n'
+        "# TYPE scheduler_goroutines gauge\n"
+        'scheduler_goroutines{operation="binding"} 4\n'
+    )
+    assert sum_by_label(parse_metrics(text), "scheduler_batch_attempts_total", "result") == {
+        "no_hint": 1990.0,
+        "hint_used": 10.0,
+    }
+    assert sum_by_label(parse_metrics(text), "scheduler_batch_cache_flushed_total", "reason") == {}
