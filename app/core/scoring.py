@@ -65,6 +65,8 @@ class NodeScorer:
             # A pod in no gang, the common case: the remembered 0..10 scores as they are.
             asked = binpack_request(self.policy.binpack_resources, requests)
             remembered = self._binpacks.of(asked, node_names)[0].scores
+            if not remembered:  # no node scores: nothing to look up
+                return {}
             return {name: score for name in node_names if (score := remembered.get(name))}
         parts = self._parts(requests, group_key, node_names, nodes_in_request)
         return _weighted(node_names, *parts) if parts is not None else {}
@@ -142,7 +144,7 @@ class NodeScorer:
 _Near = tuple[int, Mapping[str, float]]
 """Locality: its weight, and 0..1 per node (a node left out is 0)."""
 
-_Packs = tuple[int, list[float]]
+_Packs = tuple[int, Sequence[float]]
 """Binpack: its weight, and 0..1 for each node of the call, in the call's order."""
 
 

@@ -1,5 +1,6 @@
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -11,6 +12,7 @@ from app.core.state import ClusterState
 from app.web.wire import host_priorities
 from tests.unit.builders import node, pod
 
+ONE_CPU = {"cpu": 1000}
 CPU1 = {"cpu": 1000, "memory": 1024**3 * 1000, "pods": 1000}
 
 
@@ -177,6 +179,22 @@ def test_remembered_scores_always_equal_a_fresh_computation(
         # And the node the filter names for a member (names our watch has not seen included).
         best = scorer.best(requests, "default/g", NAMES)
         assert best == NodeScorer(policy, state).best(requests, "default/g", NAMES)
+
+
+@pytest.mark.parametrize("names", [[], ["n1"], ["gone"], ["n3", "n1"], ["gone", "n2"]])
+def test_the_memo_reads_any_number_of_names_seen_or_not(names: list[str]) -> None:
+    """One name, none, or names the memo has not seen: what a fresh computation gives."""
+    state = cluster()
+    state.apply_pod(pod("busy", node="n1", cpu="1"))
+    scorer = NodeScorer(ScoringPolicy(), state)
+    assert NodeScorer(ScoringPolicy(), state).score(ONE_CPU, None, ["n1"])  # n1 scores
+    for _ in range(2):  # the first call fills the memo, the second reads it
+        for group in (None, "default/g"):
+            fresh = NodeScorer(ScoringPolicy(), state)
+            assert scorer.score(ONE_CPU, group, names) == fresh.score(ONE_CPU, group, names)
+        assert scorer.best(ONE_CPU, "default/g", names) == fresh.best(ONE_CPU, "default/g", names)
+    if names:
+        assert scorer.best(ONE_CPU, "default/g", names) in names
 
 
 def test_a_node_in_the_request_wins_over_the_memo() -> None:
