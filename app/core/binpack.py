@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import itemgetter
 
 from cachetools import LRUCache
@@ -114,8 +113,8 @@ class BinpackMemo:
         are computed again first, so a memo once complete stays complete, and
         then one itemgetter over the names, in C, reads them all (half the
         time of a map over dict.get: a gang member's filter does this over
-        every node kube-scheduler sends). Only when it finds a name the memo
-        has not seen are the names looked for one by one.
+        every node kube-scheduler sends). A name the memo has not seen makes it
+        fail; the names missing are then computed, once per shape.
         """
         state = self._state
         self._forget_changed_nodes()
@@ -132,19 +131,15 @@ class BinpackMemo:
                 else:
                     memo.remember(name, binpack(asked, state, record))
             memo.stale.clear()
+        fractions = memo.fractions
         with suppress(KeyError):
-            return memo, _each(memo.fractions, node_names)
-        packs = list(map(memo.fractions.get, node_names, repeat(_UNSEEN)))
-        if node_names and min(packs) < 0:
-            i = -1
-            with suppress(ValueError):  # list.index: no further name unseen
-                while True:
-                    i = packs.index(_UNSEEN, i + 1)
-                    name = node_names[i]
-                    # A node we do not know scores 0 and is remembered so: its
-                    # ADDED event marks it changed, and then stale.
-                    packs[i] = memo.remember(name, binpack(asked, state, state.nodes.get(name)))
-        return memo, packs
+            return memo, _each(fractions, node_names)
+        for name in node_names:
+            if name not in fractions:
+                # A node we do not know scores 0 and is remembered so: its
+                # ADDED event marks it changed, and then stale.
+                memo.remember(name, binpack(asked, state, state.nodes.get(name)))
+        return memo, _each(fractions, node_names)
 
     def _forget_changed_nodes(self) -> None:
         self._seen, changed = self._state.nodes_changed_since(self._seen)
@@ -181,7 +176,3 @@ class ShapeMemo:
         else:
             self.scores.pop(name, None)
         return fraction
-
-
-_UNSEEN = -1.0
-"""What a name the memo has not seen yet maps to (binpack() is never below 0)."""
