@@ -207,7 +207,7 @@ class ClusterState:
         pods (`exclude_group`) count as free (Coscheduling's minResources rule).
         """
         own = self.members(exclude_group) if exclude_group is not None else ()
-        return free_room.free_resources(self.nodes.values(), self._pods.requested, own)
+        return self._bins.free(self.nodes, own)
 
     # ---- Volcano HyperNodes and topology -------------------------------------------
 

@@ -169,6 +169,7 @@ def test_leaving_and_nominated_follow_every_change_and_room_counts_leaving_as_fr
 
 _NODES = ("n1", "n2", "n3")
 _PODS = ("a", "b", "c", "d")
+_GANG = ("a", "b")  # members of default/g
 _STEPS = st.one_of(
     st.tuples(st.just("node"), st.sampled_from(_NODES), st.sampled_from(["2", "4", "8"])),
     st.tuples(st.just("cordon"), st.sampled_from(_NODES), st.booleans()),
@@ -199,7 +200,10 @@ def _step(state: ClusterState, step: tuple[Any, ...]) -> None:
         case ("drop node", name):
             state.delete_node(name)
         case ("pod", name, where, cores, phase, deleting):
-            state.apply_pod(pod(name, node=where, cpu=cores, phase=phase, deleting=deleting))
+            group = "g" if name in _GANG else None
+            state.apply_pod(
+                pod(name, group=group, node=where, cpu=cores, phase=phase, deleting=deleting)
+            )
         case ("drop pod", name):
             state.delete_pod("default", name)
         case ("reserve", name, where):
@@ -214,12 +218,31 @@ def _bins(state: ClusterState) -> list[tuple[str, dict[str, int], dict[str, str]
     return [(b.name, dict(b.free), dict(b.labels)) for b in state.room()]
 
 
+def _free_summed_afresh(state: ClusterState, exclude_group: str | None) -> dict[str, int]:
+    """The minResources rule's free capacity, added up node by node from the records."""
+    own = state.members(exclude_group) if exclude_group else []
+    free: dict[str, int] = {}
+    for record in state.nodes.values():
+        if record.unschedulable:
+            continue
+        used = dict(state.requested_on(record.name))
+        for member in own:
+            if member.placed_node == record.name:
+                for name, amount in member.requests.items():
+                    used[name] = used.get(name, 0) - amount
+        for name, amount in record.allocatable.items():
+            if amount - used.get(name, 0) > 0:
+                free[name] = free.get(name, 0) + amount - used.get(name, 0)
+    return free
+
+
 @settings(max_examples=300, deadline=None)
 @given(steps=st.lists(_STEPS, max_size=25))
 def test_room_kept_between_calls_equals_room_computed_afresh(
     steps: list[tuple[Any, ...]],
 ) -> None:
-    """room() redoes only the nodes that changed since it was last asked; never a stale bin."""
+    """room() and free_resources() redo only the nodes that changed since they were
+    last asked; never a stale bin or sum."""
     kept = ClusterState()
     kept.replace_nodes([node(n) for n in _NODES])
     handed: list[tuple[list[Bin], list[tuple[str, dict[str, int], dict[str, str]]]]] = []
@@ -230,6 +253,8 @@ def test_room_kept_between_calls_equals_room_computed_afresh(
         for earlier in steps[: i + 1]:
             _step(fresh, earlier)
         assert _bins(kept) == _bins(fresh)
+        for group in (None, "default/g"):
+            assert kept.free_resources(group) == _free_summed_afresh(fresh, group)
         bins = kept.room()
         handed.append((bins, [(b.name, dict(b.free), dict(b.labels)) for b in bins]))
     # Bins handed out earlier are never changed by what came after.
