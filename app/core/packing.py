@@ -279,11 +279,21 @@ def pack(
 def _allowed(
     placement: Placement | None, bins: Sequence[Bin], allowed_by_rules: AllowedNodes
 ) -> list[int]:
-    """The indexes of the bins `placement` allows, found once per placement."""
+    """The indexes of the bins `placement` allows, found once per placement.
+
+    Most members name no node (no selector, no affinity) and most nodes
+    carry no taint: such a node is allowed without asking, which at 5,000
+    nodes is most of a fresh gang's filter when done by `allows`.
+    """
     allowed = allowed_by_rules.get(placement)
     if allowed is None:
         rules = placement or _ANY
-        allowed = [i for i, b in enumerate(bins) if rules.allows(b.name, b.labels, b.taints)]
+        untainted_pass = not (rules.node_selector or rules.terms)
+        allowed = [
+            i
+            for i, b in enumerate(bins)
+            if (untainted_pass and not b.taints) or rules.allows(b.name, b.labels, b.taints)
+        ]
         allowed_by_rules[placement] = allowed
     return allowed
 
