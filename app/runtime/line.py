@@ -19,7 +19,7 @@ from app.core.clock import wall
 from app.core.contention import Contest, Gang, Holder, order_line, wake_order
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.core.packing import Bin, Demand, placement_of
-from app.core.records import GroupNotFound, delivered
+from app.core.records import GroupNotFound, PodRecord, delivered
 from app.core.resources import QuantityError, pod_requests
 from app.core.state import ClusterState
 from app.core.topology import TopologyConstraint
@@ -97,9 +97,19 @@ class Line:
         entry = self.waiting.pop(key, None)
         return entry.since if entry is not None else None
 
-    def gang(self, spec: GroupSpec, pod: Candidate | None) -> Gang:
-        """The gang as the decision sees it: its members not placed yet, its priority and age."""
-        members = self._state.members(spec.key)
+    def gang(
+        self,
+        spec: GroupSpec,
+        pod: Candidate | None,
+        members: Sequence[PodRecord] | None = None,
+    ) -> Gang:
+        """The gang as the decision sees it: its members not placed yet, its priority and age.
+
+        `members`: the state's members of the group, when the caller has them
+        already (the line reads a thousand gangs per fresh admission).
+        """
+        if members is None:
+            members = self._state.members(spec.key)
         demands = [Demand(p.key, p.requests, p.placement) for p in members if not p.placed_node]
         placed = wholeness(spec, len(members) - len(demands))
         priority = max((p.priority for p in members), default=0)
@@ -141,14 +151,12 @@ class Line:
             except (GroupNotFound, PodGroupSpecError):
                 del self.waiting[key]
                 continue
-            gang = self.gang(spec, None)
+            members = self._state.members(key)
+            gang = self.gang(spec, None, members)
             if gang.need <= 0:
                 del self.waiting[key]
                 continue
-            if (
-                wholeness(spec, len(self._state.members(key))).missing
-                or key in self._admission.denied
-            ):
+            if wholeness(spec, len(members)).missing or key in self._admission.denied:
                 continue
             constraint = self._topology.constraint(spec)
             if constraint is not None and constraint.required:
@@ -160,7 +168,7 @@ class Line:
             if book is not None:
                 if len(self._queue_of) > 10_000:
                     self._queue_of.clear()
-                self._queue_of[key] = queue_of(spec, self._state.members(key))
+                self._queue_of[key] = queue_of(spec, members)
             line.append(gang)
         return line
 
