@@ -197,7 +197,9 @@ def fullest_first(groups: Mapping[str, Sequence[Bin]], need: Resources) -> list[
     """
     fitting: list[tuple[float, str]] = []
     for value, bins in groups.items():
-        free = total_of(b.free for b in bins)
+        # Only the resources the gang asks for: each domain's bins are summed
+        # per call, thousands of them.
+        free = {name: sum([b.free.get(name, 0) for b in bins]) for name in need}
         if shortfall(need, free):
             continue
         spare = sum(
@@ -241,7 +243,8 @@ def place(
     constraint, placed_nodes = where.constraint, where.placed_nodes
     tried, anywhere = levels_to_try(constraint, where.levels, where.tier_names)
     free, allocatable = contest.free, contest.allocatable
-    labels = {b.name: b.labels for b in (*free, *allocatable)}
+    # Only placed members' nodes are looked up (their domain pins the gang's).
+    labels = {b.name: b.labels for b in (*free, *allocatable)} if placed_nodes else {}
     smallest = sorted(candidate.demands, key=lambda d: (sum(d.requests.values()), d.key))
     need = total_of(d.requests for d in smallest[: candidate.need])
     first_wait: Placed | None = None
