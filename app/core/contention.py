@@ -109,13 +109,16 @@ class Contest:
     with a claim. `line`: gangs waiting (any order; the queue check may
     narrow it before the decision). `allocatable`: the empty cluster, to
     tell an aged gang that may fit one day from one that never can (empty:
-    assume it may).
+    assume it may). `positions`: where each node is in `free`, when the
+    caller keeps that between calls (ClusterState.room_positions); else a
+    decision that changes a bin indexes every node first.
     """
 
     free: Sequence[Bin]
     holders: Sequence[Holder] = ()
     line: Sequence[Gang] = ()
     allocatable: Sequence[Bin] = ()
+    positions: Mapping[str, int] | None = None
 
 
 def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) -> Decision:
@@ -131,7 +134,7 @@ def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) 
     keeps it out.
     """
     steps = _Steps(candidate, [h for h in contest.holders if h.key != candidate.key])
-    room = _Room(contest.free, steps.holders, contest.allocatable)
+    room = _Room(contest.free, steps.holders, contest.allocatable, contest.positions)
     waiting = steps.behind_line(contest.line, room, now, aging_seconds)
     if waiting is not None:
         return waiting
@@ -157,6 +160,7 @@ class _Room:
     __slots__ = (
         "_allocatable",
         "_copies",
+        "_indexed",
         "_on_allocatable",
         "_on_bins",
         "_own",
@@ -165,14 +169,20 @@ class _Room:
     )
 
     def __init__(
-        self, free: Sequence[Bin], holders: Sequence[Holder], allocatable: Sequence[Bin]
+        self,
+        free: Sequence[Bin],
+        holders: Sequence[Holder],
+        allocatable: Sequence[Bin],
+        positions: Mapping[str, int] | None = None,
     ) -> None:
         self.bins: Sequence[Bin] = free
-        # self.bins once one of them had to change, where each node is in it,
-        # and the bins copied so far by node.
+        # self.bins once one of them had to change, and the bins copied so far by node.
         self._own: list[Bin] | None = None
-        self._position: dict[str, int] = {}
         self._copies: dict[str, Bin] = {}
+        # Where each node is in `free`: the caller's, checked at each use, or
+        # one built here from the bins themselves (then `_indexed`).
+        self._position = positions
+        self._indexed = False
         self._allocatable = allocatable
         self._on_bins: AllowedNodes = {}
         self._on_allocatable: AllowedNodes = {}
@@ -186,15 +196,28 @@ class _Room:
         if own is None:
             own = self._own = list(self.bins)
             self.bins = own
-            self._position = {b.name: i for i, b in enumerate(own)}
         copies = self._copies
         for node in nodes:
             if node not in copies:
-                i = self._position.get(node)
+                i = self._index(own, node)
                 if i is not None:
                     b = own[i]
                     own[i] = copies[node] = Bin(b.name, dict(b.free), b.labels, b.taints)
         return copies
+
+    def _index(self, own: list[Bin], node: str) -> int | None:
+        """Where `node` is in `own` (None: not there)."""
+        positions = self._position
+        if positions is not None:
+            i = positions.get(node)
+            if i is not None and i < len(own) and own[i].name == node:
+                return i
+            if self._indexed:
+                return None
+        # No positions given, or they do not know the node: index the bins once.
+        self._position = {b.name: i for i, b in enumerate(own)}
+        self._indexed = True
+        return self._position.get(node)
 
     def pack(self, gang: Gang) -> Packing:
         return pack(gang.demands, self.bins, gang.need, allowed_nodes=self._on_bins)
@@ -299,12 +322,15 @@ class _Steps:
         return _wait(candidate, blocker, "holds the capacity it needs")
 
 
-def room_left(free: Sequence[Bin], holders: Sequence[Holder]) -> list[Bin]:
+def room_left(
+    free: Sequence[Bin], holders: Sequence[Holder], positions: Mapping[str, int] | None = None
+) -> list[Bin]:
     """`free` less what `holders` were promised and have not placed yet.
 
     The bins no promise touched are `free`'s own: read them, never change them.
+    `positions`: as Contest's.
     """
-    return list(_Room(free, holders, ()).bins)
+    return list(_Room(free, holders, (), positions).bins)
 
 
 def _wait(candidate: Gang, behind: tuple[str, int], why: str) -> Decision:
@@ -322,7 +348,7 @@ def _wait(candidate: Gang, behind: tuple[str, int], why: str) -> Decision:
 
 def wake_order(contest: Contest, now: float, aging_seconds: float, limit: int = 10) -> list[str]:
     """The gangs of `contest.line` admitted now, in line order (to wake their pods)."""
-    room = _Room(contest.free, contest.holders, contest.allocatable)
+    room = _Room(contest.free, contest.holders, contest.allocatable, contest.positions)
     chosen: list[str] = []
     for gang in order_line(contest.line, now, aging_seconds):
         if room.set_aside(gang):

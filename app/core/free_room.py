@@ -75,6 +75,15 @@ class FreeRoom:
         self._catch_up(nodes)
         return list(self._allocatable.values())
 
+    def positions(self, nodes: Mapping[str, NodeRecord]) -> Mapping[str, int]:
+        """Where each node's bin is in room()'s and allocatable()'s lists.
+
+        Shared: never change it (a rebuild makes a new one; bins replaced in
+        place keep their position).
+        """
+        self._catch_up(nodes)
+        return self._position
+
     def free(self, nodes: Mapping[str, NodeRecord], own: Iterable[PodRecord] = ()) -> Resources:
         """Allocatable minus what placed pods request, summed over schedulable nodes.
 

@@ -186,26 +186,23 @@ class ClusterState:
         return free_room.total_allocatable(self.nodes.values())
 
     def allocatable_bins(self) -> list[Bin]:
-        """Each schedulable node's allocatable: the empty cluster, for a packing to read.
-
-        Shared with other callers: never change these bins (app/core/free_room.py).
-        """
+        """Each schedulable node's allocatable (the empty cluster); shared: never change them."""
         return self._bins.allocatable(self.nodes)
 
     def room(self) -> list[Bin]:
         """What each schedulable node has free once the pods `leaving` it are gone.
 
-        Shared with later calls until their node changes: never change these
-        bins, copy the ones to change (app/core/free_room.py).
+        Shared until their node changes: never change these bins, copy the ones to change.
         """
         return self._bins.room(self.nodes, self.leaving.values())
 
-    def free_resources(self, exclude_group: str | None = None) -> Resources:
-        """Free capacity summed over schedulable nodes.
+    def room_positions(self) -> Mapping[str, int]:
+        """Where each node is in room()'s list (and allocatable_bins()'s): kept between calls."""
+        return self._bins.positions(self.nodes)
 
-        A group that already has members placed needs only the rest: its own
-        pods (`exclude_group`) count as free (Coscheduling's minResources rule).
-        """
+    def free_resources(self, exclude_group: str | None = None) -> Resources:
+        """Free capacity summed over schedulable nodes; a group's own placed pods
+        (`exclude_group`) count as free: it needs only the rest (Coscheduling's minResources)."""
         own = self.members(exclude_group) if exclude_group is not None else ()
         return self._bins.free(self.nodes, own)
 

@@ -253,7 +253,9 @@ def place(
         groups = by_domain(free, level)
         alloc_groups = by_domain(allocatable, level) if allocatable else {}
         for value in _domain_order(groups, level, need, placed_nodes, labels):
-            inside = replace(contest, free=groups[value], allocatable=alloc_groups.get(value, ()))
+            inside = replace(
+                contest, free=groups[value], allocatable=alloc_groups.get(value, ()), positions=None
+            )
             decision = decide(candidate, inside, now, aging_seconds)
             domain = Domain(level, value)
             if decision.verdict is Ruling.ADMIT:

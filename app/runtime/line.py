@@ -177,7 +177,11 @@ class Line:
         state = self._state
         free = state.room()
         return Contest(
-            free, self._ledger.holders(), self.gangs(exclude, free), state.allocatable_bins()
+            free,
+            self._ledger.holders(),
+            self.gangs(exclude, free),
+            state.allocatable_bins(),
+            state.room_positions(),
         )
 
     def assess(

@@ -120,7 +120,7 @@ class ReclaimChecks:
             members = self._state.members(key)
             if wholeness(spec, len(members)).missing:
                 continue
-            gang = self._line.gang(spec, None)
+            gang = self._line.gang(spec, None, members)
             if gang.need <= 0:
                 continue
             self._line.join(key, ref, now)
@@ -129,7 +129,7 @@ class ReclaimChecks:
             queued = self._line.assess(gang, queue, contest.line, contest.holders)
             if queued.message is not None:
                 continue
-            room = room_left(contest.free, contest.holders)
+            room = room_left(contest.free, contest.holders, contest.positions)
             if not pack(gang.demands, room, gang.need).fits:
                 self.reclaim(gang, ref, queued, contest.free, contest.holders, room)
 

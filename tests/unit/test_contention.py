@@ -6,6 +6,7 @@ from app.core.contention import (
     decide,
     line_key,
     order_line,
+    room_left,
     wake_order,
 )
 from app.core.packing import Bin, Demand
@@ -135,6 +136,37 @@ def test_a_decision_never_changes_the_free_room_it_weighs() -> None:
     assert [(b.name, b.free) for b in free] == before
     assert wake_order(Contest(free, [low], [ahead, high]), 0, AGING) == ["ns/first"]
     assert [(b.name, b.free) for b in free] == before
+
+
+def test_positions_given_or_not_the_bins_and_the_decision_are_the_same() -> None:
+    # Contest.positions spares a decision indexing thousands of bins; positions
+    # that are wrong (stale, partial, out of range) must not be trusted.
+    free = cluster(4, 4, 4, 2)
+    before = [(b.name, dict(b.free)) for b in free]
+    low = holder("ns/low", {"n0": 4, "n3": 1}, reserved={"n1": 2})
+    ahead = gang("ns/first", 1, 4, priority=9, created=1)
+    high = gang("ns/high", 2, 4, priority=5, created=2)
+    right = {b.name: i for i, b in enumerate(free)}
+    unindexed = Contest(free, [low], [ahead, high])
+    expected = (
+        decide(high, unindexed, 0, AGING),
+        wake_order(unindexed, 0, AGING),
+        [(b.name, b.free) for b in room_left(free, [low])],
+    )
+    for positions in (
+        right,
+        {name: (i + 1) % len(free) for name, i in right.items()},
+        {"n3": 3},
+        {name: i + len(free) for name, i in right.items()},
+        {},
+    ):
+        contest = Contest(free, [low], [ahead, high], positions=positions)
+        assert (
+            decide(high, contest, 0, AGING),
+            wake_order(contest, 0, AGING),
+            [(b.name, b.free) for b in room_left(free, [low], positions)],
+        ) == expected, positions
+        assert [(b.name, b.free) for b in free] == before
 
 
 def test_backfill_passes_a_gang_ahead_that_does_not_fit_yet() -> None:

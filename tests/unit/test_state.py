@@ -241,8 +241,8 @@ def _free_summed_afresh(state: ClusterState, exclude_group: str | None) -> dict[
 def test_room_kept_between_calls_equals_room_computed_afresh(
     steps: list[tuple[Any, ...]],
 ) -> None:
-    """room() and free_resources() redo only the nodes that changed since they were
-    last asked; never a stale bin or sum."""
+    """room(), room_positions() and free_resources() redo only the nodes that changed
+    since they were last asked; never a stale bin, position or sum."""
     kept = ClusterState()
     kept.replace_nodes([node(n) for n in _NODES])
     handed: list[tuple[list[Bin], list[tuple[str, dict[str, int], dict[str, str]]]]] = []
@@ -256,6 +256,7 @@ def test_room_kept_between_calls_equals_room_computed_afresh(
         for group in (None, "default/g"):
             assert kept.free_resources(group) == _free_summed_afresh(fresh, group)
         bins = kept.room()
+        assert dict(kept.room_positions()) == {b.name: i for i, b in enumerate(bins)}
         handed.append((bins, [(b.name, dict(b.free), dict(b.labels)) for b in bins]))
     # Bins handed out earlier are never changed by what came after.
     for bins, seen in handed:
