@@ -217,6 +217,9 @@ def test_targets_at_scale_read_the_wire_first_and_say_where_a_figure_comes_from(
     scale.nodes = 5000
     scale.verbs = {"filter": (0.0001, 0.0009), "prioritize": (0.0002, 0.003)}
     scale.wire = {"filter": (0.0003, 0.0025)}  # prioritize: not captured
+    gangs = _result("q-scale", 160)
+    gangs.nodes = 5000
+    gangs.verbs = {"filter": (0.0004, 0.0018), "prioritize": (0.0, 0.0)}  # never called
     missing = _result("b", 180)
     missing.wire_missing = "tcpdump is not installed (apt-get install tcpdump)"
     report: dict[str, Any] = {
@@ -228,7 +231,7 @@ def test_targets_at_scale_read_the_wire_first_and_say_where_a_figure_comes_from(
         "kube_version": "v1.37.2",
         "python": "3.11",
         "qps": 2000,
-        "cases": [_result("a-scale", 300), scale, missing],
+        "cases": [_result("a-scale", 300), scale, gangs, missing],
         "memory": {
             "when stopped, 500 nodes": (100.0, 100.0),
             f"5,000 nodes, 50,000 {e2e.CACHED_LABEL}": (230.0, 240.0),
@@ -236,13 +239,18 @@ def test_targets_at_scale_read_the_wire_first_and_say_where_a_figure_comes_from(
     }
     section = e2e.render_markdown(report)
     assert (
-        "| filter p99 at 5,000 nodes (on kube-scheduler's connections) | 2.50 ms | <= 2 ms |"
-        in section
+        "| filter p99 at 5,000 nodes, every-verb plain pods (on kube-scheduler's connections) "
+        "| 2.50 ms | <= 2 ms |" in section
     )
     assert (
-        "| prioritize p99 at 5,000 nodes (extender's own histogram) | 3.00 ms | <= 5 ms |"
-        in section
+        "| prioritize p99 at 5,000 nodes, every-verb plain pods (extender's own histogram) "
+        "| 3.00 ms | <= 5 ms |" in section
     )
+    assert (
+        "| filter p99 at 5,000 nodes, gang-only gang members (extender's own histogram) "
+        "| 1.80 ms | <= 2 ms |" in section
+    )
+    assert "prioritize p99 at 5,000 nodes, gang-only" not in section
     assert "| extender RSS, 5,000 nodes, 50,000 pods cached | 230 MB | <= 400 MB |" in section
     assert "| (b)/(a) at scale | 0.50 | - |" in section
     assert "| (b-scale) | 0.30 / 2.50 ms | - | - |" in section
