@@ -103,18 +103,15 @@ class BinpackMemo:
         # The ClusterState stamp the memos are up to date with.
         self._seen = 0
 
-    def of(
-        self, asked: list[tuple[str, int, int]], node_names: Sequence[str]
-    ) -> tuple[ShapeMemo, Sequence[float]]:
-        """This request shape's memo, up to date for every node in `node_names`, and
-        binpack() of each of them in that order.
+    def current(self, asked: list[tuple[str, int, int]]) -> ShapeMemo:
+        """This request shape's memo, up to date for every node of the cluster.
 
-        Nodes that changed since the memo was last read were marked stale and
-        are computed again first, so a memo once complete stays complete, and
-        then one itemgetter over the names, in C, reads them all (half the
-        time of a map over dict.get: a gang member's filter does this over
-        every node kube-scheduler sends). A name the memo has not seen makes it
-        fail; the names missing are then computed, once per shape.
+        A new shape computes every node once; after that only the nodes that
+        changed since the memo was last read (marked stale) are computed
+        again, and a node added to the cluster arrives as a change. So the
+        memo always holds every node our watch knows: a caller that needs
+        only the nodes that score, or the best one, never reads the
+        thousands of names kube-scheduler sent.
         """
         state = self._state
         self._forget_changed_nodes()
@@ -122,23 +119,35 @@ class BinpackMemo:
         memo = self._memo.get(shape)
         if memo is None:
             memo = self._memo[shape] = ShapeMemo()
-        if memo.stale:
+            for name, node in state.nodes.items():
+                memo.remember(name, binpack(asked, state, node))
+        elif memo.stale:
             for name in memo.stale:
                 record = state.nodes.get(name)
                 if record is None:  # deleted: forgotten, as if never seen
-                    memo.fractions.pop(name, None)
-                    memo.scores.pop(name, None)
+                    memo.forget(name)
                 else:
                     memo.remember(name, binpack(asked, state, record))
             memo.stale.clear()
+        return memo
+
+    def of(
+        self, asked: list[tuple[str, int, int]], node_names: Sequence[str]
+    ) -> tuple[ShapeMemo, Sequence[float]]:
+        """current(asked), and binpack() of each node in `node_names` in that order.
+
+        One itemgetter over the names, in C, reads them all (half the time of
+        a map over dict.get). A name our watch does not know makes it fail;
+        such names score 0 and are remembered so (their ADDED event marks
+        them changed, and then stale).
+        """
+        memo = self.current(asked)
         fractions = memo.fractions
         with suppress(KeyError):
             return memo, _each(fractions, node_names)
         for name in node_names:
             if name not in fractions:
-                # A node we do not know scores 0 and is remembered so: its
-                # ADDED event marks it changed, and then stale.
-                memo.remember(name, binpack(asked, state, state.nodes.get(name)))
+                memo.remember(name, 0.0)
         return memo, _each(fractions, node_names)
 
     def _forget_changed_nodes(self) -> None:
@@ -168,11 +177,51 @@ class ShapeMemo:
     scores: dict[str, int] = field(default_factory=dict)
     # Nodes that changed since the memo was last read: computed again before it is.
     stale: set[str] = field(default_factory=set)
+    # The highest fraction and the nodes at it, kept as nodes change; None: to be found
+    # again (the last node at the top went down).
+    _top: float | None = None
+    _at_top: set[str] = field(default_factory=set)
 
-    def remember(self, name: str, fraction: float) -> float:
+    def remember(self, name: str, fraction: float) -> None:
         self.fractions[name] = fraction
         if score := clamp(fraction):
             self.scores[name] = score
         else:
             self.scores.pop(name, None)
-        return fraction
+        top = self._top
+        if top is None:
+            return
+        if fraction > top:
+            self._top, self._at_top = fraction, {name}
+        elif fraction == top:
+            self._at_top.add(name)
+        else:
+            self._leave_top(name)
+
+    def forget(self, name: str) -> None:
+        """A deleted node: as if never seen."""
+        self.fractions.pop(name, None)
+        self.scores.pop(name, None)
+        self._leave_top(name)
+
+    def top(self) -> tuple[float, set[str]]:
+        """The highest fraction of any node (0.0 when none is known) and the nodes at it.
+
+        Kept up to date as nodes are remembered: a gang member's filter, which
+        names the best node, usually finds it here without reading every
+        node. Found again from every node only when the last one at the top
+        went down (it filled up or emptied).
+        """
+        if self._top is None:
+            fractions = self.fractions
+            top = max(fractions.values(), default=0.0)
+            self._top = top
+            self._at_top = {name for name, fraction in fractions.items() if fraction == top}
+        return self._top, self._at_top
+
+    def _leave_top(self, name: str) -> None:
+        at_top = self._at_top
+        if name in at_top:
+            at_top.discard(name)
+            if not at_top:
+                self._top = None

@@ -9,7 +9,7 @@ fragmentation, so the next gang finds whole nodes free).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 
@@ -64,9 +64,11 @@ class NodeScorer:
         if pack_weight and not near_weight and nodes_in_request is None:
             # A pod in no gang, the common case: the remembered 0..10 scores as they are.
             asked = binpack_request(self.policy.binpack_resources, requests)
-            remembered = self._binpacks.of(asked, node_names)[0].scores
+            remembered = self._binpacks.current(asked).scores
             if not remembered:  # no node scores: nothing to look up
                 return {}
+            if len(remembered) <= _FEW:  # each looked for in the names, in C
+                return {name: score for name, score in remembered.items() if name in node_names}
             return {name: score for name in node_names if (score := remembered.get(name))}
         parts = self._parts(requests, group_key, node_names, nodes_in_request)
         return _weighted(node_names, *parts) if parts is not None else {}
@@ -85,20 +87,53 @@ class NodeScorer:
         to the first in `node_names`; None when the policy prefers nothing
         (both weights 0) or no node is named.
         """
-        parts = self._parts(requests, group_key, node_names, nodes_in_request)
-        if parts is None or not node_names:
+        near_weight, pack_weight = self._weights(group_key)
+        if not near_weight + pack_weight or not node_names:
             return None
-        (near_weight, near), (pack_weight, packs) = parts
-        # Once per member over thousands of nodes: the binpack part in C (max,
-        # index), then the few nodes that locality lifts, each by its position.
-        top = max(packs)
-        at = packs.index(top)
+        near = self._near(group_key, node_names, nodes_in_request) if near_weight else {}
+        top, at, pack_of = (
+            self._pack_top(requests, node_names, nodes_in_request)
+            if pack_weight
+            else (0.0, 0, _no_pack)
+        )
+        # Then the few nodes that locality lifts, each by its position.
         best = pack_weight * top
         for name, i in _positions(node_names, near).items():
-            value = near_weight * near[name] + pack_weight * packs[i]
+            value = near_weight * near[name] + pack_weight * pack_of(name, i)
             if value > best or (value == best and i < at):
                 best, at = value, i
         return node_names[at]
+
+    def _pack_top(
+        self,
+        requests: Resources,
+        node_names: Sequence[str],
+        nodes_in_request: Mapping[str, NodeRecord] | None,
+    ) -> tuple[float, int, Callable[[str, int], float]]:
+        """(the highest binpack of `node_names`, where it first is, binpack of (name, position)).
+
+        Once per admitted member over thousands of nodes. Usually the memo's
+        top (the nodes at the cluster's highest binpack) holds one of the
+        names, and then the first of them is the answer without reading every
+        name; otherwise (those nodes were not offered: kube-scheduler's own
+        filters or a request's own Node objects) every name is read, in C
+        (max, index).
+        """
+        asked = binpack_request(self.policy.binpack_resources, requests)
+        if nodes_in_request is None:
+            memo = self._binpacks.current(asked)
+            fractions = memo.fractions
+            top, at_top = memo.top()
+            # At 0 every name is at the top: one our watch does not know scores 0 too.
+            at = _first_of(node_names, at_top) if top > 0 else 0
+            if at is not None:
+                return top, at, lambda name, _i: fractions.get(name, 0.0)
+            packs = self._binpacks.of(asked, node_names)[1]
+        else:
+            packed = binpack_all(asked, self._state, node_names, nodes_in_request)
+            packs = list(map(packed.__getitem__, node_names))
+        top = max(packs)
+        return top, packs.index(top), lambda _name, i: packs[i]
 
     def _parts(
         self,
@@ -113,16 +148,10 @@ class NodeScorer:
         near_weight, pack_weight = self._weights(group_key)
         if not near_weight + pack_weight:
             return None
-
-        def node(name: str) -> NodeRecord | None:
-            if nodes_in_request is not None and name in nodes_in_request:
-                return nodes_in_request[name]
-            return state.nodes.get(name)
-
         near: Mapping[str, float] = {}
         if near_weight:
             assert group_key is not None
-            near = locality(policy, state, group_key, node_names, node)
+            near = self._near(group_key, node_names, nodes_in_request)
         if not pack_weight:
             return (near_weight, near), (0, [0.0] * len(node_names))
         asked = binpack_request(policy.binpack_resources, requests)
@@ -133,6 +162,22 @@ class NodeScorer:
             packs = list(map(packed.__getitem__, node_names))
         return (near_weight, near), (pack_weight, packs)
 
+    def _near(
+        self,
+        group_key: str,
+        node_names: Sequence[str],
+        nodes_in_request: Mapping[str, NodeRecord] | None,
+    ) -> dict[str, float]:
+        """locality() of the group, a node in the request winning over our cache."""
+        state = self._state
+
+        def node(name: str) -> NodeRecord | None:
+            if nodes_in_request is not None and name in nodes_in_request:
+                return nodes_in_request[name]
+            return state.nodes.get(name)
+
+        return locality(self.policy, state, group_key, node_names, node)
+
     def _weights(self, group_key: str | None) -> tuple[int, int]:
         """(locality, binpack) weights for a pod of `group_key` (None: in no gang)."""
         policy = self.policy
@@ -140,6 +185,10 @@ class NodeScorer:
         pack = policy.binpack_weight if group_key is not None or policy.binpack_non_gang else 0
         return near, pack
 
+
+_FEW = 8
+"""Up to this many nodes are each looked for in the thousands of names with list.index
+(in C); more, and one pass over the names is cheaper."""
 
 _Near = tuple[int, Mapping[str, float]]
 """Locality: its weight, and 0..1 per node (a node left out is 0)."""
@@ -174,9 +223,23 @@ def _weighted(node_names: Sequence[str], near: _Near, packed: _Packs) -> dict[st
     return scores
 
 
-def _positions(node_names: Sequence[str], wanted: Mapping[str, float]) -> dict[str, int]:
+def _no_pack(_name: str, _i: int) -> float:
+    return 0.0
+
+
+def _first_of(node_names: Sequence[str], wanted: Collection[str]) -> int | None:
+    """Where the first of `node_names` that is in `wanted` is; None if none is."""
+    if len(wanted) <= _FEW:
+        return min(_positions(node_names, wanted).values(), default=None)
+    for i, name in enumerate(node_names):  # many wanted: one of the first names is
+        if name in wanted:
+            return i
+    return None
+
+
+def _positions(node_names: Sequence[str], wanted: Collection[str]) -> dict[str, int]:
     """Where each of `wanted` first is in `node_names` (those absent left out)."""
-    if len(wanted) > 8:  # a topology domain's nodes: one pass, in C
+    if len(wanted) > _FEW:  # a topology domain's nodes: one pass, in C
         index = dict(zip(reversed(node_names), range(len(node_names) - 1, -1, -1), strict=True))
         return {name: index[name] for name in wanted if name in index}
     found: dict[str, int] = {}
