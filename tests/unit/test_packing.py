@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.packing import (
+    AllowedNodes,
     Bin,
     Demand,
     Packing,
@@ -247,7 +248,7 @@ def test_packings_sharing_allowed_nodes_place_as_packings_that_do_not(
     gangs: list[list[Demand]], bins: list[Bin]
 ) -> None:
     """The contention line's use: gang after gang over one bin list, each taking its room."""
-    shared: dict[Placement | None, list[int]] = {}
+    shared: AllowedNodes = {}
     cached = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in bins]
     fresh = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in bins]
     for demands in gangs:
