@@ -187,6 +187,8 @@ class _Room:
         self._on_bins: AllowedNodes = {}
         self._on_allocatable: AllowedNodes = {}
         for holder in holders:
+            if not holder.remaining:  # every member placed: nothing left to promise
+                continue
             promised = {n: {k: -v for k, v in r.items()} for n, r in holder.remaining.items()}
             give(self.bins, promised, index=self._copied(promised))
 
