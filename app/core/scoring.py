@@ -112,21 +112,21 @@ class NodeScorer:
     ) -> tuple[float, int, Callable[[str, int], float]]:
         """(the highest binpack of `node_names`, where it first is, binpack of (name, position)).
 
-        Once per admitted member over thousands of nodes. Usually the memo's
-        top (the nodes at the cluster's highest binpack) holds one of the
-        names, and then the first of them is the answer without reading every
-        name; otherwise (those nodes were not offered: kube-scheduler's own
-        filters or a request's own Node objects) every name is read, in C
-        (max, index).
+        Once per admitted member over thousands of nodes. Usually one of the
+        cluster's fullest nodes (the memo's high()) is offered: the first of
+        the fullest of those is the answer, and the names are only hashed, in
+        C. Otherwise (or for a request's own Node objects) the binpack of
+        every name is read, in C (max, index).
         """
         asked = binpack_request(self.policy.binpack_resources, requests)
         if nodes_in_request is None:
             memo = self._binpacks.current(asked)
             fractions = memo.fractions
-            top, at_top = memo.top()
-            # At 0 every name is at the top: one our watch does not know scores 0 too.
-            at = _first_of(node_names, at_top) if top > 0 else 0
-            if at is not None:
+            offered = memo.high().intersection(node_names)
+            if offered:  # every name not in it scores less
+                top = max(fractions[name] for name in offered)
+                at = _first_of(node_names, {n for n in offered if fractions[n] == top})
+                assert at is not None
                 return top, at, lambda name, _i: fractions.get(name, 0.0)
             packs = self._binpacks.of(asked, node_names)[1]
         else:

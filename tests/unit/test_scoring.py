@@ -1,10 +1,11 @@
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.binpack import binpack, binpack_all, binpack_request
+from app.core import binpack as binpack_module
+from app.core.binpack import ShapeMemo, binpack, binpack_all, binpack_request
 from app.core.records import node_record_from
 from app.core.resources import Resources
 from app.core.scoring import NodeScorer, ScoringPolicy
@@ -159,16 +160,28 @@ def apply(state: ClusterState, change: tuple[object, ...]) -> None:
     offered=st.permutations(NAMES).flatmap(
         lambda names: st.integers(1, len(names)).map(lambda n: names[:n])
     ),
+    high=st.sampled_from([binpack_module.HIGH, 1]),
 )
 def test_remembered_scores_always_equal_a_fresh_computation(
-    steps: list[tuple[object, ...]], shape: int, offered: list[str]
+    steps: list[tuple[object, ...]], shape: int, offered: list[str], high: int
 ) -> None:
     """Whatever changed on which node, the memo answers what binpack() computes now."""
+    with pytest.MonkeyPatch.context() as patch:
+        # One fullest node, and a mark chosen again at each change, as well as the defaults.
+        patch.setattr(binpack_module, "HIGH", high)
+        patch.setattr(
+            binpack_module, "REMARK_AFTER", 1 if high == 1 else binpack_module.REMARK_AFTER
+        )
+        _remembered_scores_equal_a_fresh_computation(steps, SHAPES[shape], offered)
+
+
+def _remembered_scores_equal_a_fresh_computation(
+    steps: list[tuple[object, ...]], requests: Resources, offered: list[str]
+) -> None:
     state = ClusterState()
     state.replace_nodes([node(f"n{n}") for n in range(4)])
     policy = ScoringPolicy()
     scorer = NodeScorer(policy, state)
-    requests = SHAPES[shape]
     for change in steps:
         apply(state, change)
         remembered = every(scorer, requests, None, NAMES)
@@ -189,6 +202,49 @@ def test_remembered_scores_always_equal_a_fresh_computation(
         # first of the fullest offered, whether or not the cluster's fullest is among them.
         fullest = max(offered, key=lambda name: binpack(asked, state, state.nodes.get(name)))
         assert scorer.best(requests, "default/g", offered) == fullest
+
+
+@settings(deadline=None)
+@given(
+    changes=st.lists(
+        st.tuples(st.integers(0, 11), st.sampled_from([None, 0.0, 0.1, 0.1, 0.5, 0.9])), max_size=40
+    ),
+    high=st.integers(1, 3),
+)
+def test_the_fullest_nodes_are_all_those_above_the_least_full_of_them(
+    changes: list[tuple[int, float | None]], high: int
+) -> None:
+    """Whatever the memo went through, no node outside high() is as full as one in it:
+    a gang member's node is picked from those of them that kube-scheduler offered."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(binpack_module, "HIGH", high)
+        patch.setattr(binpack_module, "REMARK_AFTER", 2)
+        memo = ShapeMemo()
+        for node_index, fraction in changes:
+            name = f"n{node_index}"
+            if fraction is None:
+                memo.forget(name)
+            else:
+                memo.remember(name, fraction)
+            fullest = memo.high()
+            assert fullest <= memo.fractions.keys()
+            if fullest:
+                least = min(memo.fractions[n] for n in fullest)
+                assert least > 0
+                assert fullest == {n for n, f in memo.fractions.items() if f >= least}
+
+
+def test_the_fullest_nodes_leave_out_the_many_alike_below_them() -> None:
+    """A mostly empty cluster: the empty nodes, all alike, are not among the fullest,
+    or every window kube-scheduler offers would hold hundreds of them."""
+    memo = ShapeMemo()
+    for i in range(1000):
+        memo.remember(f"empty{i}", 0.01)
+    for i in range(10):
+        memo.remember(f"used{i}", 0.2)
+    assert memo.high() == {f"used{i}" for i in range(10)}
+    memo.remember("empty7", 0.3)  # a member landed there
+    assert memo.high() == {"empty7"} | {f"used{i}" for i in range(10)}
 
 
 @pytest.mark.parametrize("names", [[], ["n1"], ["gone"], ["n3", "n1"], ["gone", "n2"]])
