@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.admission import Admission, wholeness
@@ -50,6 +50,26 @@ class Candidate:
     topology: TopologyConstraint | None = None
 
 
+@dataclass(slots=True)
+class _Known:
+    """What a gang in line is made of, kept while neither its pods nor its group object change.
+
+    A fresh admission weighs every gang in line, and rebuilding a thousand of
+    them from their members was half of such a filter call; between two calls
+    only the few gangs the watch reported a change of are rebuilt.
+    """
+
+    ref: GroupRef
+    # As last handed out: its waiting_since and share are refreshed at each read.
+    gang: Gang
+    # Its members holding a node (their DRF share, against the cluster's size now).
+    placed: tuple[PodRecord, ...]
+    # Enough members exist to reach minMember.
+    whole: bool
+    constraint: TopologyConstraint | None
+    queue: str
+
+
 class Line:
     """Who waits, and the Gang each of them is now.
 
@@ -76,6 +96,9 @@ class Line:
         self.waiting: dict[str, Waiting] = {}
         # group key -> its queue, for the gangs of the latest line.
         self._queue_of: dict[str, str] = {}
+        # The gangs in line as last built, and the state's group stamp they are current with.
+        self._known: dict[str, _Known] = {}
+        self._stamp = -1
 
     @property
     def queues(self) -> QueueBook | None:
@@ -142,35 +165,68 @@ class Line:
         A gang with a required topology level that no domain can hold now is
         left out: it cannot take room, and aged it must not hold back others.
         """
+        self._forget_changed()
+        book = self.queues
         line: list[Gang] = []
         for key, entry in list(self.waiting.items()):
             if key == exclude or key in self._ledger.held:
                 continue
-            try:
-                spec = self._state.group_spec(entry.ref)
-            except (GroupNotFound, PodGroupSpecError):
-                del self.waiting[key]
+            known = self._known.get(key)
+            if known is None or known.ref != entry.ref:
+                known = self._learn(key, entry.ref)
+                if known is None:  # its group is gone or unusable, or nothing is left to place
+                    del self.waiting[key]
+                    continue
+            if not known.whole or key in self._admission.denied:
                 continue
-            members = self._state.members(key)
-            gang = self.gang(spec, None, members)
-            if gang.need <= 0:
-                del self.waiting[key]
-                continue
-            if wholeness(spec, len(members)).missing or key in self._admission.denied:
-                continue
-            constraint = self._topology.constraint(spec)
+            constraint = known.constraint
             if constraint is not None and constraint.required:
                 if free is None:
                     free = self._state.room()
-                if not self._topology.fits_one_domain(gang, constraint, free):
+                if not self._topology.fits_one_domain(known.gang, constraint, free):
                     continue
-            book = self.queues
+            share = book.share(known.placed) if book is not None else 0.0
+            gang = known.gang
+            if gang.waiting_since != entry.since or gang.share != share:
+                gang = known.gang = replace(gang, waiting_since=entry.since, share=share)
             if book is not None:
                 if len(self._queue_of) > 10_000:
                     self._queue_of.clear()
-                self._queue_of[key] = queue_of(spec, members)
+                self._queue_of[key] = known.queue
             line.append(gang)
         return line
+
+    def _forget_changed(self) -> None:
+        """Drop what was known of the gangs whose pods or group object changed since last time."""
+        stamp, changed = self._state.groups_changed_since(self._stamp)
+        if changed is None:
+            self._known.clear()
+        else:
+            for key in changed:
+                self._known.pop(key, None)
+        self._stamp = stamp
+        if len(self._known) > 2 * len(self.waiting) + 64:  # gangs that left the line
+            self._known = {k: v for k, v in self._known.items() if k in self.waiting}
+
+    def _learn(self, key: str, ref: GroupRef) -> _Known | None:
+        """The gang in line built from the state; None: drop it from the line."""
+        try:
+            spec = self._state.group_spec(ref)
+        except (GroupNotFound, PodGroupSpecError):
+            return None
+        members = self._state.members(key)
+        gang = self.gang(spec, None, members)
+        if gang.need <= 0:
+            return None
+        known = self._known[key] = _Known(
+            ref,
+            gang,
+            tuple(p for p in members if p.placed_node),
+            not wholeness(spec, len(members)).missing,
+            self._topology.constraint(spec),
+            queue_of(spec, members),
+        )
+        return known
 
     def contest(self, exclude: str) -> Contest:
         """What a decision about gang `exclude` weighs (\"\": waking the line)."""
