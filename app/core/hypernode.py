@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from app.core.packing import Requirement, requirement_matches
+from app.core.placement import Requirement, requirement_matches
 
 API_GROUP = "topology.volcano.sh"
 API_VERSION = "v1alpha1"

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.core.packing import Placement, Taint, placement_of
+from app.core.placement import Placement, Taint, placement_of
 from app.core.records import NodeRecord
 from app.core.state import ClusterState
 

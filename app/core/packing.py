@@ -5,161 +5,20 @@ that the last ones do not fit, after holding part of the cluster for the
 whole gate wait (and keeping other gangs out). This module answers the
 question before the first reservation, with a first-fit-decreasing packing
 of the members' requests onto each node's free capacity, honouring what
-decides where a pod may go in kube-scheduler's own filters: nodeSelector,
-required node affinity, taints and tolerations, and pods per node (the
-"pods" resource every request carries). FFD is a heuristic: it can say "no"
-for a set that an exhaustive search would place, but what it places is a
-real placement, so a "yes" is never wrong. Pure: no I/O, no clock.
+decides where a pod may go in kube-scheduler's own filters
+(app/core/placement.py) and pods per node (the "pods" resource every
+request carries). FFD is a heuristic: it can say "no" for a set that an
+exhaustive search would place, but what it places is a real placement, so
+a "yes" is never wrong. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from app.core.placement import ANY_NODE, Placement, Taint
 from app.core.resources import Resources, add, format_resources, shortfall, subtract, total_of
-
-# ---- where a pod may go -----------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    value: str
-    effect: str
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str
-    operator: str
-    value: str
-    effect: str
-
-    def tolerates(self, taint: Taint) -> bool:
-        """core/v1 Toleration.ToleratesTaint."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator == "Exists":
-            return True
-        return self.value == taint.value
-
-
-@dataclass(frozen=True, slots=True)
-class Requirement:
-    key: str
-    operator: str
-    values: tuple[str, ...]
-    # matchFields (only metadata.name exists) instead of matchExpressions.
-    field: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """The parts of a pod spec that restrict its nodes (None on a pod means: any node)."""
-
-    node_selector: tuple[tuple[str, str], ...] = ()
-    # Required node affinity: ORed terms of ANDed requirements; () = no affinity.
-    terms: tuple[tuple[Requirement, ...], ...] = ()
-    tolerations: tuple[Toleration, ...] = ()
-
-    def allows(self, node: str, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
-        for key, value in self.node_selector:
-            if labels.get(key) != value:
-                return False
-        if self.terms and not any(_term_matches(t, node, labels) for t in self.terms):
-            return False
-        return all(
-            taint.effect not in ("NoSchedule", "NoExecute") or self.tolerates(taint)
-            for taint in taints
-        )
-
-    def tolerates(self, taint: Taint) -> bool:
-        """Whether one of the pod's tolerations tolerates `taint`."""
-        return any(t.tolerates(taint) for t in self.tolerations)
-
-
-_ANY = Placement()
-
-
-def _term_matches(term: Sequence[Requirement], node: str, labels: Mapping[str, str]) -> bool:
-    # An empty term matches nothing (kube-scheduler's nodeaffinity semantics).
-    return bool(term) and all(requirement_matches(r, node, labels) for r in term)
-
-
-def requirement_matches(req: Requirement, node: str, labels: Mapping[str, str]) -> bool:
-    """One node-affinity (or label-selector) requirement against a node's name and labels."""
-    if req.field:
-        value: str | None = node if req.key == "metadata.name" else None
-    else:
-        value = labels.get(req.key)
-    if req.operator == "In":
-        return value is not None and value in req.values
-    if req.operator == "NotIn":
-        return value is None or value not in req.values
-    if req.operator == "Exists":
-        return value is not None
-    if req.operator == "DoesNotExist":
-        return value is None
-    if req.operator in ("Gt", "Lt") and value is not None and len(req.values) == 1:
-        try:
-            have, bound = int(value), int(req.values[0])
-        except ValueError:
-            return False
-        return have > bound if req.operator == "Gt" else have < bound
-    return False
-
-
-def placement_of(spec: Mapping[str, Any]) -> Placement | None:
-    """The pod's node restrictions, None when it has none (most pods: saves memory)."""
-    selector = tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = tuple(
-        tuple(
-            [_requirement(e, False) for e in term.get("matchExpressions") or ()]
-            + [_requirement(e, True) for e in term.get("matchFields") or ()]
-        )
-        for term in affinity.get("nodeSelectorTerms") or ()
-        if isinstance(term, Mapping)
-    )
-    tolerations = tuple(
-        Toleration(
-            str(t.get("key") or ""),
-            str(t.get("operator") or "Equal"),
-            str(t.get("value") or ""),
-            str(t.get("effect") or ""),
-        )
-        for t in spec.get("tolerations") or ()
-        if isinstance(t, Mapping)
-    )
-    if not selector and not terms and not tolerations:
-        return None
-    return Placement(selector, terms, tolerations)
-
-
-def _requirement(raw: Mapping[str, Any], is_field: bool) -> Requirement:
-    return Requirement(
-        str(raw.get("key") or ""),
-        str(raw.get("operator") or ""),
-        tuple(str(v) for v in raw.get("values") or ()),
-        is_field,
-    )
-
-
-def taints_of(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
-    return tuple(
-        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-        for t in spec.get("taints") or ()
-        if isinstance(t, Mapping)
-    )
-
-
-# ---- the packing ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +83,7 @@ class AllowedBins:
     __slots__ = ("_bins", "_found", "_rules", "_scanned", "_untainted_pass")
 
     def __init__(self, placement: Placement | None, bins: Sequence[Bin]) -> None:
-        self._rules = rules = placement or _ANY
+        self._rules = rules = placement or ANY_NODE
         self._untainted_pass = not (rules.node_selector or rules.terms)
         self._bins = bins
         self._found: list[int] = []
@@ -232,7 +91,8 @@ class AllowedBins:
 
     def __iter__(self) -> Iterator[int]:
         found = self._found
-        k = 0
+        yield from found  # those found already, at C speed (and any found meanwhile)
+        k = len(found)
         while k < len(found) or self._find_next():
             yield found[k]
             k += 1
@@ -298,20 +158,38 @@ def pack(
             no_node.append(demand.key)
             left.append(demand)
             continue
-        requests = demand.requests
-        target = next(
-            (i for i in allowed if not shortfall(requests, landed.get(i, bins[i].free))), None
-        )
+        target = _first_with_room(allowed, demand.requests, bins, landed)
         if target is None:
             left.append(demand)
             continue
         free = landed.get(target)
         if free is None:
             free = landed[target] = dict(bins[target].free)
-        subtract(free, requests)
+        subtract(free, demand.requests)
         plan[demand.key] = bins[target].name
     gap = _gap(left[: wanted - len(plan)], bins, landed) if len(plan) < wanted and left else {}
     return Packing(plan, wanted, tuple(d.key for d in left), gap, tuple(no_node))
+
+
+def _first_with_room(
+    allowed: AllowedBins, requests: Resources, bins: Sequence[Bin], landed: Mapping[int, Resources]
+) -> int | None:
+    """The first allowed bin with room for `requests`, as the members placed so far left it.
+
+    Not `shortfall()` per bin: the line packs a thousand gangs per fresh
+    admission, and building a gap dict for every full node it passes was
+    most of their packing.
+    """
+    for i in allowed:
+        free = landed.get(i)
+        if free is None:
+            free = bins[i].free
+        for name, amount in requests.items():
+            if amount > free.get(name, 0):
+                break
+        else:
+            return i
+    return None
 
 
 def _gap(left: Sequence[Demand], bins: Sequence[Bin], landed: Mapping[int, Resources]) -> Resources:

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from app.core.cheapest_victims import FREE, ClassKey, Cost, Evictable, cheapest_counts, classes_of
 from app.core.eviction_budgets import Budgets
-from app.core.packing import Bin, Demand, Placement, index_of
+from app.core.packing import Bin, Demand, index_of
+from app.core.placement import Placement
 from app.core.resources import Resources, add, shortfall
 
 # Nodes the knapsack weighs (the cheapest for one member): any `need` nodes

@@ -28,7 +28,7 @@ from app.core.groups import (
     group_ref_of_pod,
 )
 from app.core.marking import can_preempt, is_marked
-from app.core.packing import Placement, Taint, placement_of, taints_of
+from app.core.placement import Placement, Taint, placement_of, taints_of
 from app.core.queues import QUEUE_ANNOTATION
 from app.core.resources import (
     PREEMPTOR_RESOURCE,

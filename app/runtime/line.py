@@ -18,7 +18,8 @@ from app.core.admission import Admission, wholeness
 from app.core.clock import wall
 from app.core.contention import Contest, Gang, Holder, order_line, wake_order
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
-from app.core.packing import Bin, Demand, placement_of
+from app.core.packing import Bin, Demand
+from app.core.placement import placement_of
 from app.core.records import GroupNotFound, PodRecord, delivered
 from app.core.resources import QuantityError, pod_requests
 from app.core.state import ClusterState

@@ -20,7 +20,8 @@ from app.core.groups import (
     group_ref_of_pod,
 )
 from app.core.observer import MemberRef
-from app.core.packing import Demand, placement_of
+from app.core.packing import Demand
+from app.core.placement import placement_of
 from app.core.records import GroupNotFound, delivered
 from app.core.resources import QuantityError, Resources, pod_requests
 from app.core.state import ClusterState

@@ -3,22 +3,8 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.packing import (
-    AllowedNodes,
-    Bin,
-    Demand,
-    Packing,
-    Placement,
-    Requirement,
-    Taint,
-    Toleration,
-    give,
-    index_of,
-    pack,
-    placement_of,
-    taints_of,
-    take,
-)
+from app.core.packing import AllowedNodes, Bin, Demand, Packing, give, index_of, pack, take
+from app.core.placement import Placement, Requirement, Taint, Toleration, placement_of, taints_of
 from app.core.resources import Resources, shortfall, subtract, total_of
 
 

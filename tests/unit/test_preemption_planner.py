@@ -7,7 +7,8 @@ import random
 import pytest
 
 from app.core.cheapest_victims import Evictable, cheapest_victims
-from app.core.packing import Bin, Demand, Placement
+from app.core.packing import Bin, Demand
+from app.core.placement import Placement
 from app.core.preemption_planner import PlanResult, plan
 from tests.preemption_oracle import Running, fewest_evictions
 
