@@ -622,14 +622,29 @@ async def queue_rows(
                 taken = await timed(client, "/scheduler/filter", bodies[i % 2 :], 1)
                 if i == 0:
                     # The first call builds the queues' tally from every pod, as a
-                    # new extender's first admission (or one after nodes came or
-                    # went) does; the rows time the calls after it.
+                    # new extender's first admission does; the rows time the calls
+                    # after it.
                     first_ms = taken[0] * 1000
                     continue
                 samples += taken
             assert arbiter.claims, f"the gang was not admitted ({label} queues)"
+            # Nodes come and go in an autoscaled cluster: before each of these
+            # admissions a node was cordoned or uncordoned (the tally redoes the
+            # gangs on it, the free room every node).
+            after_node: list[float] = []
+            for i in range(runs):
+                arbiter.claims.clear()
+                arbiter.on_nodes_changed()
+                raw = node((i // 2) % nodes)
+                raw["spec"]["unschedulable"] = i % 2 == 0
+                state.apply_node(raw)
+                after_node += await timed(client, "/scheduler/filter", bodies[i % 2 :], 1)
+            assert arbiter.claims, f"the gang was not admitted ({label} queues, nodes changed)"
         out[f"filter_gang_admit_queues_{label}"] = report(
             f"filter, fresh gang of 8, {pending} waiting, queues: {label}", samples
+        )
+        out[f"filter_gang_admit_queues_{label}_node_changed"] = report(
+            f"  the same, a node cordoned or uncordoned before, queues: {label}", after_node
         )
     out["ratio_filter_p99_queues_vs_none"] = (
         out[f"filter_gang_admit_queues_{queues}"]["p99_ms"]

@@ -47,14 +47,15 @@ class QueueTally:
     A fresh admission with queues asks for the whole cluster's tally; walking
     every pod for it took 0.2-0.5 s at 50,000 pods (BENCHMARKS.md, "the
     queues' tally kept between calls"), on the event loop every other verb
-    waits for. Each
-    gang's part (what it holds on which node, whether it waits and for
-    what) depends on its pods, its group object and which nodes take pods,
-    and the state says which of those changed (`groups_changed_since`,
-    `schedulable_version`), so a tally redoes those gangs and sums the rest
-    as they were. The plain pods' share is what the pods on schedulable
-    nodes request less the gangs' share, both summed node by node as nodes
-    and their pods change (`nodes_changed_since`).
+    waits for. Each gang's part (what it holds on which node, whether it
+    waits and for what) depends on its pods, its group object and which
+    nodes take pods. The state says which groups changed
+    (`groups_changed_since`) and when nodes started or stopped taking pods
+    (`schedulable_version`: then the gangs with pods on those nodes), so a
+    tally redoes those gangs and sums the rest as they were. The plain pods'
+    share is what the pods on schedulable nodes request less the gangs'
+    share, both summed node by node as nodes and their pods change
+    (`nodes_changed_since`).
     """
 
     def __init__(self, state: ClusterState) -> None:
@@ -66,9 +67,11 @@ class QueueTally:
         self._on_nodes: Resources = {}
         self._running: dict[str, Running] = {}
         self._pending: dict[str, tuple[str, Pending]] = {}
-        # The change stamp and the schedulable-node version the parts are current with.
+        # The change stamp and the schedulable-node version the parts are current with,
+        # and the nodes that took pods then.
         self._stamp = -1
         self._schedulable = -1
+        self._taking: set[str] = set()
 
     def tally(self, holders: Sequence[Holder]) -> Tally:
         """The queues now: placed pods and the claims' promises are held, unplaced gangs wait."""
@@ -108,15 +111,32 @@ class QueueTally:
     def _catch_up(self) -> None:
         state = self._state
         stamp, changed = state.groups_changed_since(self._stamp)
+        moved: set[str] = set()
         if self._schedulable != state.schedulable_version:
-            changed = None
+            # A gang's part counts its members on nodes that take pods: redo the
+            # gangs on the nodes that came, went, or were cordoned or uncordoned,
+            # not every gang (a full tally holds the loop 0.3-0.7 s at 50,000 pods,
+            # and nodes come and go in an autoscaled cluster).
+            taking = {name for name, node in state.nodes.items() if not node.unschedulable}
+            if changed is not None:
+                moved = self._gangs_on(taking ^ self._taking)
+            self._taking = taking
         if changed is None:
             self._parts.clear()
             self._allocated, self._on_nodes, self._running, self._pending = {}, {}, {}, {}
             changed = state.group_keys()
-        for key in set(changed):
+        for key in moved.union(changed):
             self._redo(key)
         self._stamp, self._schedulable = stamp, state.schedulable_version
+
+    def _gangs_on(self, nodes: set[str]) -> set[str]:
+        """The gangs with a member placed on one of `nodes`."""
+        return {
+            pod.group.key
+            for name in nodes
+            for pod in self._state.pods_on(name)
+            if pod.group is not None
+        }
 
     def _redo(self, key: str) -> None:
         old = self._parts.pop(key, None)

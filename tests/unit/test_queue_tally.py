@@ -261,3 +261,26 @@ def test_a_tally_after_more_node_changes_than_the_state_remembers_counts_afresh(
         state.apply_node(node(NODES[i % 2], cpu=str(8 + i % 3)))
     state.delete_pod("default", "p0")
     assert observed(tally, []) == reference(state, [])
+
+
+def test_a_node_that_stops_taking_pods_redoes_only_the_gangs_on_it() -> None:
+    state = ClusterState()
+    state.replace_nodes([node(n, cpu="8") for n in NODES])
+    for i, (group, where) in enumerate((("g0", "n0"), ("g2", "n1"))):
+        state.apply_pod(
+            _pod(f"p{i}", group, where, "Running", cpu=1, second=i, priority=0, deleting=False)
+        )
+    tally = QueueTally(state)
+    before = tally.tally([]).running
+    assert set(before) == {"default/g0", "default/g2"}
+    cordoned = node("n0", cpu="8")
+    cordoned["spec"]["unschedulable"] = True
+    state.apply_node(cordoned)
+    after = tally.tally([]).running
+    assert set(after) == {"default/g2"}  # g0's member no longer counts: its node takes no pods
+    assert after["default/g2"] is before["default/g2"]  # kept: nothing of g2 moved
+    assert observed(tally, []) == reference(state, [])
+    state.apply_node(node("n0", cpu="8"))
+    state.delete_node("n1")
+    assert set(tally.tally([]).running) == {"default/g0"}
+    assert observed(tally, []) == reference(state, [])
