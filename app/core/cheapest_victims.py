@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from app.core.eviction_budgets import Spending
-from app.core.resources import Resources, add, shortfall
+from app.core.resources import Resources, add, fits
 
 # Victim subsets tried exhaustively per node and member mix before the greedy pick.
 EXHAUSTIVE_COMBINATIONS = 2_000
@@ -129,7 +129,7 @@ def cheapest_counts(
     for r, n in zip(requests, limits, strict=True):
         for name, amount in r.items():
             freed[name] = freed.get(name, 0) + amount * n
-    if shortfall(deficit, freed):
+    if not fits(deficit, freed):
         return None
     tops, smallest = _bounds(deficit, keys, requests, limits)
     best: tuple[Cost, tuple[int, ...]] | None = None
@@ -248,7 +248,7 @@ def _greedy(
     freed: Resources = {}
     for i in order:
         budget = keys[i].budget
-        while vector[i] < limits[i] and shortfall(deficit, freed):
+        while vector[i] < limits[i] and not fits(deficit, freed):
             if not spending.can_spend(budget):
                 break
             if not any(
@@ -259,7 +259,7 @@ def _greedy(
             vector[i] += 1
             add(freed, requests[i])
             spending.spend(budget)
-    if shortfall(deficit, freed):
+    if not fits(deficit, freed):
         return None
     for i in reversed(order):
         while vector[i] and _vector_ok(

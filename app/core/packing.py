@@ -18,7 +18,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.core.placement import ANY_NODE, Placement, Taint
-from app.core.resources import Resources, add, format_resources, shortfall, subtract, total_of
+from app.core.resources import (
+    Resources,
+    add,
+    fits,
+    format_resources,
+    shortfall,
+    subtract,
+    total_of,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,20 +182,10 @@ def pack(
 def _first_with_room(
     allowed: AllowedBins, requests: Resources, bins: Sequence[Bin], landed: Mapping[int, Resources]
 ) -> int | None:
-    """The first allowed bin with room for `requests`, as the members placed so far left it.
-
-    Not `shortfall()` per bin: the line packs a thousand gangs per fresh
-    admission, and building a gap dict for every full node it passes was
-    most of their packing.
-    """
+    """The first allowed bin with room for `requests`, as the members placed so far left it."""
     for i in allowed:
         free = landed.get(i)
-        if free is None:
-            free = bins[i].free
-        for name, amount in requests.items():
-            if amount > free.get(name, 0):
-                break
-        else:
+        if fits(requests, bins[i].free if free is None else free):
             return i
     return None
 

@@ -128,6 +128,17 @@ def total_of(items: Iterable[Mapping[str, int]]) -> Resources:
     return result
 
 
+def fits(need: Mapping[str, int], free: Mapping[str, int]) -> bool:
+    """Whether `free` covers `need`: not shortfall(), without building the gap.
+
+    First fit asks it of every full node it passes, a thousand gangs per admission.
+    """
+    for name, amount in need.items():  # noqa: SIM110 (a loop, not all() over a generator: hot)
+        if amount > free.get(name, 0):
+            return False
+    return True
+
+
 def shortfall(need: Mapping[str, int], free: Mapping[str, int]) -> Resources:
     """What is missing from `free` to cover `need` (only the positive gaps)."""
     gaps: Resources = {}

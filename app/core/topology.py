@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from app.core.contention import Contest, Decision, Gang, Ruling, decide
 from app.core.hypernode import tier_of
 from app.core.packing import Bin
-from app.core.resources import Resources, format_resources, shortfall, total_of
+from app.core.resources import Resources, fits, format_resources, total_of
 
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -200,7 +200,7 @@ def fullest_first(groups: Mapping[str, Sequence[Bin]], need: Resources) -> list[
         # Only the resources the gang asks for: each domain's bins are summed
         # per call, thousands of them.
         free = {name: sum([b.free.get(name, 0) for b in bins]) for name in need}
-        if shortfall(need, free):
+        if not fits(need, free):
             continue
         spare = sum(
             (free.get(name, 0) - amount) / amount for name, amount in need.items() if amount

@@ -18,7 +18,7 @@ from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin, Demand
 from app.core.preemption_planner import PlanResult, plan, plan_in_domains
-from app.core.resources import shortfall
+from app.core.resources import fits
 from app.core.state import ClusterState
 from app.core.topology import (
     Domain,
@@ -139,7 +139,7 @@ class PlanMaker:
         return [
             b
             for b in self._room.bins(group_key, priority)
-            if b.name in offered or not shortfall(smallest, b.free)
+            if b.name in offered or fits(smallest, b.free)
         ]
 
     def _search(

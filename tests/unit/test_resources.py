@@ -2,6 +2,7 @@ import pytest
 
 from app.core.resources import (
     QuantityError,
+    fits,
     format_resources,
     parse_quantity,
     pod_requests,
@@ -61,3 +62,19 @@ def test_shortfall_and_formatting_name_the_gap() -> None:
     assert gap == {"cpu": 1500}
     assert format_resources(gap) == "cpu 1500m"
     assert format_resources(need) == "cpu 8, memory 4Gi, pods 3"
+
+
+@pytest.mark.parametrize(
+    ("need", "free"),
+    [
+        ({}, {}),
+        ({"cpu": 1000}, {"cpu": 1000}),
+        ({"cpu": 1001}, {"cpu": 1000}),
+        ({"cpu": 500, "memory": 10}, {"cpu": 500}),
+        ({"cpu": 500}, {"cpu": 800, "memory": 10}),
+        ({"nvidia.com/gpu": 0}, {}),
+        ({"cpu": -5}, {}),
+    ],
+)
+def test_fits_is_no_shortfall(need: dict[str, int], free: dict[str, int]) -> None:
+    assert fits(need, free) == (not shortfall(need, free))
