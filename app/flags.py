@@ -122,13 +122,7 @@ FLAGS = (
         "kubeconfig file to reach the API server (else $KUBECONFIG, else in-cluster config)",
         "PATH",
     ),
-    Flag(
-        "host",
-        str,
-        "address to listen on (verbs, and the rest unless --ops-port); a sidecar next to "
-        "kube-scheduler needs no more than loopback",
-        "ADDR",
-    ),
+    Flag("host", str, "address to listen on (verbs, and the rest unless --ops-port)", "ADDR"),
     Flag("port", _port, "port to listen on", "PORT"),
     Flag(
         "url_prefix",
@@ -157,23 +151,12 @@ FLAGS = (
         "lifetime of a passed resource check",
         "SECONDS",
     ),
-    Flag(
-        "log_level",
-        _choice(LOG_LEVELS),
-        "log verbosity: debug, info, warning or error; debug logs one line per filter decision",
-        "LEVEL",
-    ),
-    Flag(
-        "log_format",
-        _choice(("json", "text")),
-        "json (one object per line, with pod, podgroup, node and verb keys) or text",
-        "FMT",
-    ),
+    Flag("log_level", _choice(LOG_LEVELS), "log level; debug logs each filter decision", "LEVEL"),
+    Flag("log_format", _choice(("json", "text")), "json (one object per line) or text", "FMT"),
     Flag(
         "tls_cert_file",
         _file,
-        "serve the verbs over HTTPS with this certificate (PEM); kube-scheduler then needs "
-        "enableHTTPS: true",
+        "serve HTTPS with this certificate (PEM); kube-scheduler then needs enableHTTPS: true",
         "PATH",
     ),
     Flag("tls_key_file", _file, "private key of --tls-cert-file (PEM)", "PATH"),
@@ -367,12 +350,7 @@ FLAGS = (
         "no webhook)",
         "PORT",
     ),
-    Flag(
-        "webhook_host",
-        str,
-        "listen address of the webhook (unset: --host; the chart: 0.0.0.0, behind its Service)",
-        "ADDR",
-    ),
+    Flag("webhook_host", str, "webhook listen address (unset: --host; chart: 0.0.0.0)", "ADDR"),
     Flag(
         "webhook_cert_file",
         _file,
