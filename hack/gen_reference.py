@@ -369,13 +369,18 @@ def render_events() -> str:
     path = Path(events.__file__)
     names: dict[str, object] = {k: v for k, v in vars(events).items() if isinstance(v, str)}
     names["FilterReason"] = admission.FilterReason
-    rows = []
+    by_reason: dict[str, list[EventRow]] = {}
     for row in event_rows(path.read_text(), names):
-        when = row.when
-        for member in admission.FilterReason:
-            when = when.replace("{FilterReason." + member.name + "}", code(member.value))
-        rows.append([code(row.reason), row.type, row.on, when, code(row.message)])
-    return table(["reason", "type", "on", "when", "message (as the code builds it)"], rows)
+        by_reason.setdefault(row.reason, []).append(row)
+    out = []
+    for reason, rows in by_reason.items():
+        out.append(f"### `{reason}`\n\n")
+        for row in rows:
+            when = row.when
+            for member in admission.FilterReason:
+                when = when.replace("{FilterReason." + member.name + "}", code(member.value))
+            out.append(f"**{row.type}**, on {row.on}. {when}\n\n```text\n{row.message}\n```\n\n")
+    return "".join(out)
 
 
 # The modules whose strings reach users: the verbs' answers (FailedScheduling on the
