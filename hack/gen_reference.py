@@ -153,10 +153,11 @@ def value_rows(
     """(path, type, default, constraints, description) of every value at or under `path`."""
     children = node.get("properties")
     if children and path:
-        yield path, "object", "", "", str(node.get("description", ""))
+        yield code(path), "object", "", "", str(node.get("description", ""))
     if not children:
-        default = "" if values is None and "default" not in node else json.dumps(values)
-        yield path, type_text(node), default, constraints(node), str(node.get("description", ""))
+        default = "" if values is None else code(json.dumps(values))
+        meaning = str(node.get("description", ""))
+        yield code(path), type_text(node), default, constraints(node), meaning
         return
     for key, child in children.items():
         below = values.get(key) if isinstance(values, dict) else None
