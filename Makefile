@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install lock audit kube helm manifests lint typecheck unit test cluster-test demo demo-down bench bench-e2e bench-compare cluster-up cluster-down clean
+.PHONY: help install lock audit kube helm manifests lint typecheck unit docs docs-reference test cluster-test demo demo-down bench bench-e2e bench-compare cluster-up cluster-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -54,8 +54,8 @@ manifests: helm ## render the chart into deploy/manifests/gang-extender.yaml (ku
 	mv $(MANIFESTS).tmp $(MANIFESTS)
 
 lint: $(STAMP) ## ruff lint and format check
-	$(BIN)/ruff check app tests bench hack/local_cluster hack/local-cluster hack/demo.py hack/clusterkit.py
-	$(BIN)/ruff format --check app tests bench hack/local_cluster hack/local-cluster hack/demo.py hack/clusterkit.py
+	$(BIN)/ruff check app tests bench hack/local_cluster hack/local-cluster hack/demo.py hack/clusterkit.py hack/gen_reference.py
+	$(BIN)/ruff format --check app tests bench hack/local_cluster hack/local-cluster hack/demo.py hack/clusterkit.py hack/gen_reference.py
 
 typecheck: $(STAMP) ## mypy --strict
 	$(BIN)/mypy
@@ -63,7 +63,19 @@ typecheck: $(STAMP) ## mypy --strict
 unit: $(STAMP) ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit -q
 
-test: lint typecheck audit kube helm ## everything: lint, types, dependency audit, unit tests and tests against the real control plane
+# The manual (docs/, mkdocs.yml). --strict with mkdocs.yml's validation: a broken
+# link or anchor, a missing page or one left out of the nav fails the build. No
+# network is needed. The reference pages are generated from the code: a stale one
+# fails here before mkdocs runs (and in tests/unit/test_reference_docs.py).
+DOCS_SITE ?= site
+docs: $(STAMP) ## build the manual with mkdocs build --strict into DOCS_SITE (site/); fails on a broken link or a stale reference page
+	$(BIN)/python hack/gen_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(DOCS_SITE)
+
+docs-reference: $(STAMP) ## regenerate docs/reference/ (flags, Helm values, metrics, Events and messages), docs/index.md and docs/contributing.md
+	$(BIN)/python hack/gen_reference.py
+
+test: lint typecheck audit docs kube helm ## everything: lint, types, dependency audit, the manual's strict build, unit tests and tests against the real control plane
 	$(BIN)/pytest tests -q -ra
 	GANG_EXTENDER_TEST_MODE=every-verb $(BIN)/pytest tests/cluster -q -ra
 
@@ -105,4 +117,4 @@ bench-compare: $(STAMP) ## verbs in process (and with ARGS=--e2e end to end) of 
 
 clean: ## remove the venv and the local cluster state (keeps the Go binary cache)
 	-hack/local-cluster down
-	rm -rf $(VENV) .local-cluster .local-cluster-bench .local-cluster-bench-topology
+	rm -rf $(VENV) .local-cluster .local-cluster-bench .local-cluster-bench-topology site

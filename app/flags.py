@@ -151,12 +151,12 @@ FLAGS = (
         "lifetime of a passed resource check",
         "SECONDS",
     ),
-    Flag("log_level", _choice(LOG_LEVELS), "log verbosity", "LEVEL"),
+    Flag("log_level", _choice(LOG_LEVELS), "log level; debug logs each filter decision", "LEVEL"),
     Flag("log_format", _choice(("json", "text")), "json (one object per line) or text", "FMT"),
     Flag(
         "tls_cert_file",
         _file,
-        "serve HTTPS with this certificate (PEM); kube-scheduler then needs enableHTTPS",
+        "serve HTTPS with this certificate (PEM); kube-scheduler then needs enableHTTPS: true",
         "PATH",
     ),
     Flag("tls_key_file", _file, "private key of --tls-cert-file (PEM)", "PATH"),
@@ -170,7 +170,7 @@ FLAGS = (
         "ops_host",
         str,
         "listen address of the operations server (/metrics, /debug, /healthz, /readyz) "
-        "when --ops-port is set",
+        "when --ops-port is set (unset: --host)",
         "ADDR",
     ),
     Flag(
@@ -191,7 +191,7 @@ FLAGS = (
         "topology_key",
         str,
         "node label naming a topology domain (e.g. topology.kubernetes.io/zone): prioritize "
-        "prefers domains that already hold members of the same gang",
+        "prefers domains that already hold members of the same gang (unset: no domain locality)",
         "LABEL",
     ),
     Flag(
@@ -272,7 +272,7 @@ FLAGS = (
         "leader_identity",
         str,
         "this replica's name as kube-scheduler's Lease holder identity starts (`<hostname>_`): "
-        "the pod name",
+        "the pod name (unset: the hostname)",
         "NAME",
     ),
     Flag(
@@ -339,7 +339,7 @@ FLAGS = (
         "queue_overcommit_factor",
         _overcommit,
         "a queue below its deserved share may admit a gang that takes it up to this "
-        "multiple of the share (gangs come whole)",
+        "multiple of the share (gangs come whole); 1..10",
         "FACTOR",
     ),
     Flag(
@@ -350,7 +350,7 @@ FLAGS = (
         "no webhook)",
         "PORT",
     ),
-    Flag("webhook_host", str, "listen address of the webhook (default --host)", "ADDR"),
+    Flag("webhook_host", str, "webhook listen address (unset: --host; chart: 0.0.0.0)", "ADDR"),
     Flag(
         "webhook_cert_file",
         _file,
@@ -363,7 +363,7 @@ FLAGS = (
         "webhook_configuration",
         str,
         "name of the MutatingWebhookConfiguration whose caBundle gang-extender keeps set to "
-        "its own CA (self-made certificates only)",
+        "its own CA (self-made certificates only; hack/local-cluster: gang-extender)",
         "NAME",
     ),
     Flag(
@@ -393,7 +393,8 @@ FLAGS = (
         "the preempt-only entry names gang-extender.dev/preemptor in managedResources, "
         "which a MutatingAdmissionPolicy gives plain pods that may preempt (the chart's "
         "markPreemptors, hack/local-cluster's gang-only mode): warn about a pending one "
-        'without it, which would preempt without the extender (README "Deployment modes")',
+        "without it, which would preempt without the extender (needs --webhook-port; see "
+        '"Deployment modes" in the manual)',
         "BOOL",
     ),
 )

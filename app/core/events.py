@@ -99,6 +99,7 @@ class GangEvents:
         self._waiting_told: set[str] = set()
 
     def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
+        """The filter turned a member away; the filter's message, with what to do about it."""
         if reason == FilterReason.TOO_FEW_SIBLINGS:
             self._on_group(
                 group_key,
@@ -137,6 +138,8 @@ class GangEvents:
             )
 
     def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
+        """The first member of an admission was reserved on a node and waits in the permit gate
+        (once per admission; the PodGroup's status counts the members that follow)."""
         if group_key in self._waiting_told:
             return
         if len(self._waiting_told) >= _MAX_TOLD:
@@ -153,6 +156,7 @@ class GangEvents:
         )
 
     def gang_admitted(self, group_key: str, bound: Sequence[MemberRef]) -> None:
+        """The gate opened and the members were bound together."""
         self._waiting_told.discard(group_key)
         longest = max((m.waited_seconds for m in bound), default=0.0)
         self._on_group(
@@ -169,6 +173,7 @@ class GangEvents:
         return None
 
     def gang_timed_out(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        """The gate's wait ran out; every waiting member was released."""
         self._waiting_told.discard(group_key)
         text = (
             f"{message}; the group is retried in {self._retry:g}s. If it never completes, "
@@ -180,19 +185,25 @@ class GangEvents:
     def gang_partly_bound(
         self, group_key: str, bound: Sequence[MemberRef], message: str, rolled_back: bool
     ) -> None:
+        """A binding was refused after the gate opened, leaving the gang below minMember: its
+        bound members are deleted (--on-partial-bind=delete-bound) or stay bound (leave)."""
         self._waiting_told.discard(group_key)
         reason = GANG_BIND_ROLLED_BACK if rolled_back else GANG_PARTLY_BOUND
         text = f"gang {group_key} was admitted but {message}"
         self._on_group_and_pods(group_key, bound, reason, text)
 
     def gang_released(self, group_key: str, released: Sequence[MemberRef], message: str) -> None:
+        """A member of a gang holding a claim found no node (fail fast), or a higher-priority
+        gang took the capacity: the gang's reservations were released at once."""
         self._waiting_told.discard(group_key)
         self._on_group_and_pods(group_key, released, GANG_RELEASED, message)
 
     def gang_reclaimed(self, group_key: str, evicted: Sequence[MemberRef], message: str) -> None:
+        """The gang is evicted whole so that a queue below its deserved share gets room."""
         self._on_group_and_pods(group_key, evicted, GANG_RECLAIMED, message)
 
     def victim_preempted(self, victim: MemberRef, victim_group: str | None, by: str) -> None:
+        """kube-scheduler's preemption (or --gang-victim-policy=whole-gang) evicts this pod."""
         if by in self._state.podgroups or self._state.members(by):
             beneficiary = f"gang {by}"
         elif by in self._state.pods:
@@ -205,23 +216,32 @@ class GangEvents:
         self._recorder.record(pod_ref(victim), WARNING, PREEMPTED, text)
 
     def preemption_planned(self, group_key: str, message: str) -> None:
+        """A gang's first preempting member made the gang's plan."""
         self._on_group(group_key, self._pending(group_key), NORMAL, PREEMPTION_PLANNED, message)
 
     def preemption_ended(self, group_key: str, message: str) -> None:
+        """The plan expired or was cancelled before the gang held minMember."""
         self._on_group(group_key, self._pending(group_key), WARNING, PREEMPTION_ENDED, message)
 
     def preemption_refused(self, group_key: str, message: str) -> None:
+        """The gang asked to preempt but may evict nothing (once per reason)."""
         self._on_group(group_key, self._pending(group_key), WARNING, PREEMPTION_REFUSED, message)
 
     def gang_placed(self, group_key: str, message: str) -> None:
+        """A gang with a topology constraint was admitted in one domain (or, preferred,
+        anywhere)."""
         self._on_group(group_key, self._pending(group_key), NORMAL, TOPOLOGY_PLACED, message)
 
     def member_not_marked(self, member: MemberRef, group_key: str, message: str) -> None:
-        """A member kube-scheduler will not send us (app/runtime/unmarked.py): on the pod itself."""
+        """gang-only mode: a pending member of our schedulers has no gang-extender.dev/member
+        mark (webhook down and no policy refused it), so kube-scheduler may bind it alone
+        without calling us. On the pod itself (app/runtime/unmarked.py)."""
         self._recorder.record(pod_ref(member), WARNING, GANG_MEMBER_NOT_MARKED, message)
 
     def preemptor_not_marked(self, pod: MemberRef, message: str) -> None:
-        """A plain pod that may preempt without asking us (app/runtime/unmarked.py)."""
+        """--expect-marked-preemptors: a pending plain pod that may preempt has no
+        gang-extender.dev/preemptor mark, so kube-scheduler would preempt for it without
+        asking us. On the pod itself (app/runtime/unmarked.py)."""
         self._recorder.record(pod_ref(pod), WARNING, PREEMPTOR_NOT_MARKED, message)
 
     # ---- helpers -----------------------------------------------------------------------
