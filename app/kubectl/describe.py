@@ -21,6 +21,8 @@ from app.kubectl.table import age, paint, phase_colour, render
 # The Events shown: the newest, as kubectl describe shows a pod's recent ones.
 RECENT_EVENTS = 20
 INDENT = "  "
+# Values start in one column, as in kubectl describe.
+LABEL_WIDTH = 13
 
 
 def describe(gang: Gang, live: Live, events: list[Obj], now: float, colour: bool) -> str:
@@ -46,15 +48,19 @@ def describe(gang: Gang, live: Live, events: list[Obj], now: float, colour: bool
         ("Age", age(gang.created, now)),
         ("Waiting", gang.reason),
     ]
-    width = max(len(k) for k, _ in fields) + 2
-    out = [f"{k + ':':<{width}}{v}" for k, v in fields]
+    out = [_field(k, v) for k, v in fields]
     out += _roles(gang)
-    out += ["Sub-groups:" + " " * (width - 11) + NONE]
+    # No source declares sub-groups yet; a source that does lists them here.
+    out += [_field("Sub-groups", NONE)]
     out += _members(gang, colour)
     out += _plans(gang, live)
     out += _live(live)
     out += _events(events, now)
     return "\n".join(out)
+
+
+def _field(label: str, value: str) -> str:
+    return f"{label + ':':<{LABEL_WIDTH}}{value}"
 
 
 def _indent(text: str) -> list[str]:
@@ -64,7 +70,7 @@ def _indent(text: str) -> list[str]:
 def _roles(gang: Gang) -> list[str]:
     """Volcano minTaskMember: each task's minimum and how many of its pods are placed."""
     if not gang.roles:
-        return ["Roles:       <none>"]
+        return [_field("Roles", NONE)]
     rows = []
     for task, minimum in gang.roles:
         mine = [m for m in gang.members if m.task == task]
@@ -75,7 +81,7 @@ def _roles(gang: Gang) -> list[str]:
 
 def _members(gang: Gang, colour: bool) -> list[str]:
     if not gang.members:
-        return ["Member Pods: <none>"]
+        return [_field("Member Pods", NONE)]
     rows = [
         [m.name, m.state, m.node or NONE, m.domain or NONE, m.task or NONE, m.reason or NONE]
         for m in gang.members
@@ -88,9 +94,9 @@ def _members(gang: Gang, colour: bool) -> list[str]:
 def _plans(gang: Gang, live: Live) -> list[str]:
     plans = live.plans(gang.key)
     if not live.reachable:
-        return ["Preemption:  unknown (extender unreachable)"]
+        return [_field("Preemption", "unknown (extender unreachable)")]
     if not plans:
-        return ["Preemption:  <none>"]
+        return [_field("Preemption", NONE)]
     out = ["Preemption:"]
     for plan in plans:
         out.append(
@@ -119,14 +125,14 @@ def _seconds(value: Any) -> str:
 
 def _live(live: Live) -> list[str]:
     if not live.reachable:
-        return [f"Live State:  unreachable via {live.via}: {live.problem}"]
+        return [_field("Live State", f"unreachable via {live.via}: {live.problem}")]
     note = f" ({live.problem})" if live.problem else ""
-    return [f"Live State:  from {live.via}{note}"]
+    return [_field("Live State", f"from {live.via}{note}")]
 
 
 def _events(events: list[Obj], now: float) -> list[str]:
     if not events:
-        return ["Events:      <none>"]
+        return [_field("Events", NONE)]
     rows = []
     for event in events[-RECENT_EVENTS:]:
         source = event.get("source") or {}

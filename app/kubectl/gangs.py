@@ -191,14 +191,17 @@ def _domain(
         return Domain(str(domain.get("level", "")), str(domain["value"])).describe()
     if not level:
         return NONE
+    # Nodes we could not read (no right to list nodes) tell nothing.
     values = {
-        objects.node_labels.get(p.node_name, {}).get(level, "")
+        objects.node_labels[p.node_name].get(level, "")
         for p, _ in pods
-        if p.node_name and not p.terminal
+        if p.node_name and not p.terminal and p.node_name in objects.node_labels
     }
-    if len(values) == 1 and "" not in values:
+    if not values or values == {""}:
+        return NONE
+    if len(values) == 1:
         return Domain(level, values.pop()).describe()
-    return NONE if not values else "<several>"
+    return "<several>"
 
 
 def _phase(
