@@ -280,6 +280,12 @@ def _condition_message(raw_group: Obj | None) -> str:
     return ""
 
 
+def target_namespace(target: str, namespace: str) -> str:
+    """The namespace `describe TARGET` looks in: the one the target names, else `namespace`."""
+    ns, _, _ = target.split(":", 1)[-1].rpartition("/")
+    return ns or namespace
+
+
 def find(gangs: list[Gang], target: str, namespace: str) -> list[Gang]:
     """The gangs `target` names: SOURCE:NS/NAME (the group key), NS/NAME, or NAME in `namespace`."""
     if ":" in target:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from app.kubectl.api import Api, ApiError, PluginError, connect
 from app.kubectl.args import Options, UsageError, parse
 from app.kubectl.describe import describe
-from app.kubectl.gangs import Gang, build_gangs, find
+from app.kubectl.gangs import Gang, build_gangs, find, target_namespace
 from app.kubectl.live import Endpoint, Live, read_live
 from app.kubectl.objects import Objects, read_events, read_objects
 from app.kubectl.output import as_list, dump, gang_document, gang_table, live_note
@@ -91,7 +91,10 @@ def run(options: Options, out: Callable[[str], None], err: Callable[[str], None]
     connection = connect(options.kubeconfig, options.context)
     api = Api(connection, options.timeout)
     namespace = options.namespace or connection.namespace
-    scope = None if options.all_namespaces else namespace
+    if options.command == "describe" and options.target is not None:
+        namespace = target_namespace(options.target, namespace)
+    # Queues are cluster-wide: their gangs are counted in every namespace.
+    scope = None if options.all_namespaces or options.command == "queues" else namespace
     colour = use_colour(options.colour, sys.stdout)
     view = read(api, options, scope)
     if options.command == "describe":

@@ -16,7 +16,17 @@ from app.core.groups import (
     VOLCANO_TASK_ANNOTATION,
 )
 from app.core.queues import QUEUE_ANNOTATION
-from app.kubectl.gangs import BOUND, GATED, NONE, PENDING, RESERVED, Gang, build_gangs, find
+from app.kubectl.gangs import (
+    BOUND,
+    GATED,
+    NONE,
+    PENDING,
+    RESERVED,
+    Gang,
+    build_gangs,
+    find,
+    target_namespace,
+)
 from app.kubectl.live import Live
 from app.kubectl.objects import Objects
 from tests.unit.builders import pod, podgroup
@@ -214,6 +224,9 @@ def test_find_by_namespace_name_key_or_name() -> None:
     assert [g.key for g in find(gangs, "native:ml/a", "default")] == ["native:ml/a"]
     assert [g.key for g in find(gangs, "a", "ml")] == ["native:ml/a", "ml/a"]
     assert find(gangs, "a", "default") == []
+    assert target_namespace("native:ml/a", "default") == "ml"
+    assert target_namespace("ml/a", "default") == "ml"
+    assert target_namespace("a", "team") == "team"
 
 
 def test_nodes_the_user_may_not_read_leave_the_domain_unknown() -> None:
