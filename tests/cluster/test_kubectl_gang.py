@@ -43,7 +43,7 @@ from app.core.groups import (
 )
 from app.kubectl.args import ENV_NAMESPACE, ENV_SERVICE, ENV_URL
 from hack.clusterkit import wait_for, wait_for_default_service_account
-from tests.cluster.kube import Kube
+from tests.cluster.kube import HIGH, LOW, Kube
 from tests.cluster.netns_relay import relay_into_netns
 from tests.cluster.session import EXTENDER_PORT, PERMIT_WAIT_SECONDS, SLOT, Extender
 from tests.cluster.test_chart import token_kubeconfig
@@ -432,3 +432,77 @@ def test_the_charts_role_is_enough_for_every_command(
     finally:
         rbac.delete_cluster_role_binding(binding)
         rbac.delete_cluster_role(role["metadata"]["name"])
+
+
+HOLD = "kubectl-gang.test/hold"
+
+
+@pytest.mark.usefixtures("priorities")
+def test_a_preempting_gang_shows_its_live_plan(
+    kube: Kube, kubeconfig: str, namespace: str, extender: Extender, ops: Ops
+) -> None:
+    """Victims that take their time to go (a finalizer holds them) keep the plan evicting."""
+    for i in range(3):
+        body = kube.pod_body(f"low-{i}", cpu="3", priority_class=LOW)
+        body["metadata"]["finalizers"] = [HOLD]
+        kube.core.create_namespaced_pod(namespace, body)
+    try:
+        wait_for(lambda: len(kube.bound(namespace)) == 3, 30, "the low-priority pods bound")
+        kube.create_podgroup(namespace, "urgent", 3, timeout=40)
+        for i in range(3):
+            kube.create_pod(namespace, f"urgent-{i}", group="urgent", cpu="2", priority_class=HIGH)
+        key = f"{namespace}/urgent"
+
+        def planned() -> dict[str, Any] | None:
+            plans = [
+                p for p in debug_gangs(extender).get("preemptionPlans", ()) if p["group"] == key
+            ]
+            return plans[0] if plans and plans[0]["phase"] == "evicting" else None
+
+        plan = wait_for(planned, 60, "the gang's preemption plan evicting")
+        gang = gangs_of(kubeconfig, namespace, *ops.flags)["urgent"]
+        assert gang["reason"] == (
+            f"preemption plan evicting: {plan['evictions']} eviction(s) for 3 member(s)"
+        )
+        described = kubectl_gang(kubeconfig, "describe", key, *ops.flags).stdout
+        assert "Preemption:" in described.splitlines()
+        assert f"preemption plan, phase evicting, {plan['evictions']} eviction(s)" in described
+        victims = {v for slot in plan["slots"] for v in slot["victims"]}
+        assert victims and all(v.split("/", 1)[1] in described for v in victims)
+        nodes = {slot["node"] for slot in plan["slots"]}
+        assert all(node in described for node in nodes)
+    finally:
+        for i in range(3):
+            kube.core.patch_namespaced_pod(
+                f"low-{i}", namespace, {"metadata": {"finalizers": None}}
+            )
+
+
+def test_watch_prints_the_rows_that_change(
+    kube: Kube, kubeconfig: str, namespace: str, ops: Ops
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_NAMESPACE, ENV_SERVICE, ENV_URL)}
+    env |= {"PATH": f"{PLUGIN_BIN}:{env.get('PATH', '')}", "KUBECONFIG": kubeconfig}
+    command = [str(kube_bin() / "kubectl"), "gang", "get", "-n", namespace, "-w"]
+    watcher = subprocess.Popen(
+        [*command, "--watch-interval", "0.5", *ops.flags],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watcher.stdout is not None
+        assert watcher.stdout.readline() == "No gangs found in this namespace.\n"
+        kube.create_podgroup(namespace, "late", 2)
+        first = re.split(r"\s{3,}", watcher.stdout.readline().strip())
+        assert first[:3] == ["late", "x-k8s", "Pending"] and first[6] == "2"
+        for i in range(2):
+            kube.create_pod(namespace, f"late-{i}", group="late")
+        rows: list[list[str]] = []
+        while not rows or rows[-1][2] != "Running":
+            rows.append(re.split(r"\s{3,}", watcher.stdout.readline().strip()))
+        assert rows[-1][:7] == ["late", "x-k8s", "Running", "2", "0", "0", "2"]
+    finally:
+        watcher.terminate()
+        watcher.wait(10)
