@@ -8,6 +8,7 @@ on stderr and a non-zero exit code, never a traceback.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -120,21 +121,32 @@ def watch(
     out: Callable[[str], None],
     colour: bool,
 ) -> None:
-    """Poll every --watch-interval seconds and print the rows that changed, as kubectl -w does."""
-    seen = set(_lines(last, options, colour))
+    """Poll every --watch-interval seconds and print the rows that changed, as kubectl -w does.
+
+    A row counts as changed when what it says changed, not when only its age
+    moved on (kubectl -w prints an object when it changes, not every second).
+    """
+    seen = {key for key, _ in watch_rows(last, options, colour)}
     while True:
         time.sleep(options.interval)
         view = read(api, options, scope)
-        for line in _lines(view, options, colour):
-            if line not in seen:
+        rows = watch_rows(view, options, colour)
+        for key, line in rows:
+            if key not in seen:
                 out(line)
-        seen = set(_lines(view, options, colour))
+        seen = {key for key, _ in rows}
 
 
-def _lines(view: View, options: Options, colour: bool) -> list[str]:
+def watch_rows(view: View, options: Options, colour: bool) -> list[tuple[str, str]]:
+    """(what the row says apart from its age, the row as printed), one per gang or queue."""
     if options.command == "get":
-        return show_get(view, options, colour, header=False).splitlines()
-    return show_queues(view, options, header=False).splitlines()
+        lines = show_get(view, options, colour, header=False).splitlines()
+        if not view.gangs:
+            return []
+        keys = [json.dumps(gang_document(g), sort_keys=True) for g in view.gangs]
+        return list(zip(keys, lines, strict=True))
+    lines = show_queues(view, options, header=False).splitlines()
+    return [(line, line) for line in lines]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from app.kubectl.args import UsageError, parse
 from app.kubectl.describe import describe
 from app.kubectl.gangs import build_gangs
 from app.kubectl.live import Live
-from app.kubectl.main import main
+from app.kubectl.main import View, main, watch_rows
 from app.kubectl.objects import Objects
 from app.kubectl.output import HEADERS, as_list, dump, gang_document, gang_table, live_note
 from app.kubectl.queues import bars, parse_formatted, queue_rows, queue_table
@@ -282,3 +283,15 @@ def test_an_api_server_that_is_not_there_is_one_line_and_exit_1(
     err = capsys.readouterr().err
     assert err.startswith("error: cannot reach the API server at http://127.0.0.1:9")
     assert err.count("\n") == 1
+
+
+def test_watch_keys_ignore_the_age_but_not_a_change() -> None:
+    options = parse(["get", "-w"])
+    found = two_gangs()
+    before = View(found, UNREACHABLE, build_gangs(found, UNREACHABLE))
+    later = View(replace(found, now=found.now + 600), UNREACHABLE, before.gangs)
+    (a1, b1), (a2, b2) = watch_rows(before, options, False), watch_rows(later, options, False)
+    assert (a1[0], b1[0]) == (a2[0], b2[0]) and a1[1] != a2[1]  # only AGE moved on
+    found.pods[0]["spec"]["nodeName"] = None
+    changed = View(found, UNREACHABLE, build_gangs(found, UNREACHABLE))
+    assert watch_rows(changed, options, False)[0][0] != a1[0]
