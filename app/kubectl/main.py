@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from app.core.groups import GROUP_APIS
 from app.kubectl.api import Api, ApiError, PluginError, connect
 from app.kubectl.args import Options, UsageError, parse
 from app.kubectl.describe import describe
@@ -83,8 +84,10 @@ def show_describe(api: Api, view: View, options: Options, namespace: str, colour
         keys = ", ".join(g.key for g in matches)
         raise PluginError(f"{options.target!r} names several gangs ({keys}): give the key")
     gang = matches[0]
-    names = {gang.name, *(m.name for m in gang.members)}
-    events = read_events(api, gang.namespace, names)
+    about = {("Pod", m.name) for m in gang.members}
+    if gang.object is not None and gang.source in GROUP_APIS:
+        about.add((GROUP_APIS[gang.source].kind, gang.name))
+    events = read_events(api, gang.namespace, about)
     return describe(gang, view.live, events, view.objects.now, colour)
 
 

@@ -79,16 +79,22 @@ def read_objects(api: Api, namespace: str | None, *, nodes: bool = True) -> Obje
     return found
 
 
-def read_events(api: Api, namespace: str, names: set[str]) -> list[Obj]:
-    """The namespace's Events about any of `names` (the group object and its pods), oldest first."""
+def read_events(api: Api, namespace: str, about: set[tuple[str, str]]) -> list[Obj]:
+    """The namespace's Events about any of `about` ((kind, name): the group object, its pods),
+    oldest first."""
     try:
         events = _items(api, f"/api/v1/namespaces/{quote(namespace, safe='')}/events")
     except ApiError as err:
         if err.status == 403:
             return []
         raise
-    mine = [e for e in events if (e.get("involvedObject") or {}).get("name") in names]
+    mine = [e for e in events if _involved(e) in about]
     return sorted(mine, key=event_time)
+
+
+def _involved(event: Obj) -> tuple[str, str]:
+    involved = event.get("involvedObject") or {}
+    return str(involved.get("kind") or ""), str(involved.get("name") or "")
 
 
 def event_time(event: Obj) -> str:
