@@ -16,16 +16,25 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
-from app.kubectl.api import Api, ApiError, PluginError
+from app.kubectl.api import ApiError, PluginError
 
 OPS_SELECTOR = "app.kubernetes.io/component=gang-extender-ops"
 DEBUG_PATH = "/debug/gangs"
 # Tries through the service proxy to land on the leader (random endpoint each time).
 LEADER_TRIES = 6
+
+
+class Getter(Protocol):
+    """What reading the live state needs of app/kubectl/api.py's Api: GET, and its timeout."""
+
+    timeout_seconds: float
+
+    def get(self, path: str, query: Mapping[str, str] | None = None) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +83,7 @@ class Endpoint:
     url: str | None = None
 
 
-def read_live(api: Api, where: Endpoint) -> Live:
+def read_live(api: Getter, where: Endpoint) -> Live:
     """The snapshot, or why there is none; never raises for an unreachable extender."""
     if where.url:
         return _direct(where.url, api)
@@ -105,7 +114,7 @@ def read_live(api: Api, where: Endpoint) -> Live:
     return Live(doc, via)
 
 
-def _find_service(api: Api, where: Endpoint) -> tuple[str, str]:
+def _find_service(api: Getter, where: Endpoint) -> tuple[str, str]:
     """The ops Service's name and port (the port named `metrics`, else the first)."""
     ns = quote(where.namespace, safe="")
     if where.service:
@@ -129,7 +138,7 @@ def _find_service(api: Api, where: Endpoint) -> tuple[str, str]:
     return str(service["metadata"]["name"]), str(port.get("name") or port.get("port"))
 
 
-def _direct(url: str, api: Api) -> Live:
+def _direct(url: str, api: Getter) -> Live:
     """--extender-url (a port-forward, or the local cluster's host process)."""
     full = url.rstrip("/") + DEBUG_PATH
     try:
