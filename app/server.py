@@ -287,6 +287,7 @@ def http_apps(
         cluster.admission,
         contention=rt.arbiter.snapshot,
         preemption=rt.plans.snapshot,
+        is_leader=parts.lead.leader.is_leader,
     )
     one_port = settings.ops_port is None
     main = create_app(

@@ -132,6 +132,10 @@ class GangDebug:
     contention: Callable[[], dict[str, Any]] | None = None
     # Live preemption plans (app/runtime/preemption.py).
     preemption: Callable[[], list[dict[str, Any]]] | None = None
+    # Does this replica hold the Lease (app/ops/leader.py)? A client reaching the
+    # replicas through a Service (kubectl gang) asks again until the leader answers:
+    # a standby's gate is empty and its plans are not the ones carried out.
+    is_leader: Callable[[], bool] | None = None
 
     def snapshot(self) -> dict[str, Any]:
         now = self.gate_clock()
@@ -147,6 +151,7 @@ class GangDebug:
             doc["contention"] = self.contention()
         if self.preemption is not None:
             doc["preemptionPlans"] = self.preemption()
+        doc["leader"] = True if self.is_leader is None else self.is_leader()
         return doc
 
 

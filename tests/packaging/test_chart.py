@@ -80,7 +80,8 @@ def test_every_verb_render_is_one_pod_with_scheduler_and_extender() -> None:
     docs = render("--set", "mode=every-verb", namespace="gang-system")
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
-        ["ServiceAccount", "ConfigMap", "Deployment", "Service", "ClusterRole", "Role"]
+        ["ServiceAccount", "ConfigMap", "Deployment", "Service", "Role"]
+        + ["ClusterRole"] * 2  # the extender's, kubectl gang's
         + ["ClusterRoleBinding"] * 3
         + ["RoleBinding"] * 2
     )
@@ -218,6 +219,44 @@ def test_extender_role_is_narrow() -> None:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         assert "secrets" not in rule["resources"]
         assert not {"delete", "deletecollection", "escalate", "bind"} & set(rule["verbs"])
+
+
+def test_kubectl_gang_role_reads_and_proxies_to_the_ops_service_only() -> None:
+    docs = render(release="team-a", namespace="gang-system")
+    role = find(docs, "ClusterRole", "-kubectl-gang")
+    assert role["metadata"]["name"] == "team-a-gang-extender-kubectl-gang"
+    assert "rbac.authorization.k8s.io/aggregate-to-view" not in role["metadata"]["labels"]
+    rules: list[dict[str, Any]] = role["rules"]
+    for rule in rules:
+        assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
+        assert "secrets" not in rule["resources"] and "*" not in rule["resources"]
+    (proxy,) = [r for r in rules if "services/proxy" in r["resources"]]
+    service = find(docs, "Service", "-metrics")
+    name = service["metadata"]["name"]
+    assert proxy["verbs"] == ["get"]
+    assert proxy["resourceNames"] == [name, f"{name}:metrics", f"http:{name}:metrics"]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+    # app/kubectl/live.py finds the Service by this label.
+    assert service["metadata"]["labels"]["app.kubernetes.io/component"] == "gang-extender-ops"
+    read = {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {
+        ("scheduling.x-k8s.io", "podgroups"),
+        ("scheduling.volcano.sh", "podgroups"),
+        ("scheduling.k8s.io", "podgroups"),
+        ("scheduling.volcano.sh", "queues"),
+        ("", "pods"),
+        ("", "events"),
+        ("", "nodes"),
+    } <= read
+
+    aggregated = render("--set", "kubectlGang.aggregateToView=true")
+    labels = find(aggregated, "ClusterRole", "-kubectl-gang")["metadata"]["labels"]
+    assert labels["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert not [
+        d
+        for d in render("--set", "kubectlGang.createRole=false")
+        if "kubectl" in d["metadata"]["name"]
+    ]
 
 
 def test_chart_crd_is_the_one_in_deploy() -> None:

@@ -208,7 +208,8 @@ def test_inconsistent_gang_only_values_fail_with_the_reason(values: str, message
 def test_gang_only_is_the_default() -> None:
     docs = render()
     assert sorted(d["kind"] for d in docs) == sorted(
-        ["ServiceAccount", "ConfigMap", "Deployment", "ClusterRole", "MutatingWebhookConfiguration"]
+        ["ServiceAccount", "ConfigMap", "Deployment", "MutatingWebhookConfiguration"]
+        + ["ClusterRole"] * 2  # the extender's, kubectl gang's
         + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
         + ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
         + ["Service"] * 2  # operations, webhook

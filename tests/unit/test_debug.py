@@ -96,10 +96,12 @@ async def test_snapshot_shows_groups_gate_waiters_and_cache_entries_with_ttl() -
     ]
     assert doc["permitted"] == [{"group": "default/g", "ageSeconds": 1.5, "ttlSecondsLeft": 1.5}]
     assert doc["deniedTTLSeconds"] == 3
+    assert doc["leader"] is True  # one replica, no election: always the leader
 
     clock.now += 2  # both cache entries expired: shown no more, and not purged by reading
-    later = GangDebug(GROUPS, gate, admission, clock).snapshot()
+    later = GangDebug(GROUPS, gate, admission, clock, is_leader=lambda: False).snapshot()
     assert later["denied"] == [] and later["permitted"] == []
+    assert later["leader"] is False  # a standby says so: kubectl gang asks again
     gate.release_all("test over")
     await asyncio.gather(*waits, return_exceptions=True)
 

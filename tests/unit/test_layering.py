@@ -30,6 +30,19 @@ FORBIDDEN = {
     "kube": ("app.runtime", "app.web", "app.server", "app.service", "app.cli"),
     "ops": ("app.web", "app.server", "app.service", "app.cli"),
     "web": ("app.server", "app.service", "app.cli"),
+    # `kubectl gang` runs on a user's machine: it may reuse the pure rules (app/core),
+    # never the extender's runtime, HTTP face, operations, its async client or config.
+    "kubectl": (
+        "app.runtime",
+        "app.web",
+        "app.ops",
+        "app.kube",
+        "app.server",
+        "app.service",
+        "app.cli",
+        "app.config",
+        "app.flags",
+    ),
 }
 # Third-party I/O (and the event loop) the rules must not load either.
 IO_LIBRARIES = ("kubernetes", "urllib3", "aiohttp", "fastapi", "starlette", "uvicorn", "asyncio")
@@ -76,6 +89,7 @@ def test_every_module_lives_in_a_layer() -> None:
         "web",
         "ops",
         "kube",
+        "kubectl",
     }
 
 
@@ -85,9 +99,26 @@ def test_each_layer_imports_only_what_lies_beneath_it() -> None:
         for layer, forbidden in FORBIDDEN.items()
         for path in _modules(layer)
         for name in sorted(_imports(path))
-        if name.startswith(forbidden) or (layer == "core" and name.split(".")[0] in IO_LIBRARIES)
+        if _within(name, forbidden) or (layer == "core" and name.split(".")[0] in IO_LIBRARIES)
     ]
     assert broken == []
+
+
+def _within(name: str, packages: tuple[str, ...]) -> bool:
+    """`name` is one of `packages` or inside one (app.kubectl is not inside app.kube)."""
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def test_the_kubectl_plugin_loads_no_extender_machinery() -> None:
+    # Prefixes are matched at dots: app.kubectl may not load app.kube, yet is not app.kube.
+    assert _within("app.kube.http", FORBIDDEN["kubectl"])
+    assert not _within("app.kubectl.api", FORBIDDEN["kubectl"])
+    plugin = [f"app.kubectl.{p.stem}" for p in _modules("kubectl") if p.stem != "__init__"]
+    program = f"import sys\nimport {', '.join(plugin)}\nprint('\\n'.join(sorted(sys.modules)))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert [m for m in loaded if _within(m, FORBIDDEN["kubectl"])] == []
 
 
 def test_the_rules_load_no_io_at_run_time() -> None:
