@@ -67,10 +67,11 @@ unit: $(STAMP) ## unit tests only (no cluster)
 # link or anchor, a missing page or one left out of the nav fails the build. No
 # network is needed. The reference pages are generated from the code: a stale one
 # fails here before mkdocs runs (and in tests/unit/test_reference_docs.py).
+# Not --quiet: it hides the warnings from the count that --strict fails on.
 DOCS_SITE ?= site
 docs: $(STAMP) ## build the manual with mkdocs build --strict into DOCS_SITE (site/); fails on a broken link or a stale reference page
 	$(BIN)/python hack/gen_reference.py --check
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(DOCS_SITE)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 
 docs-reference: $(STAMP) ## regenerate docs/reference/ (flags, Helm values, metrics, Events and messages), docs/index.md and docs/contributing.md
 	$(BIN)/python hack/gen_reference.py

@@ -144,3 +144,55 @@ def refuse(key: str) -> str:
     assert message_rows(source) == [
         ("refuse", "gang {key} is refused: it asks for more than the cluster has")
     ]
+
+
+def _docs_build_command() -> list[str]:
+    """The mkdocs command line `make docs` runs, read from the Makefile itself."""
+    makefile = (REPO / "Makefile").read_text()
+    line = next(
+        raw.strip() for raw in makefile.splitlines() if "mkdocs build" in raw and "\t" in raw
+    )
+    words = line.split()
+    start = next(i for i, word in enumerate(words) if word.endswith("/mkdocs"))
+    return [str(REPO / ".venv" / "bin" / "mkdocs"), *words[start + 1 :]]
+
+
+def test_make_docs_fails_on_a_broken_link(tmp_path: Path) -> None:
+    """`make docs`'s own mkdocs flags turn a broken link into a failure.
+
+    `--quiet` once sat beside `--strict` there: it hides the warnings from the
+    count that `--strict` fails on, so a broken link built "successfully".
+    """
+    import shutil
+    import subprocess
+
+    command = _docs_build_command()
+    assert "--strict" in command
+    project = tmp_path / "p"
+    shutil.copytree(REPO / "docs", project / "docs")
+    shutil.copy(REPO / "mkdocs.yml", project / "mkdocs.yml")
+    for page in ("kubectl-gang.md", "benchmarks/index.md", "benchmarks/history.md"):
+        target = project / "docs" / page
+        if not target.exists():  # pages other branches bring; not what this test is about
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("# placeholder\n")
+    site = tmp_path / "site"
+    command = [word if word != "$(DOCS_SITE)" else str(site) for word in command]
+
+    def build() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            command,
+            cwd=project,
+            capture_output=True,
+            text=True,
+            env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+            check=False,
+        )
+
+    clean = build()
+    assert clean.returncode == 0, clean.stderr
+    page = project / "docs" / "troubleshooting.md"
+    page.write_text(page.read_text() + "\n[gone](no-such-page.md)\n")
+    broken = build()
+    assert broken.returncode != 0, "a broken link built without an error"
+    assert "no-such-page.md" in broken.stderr
