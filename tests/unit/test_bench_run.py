@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_run", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench import run as bench_run
 
 
 async def test_preempt_rows_make_a_plan_and_answer_from_it() -> None:
-    rows = await load().preempt_rows(nodes=40, pods=400, runs=8)
+    rows = await bench_run.preempt_rows(nodes=40, pods=400, runs=8)
     assert rows.pop("plan_evictions") == 40  # 8 members of 2 CPUs: 4 nodes emptied
     assert set(rows) == {"preempt_gang_plan_made", "preempt_gang_from_plan", "preempt_plain"}
     for row in rows.values():
@@ -26,7 +14,7 @@ async def test_preempt_rows_make_a_plan_and_answer_from_it() -> None:
 
 
 async def test_queue_rows_admit_the_fresh_gang_also_after_nodes_changed() -> None:
-    rows = await load().queue_rows(nodes=40, pods=400, runs=4, queues=3, pending=20, churn=5)
+    rows = await bench_run.queue_rows(nodes=40, pods=400, runs=4, queues=3, pending=20, churn=5)
     assert rows.pop("filter_gang_admit_queues_first_ms") > 0
     assert rows.pop("ratio_filter_p99_queues_vs_none") > 0
     assert set(rows) == {

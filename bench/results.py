@@ -1,0 +1,58 @@
+"""Where the benchmarks' JSON results go, and what run a result came from.
+
+`make bench` has each script write its figures to bench/results/<name>.json
+(`--json`); those files are committed with the figures BENCHMARKS.md shows,
+so that `make bench-plots` (bench/plots.py) can redraw the plots from them
+without running anything. A script run by hand writes no JSON unless told
+to: a reduced run must not replace the published figures by accident.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bench.e2e import machine_description
+from hack.clusterkit import REPO
+
+RESULTS = REPO / "bench" / "results"
+"""The committed JSON of the current figures, one file per benchmark."""
+
+CONTENTION_JSON = RESULTS / "contention.json"
+LINE_JSON = RESULTS / "line.json"
+E2E_JSON = RESULTS / "e2e.json"
+
+
+def commit() -> str:
+    """This checkout's commit, with -dirty when app/ or bench/ had changes not committed."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=7"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_info(command: str) -> dict[str, str]:
+    """When, where and from what a result was measured: what BENCHMARKS.md states beside it."""
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit(),
+        "machine": f"{machine_description()}, Python {platform.python_version()}",
+        "command": command,
+    }
+
+
+def write_json(path: str | Path, figures: Mapping[str, Any]) -> None:
+    """`figures` as indented JSON at `path`, its directory made if need be."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(figures, indent=2, default=str) + "\n")
