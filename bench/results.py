@@ -29,16 +29,22 @@ E2E_JSON = RESULTS / "e2e.json"
 
 
 def commit() -> str:
-    """This checkout's commit, with -dirty when app/ or bench/ had changes not committed."""
-    try:
+    """This checkout's commit, with -dirty when app/ (the code measured) had changes not
+    committed; edits elsewhere (documents, other benchmarks) do not change a figure."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=7"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+            ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False
+        )
+
+    try:
+        head = git("rev-parse", "--short=7", "HEAD")
+        changed = git("diff", "--quiet", "HEAD", "--", "app").returncode != 0
+    except OSError:
         return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("-dirty" if changed else "")
 
 
 def run_info(command: str) -> dict[str, str]:

@@ -805,7 +805,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--line-queues", type=int, default=20, help="queues of the sweep (20)")
     parser.add_argument(
-        "--line-runs", type=int, default=20, help="calls per point of the sweep, at most (20)"
+        "--line-runs", type=int, default=50, help="calls per point of the sweep, at most (50)"
     )
     parser.add_argument(
         "--line-seconds",
