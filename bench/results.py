@@ -9,15 +9,16 @@ to: a reduced run must not replace the published figures by accident.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
 import platform
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.e2e import machine_description
 from hack.clusterkit import REPO
 
 RESULTS = REPO / "bench" / "results"
@@ -45,6 +46,21 @@ def commit() -> str:
     if head.returncode != 0:
         return "unknown"
     return head.stdout.strip() + ("-dirty" if changed else "")
+
+
+def cpu_model() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it (what a figure was measured on)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def machine_description() -> str:
+    """Architecture, CPU model, CPU count (nproc) and memory of this machine."""
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.machine()} {cpu_model()}, {os.cpu_count()} CPUs, {mem_gb:.0f} GiB"
 
 
 def run_info(command: str) -> dict[str, str]:

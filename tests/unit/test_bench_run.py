@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
+import pytest
+
+from bench import plots
 from bench import run as bench_run
 
 
@@ -24,3 +30,30 @@ async def test_queue_rows_admit_the_fresh_gang_also_after_nodes_changed() -> Non
     }
     for row in rows.values():
         assert 0 < row["p50_ms"] <= row["p99_ms"]
+
+
+async def test_the_line_sweep_admits_at_every_length_and_feeds_its_plot(tmp_path: Path) -> None:
+    points = await bench_run.line_sweep(40, 400, [0, 5, 20], queues=3, runs=4, churn=5)
+    assert [(p["line"], p["queues"]) for p in points] == [
+        (n, q) for n in (0, 5, 20) for q in ("none", "3")
+    ]
+    for point in points:
+        assert point["calls"] == 4
+        assert 0 < point["p50_ms"] <= point["p99_ms"] <= point["max_ms"]
+        assert point["first_ms"] > 0
+    drawn = plots.admission_by_line(
+        {"nodes": 40, "pods": 400, "points": points}, tmp_path / "a.png"
+    )
+    assert drawn.stat().st_size > 0
+
+
+async def test_a_sweep_point_stops_at_its_time_budget_after_three_calls() -> None:
+    points = await bench_run.line_sweep(40, 400, [10], queues=2, runs=50, budget_seconds=0)
+    assert [p["calls"] for p in points] == [3, 3]
+
+
+def test_line_lengths_are_whole_numbers_or_a_clear_error() -> None:
+    assert bench_run.line_lengths("0,100,1_000, 10000") == [0, 100, 1000, 10000]
+    for bad in ("0,x", "", "-1"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"whole numbers|none negative"):
+            bench_run.line_lengths(bad)
