@@ -108,6 +108,18 @@ async def heap_kept_as_the_server_keeps_it() -> AsyncIterator[None]:
         gc.unfreeze()
 
 
+@asynccontextmanager
+async def verbs_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of `app` over an in-memory transport, the heap kept as the server keeps it."""
+    async with (
+        heap_kept_as_the_server_keeps_it(),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://bench"
+        ) as client,
+    ):
+        yield client
+
+
 async def timed(
     client: httpx.AsyncClient, path: str, bodies: list[bytes], runs: int
 ) -> list[float]:
@@ -162,12 +174,7 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
     names = [f"node-{i}" for i in range(nodes)]
     results: dict[str, Any] = {}
 
-    async with (
-        heap_kept_as_the_server_keeps_it(),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://bench"
-        ) as client,
-    ):
+    async with verbs_client(app) as client:
         plain = [
             json.dumps({"Pod": pod(f"web-{i}"), "NodeNames": names, "Nodes": None}).encode()
             for i in range(runs)
@@ -393,12 +400,7 @@ async def preempt_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     plain["spec"]["priority"] = 1000
     plain_body = json.dumps({"Pod": plain, "NodeNameToMetaVictims": victims}).encode()
     out: dict[str, Any] = {}
-    async with (
-        heap_kept_as_the_server_keeps_it(),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://bench"
-        ) as client,
-    ):
+    async with verbs_client(app) as client:
         print(
             f"preempt: {nodes} full nodes, {len(filler)} pods, {len(victims)} candidates per call"
         )
@@ -420,6 +422,19 @@ async def preempt_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
             "preempt, pod in no gang", await timed(client, "/scheduler/preempt", [plain_body], runs)
         )
     return out
+
+
+def arbiter_app(
+    state: ClusterState, admission: Admission, gate: PermitGate, metrics: Metrics, arbiter: Arbiter
+) -> FastAPI:
+    """The verbs' ASGI app with `arbiter` deciding a fresh gang's admission."""
+    extender = GangExtender(
+        VerbCore(state, admission, metrics, WaitPolicy(60, 80)),
+        gate,
+        NullApi(),
+        VerbLinks(arbiter=arbiter),
+    )
+    return create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
 
 
 async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
@@ -513,13 +528,7 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
         lambda spec: 60.0,
         settings=ArbiterSettings(levels=(HOSTNAME, rack, block, ZONE)),
     )
-    extender = GangExtender(
-        VerbCore(state, admission, metrics, WaitPolicy(60, 80)),
-        gate,
-        NullApi(),
-        VerbLinks(arbiter=arbiter),
-    )
-    app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
+    app = arbiter_app(state, admission, gate, metrics, arbiter)
     names = [f"node-{i}" for i in range(nodes)]
     out: dict[str, Any] = {}
     async with httpx.AsyncClient(
@@ -614,17 +623,10 @@ def queue_arbiter(
     book.replace(queue_objects)
     arbiter = Arbiter(state, admission, gate, lambda spec: 60.0, ArbiterPeers(queues=book))
     first = cluster.pods // 10
-    for i in range(
-        cluster.pending
-    ):  # the waiting gangs were turned away once, as in a busy cluster
+    # The waiting gangs were turned away once, as in a busy cluster.
+    for i in range(cluster.pending):
         arbiter.waiting[f"bench/g{first + i}"] = Waiting(GroupRef("bench", f"g{first + i}"), 0.0)
-    extender = GangExtender(
-        VerbCore(state, admission, metrics, WaitPolicy(60, 80)),
-        gate,
-        NullApi(),
-        VerbLinks(arbiter=arbiter),
-    )
-    app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
+    app = arbiter_app(state, admission, gate, metrics, arbiter)
     return arbiter, app
 
 
@@ -687,12 +689,7 @@ async def queue_rows(
     ]
     for label, objects in variants:
         arbiter, app = queue_arbiter(cluster, objects)
-        async with (
-            heap_kept_as_the_server_keeps_it(),
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://bench"
-            ) as client,
-        ):
+        async with verbs_client(app) as client:
             first_ms, samples = await fresh_admissions(client, cluster, arbiter, runs, churn)
             # Nodes come and go in an autoscaled cluster: before each of these
             # admissions a node was cordoned or uncordoned (the tally redoes the
@@ -748,12 +745,7 @@ async def line_sweep(
         cluster = queue_cluster(nodes, pods, queues, length)
         for label, objects in (("none", []), (str(queues), cluster.queue_specs)):
             arbiter, app = queue_arbiter(cluster, objects)
-            async with (
-                heap_kept_as_the_server_keeps_it(),
-                httpx.AsyncClient(
-                    transport=httpx.ASGITransport(app=app), base_url="http://bench"
-                ) as client,
-            ):
+            async with verbs_client(app) as client:
                 first_ms, samples = await fresh_admissions(
                     client, cluster, arbiter, runs, churn, budget_seconds
                 )
