@@ -295,6 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     command = "python -m bench.contention " + " ".join(argv if argv is not None else sys.argv[1:])
+    info = run_info(command.strip())  # the commit at the start: what was measured
     state_dir = REPO / ".local-cluster-bench"
     env = {
         **os.environ,
@@ -345,7 +346,6 @@ def main(argv: list[str] | None = None) -> None:
             f"{figures['off']['gate_timeouts']:8g}"
         )
     if args.json:
-        info = run_info(command.strip())
         write_json(args.json, {**info, "nodes": NODES, "node_cpu": NODE_CPU, "modes": figures})
 
 

@@ -1549,6 +1549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     began = time.monotonic()
+    measured = commit()  # what was measured: the commit at the start, not at the end
     bench = start_bench_cluster(
         args.nodes,
         qps=args.qps,
@@ -1684,7 +1685,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "label": args.label,
         "command": "python bench/e2e.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "duration": time.monotonic() - began,
-        "commit": commit(),
+        "commit": measured,
         "machine": machine_description(),
         "kube_version": lc.toolchain.read_versions()["KUBE_VERSION"],
         "python": platform.python_version(),

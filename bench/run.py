@@ -815,6 +815,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
     command = "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
     figures: dict[str, Any]
     if args.line_sweep:
+        info = run_info(command.strip())  # the commit at the start: what was measured
         began = time.monotonic()
         points = asyncio.run(
             line_sweep(
@@ -829,7 +830,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
         took = time.monotonic() - began
         print(f"line sweep took {took:.0f} s")
         figures = {
-            **run_info(command.strip()),
+            **info,
             "nodes": args.nodes,
             "pods": args.pods,
             "queues": args.line_queues,
