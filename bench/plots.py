@@ -126,13 +126,17 @@ def pods_per_second(results: Mapping[str, Any], out: Path) -> Path:
         figure = _figure()
         axes = figure.add_subplot()
         sizes: set[int] = set()
-        for letter in [c for c in E2E_CASES if c in rates]:
+        # A marker of its own per case: two cases at the same rate still both show.
+        for letter, marker in zip(E2E_CASES, "osD^vPX", strict=True):
+            if letter not in rates:
+                continue
             by_nodes = rates[letter]
             sizes.update(by_nodes)
             axes.plot(
                 list(by_nodes),
                 list(by_nodes.values()),
-                marker="o",
+                marker=marker,
+                markerfacecolor="none",
                 label=f"({letter}) {descriptions[letter]}",
             )
         if not sizes:
