@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install lock audit kube helm manifests lint typecheck unit docs docs-reference test cluster-test demo demo-down bench bench-e2e bench-compare cluster-up cluster-down clean
+.PHONY: help install lock audit kube helm manifests lint typecheck unit docs docs-reference test cluster-test demo demo-down bench bench-plots bench-e2e bench-compare cluster-up cluster-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -97,14 +97,23 @@ cluster-up: kube ## start the local control plane only
 cluster-down: ## stop the local control plane
 	hack/local-cluster down
 
-bench: $(STAMP) kube ## measure the speed targets: verbs in process, 40 gangs under contention, topology against kube-scheduler's own, the pod watch's cost, one verb call's cost on both sides (at 500 and 5,000 nodes), then end to end with kube-scheduler (updates BENCHMARKS.md)
-	$(BIN)/python bench/run.py
-	$(BIN)/python -m bench.contention
-	$(BIN)/python -m bench.topology
-	$(BIN)/python -m bench.watchcost
-	$(BIN)/python -m bench.verbcost
-	$(BIN)/python -m bench.verbcost --nodes 5000
-	$(BIN)/python bench/e2e.py --write $(E2E_ARGS)
+# Each benchmark writes its figures to bench/results/ (committed with BENCHMARKS.md's
+# figures); bench/plots.py draws docs/benchmarks/img/ from them (docs/benchmarks/index.md).
+RESULTS := bench/results
+LINE_SWEEP ?= 0,100,1000,10000
+bench: $(STAMP) kube ## measure the speed targets: verbs in process (and a fresh gang's admission against the line's length), 40 gangs under contention, topology against kube-scheduler's own, the pod watch's cost, one verb call's cost on both sides (at 500 and 5,000 nodes), then end to end with kube-scheduler; JSON in bench/results, plots redrawn (updates BENCHMARKS.md's e2e section)
+	$(BIN)/python bench/run.py --json $(RESULTS)/run.json
+	$(BIN)/python bench/run.py --line-sweep $(LINE_SWEEP) --json $(RESULTS)/line.json
+	$(BIN)/python -m bench.contention --json $(RESULTS)/contention.json
+	$(BIN)/python -m bench.topology --json $(RESULTS)/topology.json
+	$(BIN)/python -m bench.watchcost --json $(RESULTS)/watchcost.json
+	$(BIN)/python -m bench.verbcost --json $(RESULTS)/verbcost-500.json
+	$(BIN)/python -m bench.verbcost --nodes 5000 --json $(RESULTS)/verbcost-5000.json
+	$(BIN)/python bench/e2e.py --write --json $(RESULTS)/e2e.json $(E2E_ARGS)
+	$(BIN)/python bench/plots.py
+
+bench-plots: $(STAMP) ## redraw docs/benchmarks/img/ from the JSON in bench/results (runs no benchmark)
+	$(BIN)/python bench/plots.py
 
 bench-e2e: $(STAMP) kube ## only the end-to-end benchmark; e.g. E2E_ARGS="--nodes 200 --pods 1000 --scale-nodes 0 --cache-pods 0"
 	$(BIN)/python bench/e2e.py $(E2E_ARGS)

@@ -46,7 +46,8 @@ from typing import Any
 # bench/ importable as a package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.e2e import machine_description, replace_marked_section
+from bench.e2e import replace_marked_section
+from bench.results import machine_description
 from hack.clusterkit import REPO
 
 DEFAULT_BASE = "985d682"

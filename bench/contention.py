@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.groups import POD_GROUP_LABEL, XK8S_API
+from bench.results import run_info, write_json
 from hack.clusterkit import (
     REPO,
     api_client,
@@ -71,6 +73,8 @@ class Result:
     first_complete: float
     longest_partial: float
     incomplete: list[str] = field(default_factory=list)
+    timeline: list[list[float]] = field(default_factory=list)
+    """TIMELINE_FIELDS per sample of the watcher, about every half second."""
 
     @property
     def ratio(self) -> float:
@@ -84,6 +88,12 @@ class Result:
             f"{self.first_complete:.1f}s, longest partial binding {self.longest_partial:.1f}s"
             + (f", INCOMPLETE {len(self.incomplete)}" if self.incomplete else "")
         )
+
+
+TIMELINE_FIELDS = ("seconds", "waiting", "partial", "running", "done", "pods_bound")
+"""A timeline sample: seconds since the first pod was created, then how many gangs had no
+member bound, some but not all, all bound (and not finished), all finished, and how many
+pods were bound (finished or not): what bench/plots.py draws per mode."""
 
 
 def gang_sizes(count: int = 40, seed: int = 9) -> list[int]:
@@ -100,6 +110,8 @@ class _Watcher:
         self.gangs = gangs
         self.stop = threading.Event()
         self.errors: list[str] = []
+        self.timeline: list[tuple[float, int, int, int, int, int]] = []
+        """(monotonic time, then TIMELINE_FIELDS[1:]) per sample."""
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -132,6 +144,27 @@ class _Watcher:
                 gang.partial_seconds = max(gang.partial_seconds, now - gang.first_bound)
             if finished.get(name, 0) >= gang.size and gang.done is None:
                 gang.done = now
+        counts = {"waiting": 0, "partial": 0, "running": 0, "done": 0}
+        for name, gang in self.gangs.items():
+            count = bound.get(name, 0)
+            if gang.done is not None:
+                counts["done"] += 1
+            elif gang.all_bound is not None:
+                counts["running"] += 1
+            elif count:
+                counts["partial"] += 1
+            else:
+                counts["waiting"] += 1
+        self.timeline.append(
+            (
+                now,
+                counts["waiting"],
+                counts["partial"],
+                counts["running"],
+                counts["done"],
+                sum(bound.values()),
+            )
+        )
 
 
 def run_gangs(
@@ -188,6 +221,7 @@ def run_gangs(
         first_complete=(min(complete) - start) if complete else float("inf"),
         longest_partial=max(g.partial_seconds for g in gangs.values()),
         incomplete=sorted(n for n, g in gangs.items() if g.done is None),
+        timeline=[[round(t - start, 3), *counts] for t, *counts in watcher.timeline],
     )
 
 
@@ -244,7 +278,7 @@ def _measure(
         stop_process(process)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--work-seconds", type=float, default=20.0)
     parser.add_argument(
@@ -256,8 +290,12 @@ def main() -> None:
     parser.add_argument("--gangs", type=int, default=40)
     parser.add_argument("--seed", type=int, default=9)
     parser.add_argument("--only", choices=("on", "off"), help="run one mode only")
-    parser.add_argument("--json", help="also write the figures to this file")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--json", help="also write the figures to this file (make bench: bench/results/)"
+    )
+    args = parser.parse_args(argv)
+    command = "python -m bench.contention " + " ".join(argv if argv is not None else sys.argv[1:])
+    info = run_info(command.strip())  # the commit at the start: what was measured
     state_dir = REPO / ".local-cluster-bench"
     env = {
         **os.environ,
@@ -308,7 +346,7 @@ def main() -> None:
             f"{figures['off']['gate_timeouts']:8g}"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
+        write_json(args.json, {**info, "nodes": NODES, "node_cpu": NODE_CPU, "modes": figures})
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ from app.kube.client import read_and_release
 # importable (app/ comes from the editable install).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.results import commit, machine_description
 from bench.roundtrips import Capture, RoundTrips
 from hack.clusterkit import (
     REPO,
@@ -644,21 +645,6 @@ def replace_marked_section(text: str, section: str, begin: str, end: str) -> str
 def update_benchmarks_md(text: str, section: str) -> str:
     """Replace the previous e2e section (between the markers) or append one."""
     return replace_marked_section(text, section, MD_BEGIN, MD_END)
-
-
-def cpu_model() -> str:
-    """The CPU's model name, as /proc/cpuinfo gives it (what a figure was measured on)."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
-def machine_description() -> str:
-    """Architecture, CPU model, CPU count (nproc) and memory of this machine."""
-    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{platform.machine()} {cpu_model()}, {os.cpu_count()} CPUs, {mem_gb:.0f} GiB"
 
 
 # ---- talking to the cluster ---------------------------------------------------------
@@ -1563,6 +1549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     began = time.monotonic()
+    measured = commit()  # what was measured: the commit at the start, not at the end
     bench = start_bench_cluster(
         args.nodes,
         qps=args.qps,
@@ -1698,6 +1685,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "label": args.label,
         "command": "python bench/e2e.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "duration": time.monotonic() - began,
+        "commit": measured,
         "machine": machine_description(),
         "kube_version": lc.toolchain.read_versions()["KUBE_VERSION"],
         "python": platform.python_version(),

@@ -13,16 +13,21 @@ import argparse
 import asyncio
 import gc
 import json
+import math
 import os
 import platform
+import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
 from app.core.admission import Admission, WaitPolicy
 from app.core.groups import POD_GROUP_LABEL, SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS, GroupRef
@@ -40,6 +45,12 @@ from app.runtime.queue_book import QueueBook
 from app.web.extender import GangExtender
 from app.web.routes import create_app
 from app.web.verb_context import VerbCore, VerbLinks
+
+# Run by path (`python bench/run.py`), sys.path[0] is bench/: the repository root makes
+# bench/ and hack/ importable (app/ comes from the editable install).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results import run_info, write_json
 
 
 def node(i: int) -> dict[str, Any]:
@@ -97,6 +108,18 @@ async def heap_kept_as_the_server_keeps_it() -> AsyncIterator[None]:
         gc.unfreeze()
 
 
+@asynccontextmanager
+async def verbs_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of `app` over an in-memory transport, the heap kept as the server keeps it."""
+    async with (
+        heap_kept_as_the_server_keeps_it(),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://bench"
+        ) as client,
+    ):
+        yield client
+
+
 async def timed(
     client: httpx.AsyncClient, path: str, bodies: list[bytes], runs: int
 ) -> list[float]:
@@ -151,12 +174,7 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
     names = [f"node-{i}" for i in range(nodes)]
     results: dict[str, Any] = {}
 
-    async with (
-        heap_kept_as_the_server_keeps_it(),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://bench"
-        ) as client,
-    ):
+    async with verbs_client(app) as client:
         plain = [
             json.dumps({"Pod": pod(f"web-{i}"), "NodeNames": names, "Nodes": None}).encode()
             for i in range(runs)
@@ -382,12 +400,7 @@ async def preempt_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     plain["spec"]["priority"] = 1000
     plain_body = json.dumps({"Pod": plain, "NodeNameToMetaVictims": victims}).encode()
     out: dict[str, Any] = {}
-    async with (
-        heap_kept_as_the_server_keeps_it(),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://bench"
-        ) as client,
-    ):
+    async with verbs_client(app) as client:
         print(
             f"preempt: {nodes} full nodes, {len(filler)} pods, {len(victims)} candidates per call"
         )
@@ -409,6 +422,19 @@ async def preempt_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
             "preempt, pod in no gang", await timed(client, "/scheduler/preempt", [plain_body], runs)
         )
     return out
+
+
+def arbiter_app(
+    state: ClusterState, admission: Admission, gate: PermitGate, metrics: Metrics, arbiter: Arbiter
+) -> FastAPI:
+    """The verbs' ASGI app with `arbiter` deciding a fresh gang's admission."""
+    extender = GangExtender(
+        VerbCore(state, admission, metrics, WaitPolicy(60, 80)),
+        gate,
+        NullApi(),
+        VerbLinks(arbiter=arbiter),
+    )
+    return create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
 
 
 async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
@@ -502,13 +528,7 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
         lambda spec: 60.0,
         settings=ArbiterSettings(levels=(HOSTNAME, rack, block, ZONE)),
     )
-    extender = GangExtender(
-        VerbCore(state, admission, metrics, WaitPolicy(60, 80)),
-        gate,
-        NullApi(),
-        VerbLinks(arbiter=arbiter),
-    )
-    app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
+    app = arbiter_app(state, admission, gate, metrics, arbiter)
     names = [f"node-{i}" for i in range(nodes)]
     out: dict[str, Any] = {}
     async with httpx.AsyncClient(
@@ -535,18 +555,24 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     return out
 
 
-async def queue_rows(
-    nodes: int, pods: int, runs: int, queues: int = 20, pending: int = 1000, churn: int = 50
-) -> dict[str, Any]:
-    """The filter verb admitting a fresh gang of 8 with `queues` Volcano Queues, or none.
+@dataclass
+class QueueCluster:
+    """The cluster of the queue rows and the line sweep, and the fresh gang's filter bodies."""
 
-    The cluster runs `pods` one-CPU pods in gangs of 10, every gang in one of
-    the queues (annotation scheduling.volcano.sh/queue-name on its PodGroup);
-    `pending` gangs of 4 wait in line. With queues, every fresh admission
-    tallies what each queue holds and waits for and computes the shares.
-    Between two admissions `churn` running pods of as many gangs end and
-    come back, as in a busy cluster: the tally kept between calls redoes
-    those gangs (app/runtime/queue_tally.py).
+    state: ClusterState
+    nodes: int
+    pods: int
+    pending: int
+    queue_specs: list[dict[str, Any]]
+    bodies: list[bytes]
+
+
+def queue_cluster(nodes: int, pods: int, queues: int, pending: int) -> QueueCluster:
+    """`pods` running one-CPU pods in gangs of 10, `pending` gangs of 4 waiting, a fresh gang of 8.
+
+    Every gang is in one of `queues` Volcano Queues (annotation
+    scheduling.volcano.sh/queue-name on its PodGroup); the Queue objects
+    themselves are given to an arbiter or not (`queue_arbiter`).
     """
     state = ClusterState()
     state.replace_nodes([node(i) for i in range(nodes)])
@@ -576,58 +602,95 @@ async def queue_rows(
     specs = [
         {"metadata": {"name": f"team-{q}"}, "spec": {"weight": 1 + q % 3}} for q in range(queues)
     ]
+    names = [f"node-{i}" for i in range(nodes)]
+    bodies = [
+        json.dumps({"Pod": pod(f"new-{i}", group=f"g{new}"), "NodeNames": names}).encode()
+        for i in range(2)
+    ]
+    return QueueCluster(state, nodes, pods, pending, specs, bodies)
+
+
+def queue_arbiter(
+    cluster: QueueCluster, queue_objects: list[dict[str, Any]]
+) -> tuple[Arbiter, FastAPI]:
+    """An arbiter that knows `queue_objects` (none: no queues), the pending gangs in its line,
+    and the ASGI app that calls it."""
+    state = cluster.state
+    metrics = Metrics()
+    admission = Admission(3)
+    gate = PermitGate(state, admission, NullApi(), metrics)
+    book = QueueBook(state, metrics=metrics)
+    book.replace(queue_objects)
+    arbiter = Arbiter(state, admission, gate, lambda spec: 60.0, ArbiterPeers(queues=book))
+    first = cluster.pods // 10
+    # The waiting gangs were turned away once, as in a busy cluster.
+    for i in range(cluster.pending):
+        arbiter.waiting[f"bench/g{first + i}"] = Waiting(GroupRef("bench", f"g{first + i}"), 0.0)
+    app = arbiter_app(state, admission, gate, metrics, arbiter)
+    return arbiter, app
+
+
+async def fresh_admissions(
+    client: httpx.AsyncClient,
+    cluster: QueueCluster,
+    arbiter: Arbiter,
+    runs: int,
+    churn: int,
+    budget_seconds: float = math.inf,
+) -> tuple[float, list[float]]:
+    """The first fresh admission of the gang of 8 (the queues' tally built), then up to `runs`
+    more, each after `churn` running pods of as many gangs ended and came back, as in a busy
+    cluster (the tally kept between calls redoes those gangs, app/runtime/queue_tally.py).
+
+    Stops early, after at least 3 timed calls, once `budget_seconds` have gone: a long line
+    can make one call take seconds. Returns the first call's ms and the timed calls' seconds.
+    """
+    state, pods, nodes = cluster.state, cluster.pods, cluster.nodes
+    first_ms = 0.0
+    samples: list[float] = []
+    began = time.monotonic()
+    for i in range(runs + 1):
+        if i > 3 and time.monotonic() - began > budget_seconds:
+            break
+        arbiter.claims.clear()
+        arbiter.on_nodes_changed()  # no memo of the last verdict
+        for j in range(i * churn, (i + 1) * churn):
+            k = (j * 10) % pods
+            state.delete_pod("bench", f"r{k}")
+            state.apply_pod(pod(f"r{k}", group=f"g{k // 10}", node_name=f"node-{k % nodes}"))
+        taken = await timed(client, "/scheduler/filter", cluster.bodies[i % 2 :], 1)
+        if i == 0:
+            # The first call builds the queues' tally from every pod, as a new extender's
+            # first admission does; the rows time the calls after it.
+            first_ms = taken[0] * 1000
+            continue
+        samples += taken
+    assert arbiter.claims, "the fresh gang was not admitted"
+    return first_ms, samples
+
+
+async def queue_rows(
+    nodes: int, pods: int, runs: int, queues: int = 20, pending: int = 1000, churn: int = 50
+) -> dict[str, Any]:
+    """The filter verb admitting a fresh gang of 8 with `queues` Volcano Queues, or none.
+
+    The cluster of `queue_cluster`, `pending` gangs of 4 in line. With queues,
+    every fresh admission tallies what each queue holds and waits for and
+    computes the shares. Between two admissions `churn` running pods of as
+    many gangs end and come back (`fresh_admissions`).
+    """
+    cluster = queue_cluster(nodes, pods, queues, pending)
+    state = cluster.state
     out: dict[str, Any] = {}
     first_ms = 0.0
-    variants: list[tuple[str, list[dict[str, Any]]]] = [("none", []), (str(queues), specs)]
+    variants: list[tuple[str, list[dict[str, Any]]]] = [
+        ("none", []),
+        (str(queues), cluster.queue_specs),
+    ]
     for label, objects in variants:
-        metrics = Metrics()
-        admission = Admission(3)
-        gate = PermitGate(state, admission, NullApi(), metrics)
-        book = QueueBook(state, metrics=metrics)
-        book.replace(objects)
-        arbiter = Arbiter(state, admission, gate, lambda spec: 60.0, ArbiterPeers(queues=book))
-        for i in range(pending):  # the waiting gangs were turned away once, as in a busy cluster
-            arbiter.waiting[f"bench/g{pods // 10 + i}"] = Waiting(
-                GroupRef("bench", f"g{pods // 10 + i}"), 0.0
-            )
-        extender = GangExtender(
-            VerbCore(state, admission, metrics, WaitPolicy(60, 80)),
-            gate,
-            NullApi(),
-            VerbLinks(arbiter=arbiter),
-        )
-        app = create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
-        names = [f"node-{i}" for i in range(nodes)]
-        async with (
-            heap_kept_as_the_server_keeps_it(),
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://bench"
-            ) as client,
-        ):
-            bodies = [
-                json.dumps({"Pod": pod(f"new-{i}", group=f"g{new}"), "NodeNames": names}).encode()
-                for i in range(2)
-            ]
-            samples: list[float] = []
-            for i in range(runs + 1):
-                arbiter.claims.clear()
-                arbiter.on_nodes_changed()  # no memo of the last verdict
-                # Between two admissions a busy cluster changed: `churn` running pods,
-                # each of another gang, ended and came back.
-                for j in range(i * churn, (i + 1) * churn):
-                    k = (j * 10) % pods
-                    state.delete_pod("bench", f"r{k}")
-                    back = pod(f"r{k}", group=f"g{k // 10}", node_name=f"node-{k % nodes}")
-                    state.apply_pod(back)
-                taken = await timed(client, "/scheduler/filter", bodies[i % 2 :], 1)
-                if i == 0:
-                    # The first call builds the queues' tally from every pod, as a
-                    # new extender's first admission does; the rows time the calls
-                    # after it.
-                    first_ms = taken[0] * 1000
-                    continue
-                samples += taken
-            assert arbiter.claims, f"the gang was not admitted ({label} queues)"
+        arbiter, app = queue_arbiter(cluster, objects)
+        async with verbs_client(app) as client:
+            first_ms, samples = await fresh_admissions(client, cluster, arbiter, runs, churn)
             # Nodes come and go in an autoscaled cluster: before each of these
             # admissions a node was cordoned or uncordoned (the tally redoes the
             # gangs on it, the free room every node).
@@ -638,7 +701,7 @@ async def queue_rows(
                 raw = node((i // 2) % nodes)
                 raw["spec"]["unschedulable"] = i % 2 == 0
                 state.apply_node(raw)
-                after_node += await timed(client, "/scheduler/filter", bodies[i % 2 :], 1)
+                after_node += await timed(client, "/scheduler/filter", cluster.bodies[i % 2 :], 1)
             assert arbiter.claims, f"the gang was not admitted ({label} queues, nodes changed)"
         out[f"filter_gang_admit_queues_{label}"] = report(
             f"filter, fresh gang of 8, {pending} waiting, queues: {label}", samples
@@ -657,7 +720,65 @@ async def queue_rows(
     return out
 
 
-if __name__ == "__main__":
+async def line_sweep(
+    nodes: int,
+    pods: int,
+    lengths: Sequence[int],
+    *,
+    queues: int = 20,
+    runs: int = 20,
+    churn: int = 50,
+    budget_seconds: float = 60.0,
+) -> list[dict[str, Any]]:
+    """A fresh gang of 8's admission (its first member's filter) with each of `lengths` gangs
+    in line, with no queues and with `queues` Volcano Queues: the queue rows' admission
+    (`fresh_admissions`) at every line length, for the plot of admission time against line
+    length (bench/plots.py).
+
+    Each point takes up to `runs` calls, fewer once `budget_seconds` have gone (at least 3):
+    a long line can make one call take seconds. One point per length and queue setting:
+    its calls, p50, p99, the longest call and the first call (the queues' tally built).
+    """
+    points: list[dict[str, Any]] = []
+    print(f"line sweep: {nodes} nodes, {pods} pods, a fresh gang of 8 with N gangs of 4 in line")
+    for length in lengths:
+        cluster = queue_cluster(nodes, pods, queues, length)
+        for label, objects in (("none", []), (str(queues), cluster.queue_specs)):
+            arbiter, app = queue_arbiter(cluster, objects)
+            async with verbs_client(app) as client:
+                first_ms, samples = await fresh_admissions(
+                    client, cluster, arbiter, runs, churn, budget_seconds
+                )
+            row = report(f"{length:,} in line, queues: {label}, {len(samples)} calls", samples)
+            longest = max(samples) * 1000
+            print(f"  {'':<58} longest {longest:8.2f} ms   first {first_ms:8.2f} ms")
+            points.append(
+                {
+                    "line": length,
+                    "queues": label,
+                    "calls": len(samples),
+                    **row,
+                    "max_ms": longest,
+                    "first_ms": first_ms,
+                }
+            )
+    return points
+
+
+def line_lengths(text: str) -> list[int]:
+    """--line-sweep's value: comma-separated counts of gangs in line, e.g. 0,100,1000,10000."""
+    try:
+        lengths = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of whole numbers (e.g. 0,100,1000,10000)"
+        ) from None
+    if not lengths or min(lengths) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more counts, none negative")
+    return lengths
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=50_000)
@@ -666,12 +787,62 @@ if __name__ == "__main__":
     parser.add_argument(
         "--rounds", type=int, default=5, help="idle/loaded rounds of the gate-waiters ratio"
     )
-    parser.add_argument("--json", help="also write the figures to this file")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--line-sweep",
+        type=line_lengths,
+        metavar="N,N,...",
+        help="instead of the rows, time a fresh gang of 8's admission with each of these many "
+        "gangs of 4 in line, without queues and with --line-queues (make bench: "
+        "0,100,1000,10000; bench/plots.py draws it)",
+    )
+    parser.add_argument("--line-queues", type=int, default=20, help="queues of the sweep (20)")
+    parser.add_argument(
+        "--line-runs", type=int, default=50, help="calls per point of the sweep, at most (50)"
+    )
+    parser.add_argument(
+        "--line-seconds",
+        type=float,
+        default=60.0,
+        help="a point of the sweep stops taking calls after this long, at 3 calls or more (60)",
+    )
+    parser.add_argument(
+        "--json", help="also write the figures to this file (make bench: bench/results/)"
+    )
+    args = parser.parse_args(argv)
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}"
     )
-    figures = asyncio.run(main(args.nodes, args.pods, args.waiters, args.runs, args.rounds))
+    command = "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    figures: dict[str, Any]
+    if args.line_sweep:
+        info = run_info(command.strip())  # the commit at the start: what was measured
+        began = time.monotonic()
+        points = asyncio.run(
+            line_sweep(
+                args.nodes,
+                args.pods,
+                args.line_sweep,
+                queues=args.line_queues,
+                runs=args.line_runs,
+                budget_seconds=args.line_seconds,
+            )
+        )
+        took = time.monotonic() - began
+        print(f"line sweep took {took:.0f} s")
+        figures = {
+            **info,
+            "nodes": args.nodes,
+            "pods": args.pods,
+            "queues": args.line_queues,
+            "seconds": took,
+            "points": points,
+        }
+    else:
+        figures = asyncio.run(main(args.nodes, args.pods, args.waiters, args.runs, args.rounds))
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump(figures, out, indent=2)
+        write_json(args.json, figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

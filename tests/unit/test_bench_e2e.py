@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.core.groups import LIGHT_MIN_AVAILABLE_LABEL, POD_GROUP_LABEL
 from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
-from bench import e2e
+from bench import e2e, plots
 from bench.roundtrips import RoundTrips
 
 
@@ -280,3 +281,14 @@ def test_nodes_per_gang_counts_distinct_nodes_of_bound_members() -> None:
     # g0 on two nodes, g1 on one, g2 not bound yet (left out).
     assert e2e.nodes_per_gang(node_of, gang_of) == 1.5
     assert e2e.nodes_per_gang({}, gang_of) is None
+
+
+def test_the_json_it_writes_has_what_the_pods_per_second_plot_reads(tmp_path: Path) -> None:
+    """--json's cases, rounds and the scale step alike, through the plot of bench/plots.py."""
+    cases = [_result("a", 200), _result("a-r2", 180), _result("q", 150), _result("q-scale", 90)]
+    cases[-1].nodes = 5000
+    report = {"date": "2026-11-28 10:00 UTC", "commit": "abc1234", "machine": "x86_64 Some CPU",
+              "cases": cases}  # fmt: skip
+    written = json.loads(e2e.report_json(report))
+    assert plots.e2e_rates(written) == {"a": {500: 190.0}, "q": {500: 150.0, 5000: 90.0}}
+    assert plots.pods_per_second(written, tmp_path / "p.png").stat().st_size > 0

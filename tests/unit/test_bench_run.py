@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
+import argparse
 from pathlib import Path
-from types import ModuleType
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
+import pytest
 
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_run", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench import plots
+from bench import run as bench_run
 
 
 async def test_preempt_rows_make_a_plan_and_answer_from_it() -> None:
-    rows = await load().preempt_rows(nodes=40, pods=400, runs=8)
+    rows = await bench_run.preempt_rows(nodes=40, pods=400, runs=8)
     assert rows.pop("plan_evictions") == 40  # 8 members of 2 CPUs: 4 nodes emptied
     assert set(rows) == {"preempt_gang_plan_made", "preempt_gang_from_plan", "preempt_plain"}
     for row in rows.values():
@@ -26,7 +20,7 @@ async def test_preempt_rows_make_a_plan_and_answer_from_it() -> None:
 
 
 async def test_queue_rows_admit_the_fresh_gang_also_after_nodes_changed() -> None:
-    rows = await load().queue_rows(nodes=40, pods=400, runs=4, queues=3, pending=20, churn=5)
+    rows = await bench_run.queue_rows(nodes=40, pods=400, runs=4, queues=3, pending=20, churn=5)
     assert rows.pop("filter_gang_admit_queues_first_ms") > 0
     assert rows.pop("ratio_filter_p99_queues_vs_none") > 0
     assert set(rows) == {
@@ -36,3 +30,30 @@ async def test_queue_rows_admit_the_fresh_gang_also_after_nodes_changed() -> Non
     }
     for row in rows.values():
         assert 0 < row["p50_ms"] <= row["p99_ms"]
+
+
+async def test_the_line_sweep_admits_at_every_length_and_feeds_its_plot(tmp_path: Path) -> None:
+    points = await bench_run.line_sweep(40, 400, [0, 5, 20], queues=3, runs=4, churn=5)
+    assert [(p["line"], p["queues"]) for p in points] == [
+        (n, q) for n in (0, 5, 20) for q in ("none", "3")
+    ]
+    for point in points:
+        assert point["calls"] == 4
+        assert 0 < point["p50_ms"] <= point["p99_ms"] <= point["max_ms"]
+        assert point["first_ms"] > 0
+    drawn = plots.admission_by_line(
+        {"nodes": 40, "pods": 400, "points": points}, tmp_path / "a.png"
+    )
+    assert drawn.stat().st_size > 0
+
+
+async def test_a_sweep_point_stops_at_its_time_budget_after_three_calls() -> None:
+    points = await bench_run.line_sweep(40, 400, [10], queues=2, runs=50, budget_seconds=0)
+    assert [p["calls"] for p in points] == [3, 3]
+
+
+def test_line_lengths_are_whole_numbers_or_a_clear_error() -> None:
+    assert bench_run.line_lengths("0,100,1_000, 10000") == [0, 100, 1000, 10000]
+    for bad in ("0,x", "", "-1"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"whole numbers|none negative"):
+            bench_run.line_lengths(bad)
