@@ -237,6 +237,23 @@ class Arrival:
     runs: int
 
 
+def sim_contest(
+    allocatable: list[Bin], pods: list[Running], line: list[Gang], backfill: bool
+) -> Contest:
+    """The contest of one moment of the simulation: the running pods' nodes, the line."""
+    on: dict[str, list[Resources]] = {}
+    for p in pods:
+        on.setdefault(p.node, []).append(p.requests)
+    free = []
+    for b in allocatable:
+        left = dict(b.free)
+        for requests in on.get(b.name, ()):
+            for name, amount in requests.items():
+                left[name] = left.get(name, 0) - amount
+        free.append(Bin(b.name, left, b.labels, b.taints))
+    return Contest(free, (), line, allocatable, remainders=fixed(on) if backfill else None)
+
+
 def simulate(
     allocatable: list[Bin],
     running: list[Running],
@@ -256,20 +273,7 @@ def simulate(
     for now in range(horizon):
         pods = [p for p in pods if p.ends > now]
 
-        def contest(line: list[Gang]) -> Contest:
-            on: dict[str, list[Resources]] = {}
-            for p in pods:
-                on.setdefault(p.node, []).append(p.requests)
-            free = []
-            for b in allocatable:
-                left = dict(b.free)
-                for requests in on.get(b.name, ()):
-                    for name, amount in requests.items():
-                        left[name] = left.get(name, 0) - amount
-                free.append(Bin(b.name, left, b.labels, b.taints))
-            return Contest(free, (), line, allocatable, remainders=fixed(on) if backfill else None)
-
-        if decide(big, contest(waiting), float(now), AGING).verdict == Ruling.ADMIT:
+        if decide(big, sim_contest(allocatable, pods, waiting, backfill), float(now), AGING).verdict == Ruling.ADMIT:
             return now, started
         for a in arrivals:
             if a.at == now:
@@ -280,7 +284,9 @@ def simulate(
                 waiting.append(Gang(a.key, 0, float(now), demands, a.members))
         runs = {a.key: a.runs for a in arrivals}
         for gang in list(waiting):
-            decision = decide(gang, contest([big, *waiting]), float(now), AGING)
+            decision = decide(
+                gang, sim_contest(allocatable, pods, [big, *waiting], backfill), float(now), AGING
+            )
             if decision.verdict == Ruling.ADMIT:
                 by_key = {d.key: d for d in gang.demands}
                 for member, node_name in decision.plan.items():
@@ -319,8 +325,8 @@ def test_backfill_never_delays_the_aged_gangs_start(
         b = allocatable[i % len(allocatable)]
         requests = {"cpu": c, "memory": m, "pods": 1}
         if all(used[b.name][n] + requests[n] <= b.free[n] for n in requests):
-            for n in requests:
-                used[b.name][n] += requests[n]
+            for n, amount in requests.items():
+                used[b.name][n] += amount
             pods.append(Running(b.name, requests, ends))
     gang = Gang(
         "ns/big",
