@@ -165,7 +165,8 @@ class Room:
         held: list[str] = []
         for b in list(self.bins):
             name = b.name
-            cap = nothing if name in self._promised else caps.get(name, nothing)
+            promised = name in self._promised
+            cap = nothing if promised else caps.get(name, nothing)
             if cap is None:
                 continue
             free = b.free
@@ -178,7 +179,8 @@ class Room:
                         own[r] = c
                     else:
                         own.pop(r, None)
-            held.append(name)
+            if not promised:  # there the gangs promised the room hold it (named as such)
+                held.append(name)
         self._held[shapes] = (len(self._promised), held)
         return held
 

@@ -272,8 +272,8 @@ def simulate(
     waiting: list[Gang] = []
     for now in range(horizon):
         pods = [p for p in pods if p.ends > now]
-
-        if decide(big, sim_contest(allocatable, pods, waiting, backfill), float(now), AGING).verdict == Ruling.ADMIT:
+        first = decide(big, sim_contest(allocatable, pods, waiting, backfill), float(now), AGING)
+        if first.verdict == Ruling.ADMIT:
             return now, started
         for a in arrivals:
             if a.at == now:
