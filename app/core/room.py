@@ -119,16 +119,20 @@ class Room:
 
     def set_aside(self, gang: Gang) -> bool:
         """The room the gang fits in is set aside for it; False: it does not fit."""
-        alike = self._shapes(gang)
-        if alike is not None and alike in self._failed:
-            return False
+        if self._failed:  # (most lines: every gang fits, and no shape is worked out)
+            alike = self._shapes(gang)
+            if alike is not None and alike in self._failed:
+                return False
         packing = self.pack(gang)
         if packing.fits:
             plan = packing.plan
             take(self.bins, plan, gang.demands, index=self._copied(plan.values()))
-            self._promised.update(plan.values())
-        elif alike is not None:
-            self._failed.add(alike)
+            if self._remainders is not None:
+                self._promised.update(plan.values())
+        else:
+            alike = self._shapes(gang)
+            if alike is not None:
+                self._failed.add(alike)
         return packing.fits
 
     def may_ever_fit(self, gang: Gang) -> bool:
