@@ -157,7 +157,7 @@ def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) 
         return Decision(Ruling.ADMIT, packing.plan)
     if steps.aged is not None:
         # Giving a lower gang's room back could hand over what the aged gang holds.
-        return steps.behind_aged() or steps.refusal(contest.free, packing)
+        return steps.refusal(contest.free, packing)
     admitted, packing = steps.by_precedence(room, packing)
     if admitted is not None:
         return admitted
@@ -246,6 +246,9 @@ class _Steps:
         alone = pack(candidate.demands, unheld.bins, candidate.need)
         if not alone.fits:
             return Decision(Ruling.SHORT, message=alone.describe(candidate.key, candidate.demands))
+        behind_aged = self.behind_aged()
+        if behind_aged is not None:
+            return behind_aged
         blocker = self.blocker
         if blocker is None and self.holders:
             top = min(self.holders, key=lambda h: (-h.priority, h.created, h.key))

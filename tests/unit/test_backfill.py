@@ -194,9 +194,13 @@ def test_remainders_kept_between_calls_are_those_computed_afresh_after_any_chang
     kept = Remainders(staying, state.nodes_changed_since)
     gangs = [members("ns/a", 2, 3).demands, members("ns/b", 1, 5).demands]
     for step in range(300):
-        choice = rng.randrange(6)
+        choice = rng.randrange(8)
         name = f"p{rng.randrange(8)}"
-        if choice < 3:
+        if choice == 6:  # the gate holds a pending pod on a node, or lets it go
+            state.reserve(f"default/{name}", rng.choice(["n0", "n1", "n2", "n3"]))
+        elif choice == 7:
+            state.unreserve(f"default/{name}")
+        elif choice < 3:
             state.apply_pod(
                 pod(
                     name,

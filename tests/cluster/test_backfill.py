@@ -1,0 +1,114 @@
+"""Backfill behind aged gangs (issue 46), end to end: the issue's story on four nodes.
+
+Every node runs one 6-CPU member of a big gang; two more big gangs of 6-CPU
+members wait and age; gangs of 100m then run in the 2 CPUs beside (which no
+6-CPU member can ever use), and when the running big gang ends the waiting
+ones start whole, in line order. The real kube-scheduler calls the
+extender; every assertion is on what the API server shows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hack.clusterkit import local_cluster, wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import Extender
+
+NODES = 4
+AGING_SECONDS = 2
+# kube-scheduler retries a pod our filter turned away after its backoff (10 s at
+# most) or when the extender wakes it: the small gangs run within that and some.
+SMALL_BOUND_SECONDS = 30
+
+
+@pytest.fixture
+def backfill_pool(kube: Kube, extender: Extender) -> Iterator[list[str]]:
+    """NODES nodes of 8 CPUs labelled pool=backfill, and the extender with short aging."""
+    names = [f"backfill-{i}" for i in range(NODES)]
+    for name in names:
+        local_cluster(
+            "add-node", name, "--cpu", "8", "--memory", "64Gi", "--label", "pool=backfill"
+        )
+    previous = extender.extra_args
+    extender.restart(*previous, "--gang-aging-seconds", str(AGING_SECONDS))
+    try:
+        yield names
+    finally:
+        extender.restart(*previous)
+        for name in names:
+            kube.delete_node(name)
+
+
+def gang(kube: Kube, namespace: str, name: str, members: int, cpu: str) -> list[str]:
+    """A PodGroup of `members` pods of `cpu` each, held to the pool; their names."""
+    kube.create_podgroup(namespace, name, members)
+    pods = [f"{name}-{i}" for i in range(members)]
+    for pod in pods:
+        body: dict[str, Any] = kube.pod_body(pod, group=name, cpu=cpu)
+        body["spec"]["nodeSelector"] = {"pool": "backfill"}
+        kube.core.create_namespaced_pod(namespace, body)
+    return pods
+
+
+def test_small_gangs_run_beside_big_aged_gangs_which_then_start_whole_in_line_order(
+    kube: Kube, namespace: str, backfill_pool: list[str]
+) -> None:
+    running = gang(kube, namespace, "running", NODES, "6")
+    wait_for(
+        lambda: set(running) <= set(kube.bound(namespace)), 30, "the first big gang bound whole"
+    )
+    # Two more big gangs wait (nothing of them fits) and age.
+    first = gang(kube, namespace, "first", NODES, "6")
+    time.sleep(1)  # created a second apart: the line's order is their creation order
+    second = gang(kube, namespace, "second", NODES, "6")
+    big = {"first": first, "second": second}
+
+    def partly_bound() -> list[str]:
+        bound = set(kube.bound(namespace))
+        return [name for name, pods in big.items() if 0 < len(bound & set(pods)) < len(pods)]
+
+    wait_for(
+        lambda: all(
+            kube.event_on(namespace, pods[0], "needs 4 more member(s)") for pods in big.values()
+        ),
+        30,
+        "both waiting big gangs turned away for capacity",
+    )
+    time.sleep(AGING_SECONDS + 1)
+
+    # Small gangs: their 2 CPUs per node are all they may use, and all they need.
+    smalls = [p for i in range(4) for p in gang(kube, namespace, f"small{i}", 2, "100m")]
+    created = time.monotonic()
+    deadline = created + SMALL_BOUND_SECONDS
+    while not set(smalls) <= set(kube.bound(namespace)):
+        assert time.monotonic() < deadline, (
+            f"small gangs not bound within {SMALL_BOUND_SECONDS} s: "
+            f"{sorted(set(smalls) - set(kube.bound(namespace)))}"
+        )
+        assert not partly_bound(), partly_bound()
+        time.sleep(0.5)
+    elapsed = time.monotonic() - created
+    assert not set(first + second) & set(kube.bound(namespace))
+
+    # The running gang ends: the first waiting gang starts whole, the second does not.
+    for pod in running:
+        kube.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    deadline = time.monotonic() + 40
+    while not set(first) <= set(kube.bound(namespace)):
+        assert time.monotonic() < deadline, "the first big gang not bound within 40 s"
+        assert not partly_bound(), partly_bound()
+        assert not set(second) & set(kube.bound(namespace)), "the second overtook the first"
+        time.sleep(0.5)
+    for pod in first:
+        kube.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    deadline = time.monotonic() + 40
+    while not set(second) <= set(kube.bound(namespace)):
+        assert time.monotonic() < deadline, "the second big gang not bound within 40 s"
+        assert not partly_bound(), partly_bound()
+        time.sleep(0.5)
+    print(f"\nfour small gangs bound {elapsed:.1f} s after creation, behind two aged big gangs")
