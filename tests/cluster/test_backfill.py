@@ -1,9 +1,11 @@
 """Backfill behind aged gangs (issue 46), end to end: the issue's story on four nodes.
 
-Every node runs one 6-CPU member of a big gang; two more big gangs of 6-CPU
-members wait and age; gangs of 100m then run in the 2 CPUs beside (which no
-6-CPU member can ever use), and when the running big gang ends the waiting
-ones start whole, in line order. The real kube-scheduler calls the
+Three nodes run one 6-CPU member of a big gang each, the fourth is empty; two
+more big gangs of four 6-CPU members wait (kube-scheduler's own filters pass
+the empty node, so the extender turns them away and they join its line) and
+age; gangs of 100m then run in the 2 CPUs per node that no 6-CPU member can
+ever use (on the empty node too), and when the running big gang ends the
+waiting ones start whole, in line order. The real kube-scheduler calls the
 extender; every assertion is on what the API server shows.
 """
 
@@ -58,13 +60,13 @@ def gang(kube: Kube, namespace: str, name: str, members: int, cpu: str) -> list[
 def test_small_gangs_run_beside_big_aged_gangs_which_then_start_whole_in_line_order(
     kube: Kube, namespace: str, backfill_pool: list[str]
 ) -> None:
-    running = gang(kube, namespace, "running", NODES, "6")
+    running = gang(kube, namespace, "running", NODES - 1, "6")
     wait_for(
         lambda: set(running) <= set(kube.bound(namespace)), 30, "the first big gang bound whole"
     )
-    # Two more big gangs wait (nothing of them fits) and age.
+    # Two more big gangs wait (they need every node) and age.
     first = gang(kube, namespace, "first", NODES, "6")
-    time.sleep(1)  # created a second apart: the line's order is their creation order
+    time.sleep(1.1)  # created a second apart: the line's order is their creation order
     second = gang(kube, namespace, "second", NODES, "6")
     big = {"first": first, "second": second}
 
@@ -74,10 +76,11 @@ def test_small_gangs_run_beside_big_aged_gangs_which_then_start_whole_in_line_or
 
     wait_for(
         lambda: all(
-            kube.event_on(namespace, pods[0], "needs 4 more member(s)") for pods in big.values()
+            kube.event_on(namespace, pods[0], f"gang {namespace}/{name} ")
+            for name, pods in big.items()
         ),
         30,
-        "both waiting big gangs turned away for capacity",
+        "both waiting big gangs turned away by the extender",
     )
     time.sleep(AGING_SECONDS + 1)
 
