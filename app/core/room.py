@@ -169,10 +169,12 @@ class Room:
         held: list[str] = []
         for b in list(self.bins):
             name = b.name
-            promised = name in self._promised
-            cap = nothing if promised else caps.get(name, nothing)
-            if cap is None:
+            cap = caps.get(name, nothing)
+            if cap is None:  # none of its members may go there, or fits there even empty
                 continue
+            promised = name in self._promised
+            if promised:
+                cap = nothing
             free = b.free
             if all(free.get(r, 0) <= c for r, c in cap.items()):
                 continue

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.backfill import Remainders, remainder, shapes_of
-from app.core.contention import Contest, Gang, Ruling, decide, held_for, wake_order
+from app.core.contention import Contest, Gang, Holder, Ruling, decide, held_for, wake_order
 from app.core.packing import Bin, Demand
 from app.core.placement import Placement
 from app.core.resources import Resources, fits
@@ -154,18 +154,21 @@ def test_what_the_aged_gang_can_use_is_held_and_the_message_names_where() -> Non
 
 def test_an_aged_gang_holds_nothing_where_its_members_may_not_go() -> None:
     zone_a = Placement(node_selector=(("zone", "a"),))
-    allocatable = [Bin("a0", cpu(8), {"zone": "a"}), Bin("b0", cpu(8), {"zone": "b"})]
-    free = [Bin("a0", cpu(2), {"zone": "a"}), Bin("b0", cpu(8), {"zone": "b"})]
+    allocatable = [Bin("a0", cpu(8, 110), {"zone": "a"}), Bin("b0", cpu(8, 110), {"zone": "b"})]
+    free = [Bin("a0", cpu(2, 109), {"zone": "a"}), Bin("b0", cpu(8, 110), {"zone": "b"})]
     big = aged(members("ns/big", 1, 6, zone_a))
     contest = Contest(free, (), [big], allocatable, remainders=fixed({"a0": [cpu(6)]}))
     other = decide(members("ns/other", 1, 8), contest, NOW, AGING)
+    assert other.verdict == Ruling.ADMIT and other.plan == {"ns/other-0": "b0"}
+    # Also when room there is promised to a gang that was admitted moments ago.
+    promised = Holder("ns/admitted", 0, 0.0, {"b0": cpu(2)})
+    contest = Contest(free, [promised], [big], allocatable, remainders=fixed({"a0": [cpu(6)]}))
+    other = decide(members("ns/other", 1, 6), contest, NOW, AGING)
     assert other.verdict == Ruling.ADMIT and other.plan == {"ns/other-0": "b0"}
 
 
 def test_precedence_does_not_hand_over_what_an_aged_gang_holds() -> None:
     # Releasing a lower gang's promise would give back room the aged gang can use.
-    from app.core.contention import Holder
-
     allocatable = [Bin("n0", cpu(8, 110))]
     low = Holder("ns/low", -1, 0.0, {"n0": cpu(6)})
     big = aged(members("ns/big", 1, 6))
