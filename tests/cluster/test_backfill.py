@@ -12,7 +12,7 @@ extender; every assertion is on what the API server shows.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -57,6 +57,33 @@ def gang(kube: Kube, namespace: str, name: str, members: int, cpu: str) -> list[
     return pods
 
 
+def bound_within(
+    kube: Kube,
+    namespace: str,
+    pods: list[str],
+    seconds: float,
+    what: str,
+    big: dict[str, list[str]],
+    overtaken_by: Sequence[str] = (),
+) -> float:
+    """Wait until every one of `pods` is bound; meanwhile no big gang is ever partly bound,
+    and none of `overtaken_by` is bound. The seconds it took."""
+    start = time.monotonic()
+    while True:
+        bound = set(kube.bound(namespace))
+        partly = [
+            name for name, members in big.items() if 0 < len(bound & set(members)) < len(members)
+        ]
+        assert not partly, f"partly bound: {partly}"
+        assert not bound & set(overtaken_by), f"{what} was overtaken"
+        if set(pods) <= bound:
+            return time.monotonic() - start
+        assert time.monotonic() - start < seconds, (
+            f"{what} not bound within {seconds} s: {sorted(set(pods) - bound)}"
+        )
+        time.sleep(0.5)
+
+
 def test_small_gangs_run_beside_big_aged_gangs_which_then_start_whole_in_line_order(
     kube: Kube, namespace: str, backfill_pool: list[str]
 ) -> None:
@@ -70,10 +97,6 @@ def test_small_gangs_run_beside_big_aged_gangs_which_then_start_whole_in_line_or
     second = gang(kube, namespace, "second", NODES, "6")
     big = {"first": first, "second": second}
 
-    def partly_bound() -> list[str]:
-        bound = set(kube.bound(namespace))
-        return [name for name, pods in big.items() if 0 < len(bound & set(pods)) < len(pods)]
-
     wait_for(
         lambda: all(
             kube.event_on(namespace, pods[0], f"gang {namespace}/{name} ")
@@ -86,32 +109,14 @@ def test_small_gangs_run_beside_big_aged_gangs_which_then_start_whole_in_line_or
 
     # Small gangs: their 2 CPUs per node are all they may use, and all they need.
     smalls = [p for i in range(4) for p in gang(kube, namespace, f"small{i}", 2, "100m")]
-    created = time.monotonic()
-    deadline = created + SMALL_BOUND_SECONDS
-    while not set(smalls) <= set(kube.bound(namespace)):
-        assert time.monotonic() < deadline, (
-            f"small gangs not bound within {SMALL_BOUND_SECONDS} s: "
-            f"{sorted(set(smalls) - set(kube.bound(namespace)))}"
-        )
-        assert not partly_bound(), partly_bound()
-        time.sleep(0.5)
-    elapsed = time.monotonic() - created
+    elapsed = bound_within(kube, namespace, smalls, SMALL_BOUND_SECONDS, "the small gangs", big)
     assert not set(first + second) & set(kube.bound(namespace))
 
     # The running gang ends: the first waiting gang starts whole, the second does not.
     for pod in running:
         kube.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
-    deadline = time.monotonic() + 40
-    while not set(first) <= set(kube.bound(namespace)):
-        assert time.monotonic() < deadline, "the first big gang not bound within 40 s"
-        assert not partly_bound(), partly_bound()
-        assert not set(second) & set(kube.bound(namespace)), "the second overtook the first"
-        time.sleep(0.5)
+    bound_within(kube, namespace, first, 40, "the first big gang", big, overtaken_by=second)
     for pod in first:
         kube.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
-    deadline = time.monotonic() + 40
-    while not set(second) <= set(kube.bound(namespace)):
-        assert time.monotonic() < deadline, "the second big gang not bound within 40 s"
-        assert not partly_bound(), partly_bound()
-        time.sleep(0.5)
+    bound_within(kube, namespace, second, 40, "the second big gang", big)
     print(f"\nfour small gangs bound {elapsed:.1f} s after creation, behind two aged big gangs")
