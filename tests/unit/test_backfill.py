@@ -372,3 +372,24 @@ def test_in_the_simulation_small_gangs_run_where_the_old_rule_ran_none() -> None
     smalls = [Arrival(f"ns/s{i}", i, 2, 1, 0, 100) for i in range(4)]
     assert simulate(allocatable, running, big, smalls, backfill=False) == (25, 0)
     assert simulate(allocatable, running, big, smalls, backfill=True) == (25, 4)
+
+
+def test_room_beyond_what_the_aged_gang_will_need_is_held_too_as_which_frees_first_is_unknown() -> (
+    None
+):
+    """Why only the remainder is open, not the nodes the aged gang seems not to need.
+
+    One 6-CPU member waits; n0 runs 3 CPUs that end at 50, n1 runs 4 CPUs that
+    end at 5. Setting n0 aside for it (fewer, smaller pods in the way) and
+    letting a 4-CPU gang take n1 would start it at 50 instead of 5.
+    """
+    allocatable = [Bin(f"n{i}", {"cpu": 8, "memory": 8, "pods": 8}) for i in range(2)]
+    running = [
+        Running("n0", {"cpu": 3, "memory": 0, "pods": 1}, 50),
+        Running("n1", {"cpu": 4, "memory": 0, "pods": 1}, 5),
+    ]
+    big = Gang("ns/big", 0, 0.0, (Demand("big-0", {"cpu": 6, "memory": 0, "pods": 1}),), 1, -AGING)
+    smalls = [Arrival("ns/four", 1, 1, 4, 0, 100), Arrival("ns/two", 1, 1, 2, 0, 100)]
+    assert simulate(allocatable, running, big, smalls, backfill=False) == (5, 0)
+    # The 2-CPU gang runs in a remainder (2 CPUs on either node); the 4-CPU one waits.
+    assert simulate(allocatable, running, big, smalls, backfill=True) == (5, 1)
