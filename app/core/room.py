@@ -41,6 +41,7 @@ class Room:
         "_position",
         "_promised",
         "_remainders",
+        "_taken",
         "bins",
     )
 
@@ -56,6 +57,8 @@ class Room:
         self._remainders = remainders if allocatable else None
         # Nodes where holders' promises or gangs set aside took room (not holds).
         self._promised: set[str] = set()
+        # The plans of the gangs set aside, not yet in `_promised` (added when a hold needs them).
+        self._taken: list[Iterable[str]] = []
         # With remainders, per (shapes, need): did not fit (the room only
         # shrinks while the line is walked), may fit the empty cluster; and per
         # shapes held: (promised nodes then, the nodes held back).
@@ -128,7 +131,7 @@ class Room:
             plan = packing.plan
             take(self.bins, plan, gang.demands, index=self._copied(plan.values()))
             if self._remainders is not None:
-                self._promised.update(plan.values())
+                self._taken.append(plan.values())
         else:
             alike = self._shapes(gang)
             if alike is not None:
@@ -161,6 +164,9 @@ class Room:
         if remainders is None:
             return None
         shapes = remainders.shapes(gang.demands)
+        for nodes in self._taken:
+            self._promised.update(nodes)
+        self._taken.clear()
         done = self._held.get(shapes)
         if done is not None and done[0] == len(self._promised):
             return done[1]
