@@ -17,9 +17,16 @@ released. Gangs that do not fit wait in a line:
   does not fit yet, if it fits in what is left once every gang ahead that
   does fit has its share set aside.
 - **Aging**: an aged gang is not overtaken any more: while it does not fit,
-  no gang of equal or lower priority behind it is admitted (unless the aged
-  gang could not fit even in the empty cluster). The cluster then drains
-  until it fits, so a large gang is never starved by a stream of small ones.
+  a gang of equal or lower priority behind it is admitted only into what the
+  aged gang can never use: on each node its remainder (app/core/backfill.py:
+  what no set of its members could use, whichever of the node's pods leave
+  first; all of a node none of its members may go to), so the aged gang
+  starts exactly when it would if nobody behind it were admitted (unless it
+  could not fit even in the empty cluster: then it holds nothing). Without
+  the nodes' pods to tell the remainder (`Contest.remainders` None), nothing
+  behind it is admitted. The cluster drains until it fits, so a large gang
+  is never starved by a stream of small ones, and what it cannot use is not
+  left idle.
 - **Precedence**: a gang of strictly higher priority that does not fit may
   take the capacity of lower-priority gangs that hold a claim but are still
   collecting members in the gate: their reservations are released.
@@ -29,11 +36,13 @@ Nothing here does I/O or reads a clock: callers pass `now`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from app.core.packing import AllowedNodes, Bin, Demand, Packing, give, pack, take
+from app.core.backfill import Remainders
+from app.core.packing import Bin, Demand, Packing, pack
+from app.core.room import Room
 
 
 class Ruling(StrEnum):
@@ -111,7 +120,9 @@ class Contest:
     tell an aged gang that may fit one day from one that never can (empty:
     assume it may). `positions`: where each node is in `free`, when the
     caller keeps that between calls (ClusterState.room_positions); else a
-    decision that changes a bin indexes every node first.
+    decision that changes a bin indexes every node first. `remainders`: what
+    an aged gang ahead can never use per node (needs `allocatable`); None:
+    an aged gang ahead that does not fit holds everything back.
     """
 
     free: Sequence[Bin]
@@ -119,6 +130,7 @@ class Contest:
     line: Sequence[Gang] = ()
     allocatable: Sequence[Bin] = ()
     positions: Mapping[str, int] | None = None
+    remainders: Remainders | None = None
 
 
 def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) -> Decision:
@@ -134,138 +146,42 @@ def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) 
     keeps it out.
     """
     steps = _Steps(candidate, [h for h in contest.holders if h.key != candidate.key])
-    room = _Room(contest.free, steps.holders, contest.allocatable, contest.positions)
+    room = Room(
+        contest.free, steps.holders, contest.allocatable, contest.positions, contest.remainders
+    )
     waiting = steps.behind_line(contest.line, room, now, aging_seconds)
     if waiting is not None:
         return waiting
     packing = room.pack(candidate)
     if packing.fits:
         return Decision(Ruling.ADMIT, packing.plan)
+    if steps.aged is not None:
+        # Giving a lower gang's room back could hand over what the aged gang holds.
+        return steps.refusal(contest.free, packing)
     admitted, packing = steps.by_precedence(room, packing)
     if admitted is not None:
         return admitted
     return steps.refusal(contest.free, packing)
 
 
-class _Room:
-    """What a decision packs into: free less the holders' promises, and the empty cluster.
-
-    A free bin is copied when a promise or a gang set aside first changes it:
-    most decisions change a few nodes of thousands, and the caller's `free`
-    stays as it was. Every packing over the same bins allows the same nodes,
-    so they share one memo of the nodes each demand allows (and so do those
-    over `allocatable`).
-    """
-
-    __slots__ = (
-        "_allocatable",
-        "_copies",
-        "_indexed",
-        "_on_allocatable",
-        "_on_bins",
-        "_own",
-        "_position",
-        "bins",
-    )
-
-    def __init__(
-        self,
-        free: Sequence[Bin],
-        holders: Sequence[Holder],
-        allocatable: Sequence[Bin],
-        positions: Mapping[str, int] | None = None,
-    ) -> None:
-        self.bins: Sequence[Bin] = free
-        # self.bins once one of them had to change, and the bins copied so far by node.
-        self._own: list[Bin] | None = None
-        self._copies: dict[str, Bin] = {}
-        # Where each node is in `free`: the caller's, checked at each use, or
-        # one built here from the bins themselves (then `_indexed`).
-        self._position = positions
-        self._indexed = False
-        self._allocatable = allocatable
-        self._on_bins: AllowedNodes = {}
-        self._on_allocatable: AllowedNodes = {}
-        for holder in holders:
-            if not holder.remaining:  # every member placed: nothing left to promise
-                continue
-            promised = {n: {k: -v for k, v in r.items()} for n, r in holder.remaining.items()}
-            give(self.bins, promised, index=self._copied(promised))
-
-    def _copied(self, nodes: Iterable[str]) -> Mapping[str, Bin]:
-        """The bins of `nodes` (and those copied before), ours to change, by node name."""
-        own = self._own
-        if own is None:
-            own = self._own = list(self.bins)
-            self.bins = own
-        copies = self._copies
-        for node in nodes:
-            if node not in copies:
-                i = self._index(own, node)
-                if i is not None:
-                    b = own[i]
-                    own[i] = copies[node] = Bin(b.name, dict(b.free), b.labels, b.taints)
-        return copies
-
-    def _index(self, own: list[Bin], node: str) -> int | None:
-        """Where `node` is in `own` (None: not there)."""
-        positions = self._position
-        if positions is not None:
-            i = positions.get(node)
-            if i is not None and i < len(own) and own[i].name == node:
-                return i
-            if self._indexed:
-                return None
-        # No positions given, or they do not know the node: index the bins once.
-        self._position = {b.name: i for i, b in enumerate(own)}
-        self._indexed = True
-        return self._position.get(node)
-
-    def pack(self, gang: Gang) -> Packing:
-        return pack(gang.demands, self.bins, gang.need, allowed_nodes=self._on_bins)
-
-    def set_aside(self, gang: Gang) -> bool:
-        """The room the gang fits in is set aside for it; False: it does not fit."""
-        packing = self.pack(gang)
-        if packing.fits:
-            plan = packing.plan
-            take(self.bins, plan, gang.demands, index=self._copied(plan.values()))
-        return packing.fits
-
-    def may_ever_fit(self, gang: Gang) -> bool:
-        """Would the gang fit in the empty cluster? (Yes when the empty cluster is not given.)"""
-        return (
-            not self._allocatable
-            or pack(
-                gang.demands, self._allocatable, gang.need, allowed_nodes=self._on_allocatable
-            ).fits
-        )
-
-    def give_back(self, holder: Holder) -> None:
-        """What the holder was promised and holds in the gate is free again."""
-        self.free_up(holder.remaining)
-        self.free_up(holder.reserved)
-
-    def free_up(self, held: Mapping[str, Mapping[str, int]]) -> None:
-        """Capacity held per node is free again (in this room's own copies of those bins)."""
-        give(self.bins, held, index=self._copied(held))
-
-
 class _Steps:
     """The steps of decide() past the first packing, and what they learn on the way."""
 
-    __slots__ = ("blocker", "candidate", "holders")
+    __slots__ = ("aged", "blocker", "candidate", "holders")
 
     def __init__(self, candidate: Gang, holders: list[Holder]) -> None:
         self.candidate = candidate
         self.holders = holders
         # The first gang ahead that took room, named when the candidate waits.
         self.blocker: tuple[str, int] | None = None
+        # The first aged gang ahead that holds room back, and the nodes where it did.
+        self.aged: tuple[Gang, list[str]] | None = None
 
     def behind_line(
-        self, line: Sequence[Gang], room: _Room, now: float, aging_seconds: float
+        self, line: Sequence[Gang], room: Room, now: float, aging_seconds: float
     ) -> Decision | None:
-        """Backfill: the gangs ahead that fit get their room first; an aged one ahead holds."""
+        """Backfill: the gangs ahead that fit get their room first; an aged one ahead holds
+        what it can use (everything, when the remainders are not known: the candidate waits)."""
         candidate = self.candidate
         mine = line_key(candidate, now, aging_seconds)
         for other in order_line([g for g in line if g.key != candidate.key], now, aging_seconds):
@@ -278,10 +194,27 @@ class _Steps:
                 and other.priority >= candidate.priority
                 and room.may_ever_fit(other)
             ):
-                return _wait(candidate, (other.key, other.priority), "has waited longest")
+                held = room.hold_for(other)
+                if held is None:
+                    return _wait(candidate, (other.key, other.priority), "has waited longest")
+                if self.aged is None or (held and not self.aged[1]):
+                    self.aged = (other, held)
         return None
 
-    def by_precedence(self, room: _Room, packing: Packing) -> tuple[Decision | None, Packing]:
+    def behind_aged(self) -> Decision | None:
+        """WAIT behind the aged gang that held room back (None: none held any)."""
+        if self.aged is None or not self.aged[1]:
+            return None
+        gang, held = self.aged
+        nodes = ", ".join(held[:2]) + (f" ({len(held) - 2} more)" if len(held) > 2 else "")
+        return _wait(
+            self.candidate,
+            (gang.key, gang.priority),
+            f"has waited longest and holds what its {gang.need} member(s) can use on nodes {nodes}",
+            " in what it cannot use",
+        )
+
+    def by_precedence(self, room: Room, packing: Packing) -> tuple[Decision | None, Packing]:
         """Release lower-priority gangs still collecting, lowest first, until the candidate fits.
 
         (None, the last packing tried) when it does not fit even so.
@@ -307,12 +240,15 @@ class _Steps:
         packing.
         """
         candidate = self.candidate
-        unheld = _Room(free, (), ())
+        unheld = Room(free, (), ())
         for holder in self.holders:
             unheld.free_up(holder.reserved)
         alone = pack(candidate.demands, unheld.bins, candidate.need)
         if not alone.fits:
             return Decision(Ruling.SHORT, message=alone.describe(candidate.key, candidate.demands))
+        behind_aged = self.behind_aged()
+        if behind_aged is not None:
+            return behind_aged
         blocker = self.blocker
         if blocker is None and self.holders:
             top = min(self.holders, key=lambda h: (-h.priority, h.created, h.key))
@@ -332,10 +268,10 @@ def room_left(
     The bins no promise touched are `free`'s own: read them, never change them.
     `positions`: as Contest's.
     """
-    return list(_Room(free, holders, (), positions).bins)
+    return list(Room(free, holders, (), positions).bins)
 
 
-def _wait(candidate: Gang, behind: tuple[str, int], why: str) -> Decision:
+def _wait(candidate: Gang, behind: tuple[str, int], why: str, where: str = "") -> Decision:
     key, priority = behind
     return Decision(
         Ruling.WAIT,
@@ -343,20 +279,56 @@ def _wait(candidate: Gang, behind: tuple[str, int], why: str) -> Decision:
         message=(
             f"gang {candidate.key} (priority {candidate.priority}) is waiting behind {key} "
             f"(priority {priority}), which {why}; it is admitted as a whole once its "
-            f"{candidate.need} member(s) fit (nothing is reserved meanwhile)"
+            f"{candidate.need} member(s) fit{where} (nothing is reserved meanwhile)"
         ),
     )
 
 
 def wake_order(contest: Contest, now: float, aging_seconds: float, limit: int = 10) -> list[str]:
     """The gangs of `contest.line` admitted now, in line order (to wake their pods)."""
-    room = _Room(contest.free, contest.holders, contest.allocatable, contest.positions)
+    room = Room(
+        contest.free, contest.holders, contest.allocatable, contest.positions, contest.remainders
+    )
     chosen: list[str] = []
     for gang in order_line(contest.line, now, aging_seconds):
         if room.set_aside(gang):
             chosen.append(gang.key)
             if len(chosen) >= limit:
                 break
-        elif gang.aged(now, aging_seconds) and room.may_ever_fit(gang):
+        elif (
+            gang.aged(now, aging_seconds)
+            and room.may_ever_fit(gang)
+            and room.hold_for(gang) is None
+        ):
             break
     return chosen
+
+
+def held_for(
+    contest: Contest, now: float, aging_seconds: float
+) -> dict[str, tuple[list[str], str]]:
+    """For /debug/gangs: per aged gang in line, the nodes where it holds room back, and why none.
+
+    The line walked as wake_order() walks it: the gangs that fit take their
+    share, each aged gang that does not caps the nodes at what it cannot use.
+    """
+    room = Room(
+        contest.free, contest.holders, contest.allocatable, contest.positions, contest.remainders
+    )
+    held: dict[str, tuple[list[str], str]] = {}
+    for gang in order_line(contest.line, now, aging_seconds):
+        aged = gang.aged(now, aging_seconds)
+        if room.set_aside(gang):
+            if aged:
+                held[gang.key] = ([], "it fits now")
+        elif not aged:
+            continue
+        elif not room.may_ever_fit(gang):
+            held[gang.key] = ([], "it cannot fit even in the empty cluster")
+        else:
+            nodes = room.hold_for(gang)
+            if nodes is None:
+                held[gang.key] = ([], "the nodes' pods are not known: it holds everything")
+            else:
+                held[gang.key] = (nodes, "" if nodes else "all it may use is in use")
+    return held

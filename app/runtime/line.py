@@ -15,8 +15,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.admission import Admission, wholeness
+from app.core.backfill import Remainders
 from app.core.clock import wall
-from app.core.contention import Contest, Gang, Holder, order_line, wake_order
+from app.core.contention import Contest, Gang, Holder, held_for, order_line, wake_order
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.core.packing import Bin, Demand
 from app.core.placement import placement_of
@@ -29,6 +30,9 @@ from app.runtime.gang_topology import GangTopology
 from app.runtime.queue_book import Assessment, QueueBook
 from app.runtime.queue_tally import podgroup_created, queue_of
 from app.runtime.revision import Revision
+
+# Node names listed per aged gang under the line's `heldFor` in /debug/gangs.
+_HELD_SHOWN = 50
 
 
 @dataclass(slots=True)
@@ -100,6 +104,13 @@ class Line:
         # The gangs in line as last built, and the state's group stamp they are current with.
         self._known: dict[str, _Known] = {}
         self._stamp = -1
+        # What an aged gang ahead can never use per node, kept between calls.
+        self._remainders = Remainders(self._staying_on, state.nodes_changed_since)
+
+    def _staying_on(self, node: str) -> list[Mapping[str, int]]:
+        """The requests of the pods on `node` not on their way out (backfill's remainders)."""
+        leaving = self._state.leaving
+        return [p.requests for p in self._state.pods_on(node) if p.key not in leaving]
 
     @property
     def queues(self) -> QueueBook | None:
@@ -239,6 +250,7 @@ class Line:
             self.gangs(exclude, free),
             state.allocatable_bins(),
             state.room_positions(),
+            self._remainders,
         )
 
     def assess(
@@ -259,13 +271,26 @@ class Line:
         return wake_order(contest, now, aging_seconds)
 
     def snapshot(self, now: float, aging_seconds: float) -> list[dict[str, Any]]:
-        """For /debug/gangs: who waits, in line order."""
-        return [
-            {
+        """For /debug/gangs: who waits, in line order; per aged gang, where it holds room back.
+
+        `heldFor`: the nodes where an aged gang that does not fit keeps the
+        gangs behind it from what its members can use (they may take the rest),
+        or why it holds none.
+        """
+        contest = self.contest(exclude="")
+        held = held_for(contest, now, aging_seconds)
+        line: list[dict[str, Any]] = []
+        for g in order_line(contest.line, now, aging_seconds):
+            entry: dict[str, Any] = {
                 "group": g.key,
                 "priority": g.priority,
                 "waitingSeconds": round(now - (g.waiting_since or now), 2),
                 "aged": g.aged(now, aging_seconds),
             }
-            for g in order_line(self.gangs(""), now, aging_seconds)
-        ]
+            if g.key in held:
+                nodes, why = held[g.key]
+                entry["heldFor"] = {"nodes": nodes[:_HELD_SHOWN], "nodeCount": len(nodes)}
+                if why:
+                    entry["heldFor"]["why"] = why
+            line.append(entry)
+        return line

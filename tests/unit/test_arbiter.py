@@ -358,3 +358,41 @@ def test_what_a_claim_holds_follows_every_change_of_its_members() -> None:
         step()
         assert holds() == fresh()
         assert holds() is not before  # recomputed
+
+
+def test_behind_an_aged_gang_small_gangs_take_what_it_can_never_use() -> None:
+    """The issue's story, small: every node runs a 6-CPU pod, big gangs of 6-CPU members wait
+    and age; gangs of 100m run in the 2 CPUs beside, and /debug says where the big one holds."""
+    world = World(nodes=4, cpu="8")
+    for i in range(4):
+        world.state.apply_pod(pod(f"run-{i}", cpu="6", node=f"n{i}", phase="Running"))
+    big = world.gang("big", 4, "6")
+    assert world.filter(big, "big-0").reason == FilterReason.INSUFFICIENT_CAPACITY
+    world.clock.now += 61  # the big gang has aged
+    small = world.gang("small", 2, "100m")
+    assert world.filter(small, "small-0").reason == FilterReason.CLAIMED
+    line = world.arbiter.snapshot()["line"]
+    assert line == [
+        {
+            "group": "default/big",
+            "priority": 0,
+            "waitingSeconds": 61.0,
+            "aged": True,
+            "heldFor": {"nodes": [], "nodeCount": 0, "why": "all it may use is in use"},
+        }
+    ]
+    # A run ends: its node is empty, and the big gang holds there what its members can use.
+    world.state.delete_pod("default", "run-3")  # (the small gang was promised n0)
+    mid = world.gang("mid", 1, "3")
+    verdict = world.filter(mid, "mid-0")
+    assert verdict.reason == FilterReason.WAITING_BEHIND
+    assert (
+        "waiting behind default/big (priority 0), which has waited longest and holds what its "
+        "4 member(s) can use on nodes n3; it is admitted as a whole once its 1 member(s) fit in "
+        "what it cannot use" in verdict.message
+    )
+    held = world.arbiter.snapshot()["line"][0]["heldFor"]
+    assert held == {"nodes": ["n3"], "nodeCount": 1}
+    # A gang of 2 CPUs per member still fits beside it there.
+    two = world.gang("two", 1, "2")
+    assert world.filter(two, "two-0").reason == FilterReason.CLAIMED

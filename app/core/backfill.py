@@ -1,0 +1,183 @@
+"""Backfill behind an aged gang: the capacity it can never use, per node. Pure.
+
+An aged gang A that does not fit yet is not overtaken (app/core/contention.py,
+"Aging"). Holding *everything* back for it idles the cluster: next to a
+6-CPU pod on an 8-CPU node, 2 CPUs are free that no 6-CPU member of A will
+ever use. The gangs behind A may take, on each node, only what A can never
+use there, whatever of the node's pods leave first: the node's *remainder*
+for A (`remainder()`).
+
+The rule, and why A is never delayed by it. For a capacity c (per resource)
+let usable(c) be, per resource, the most any set of A's members that fits
+in c can ask for, and slack(c) = c - usable(c). Let O be the pods on a node
+now (their requests) and alloc its allocatable. A gang behind A may add b
+to the node only if, for every subset O' of O,
+
+    b <= slack(alloc - sum(O'))                                          (*)
+
+Invariant: for every subset O' of the pods present that were there
+without backfill, every set S of A's members that fits alloc - sum(O') also
+fits once the backfilled pods B are subtracted too. Adding b under (*)
+(taking O' together with B, which are pods present too) keeps it: S fits
+alloc - O' - B, so S <= usable(alloc - O' - B), so S + b <= alloc - O' - B.
+Pods ending only shrink the subsets to consider. So on every node, each set
+of A's members fits exactly when it would have fitted had nothing been
+backfilled, and first fit, which asks only "does this member fit where the
+members placed so far left room", packs A onto the same nodes at the same
+moment as under the rule that admits nobody behind A: A's earliest start is
+never later (tests/unit/test_backfill.py simulates it).
+
+usable() is an over-estimate (each member shape counted as often as it fits
+alone, capped by the capacity itself), which makes slack smaller: holding
+more than needed is safe, never less. Nodes that none of A's members may go
+to (nodeSelector, affinity, taints) or can fit even empty get no limit.
+When a node's pods give more than `SUBSETS_LIMIT` distinct sums, its
+remainder is nothing: A holds the whole node (as before backfill).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from app.core.packing import Bin, Demand
+from app.core.placement import ANY_NODE, Placement
+from app.core.resources import Resources
+
+# (requests as sorted items, placement, how many members ask exactly that).
+Shape = tuple[tuple[tuple[str, int], ...], Placement | None, int]
+Shapes = tuple[Shape, ...]
+
+SUBSETS_LIMIT = 512
+"""Distinct sums of a node's pods looked at before holding the whole node."""
+
+
+def shapes_of(demands: Sequence[Demand]) -> Shapes:
+    """The member shapes of a gang, counted: gangs alike share one remainder per node."""
+    counted: dict[tuple[tuple[tuple[str, int], ...], Placement | None], int] = {}
+    for d in demands:
+        key = (tuple(sorted(d.requests.items())), d.placement)
+        counted[key] = counted.get(key, 0) + 1
+    return tuple(sorted(((r, p, n) for (r, p), n in counted.items()), key=repr))
+
+
+def resource_names(shapes: Shapes) -> list[str]:
+    """The resources a gang of `shapes` asks for (the ones a remainder limits)."""
+    return sorted({name for requests, _, _ in shapes for name, amount in requests if amount})
+
+
+def remainder(node: Bin, present: Iterable[Mapping[str, int]], shapes: Shapes) -> Resources | None:
+    """What gangs behind may add to `node` (its allocatable) without ever delaying the gang.
+
+    Only the resources the gang asks for are limited; None: no limit at all
+    (none of its members may go to the node or fits there even empty).
+    `present`: the requests of the pods on the node that stay until they end.
+    """
+    allowed = tuple(
+        s for s in shapes if (s[1] or ANY_NODE).allows(node.name, node.labels, node.taints)
+    )
+    names = resource_names(allowed)
+    alloc = tuple(node.free.get(name, 0) for name in names)
+    vectors = [
+        (tuple(dict(requests).get(name, 0) for name in names), count)
+        for requests, _, count in allowed
+    ]
+    if not any(_fits_times(alloc, shape) for shape, _ in vectors):
+        return None
+    sums = _subset_sums([tuple(p.get(name, 0) for name in names) for p in present], len(names))
+    if sums is None:
+        return dict.fromkeys(names, 0)
+    least = list(alloc)
+    for taken in sums:
+        left = [a - t for a, t in zip(alloc, taken, strict=True)]
+        usable = _usable(left, vectors)
+        for i, (c, u) in enumerate(zip(left, usable, strict=True)):
+            least[i] = min(least[i], c - u)
+    return {name: max(0, amount) for name, amount in zip(names, least, strict=True)}
+
+
+def _fits_times(capacity: Sequence[int], shape: Sequence[int]) -> int:
+    """How many members of `shape` fit in `capacity` (alone)."""
+    times: int | None = None
+    for c, s in zip(capacity, shape, strict=True):
+        if s > 0:
+            n = max(0, c) // s
+            times = n if times is None else min(times, n)
+    return times if times is not None else 0
+
+
+def _usable(capacity: Sequence[int], vectors: Sequence[tuple[tuple[int, ...], int]]) -> list[int]:
+    """Per resource, at least the most any set of members fitting in `capacity` asks for."""
+    usable = [0] * len(capacity)
+    for shape, count in vectors:
+        times = min(count, _fits_times(capacity, shape))
+        if times:
+            for i, s in enumerate(shape):
+                usable[i] += times * s
+    return [min(max(0, c), u) for c, u in zip(capacity, usable, strict=True)]
+
+
+def _subset_sums(items: Sequence[tuple[int, ...]], width: int) -> set[tuple[int, ...]] | None:
+    """Every distinct sum of a subset of `items`; None when there are too many to look at."""
+    sums: set[tuple[int, ...]] = {(0,) * width}
+    for item in items:
+        if not any(item):
+            continue
+        sums |= {tuple(a + b for a, b in zip(s, item, strict=True)) for s in sums}
+        if len(sums) > SUBSETS_LIMIT:
+            return None
+    return sums
+
+
+class Remainders:
+    """remainder() per node for each gang shape, kept between calls, redone for changed nodes.
+
+    The caller gives the pods that stay on a node (`present`, requests) and the
+    node change log (`changed_since`, as ClusterState.nodes_changed_since):
+    a node's pods or record changing touches it. A line of a thousand aged gangs
+    of one shape costs one remainder per node, computed once.
+    """
+
+    def __init__(
+        self,
+        present: Callable[[str], Iterable[Mapping[str, int]]],
+        changed_since: Callable[[int], tuple[int, list[str] | None]],
+    ) -> None:
+        self._present = present
+        self._changed_since = changed_since
+        # shapes -> (stamp, node -> (its allocatable bin, its remainder)).
+        self._known: dict[Shapes, tuple[int, dict[str, tuple[Bin, Resources | None]]]] = {}
+        # id of a gang's demands -> (those demands, their shapes): the line keeps
+        # its gangs between calls, and a thousand aged gangs are looked at per call.
+        self._shapes: dict[int, tuple[Sequence[Demand], Shapes]] = {}
+
+    def shapes(self, demands: Sequence[Demand]) -> Shapes:
+        """shapes_of(demands), remembered while the line hands out the same demands."""
+        known = self._shapes.get(id(demands))
+        if known is not None and known[0] is demands:
+            return known[1]
+        if len(self._shapes) > 20_000:
+            self._shapes.clear()
+        shapes = shapes_of(demands)
+        self._shapes[id(demands)] = (demands, shapes)
+        return shapes
+
+    def of(self, shapes: Shapes, allocatable: Sequence[Bin]) -> Mapping[str, Resources | None]:
+        """Per node of `allocatable`, the remainder for a gang of `shapes` (see remainder())."""
+        known = self._known.get(shapes)
+        stamp, changed = self._changed_since(known[0] if known is not None else -1)
+        if known is None or changed is None:
+            if len(self._known) > 64:
+                self._known.clear()
+            by_node: dict[str, tuple[Bin, Resources | None]] = {}
+        else:
+            by_node = known[1]
+            for name in changed:
+                by_node.pop(name, None)
+        out: dict[str, Resources | None] = {}
+        for b in allocatable:
+            entry = by_node.get(b.name)
+            if entry is None or entry[0] is not b:
+                entry = by_node[b.name] = (b, remainder(b, self._present(b.name), shapes))
+            out[b.name] = entry[1]
+        self._known[shapes] = (stamp, by_node)
+        return out

@@ -1,0 +1,206 @@
+"""The room one admission decision packs into: free capacity less promises, holds and shares.
+
+app/core/contention.py walks the line over it: holders' promises come off
+first, then each gang ahead that fits takes its share (set_aside), and each
+aged gang ahead that does not fit caps every node at what it can never use
+(hold_for, app/core/backfill.py). Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from app.core.backfill import Remainders, Shapes, resource_names
+from app.core.packing import AllowedNodes, Bin, Packing, give, pack, take
+
+if TYPE_CHECKING:
+    from app.core.contention import Gang, Holder
+
+
+class Room:
+    """What a decision packs into: free less the holders' promises, and the empty cluster.
+
+    A free bin is copied when a promise or a gang set aside first changes it:
+    most decisions change a few nodes of thousands, and the caller's `free`
+    stays as it was. Every packing over the same bins allows the same nodes,
+    so they share one memo of the nodes each demand allows (and so do those
+    over `allocatable`).
+    """
+
+    __slots__ = (
+        "_allocatable",
+        "_copies",
+        "_ever",
+        "_failed",
+        "_held",
+        "_indexed",
+        "_on_allocatable",
+        "_on_bins",
+        "_own",
+        "_position",
+        "_promised",
+        "_remainders",
+        "_taken",
+        "bins",
+    )
+
+    def __init__(
+        self,
+        free: Sequence[Bin],
+        holders: Sequence[Holder],
+        allocatable: Sequence[Bin],
+        positions: Mapping[str, int] | None = None,
+        remainders: Remainders | None = None,
+    ) -> None:
+        self.bins: Sequence[Bin] = free
+        self._remainders = remainders if allocatable else None
+        # Nodes where holders' promises or gangs set aside took room (not holds).
+        self._promised: set[str] = set()
+        # The plans of the gangs set aside, not yet in `_promised` (added when a hold needs them).
+        self._taken: list[Iterable[str]] = []
+        # With remainders, per (shapes, need): did not fit (the room only
+        # shrinks while the line is walked), may fit the empty cluster; and per
+        # shapes held: (promised nodes then, the nodes held back).
+        self._failed: set[tuple[Shapes, int]] = set()
+        self._ever: dict[tuple[Shapes, int], bool] = {}
+        self._held: dict[Shapes, tuple[int, list[str]]] = {}
+        # self.bins once one of them had to change, and the bins copied so far by node.
+        self._own: list[Bin] | None = None
+        self._copies: dict[str, Bin] = {}
+        # Where each node is in `free`: the caller's, checked at each use, or
+        # one built here from the bins themselves (then `_indexed`).
+        self._position = positions
+        self._indexed = False
+        self._allocatable = allocatable
+        self._on_bins: AllowedNodes = {}
+        self._on_allocatable: AllowedNodes = {}
+        for holder in holders:
+            if not holder.remaining:  # every member placed: nothing left to promise
+                continue
+            promised = {n: {k: -v for k, v in r.items()} for n, r in holder.remaining.items()}
+            give(self.bins, promised, index=self._copied(promised))
+            self._promised.update(promised)
+
+    def _copied(self, nodes: Iterable[str]) -> Mapping[str, Bin]:
+        """The bins of `nodes` (and those copied before), ours to change, by node name."""
+        own = self._own
+        if own is None:
+            own = self._own = list(self.bins)
+            self.bins = own
+        copies = self._copies
+        for node in nodes:
+            if node not in copies:
+                i = self._index(own, node)
+                if i is not None:
+                    b = own[i]
+                    own[i] = copies[node] = Bin(b.name, dict(b.free), b.labels, b.taints)
+        return copies
+
+    def _index(self, own: list[Bin], node: str) -> int | None:
+        """Where `node` is in `own` (None: not there)."""
+        positions = self._position
+        if positions is not None:
+            i = positions.get(node)
+            if i is not None and i < len(own) and own[i].name == node:
+                return i
+            if self._indexed:
+                return None
+        # No positions given, or they do not know the node: index the bins once.
+        self._position = {b.name: i for i, b in enumerate(own)}
+        self._indexed = True
+        return self._position.get(node)
+
+    def pack(self, gang: Gang) -> Packing:
+        return pack(gang.demands, self.bins, gang.need, allowed_nodes=self._on_bins)
+
+    def _shapes(self, gang: Gang) -> tuple[Shapes, int] | None:
+        """The gang's member shapes and need: gangs alike fit alike (None: no memo)."""
+        if self._remainders is None:
+            return None
+        return self._remainders.shapes(gang.demands), gang.need
+
+    def set_aside(self, gang: Gang) -> bool:
+        """The room the gang fits in is set aside for it; False: it does not fit."""
+        if self._failed:  # (most lines: every gang fits, and no shape is worked out)
+            alike = self._shapes(gang)
+            if alike is not None and alike in self._failed:
+                return False
+        packing = self.pack(gang)
+        if packing.fits:
+            plan = packing.plan
+            take(self.bins, plan, gang.demands, index=self._copied(plan.values()))
+            if self._remainders is not None:
+                self._taken.append(plan.values())
+        else:
+            alike = self._shapes(gang)
+            if alike is not None:
+                self._failed.add(alike)
+        return packing.fits
+
+    def may_ever_fit(self, gang: Gang) -> bool:
+        """Would the gang fit in the empty cluster? (Yes when the empty cluster is not given.)"""
+        if not self._allocatable:
+            return True
+        alike = self._shapes(gang)
+        known = self._ever.get(alike) if alike is not None else None
+        if known is None:
+            known = pack(
+                gang.demands, self._allocatable, gang.need, allowed_nodes=self._on_allocatable
+            ).fits
+            if alike is not None:
+                self._ever[alike] = known
+        return known
+
+    def hold_for(self, gang: Gang) -> list[str] | None:
+        """Cap every node at what `gang` can never use there; the nodes where that held room back.
+
+        None: the remainders are not known, so it must hold everything (the
+        caller stops the line). Nodes where promises or gangs set aside took
+        room are held whole for the gang's resources: what lands there is not
+        in the node's pods yet (app/core/backfill.py).
+        """
+        remainders = self._remainders
+        if remainders is None:
+            return None
+        shapes = remainders.shapes(gang.demands)
+        for nodes in self._taken:
+            self._promised.update(nodes)
+        self._taken.clear()
+        done = self._held.get(shapes)
+        if done is not None and done[0] == len(self._promised):
+            return done[1]
+        caps = remainders.of(shapes, self._allocatable)
+        nothing = dict.fromkeys(resource_names(shapes), 0)
+        held: list[str] = []
+        for b in list(self.bins):
+            name = b.name
+            cap = caps.get(name, nothing)
+            if cap is None:  # none of its members may go there, or fits there even empty
+                continue
+            promised = name in self._promised
+            if promised:
+                cap = nothing
+            free = b.free
+            if all(free.get(r, 0) <= c for r, c in cap.items()):
+                continue
+            own = self._copied((name,))[name].free
+            for r, c in cap.items():
+                if own.get(r, 0) > c:
+                    if c:
+                        own[r] = c
+                    else:
+                        own.pop(r, None)
+            if not promised:  # there the gangs promised the room hold it (named as such)
+                held.append(name)
+        self._held[shapes] = (len(self._promised), held)
+        return held
+
+    def give_back(self, holder: Holder) -> None:
+        """What the holder was promised and holds in the gate is free again."""
+        self.free_up(holder.remaining)
+        self.free_up(holder.reserved)
+
+    def free_up(self, held: Mapping[str, Mapping[str, int]]) -> None:
+        """Capacity held per node is free again (in this room's own copies of those bins)."""
+        give(self.bins, held, index=self._copied(held))
