@@ -46,6 +46,7 @@ from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus, StatusSettings
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
+from app.runtime.device_cel import CelEngine
 from app.runtime.evictor import PreemptionFollower
 from app.runtime.gate import PermitGate
 from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
@@ -160,7 +161,7 @@ def build_components(
         settings.permit_waiting_time_seconds, settings.max_permit_waiting_time_seconds
     )
     admission = Admission(settings.denied_pg_expiration_seconds)
-    cluster = VerbCore(ClusterState(), admission, Metrics(), wait)
+    cluster = VerbCore(ClusterState(CelEngine()), admission, Metrics(), wait)
     lead = leadership(settings)
     writers = build_writers(settings, cluster, clients, lead.leader)
     runtime = build_runtime(settings, cluster, clients.pods, lead.leader, writers.observer)
