@@ -33,6 +33,7 @@ from app.kube.status import KubeStatusApi, QueueStatusApi
 from app.kube.webhook import WebhookApi
 from app.ops.cachedump import add_cache_route
 from app.ops.debug import GangDebug
+from app.ops.device_metrics import DeviceCollector
 from app.ops.event_recorder import EventRecorder
 from app.ops.leader import (
     AlwaysLeader,
@@ -161,7 +162,9 @@ def build_components(
         settings.permit_waiting_time_seconds, settings.max_permit_waiting_time_seconds
     )
     admission = Admission(settings.denied_pg_expiration_seconds)
-    cluster = VerbCore(ClusterState(CelEngine()), admission, Metrics(), wait)
+    state = ClusterState(CelEngine())
+    cluster = VerbCore(state, admission, Metrics(), wait)
+    cluster.metrics.registry.register(DeviceCollector(state))
     lead = leadership(settings)
     writers = build_writers(settings, cluster, clients, lead.leader)
     runtime = build_runtime(settings, cluster, clients.pods, lead.leader, writers.observer)

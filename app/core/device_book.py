@@ -48,10 +48,16 @@ def _key(raw: Mapping[str, Any], namespaced: bool) -> str:
 
 class DeviceBook:
     def __init__(
-        self, pods: PodIndex, changes: ChangeLog, engine: SelectorEngine | None = None
+        self,
+        pods: PodIndex,
+        changes: ChangeLog,
+        nodes: Callable[[], dict[str, NodeRecord]],
+        engine: SelectorEngine | None = None,
     ) -> None:
+        """`nodes`: the state's node records, changed in place when their devices change."""
         self.model = DeviceModel(engine)
         self._pods = pods
+        self._nodes = nodes
         self._changes = changes
         # Node -> allocatable as the node advertises it (devices are added on top).
         self._base: dict[str, Resources] = {}
@@ -107,9 +113,13 @@ class DeviceBook:
             self._device_pods.add(record.key)
         else:
             self._device_pods.discard(record.key)
+        signatures = len(self.model.signatures)
         demand = self.model.demand(record.namespace, record.key, record.claims)
         if demand:
             record.requests = {**record.requests, **demand}
+        if len(self.model.signatures) != signatures:
+            # A selector set first asked for: count it on every node.
+            self._refresh_nodes()
         return touched
 
     def pod_gone(self, key: str) -> set[str]:
@@ -120,21 +130,19 @@ class DeviceBook:
 
     # ---- DRA objects --------------------------------------------------------------
 
-    def apply(self, kind: str, raw: Mapping[str, Any], nodes: dict[str, NodeRecord]) -> None:
+    def apply(self, kind: str, raw: Mapping[str, Any]) -> None:
         self._store(kind, _key(raw, kind in (CLAIMS, TEMPLATES)), raw)
-        self._refresh(kind, nodes)
+        self._refresh(kind)
 
-    def delete(self, kind: str, raw: Mapping[str, Any], nodes: dict[str, NodeRecord]) -> None:
+    def delete(self, kind: str, raw: Mapping[str, Any]) -> None:
         self._store(kind, _key(raw, kind in (CLAIMS, TEMPLATES)), None)
-        self._refresh(kind, nodes)
+        self._refresh(kind)
 
-    def replace(
-        self, kind: str, objects: Iterable[Mapping[str, Any]], nodes: dict[str, NodeRecord]
-    ) -> None:
+    def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
         self._table(kind).clear()
         for raw in objects:
             self._store(kind, _key(raw, kind in (CLAIMS, TEMPLATES)), raw)
-        self._refresh(kind, nodes)
+        self._refresh(kind)
 
     def _table(self, kind: str) -> dict[str, Any]:
         model = self.model
@@ -163,20 +171,16 @@ class DeviceBook:
         if error:
             log.warning("%s", error)
 
-    def _refresh(self, kind: str, nodes: dict[str, NodeRecord]) -> None:
+    def _refresh(self, kind: str) -> None:
         """Recompute what the change bears on: the nodes' offers, then the pods' demands."""
         if kind == SLICES:
             self._newest = None
-        signatures = len(self.model.signatures)
         if kind in (SLICES, CLASSES):
-            self._refresh_nodes(nodes)
+            self._refresh_nodes()
         self._refresh_pods(self._device_pods)
-        if len(self.model.signatures) != signatures:
-            # A selector set first asked for: count it on every node, then ask again.
-            self._refresh_nodes(nodes)
-            self._refresh_pods(self._device_pods)
 
-    def _refresh_nodes(self, nodes: dict[str, NodeRecord]) -> None:
+    def _refresh_nodes(self) -> None:
+        nodes = self._nodes()
         changed = False
         for name, record in nodes.items():
             allocatable = self._with_offer(record)
@@ -188,7 +192,16 @@ class DeviceBook:
             self._changes.nodes_changed()
 
     def _refresh_pods(self, keys: Iterable[str]) -> None:
-        for key in list(keys):
+        keys = list(keys)
+        signatures = len(self.model.signatures)
+        self._recount(keys)
+        if len(self.model.signatures) != signatures:
+            # A selector set first asked for: count it on every node, then ask again.
+            self._refresh_nodes()
+            self._recount(keys)
+
+    def _recount(self, keys: list[str]) -> None:
+        for key in keys:
             record = self._pods.pods.get(key)
             if record is None:
                 continue

@@ -184,9 +184,9 @@ def _dra_sink(state: ClusterState, kind: str) -> Sink:
         return len(getattr(book.model, _DRA_TABLES[kind]))
 
     return Sink(
-        lambda objects: book.replace(kind, objects, state.nodes),
-        lambda obj: book.apply(kind, obj, state.nodes),
-        lambda obj: book.delete(kind, obj, state.nodes),
+        lambda objects: book.replace(kind, objects),
+        lambda obj: book.apply(kind, obj),
+        lambda obj: book.delete(kind, obj),
         size,
     )
 
