@@ -19,7 +19,9 @@ from typing import Any
 
 from app.core.changes import ChangeLog
 from app.core.device_records import (
+    PodClaim,
     SelectorEngine,
+    SliceRecord,
     claim_from,
     class_from,
     slice_from,
@@ -38,6 +40,18 @@ SLICES, CLASSES, CLAIMS, TEMPLATES = (
     "resourceclaims",
     "resourceclaimtemplates",
 )
+
+
+def _pool_nodes(slices: Iterable[SliceRecord], *changed: SliceRecord | None) -> set[str] | None:
+    """The nodes a change of these slices (and their pools) bears on; None: every node."""
+    given = [s for s in changed if s is not None]
+    pools = {s.pool_key for s in given}
+    nodes = set()
+    for s in [*given, *(other for other in slices if other.pool_key in pools)]:
+        if not s.node:
+            return None
+        nodes.add(s.node)
+    return nodes
 
 
 def _key(raw: Mapping[str, Any], namespaced: bool) -> str:
@@ -63,6 +77,11 @@ class DeviceBook:
         self._base: dict[str, Resources] = {}
         # Pods that have claims: the only ones a DRA change can bear on.
         self._device_pods: set[str] = set()
+        # "kind:namespace/name" of a claim or template -> the pods naming it, and back.
+        self._refs: dict[str, set[str]] = {}
+        self._pod_refs: dict[str, set[str]] = {}
+        # Pods whose demand depends on what the nodes offer (All, firstAvailable).
+        self._volatile: set[str] = set()
         self._newest: dict[str, list[Any]] | None = None  # node ("" = pools for many) -> slices
 
     # ---- pods and nodes on their way into the state -----------------------------------
@@ -113,8 +132,9 @@ class DeviceBook:
             self._device_pods.add(record.key)
         else:
             self._device_pods.discard(record.key)
+        self._index(record.key, record.namespace, record.claims)
         signatures = len(self.model.signatures)
-        demand = self.model.demand(record.namespace, record.key, record.claims)
+        demand = self._demand(record)
         if demand:
             record.requests = {**record.requests, **demand}
         if len(self.model.signatures) != signatures:
@@ -126,23 +146,57 @@ class DeviceBook:
         if key not in self._device_pods:
             return set()
         self._device_pods.discard(key)
+        self._index(key, "", ())
+        self._volatile.discard(key)
         return self.model.set_users(key, "", ())
+
+    def _index(self, key: str, namespace: str, claims: Iterable[PodClaim]) -> None:
+        refs = set()
+        for c in claims:
+            if c.claim:
+                refs.add(f"{CLAIMS}:{namespace}/{c.claim}")
+            if c.template:
+                refs.add(f"{TEMPLATES}:{namespace}/{c.template}")
+        old = self._pod_refs.pop(key, set())
+        for ref in old - refs:
+            pods = self._refs.get(ref)
+            if pods is not None:
+                pods.discard(key)
+                if not pods:
+                    del self._refs[ref]
+        for ref in refs - old:
+            self._refs.setdefault(ref, set()).add(key)
+        if refs:
+            self._pod_refs[key] = refs
+
+    def _demand(self, record: PodRecord) -> Resources:
+        self.model.used_offers = False
+        demand = self.model.demand(record.namespace, record.key, record.claims)
+        if self.model.used_offers:
+            self._volatile.add(record.key)
+        else:
+            self._volatile.discard(record.key)
+        return demand
 
     # ---- DRA objects --------------------------------------------------------------
 
     def apply(self, kind: str, raw: Mapping[str, Any]) -> None:
-        self._store(kind, _key(raw, kind in (CLAIMS, TEMPLATES)), raw)
-        self._refresh(kind)
+        key = _key(raw, kind in (CLAIMS, TEMPLATES))
+        old = self._table(kind).get(key)
+        self._store(kind, key, raw)
+        self._refresh(kind, key, old)
 
     def delete(self, kind: str, raw: Mapping[str, Any]) -> None:
-        self._store(kind, _key(raw, kind in (CLAIMS, TEMPLATES)), None)
-        self._refresh(kind)
+        key = _key(raw, kind in (CLAIMS, TEMPLATES))
+        old = self._table(kind).get(key)
+        self._store(kind, key, None)
+        self._refresh(kind, key, old)
 
     def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
         self._table(kind).clear()
         for raw in objects:
             self._store(kind, _key(raw, kind in (CLAIMS, TEMPLATES)), raw)
-        self._refresh(kind)
+        self._refresh(kind, None, None)
 
     def _table(self, kind: str) -> dict[str, Any]:
         model = self.model
@@ -171,18 +225,35 @@ class DeviceBook:
         if error:
             log.warning("%s", error)
 
-    def _refresh(self, kind: str) -> None:
-        """Recompute what the change bears on: the nodes' offers, then the pods' demands."""
+    def _refresh(self, kind: str, key: str | None, old: Any) -> None:
+        """Recompute what the change bears on (key None: a fresh list, everything).
+
+        A claim or template: the pods naming it. A slice: the nodes of its pool
+        (every node for a pool published for many), then the pods whose demand
+        depends on the offers. A class: every node and every device pod.
+        """
         if kind == SLICES:
             self._newest = None
-        if kind in (SLICES, CLASSES):
+            nodes = (
+                None
+                if key is None
+                else _pool_nodes(self.model.slices.values(), old, self.model.slices.get(key))
+            )
+            self._refresh_nodes(nodes)
+            self._refresh_pods(self._device_pods if key is None else self._volatile)
+        elif kind == CLASSES:
             self._refresh_nodes()
-        self._refresh_pods(self._device_pods)
+            self._refresh_pods(self._device_pods)
+        elif key is None:
+            self._refresh_pods(self._device_pods)
+        else:
+            self._refresh_pods(self._refs.get(f"{kind}:{key}", ()))
 
-    def _refresh_nodes(self) -> None:
+    def _refresh_nodes(self, only: set[str] | None = None) -> None:
         nodes = self._nodes()
         changed = False
-        for name, record in nodes.items():
+        for name in nodes if only is None else only & nodes.keys():
+            record = nodes[name]
             allocatable = self._with_offer(record)
             if allocatable != record.allocatable:
                 nodes[name] = dataclasses.replace(record, allocatable=allocatable)

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+import orjson
 
 from app.core.placement import Placement, placement_of
 from app.core.resources import DEVICE_PREFIX, MISSING_PREFIX, QuantityError, parse_quantity
@@ -77,8 +79,13 @@ class Device:
 
     name: str
     value: dict[str, Any]
-    # Selector text -> whether this device passes it (evaluated once per device).
-    results: dict[str, bool] = field(default_factory=dict)
+    # The value as canonical bytes: devices alike (same attributes and capacity)
+    # share one evaluation of each selector (app/core/devices.py).
+    content: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.content:
+            self.content = orjson.dumps(self.value, option=orjson.OPT_SORT_KEYS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,10 @@ from app.core.resources import Resources
 
 log = logging.getLogger(__name__)
 
+# Distinct (selector, device) pairs remembered: a cluster's devices are mostly
+# alike (8 GPUs of one model a node), so this holds every pair many times over.
+_MAX_RESULTS = 100_000
+
 
 class DeviceModel:
     def __init__(self, engine: SelectorEngine | None = None) -> None:
@@ -65,6 +69,10 @@ class DeviceModel:
         self.offered: dict[str, Resources] = {}
         # Claim key -> pods using it (a shared claim counts on the first, by name).
         self.users: dict[str, set[str]] = {}
+        # Set by demand() when the count depended on the nodes' offers (All, firstAvailable).
+        self.used_offers = False
+        # (selector, device content) -> whether it passes: identical devices are evaluated once.
+        self._results: dict[tuple[str, bytes], bool] = {}
 
     # ---- what the nodes offer ---------------------------------------------------
 
@@ -118,14 +126,16 @@ class DeviceModel:
 
     def _passes(self, device: Device, selectors: tuple[str, ...]) -> bool:
         for text in selectors:
-            result = device.results.get(text)
+            result = self._results.get((text, device.content))
             if result is None:
                 try:
                     result = self.engine.matches(self.engine.compile(text), device.value)
                 except SelectorError as err:
                     self._fallback(text, str(err))
                     result = True  # counted by class alone
-                device.results[text] = result
+                if len(self._results) > _MAX_RESULTS:
+                    self._results.clear()
+                self._results[(text, device.content)] = result
             if not result:
                 return False
         return True
@@ -185,6 +195,8 @@ class DeviceModel:
 
     def _spec_demand(self, spec: ClaimSpec, need: Resources) -> None:
         for request in spec.requests:
+            if request.alternatives or request.mode == ALL_MODE:
+                self.used_offers = True
             chosen = self._choose(request) if request.alternatives else request
             resources = self._resources_of(chosen)
             if chosen.mode == ALL_MODE:

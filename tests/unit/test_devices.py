@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from app.core.device_records import (
     class_resource,
@@ -16,8 +17,10 @@ from app.core.device_records import (
     selector_resource,
     slice_from,
 )
+from app.core.device_report import device_snapshot
 from app.core.resources import format_resources
 from app.core.state import ClusterState
+from app.ops.device_metrics import DeviceCollector
 from app.runtime.device_cel import CelEngine
 from tests.unit.builders import node, pod
 
@@ -281,3 +284,46 @@ def test_pod_claims_read_the_generated_names() -> None:
         ("a", "p-a-123", "t"),
         ("b", "c", ""),
     ]
+
+
+def test_caches_and_metrics_show_pools_and_devices_free_and_held_in_the_gate(
+    state: ClusterState,
+) -> None:
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(
+        SLICES, resource_slice("bad", "n2", names=("x", "x"), memories=("80Gi", "80Gi"))
+    )
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    state.apply_pod(gpu_pod("bound", template_name="two", node="n1", phase="Running"))
+    state.apply_pod(gpu_pod("held", template_name="two"))
+    state.reserve("default/held", "n1")
+    snapshot = device_snapshot(state)
+    assert snapshot["pools"]["gpu.example.com/n1"] == {
+        "generation": 1,
+        "slices": 1,
+        "resourceSliceCount": 1,
+        "devices": 4,
+        "node": "n1",
+    }
+    assert snapshot["classes"][DRIVER] == {
+        "allocatable": 5,
+        "requested": 4,
+        "free": 1,
+        "held_waiting": 2,
+    }
+    assert any("duplicate device name 'x'" in e for e in snapshot["errors"])
+    registry = CollectorRegistry()
+    registry.register(DeviceCollector(state))
+    labels = {"device_class": DRIVER, "state": "held_waiting"}
+    assert registry.get_sample_value("gang_extender_devices", labels) == 2
+
+
+def test_a_claim_change_recounts_only_the_pods_naming_it(state: ClusterState) -> None:
+    state.devices.apply(CLAIMS, claim("c1", requests_of(1)))
+    state.devices.apply(CLAIMS, claim("c2", requests_of(1)))
+    state.apply_pod(gpu_pod("p1", claim_name="c1"))
+    state.apply_pod(gpu_pod("p2", claim_name="c2"))
+    other = state.pods["default/p2"]
+    state.devices.apply(CLAIMS, claim("c1", requests_of(3)))
+    assert state.pods["default/p1"].requests[GPU] == 3000
+    assert state.pods["default/p2"] is other
