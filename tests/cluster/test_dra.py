@@ -18,8 +18,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from local_cluster.podsim import EXIT_AFTER_ANNOTATION
 
+from app.core.groups import VOLCANO_GROUP_ANNOTATIONS
 from hack.clusterkit import wait_for
-from tests.cluster.kube import Kube
+from tests.cluster.kube import HIGH, LOW, Kube
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 DEVICES_PER_NODE = 4
@@ -97,12 +98,32 @@ class Devices:
             },
         )
 
-    def pod(self, name: str, group: str, template: str, exit_after: float | None = None) -> None:
-        body = self.kube.pod_body(name, group=group, cpu="100m")
+    def pod(
+        self,
+        name: str,
+        group: str | None,
+        template: str,
+        exit_after: float | None = None,
+        *,
+        priority_class: str | None = None,
+        node: str | None = None,
+        volcano: bool = False,
+    ) -> None:
+        body = self.kube.pod_body(
+            name,
+            group=None if volcano else group,
+            annotations={VOLCANO_GROUP_ANNOTATIONS[0]: group} if volcano and group else None,
+            cpu="100m",
+            priority_class=priority_class,
+        )
         body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
         body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+        if node is not None:
+            body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
         if exit_after is not None:
-            body["metadata"]["annotations"] = {EXIT_AFTER_ANNOTATION: f"{exit_after:g}"}
+            body["metadata"].setdefault("annotations", {})[EXIT_AFTER_ANNOTATION] = (
+                f"{exit_after:g}"
+            )
         self.kube.core.create_namespaced_pod(self.namespace, body)
 
     def claims(self) -> list[dict[str, Any]]:
@@ -280,3 +301,75 @@ def test_a_cel_selector_counts_only_the_devices_it_matches(
     pools = {pool for pool, _device in devices.allocated("fits-")}
     assert pools == set(nodes[:2]), pools
     assert len(devices.allocated("fits-")) == 8
+
+
+@pytest.mark.usefixtures("priorities")
+def test_a_high_priority_device_gang_evicts_the_fewest_device_holders(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+) -> None:
+    """dra-0's 4 devices are held by 2 pods (2 each), dra-1's by 4 (1 each): a gang of
+    2 x 2 devices needs one node's worth, and takes dra-0's (2 victims, not 4)."""
+    devices, nodes = gpu_nodes
+    devices.template("one-gpu", 1)
+    devices.template("two-gpus", 2)
+    for i in range(2):
+        devices.pod(f"pair-{i}", None, "two-gpus", priority_class=LOW, node=nodes[0])
+    for i in range(4):
+        devices.pod(f"single-{i}", None, "one-gpu", priority_class=LOW, node=nodes[1])
+    before = wait_for(
+        lambda: len(kube.bound(namespace)) == 6 and kube.bound(namespace),
+        40,
+        "the low-priority device holders bound",
+    )
+    kube.create_podgroup(namespace, "urgent", 2, timeout=60)
+    for i in range(2):
+        devices.pod(f"urgent-{i}", "urgent", "two-gpus", priority_class=HIGH)
+    after = wait_for(
+        lambda: len(_bound(kube, namespace, "urgent-")) == 2 and kube.bound(namespace),
+        90,
+        "the high-priority device gang bound whole",
+    )
+    evicted = set(before) - set(after)
+    assert evicted == {"pair-0", "pair-1"}, (evicted, before, after)
+    assert {after["urgent-0"], after["urgent-1"]} == {nodes[0]}
+    assert len(devices.allocated("urgent-")) == 4
+
+
+def test_a_queue_device_capability_holds(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+) -> None:
+    """A queue capped at 4 devices of the class (named bare, as a capability reads best):
+    of two gangs of 2 x 2 devices on 8 devices, one runs, the other waits for it."""
+    devices, _nodes = gpu_nodes
+    queue = f"gpus-{namespace}"[:63]
+    kube.create_queue(queue, capability={devices.device_class: "4"})
+    try:
+        devices.template("two-gpus", 2)
+        for gang in ("first", "second"):
+            kube.create_volcano_podgroup(namespace, gang, 2, queue=queue)
+        for gang, exit_after in (("first", 8.0), ("second", None)):
+            for i in range(2):
+                devices.pod(f"{gang}-{i}", gang, "two-gpus", exit_after, volcano=True)
+            if gang == "first":
+                wait_for(
+                    lambda: len(_bound(kube, namespace, "first-")) == 2, 40, "the first gang bound"
+                )
+        wait_for(
+            lambda: any(
+                "capability" in e and f"device(s) of class {devices.device_class}" in e
+                for i in range(2)
+                for e in kube.events(namespace, f"second-{i}")
+            ),
+            30,
+            "the second gang told the queue's device capability holds it",
+        )
+        assert not _bound(kube, namespace, "second-")
+        assert not devices.allocated("second-")
+        wait_for(
+            lambda: len(_bound(kube, namespace, "second-")) == 2,
+            60,
+            "the second gang bound once the first ended",
+        )
+    finally:
+        kube.delete_pods_now(namespace)
+        kube.delete_queue(queue)
