@@ -258,8 +258,10 @@ def _request(raw: Mapping[str, Any], name: str) -> Request:
     )
 
 
-def claim_spec_from(spec: Mapping[str, Any] | None) -> ClaimSpec:
+def claim_spec_from(spec: Mapping[str, Any] | None, what: str = "claim") -> ClaimSpec:
+    """The requests of a claim (or a template's claims); `what` names it in the error."""
     requests: list[Request] = []
+    unread: list[str] = []
     for item in ((spec or {}).get("devices") or {}).get("requests") or ():
         if not isinstance(item, Mapping):
             continue
@@ -276,7 +278,10 @@ def claim_spec_from(spec: Mapping[str, Any] | None) -> ClaimSpec:
                 requests.append(Request(name, "", (), "ExactCount", 0, options))
         elif item.get("deviceClassName"):  # the v1beta1 shape, if a client still sends it
             requests.append(_request(item, name))
-    return ClaimSpec(tuple(requests))
+        else:
+            unread.append(name)
+    error = f"{what}: request(s) {', '.join(unread)} ask for no device class: not counted"
+    return ClaimSpec(tuple(requests), error if unread else "")
 
 
 def claim_from(raw: Mapping[str, Any]) -> ClaimRecord:
@@ -292,7 +297,8 @@ def claim_from(raw: Mapping[str, Any]) -> ClaimRecord:
         for r in (allocation.get("devices") or {}).get("results") or ()
         if isinstance(r, Mapping)
     )
-    return ClaimRecord(namespace, name, claim_spec_from(raw.get("spec")), results)
+    spec = claim_spec_from(raw.get("spec"), f"ResourceClaim {namespace}/{name}")
+    return ClaimRecord(namespace, name, spec, results)
 
 
 def template_from(raw: Mapping[str, Any]) -> tuple[str, ClaimSpec]:

@@ -10,7 +10,9 @@ API server shows: bindings, the claims' allocations, events.
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +22,8 @@ from local_cluster.podsim import EXIT_AFTER_ANNOTATION
 
 from app.core.groups import VOLCANO_GROUP_ANNOTATIONS
 from hack.clusterkit import wait_for
-from tests.cluster.kube import HIGH, LOW, Kube
+from tests.cluster.kube import Kube
+from tests.cluster.session import Extender
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 DEVICES_PER_NODE = 4
@@ -105,8 +108,6 @@ class Devices:
         template: str,
         exit_after: float | None = None,
         *,
-        priority_class: str | None = None,
-        node: str | None = None,
         volcano: bool = False,
     ) -> None:
         body = self.kube.pod_body(
@@ -114,12 +115,9 @@ class Devices:
             group=None if volcano else group,
             annotations={VOLCANO_GROUP_ANNOTATIONS[0]: group} if volcano and group else None,
             cpu="100m",
-            priority_class=priority_class,
         )
         body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
         body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
-        if node is not None:
-            body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
         if exit_after is not None:
             body["metadata"].setdefault("annotations", {})[EXIT_AFTER_ANNOTATION] = (
                 f"{exit_after:g}"
@@ -226,10 +224,24 @@ def test_two_device_gangs_created_interleaved_one_runs_whole_the_other_after_it(
 
 
 def test_a_gang_asking_more_devices_than_exist_holds_none_and_a_smaller_one_runs_at_once(
-    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
 ) -> None:
-    devices, _nodes = gpu_nodes
+    devices, nodes = gpu_nodes
     devices.template("two-gpus", 2)
+
+    # What the extender sees: the two pools, 8 devices of the class, all free.
+    def caches() -> Any:
+        with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=5) as response:
+            seen = json.loads(response.read())["devices"]
+        row = seen["classes"].get(devices.device_class) or {}
+        return row.get("free") == 8 and seen
+
+    seen = wait_for(caches, 10, "the extender's caches showing the 8 devices")
+    for node in nodes[:2]:
+        assert seen["pools"][f"{devices.driver}/{node}"]["devices"] == DEVICES_PER_NODE
+    assert seen["classes"][devices.device_class]["free"] == 8
+    labels = {"device_class": devices.device_class}
+    assert extender.sample("gang_extender_devices", **labels, state="free") == 8
     kube.create_podgroup(namespace, "big", 5)
     for i in range(5):
         devices.pod(f"big-{i}", "big", "two-gpus")
@@ -303,38 +315,6 @@ def test_a_cel_selector_counts_only_the_devices_it_matches(
     assert len(devices.allocated("fits-")) == 8
 
 
-@pytest.mark.usefixtures("priorities")
-def test_a_high_priority_device_gang_evicts_the_fewest_device_holders(
-    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
-) -> None:
-    """dra-0's 4 devices are held by 2 pods (2 each), dra-1's by 4 (1 each): a gang of
-    2 x 2 devices needs one node's worth, and takes dra-0's (2 victims, not 4)."""
-    devices, nodes = gpu_nodes
-    devices.template("one-gpu", 1)
-    devices.template("two-gpus", 2)
-    for i in range(2):
-        devices.pod(f"pair-{i}", None, "two-gpus", priority_class=LOW, node=nodes[0])
-    for i in range(4):
-        devices.pod(f"single-{i}", None, "one-gpu", priority_class=LOW, node=nodes[1])
-    before = wait_for(
-        lambda: len(kube.bound(namespace)) == 6 and kube.bound(namespace),
-        40,
-        "the low-priority device holders bound",
-    )
-    kube.create_podgroup(namespace, "urgent", 2, timeout=60)
-    for i in range(2):
-        devices.pod(f"urgent-{i}", "urgent", "two-gpus", priority_class=HIGH)
-    after = wait_for(
-        lambda: len(_bound(kube, namespace, "urgent-")) == 2 and kube.bound(namespace),
-        90,
-        "the high-priority device gang bound whole",
-    )
-    evicted = set(before) - set(after)
-    assert evicted == {"pair-0", "pair-1"}, (evicted, before, after)
-    assert {after["urgent-0"], after["urgent-1"]} == {nodes[0]}
-    assert len(devices.allocated("urgent-")) == 4
-
-
 def test_a_queue_device_capability_holds(
     kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
 ) -> None:
@@ -373,3 +353,41 @@ def test_a_queue_device_capability_holds(
     finally:
         kube.delete_pods_now(namespace)
         kube.delete_queue(queue)
+
+
+def test_an_extended_resource_backed_by_a_device_class_counts_its_devices(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+) -> None:
+    """DeviceClass extendedResourceName (GA in 1.37): pods asking `<name>: 2` take the
+    class's devices; no node advertises the name, the 8 devices are all there is."""
+    devices, _nodes = gpu_nodes
+    resource = f"{devices.driver}/gpu"
+    kube.custom.patch_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "deviceclasses",
+        devices.device_class,
+        {"spec": {"extendedResourceName": resource}},
+    )
+
+    def create(gang: str, members: int) -> None:
+        kube.create_podgroup(namespace, gang, members)
+        for i in range(members):
+            body = kube.pod_body(f"{gang}-{i}", group=gang, cpu="100m")
+            body["spec"]["containers"][0]["resources"]["limits"] = {resource: "2"}
+            body["spec"]["containers"][0]["resources"]["requests"][resource] = "2"
+            kube.core.create_namespaced_pod(namespace, body)
+
+    create("big", 5)
+    message = wait_for(
+        lambda: next(
+            (e for i in range(5) for e in kube.events(namespace, f"big-{i}") if "short by" in e),
+            None,
+        ),
+        30,
+        "the big gang told what it lacks",
+    )
+    assert f"short by {resource} 2" in message, message
+    create("small", 2)
+    wait_for(lambda: len(_bound(kube, namespace, "small-")) == 2, 40, "the small gang bound")
+    assert not _bound(kube, namespace, "big-")

@@ -12,12 +12,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from app.core.device_records import (
+    claim_from,
     class_resource,
     pod_claims_of,
     selector_resource,
     slice_from,
 )
 from app.core.device_report import device_snapshot
+from app.core.queues import queue_from
 from app.core.resources import format_resources
 from app.core.state import ClusterState
 from app.ops.device_metrics import DeviceCollector
@@ -327,3 +329,24 @@ def test_a_claim_change_recounts_only_the_pods_naming_it(state: ClusterState) ->
     state.devices.apply(CLAIMS, claim("c1", requests_of(3)))
     assert state.pods["default/p1"].requests[GPU] == 3000
     assert state.pods["default/p2"] is other
+
+
+def test_a_queue_capability_names_device_classes_bare_or_as_resources() -> None:
+    spec = queue_from(
+        {
+            "metadata": {"name": "gpus"},
+            "spec": {
+                "capability": {"gpu.example.com": 16, "devices/other.example.com": 2, "cpu": 8}
+            },
+        }
+    )
+    assert spec.capability == {GPU: 16000, "devices/other.example.com": 2000, "cpu": 8000}
+
+
+def test_a_request_naming_no_class_is_reported_not_counted() -> None:
+    spec = claim_from(claim("odd", {"devices": {"requests": [{"name": "gpu"}]}})).spec
+    assert spec.requests == ()
+    assert (
+        spec.error
+        == "ResourceClaim default/odd: request(s) gpu ask for no device class: not counted"
+    )
