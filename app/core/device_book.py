@@ -127,7 +127,9 @@ class DeviceBook:
         """Add the pod's device demand to its requests; returns the other pods to recompute."""
         if not record.claims and record.key not in self._device_pods:
             return set()
-        touched = self.model.set_users(record.key, record.namespace, record.claims)
+        # A finished pod holds no devices: a claim it shares is counted on another user.
+        users = () if record.terminal else record.claims
+        touched = self.model.set_users(record.key, record.namespace, users)
         if record.claims:
             self._device_pods.add(record.key)
         else:

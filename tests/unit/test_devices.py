@@ -350,3 +350,15 @@ def test_a_request_naming_no_class_is_reported_not_counted() -> None:
         spec.error
         == "ResourceClaim default/odd: request(s) gpu ask for no device class: not counted"
     )
+
+
+def test_a_shared_claim_moves_to_another_user_when_its_first_one_finishes(
+    state: ClusterState,
+) -> None:
+    state.devices.apply(CLAIMS, claim("shared", requests_of(2)))
+    state.apply_pod(gpu_pod("a", claim_name="shared", node="n1", phase="Running"))
+    state.apply_pod(gpu_pod("b", claim_name="shared", node="n1", phase="Running"))
+    assert GPU not in state.pods["default/b"].requests
+    state.apply_pod(gpu_pod("a", claim_name="shared", node="n1", phase="Succeeded"))
+    assert state.pods["default/b"].requests[GPU] == 2000
+    assert state.requested_on("n1")[GPU] == 2000
