@@ -221,7 +221,14 @@ class DeviceBook:
             CLAIMS: claim_from,
             TEMPLATES: lambda r: template_from(r)[1],
         }[kind]
-        record = parse(raw)
+        try:
+            record = parse(raw)
+        except (TypeError, ValueError, AttributeError, KeyError) as err:
+            # The API server validates these objects; one that still cannot be read is
+            # left out (as if absent: its pods wait, told what is missing), never fatal.
+            log.warning("%s %s is unreadable and left out: %s", kind, key, err)
+            table.pop(key, None)
+            return
         table[key] = record
         error = getattr(record, "error", "") or getattr(getattr(record, "spec", None), "error", "")
         if error:

@@ -362,3 +362,11 @@ def test_a_shared_claim_moves_to_another_user_when_its_first_one_finishes(
     state.apply_pod(gpu_pod("a", claim_name="shared", node="n1", phase="Succeeded"))
     assert state.pods["default/b"].requests[GPU] == 2000
     assert state.requested_on("n1")[GPU] == 2000
+
+
+def test_an_unreadable_object_is_left_out_not_fatal(state: ClusterState) -> None:
+    state.devices.apply(TEMPLATES, {"metadata": {"name": "bad"}, "spec": {"spec": {"devices": ["x"]}}})
+    state.apply_pod(gpu_pod("p", template_name="bad"))
+    assert "ResourceClaimTemplate default/bad not found" in format_resources(
+        state.pods["default/p"].requests
+    )
