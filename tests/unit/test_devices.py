@@ -365,7 +365,9 @@ def test_a_shared_claim_moves_to_another_user_when_its_first_one_finishes(
 
 
 def test_an_unreadable_object_is_left_out_not_fatal(state: ClusterState) -> None:
-    state.devices.apply(TEMPLATES, {"metadata": {"name": "bad"}, "spec": {"spec": {"devices": ["x"]}}})
+    state.devices.apply(
+        TEMPLATES, {"metadata": {"name": "bad"}, "spec": {"spec": {"devices": ["x"]}}}
+    )
     state.apply_pod(gpu_pod("p", template_name="bad"))
     assert "ResourceClaimTemplate default/bad not found" in format_resources(
         state.pods["default/p"].requests
