@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from app.core.cheapest_victims import Evictable
 from app.core.device_records import (
     claim_from,
     class_resource,
@@ -19,6 +20,8 @@ from app.core.device_records import (
     slice_from,
 )
 from app.core.device_report import device_snapshot
+from app.core.packing import Demand
+from app.core.preemption_planner import plan
 from app.core.queues import queue_from
 from app.core.resources import format_resources
 from app.core.state import ClusterState
@@ -372,3 +375,36 @@ def test_an_unreadable_object_is_left_out_not_fatal(state: ClusterState) -> None
     assert "ResourceClaimTemplate default/bad not found" in format_resources(
         state.pods["default/p"].requests
     )
+
+
+def test_the_preemption_plan_frees_devices_with_the_fewest_victims(state: ClusterState) -> None:
+    """n1's 4 devices are held by 2 pods (2 each), n2's by 4 (1 each): a gang of
+    2 x 2 devices takes n1's, 2 victims rather than 4 (the requests carry the devices)."""
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(SLICES, resource_slice("n2-gpus", "n2"))
+    state.devices.apply(TEMPLATES, template("one", requests_of(1)))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    holders = [("pair-0", "n1", "two"), ("pair-1", "n1", "two")]
+    holders += [(f"single-{i}", "n2", "one") for i in range(4)]
+    for name, at, kind in holders:
+        state.apply_pod(gpu_pod(name, template_name=kind, node=at, phase="Running"))
+    state.apply_pod(gpu_pod("urgent-0", template_name="two"))
+    need = state.pods["default/urgent-0"].requests
+    bins = [b for b in state.room() if b.name in ("n1", "n2")]
+    evictable = {
+        at: [
+            Evictable(
+                (f"uid-{name}",),
+                (f"default/{name}",),
+                at,
+                state.pods[f"default/{name}"].requests,
+                0,
+            )
+            for name, node_name, _kind in holders
+            if node_name == at
+        ]
+        for at in ("n1", "n2")
+    }
+    result = plan([Demand("m0", need), Demand("m1", need)], bins, evictable)
+    assert result is not None
+    assert sorted(k for v in result.victims for k in v.keys) == ["default/pair-0", "default/pair-1"]
