@@ -48,6 +48,7 @@ from app.ops.status_reconciler import PodGroupStatus, StatusSettings
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.device_cel import CelEngine
+from app.runtime.device_preemption import DevicePreemption
 from app.runtime.evictor import PreemptionFollower
 from app.runtime.gate import PermitGate
 from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
@@ -151,7 +152,8 @@ def build_runtime(
         ),
     )
     follower = PreemptionFollower(state, pod_writes, observer, victims, plans)
-    return Runtime(waker, plans, gate, queues, reclaimer, arbiter, follower)
+    devices = DevicePreemption(state, cluster.admission, plans, pod_writes, observer, victims)
+    return Runtime(waker, plans, gate, queues, reclaimer, arbiter, follower, devices)
 
 
 def build_components(
@@ -198,6 +200,8 @@ def wire_listeners(parts: Components, unmarked: UnmarkedMembers | None) -> None:
     state.add_node_listener(rt.arbiter.on_nodes_changed)
     state.add_pod_listener(rt.follower.on_pod_change)
     state.add_pod_listener(rt.plans.on_pod_change)
+    if rt.device_preemption is not None:
+        state.add_pod_listener(rt.device_preemption.on_pod_change)
     if unmarked is not None:
         # Gang-only mode: a member without the mark never reaches our verbs.
         state.add_pod_listener(unmarked.on_pod_change)

@@ -33,6 +33,7 @@ from app.ops.leader import LeaderCheck, LeaderElection
 from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus
 from app.runtime.arbiter import Arbiter
+from app.runtime.device_preemption import DevicePreemption
 from app.runtime.evictor import PreemptionFollower
 from app.runtime.gate import PermitGate
 from app.runtime.preemption import PreemptionPlans
@@ -85,6 +86,8 @@ class Runtime:
     reclaimer: Reclaimer
     arbiter: Arbiter
     follower: PreemptionFollower
+    # Preemption for gangs short of DRA devices (kube-scheduler starts none for them).
+    device_preemption: DevicePreemption | None = None
 
 
 @dataclass

@@ -22,7 +22,7 @@ from local_cluster.podsim import EXIT_AFTER_ANNOTATION
 
 from app.core.groups import VOLCANO_GROUP_ANNOTATIONS
 from hack.clusterkit import wait_for
-from tests.cluster.kube import Kube
+from tests.cluster.kube import HIGH, LOW, Kube
 from tests.cluster.session import Extender
 
 GROUP, VERSION = "resource.k8s.io", "v1"
@@ -109,13 +109,18 @@ class Devices:
         exit_after: float | None = None,
         *,
         volcano: bool = False,
+        priority_class: str | None = None,
+        node: str | None = None,
     ) -> None:
         body = self.kube.pod_body(
             name,
             group=None if volcano else group,
             annotations={VOLCANO_GROUP_ANNOTATIONS[0]: group} if volcano and group else None,
             cpu="100m",
+            priority_class=priority_class,
         )
+        if node is not None:
+            body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
         body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
         body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
         if exit_after is not None:
@@ -391,3 +396,39 @@ def test_an_extended_resource_backed_by_a_device_class_counts_its_devices(
     create("small", 2)
     wait_for(lambda: len(_bound(kube, namespace, "small-")) == 2, 40, "the small gang bound")
     assert not _bound(kube, namespace, "big-")
+
+
+@pytest.mark.usefixtures("priorities")
+def test_a_high_priority_device_gang_evicts_the_fewest_device_holders(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+) -> None:
+    """dra-0's 4 devices are held by 2 pods (2 each), dra-1's by 4 (1 each): a gang of
+    2 x 2 devices needs one node's worth, and takes dra-0's (2 victims, not 4).
+
+    kube-scheduler starts no preemption for a pod short of devices (its
+    DynamicResources plugin says UnschedulableAndUnresolvable): the extender
+    does (app/runtime/device_preemption.py)."""
+    devices, nodes = gpu_nodes
+    devices.template("one-gpu", 1)
+    devices.template("two-gpus", 2)
+    for i in range(2):
+        devices.pod(f"pair-{i}", None, "two-gpus", priority_class=LOW, node=nodes[0])
+    for i in range(4):
+        devices.pod(f"single-{i}", None, "one-gpu", priority_class=LOW, node=nodes[1])
+    before = wait_for(
+        lambda: len(kube.bound(namespace)) == 6 and kube.bound(namespace),
+        40,
+        "the low-priority device holders bound",
+    )
+    kube.create_podgroup(namespace, "urgent", 2, timeout=60)
+    for i in range(2):
+        devices.pod(f"urgent-{i}", "urgent", "two-gpus", priority_class=HIGH)
+    after = wait_for(
+        lambda: len(_bound(kube, namespace, "urgent-")) == 2 and kube.bound(namespace),
+        90,
+        "the high-priority device gang bound whole",
+    )
+    evicted = set(before) - set(after)
+    assert evicted == {"pair-0", "pair-1"}, (evicted, before, after)
+    assert {after["urgent-0"], after["urgent-1"]} == {nodes[0]}
+    assert len(devices.allocated("urgent-")) == 4
