@@ -39,7 +39,7 @@ class Deleted:
         self.pods.append(f"{namespace}/{name}")
 
 
-def held(name: str, at: str, kind: str) -> dict[str, Any]:
+def held(name: str, at: str, kind: str) -> Any:
     raw = gpu_pod(name, template_name=kind, node=at, phase="Running")
     raw["spec"]["priority"] = 100
     return raw
