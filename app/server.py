@@ -201,6 +201,7 @@ def wire_listeners(parts: Components, unmarked: UnmarkedMembers | None) -> None:
     state.add_pod_listener(rt.follower.on_pod_change)
     state.add_pod_listener(rt.plans.on_pod_change)
     if rt.device_preemption is not None:
+        # After the plans: a plan that ended with this change is gone before it asks for one.
         state.add_pod_listener(rt.device_preemption.on_pod_change)
     if unmarked is not None:
         # Gang-only mode: a member without the mark never reaches our verbs.
