@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
 
 from app.core.admission import Admission, wholeness
 from app.core.groups import PodGroupSpecError
@@ -30,7 +29,7 @@ from app.core.packing import Demand
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
 from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
-from app.runtime.evictor import evict_each
+from app.runtime.evictor import PodEvicter, evict_each
 from app.runtime.preemption import PreemptionPlans
 from app.runtime.tasks import TaskSet
 
@@ -40,10 +39,6 @@ log = logging.getLogger(__name__)
 DRA_UNSCHEDULABLE = "cannot allocate all claims"
 # A gang's members are reported one after the other: one try for all of them.
 SETTLE_SECONDS = 1.0
-
-
-class PodEvicter(Protocol):
-    async def evict_pod(self, namespace: str, name: str, uid: str) -> None: ...
 
 
 class DevicePreemption:
