@@ -42,6 +42,29 @@ SLICES, CLASSES, CLAIMS, TEMPLATES = (
 )
 
 
+def _ref_keys(namespace: str, claims: Iterable[PodClaim]) -> set[str]:
+    """ "kind:namespace/name" of each claim and template the pod names."""
+    refs = {f"{CLAIMS}:{namespace}/{c.claim}" for c in claims if c.claim}
+    return refs | {f"{TEMPLATES}:{namespace}/{c.template}" for c in claims if c.template}
+
+
+def _index(
+    refs: dict[str, set[str]], pod_refs: dict[str, set[str]], key: str, now: set[str]
+) -> None:
+    """Point each of `now` (claims, templates) at the pod, and forget what it named before."""
+    old = pod_refs.pop(key, set())
+    for ref in old - now:
+        pods = refs.get(ref)
+        if pods is not None:
+            pods.discard(key)
+            if not pods:
+                del refs[ref]
+    for ref in now - old:
+        refs.setdefault(ref, set()).add(key)
+    if now:
+        pod_refs[key] = now
+
+
 def _pool_nodes(slices: Iterable[SliceRecord], *changed: SliceRecord | None) -> set[str] | None:
     """The nodes a change of these slices (and their pools) bears on; None: every node."""
     given = [s for s in changed if s is not None]
@@ -80,6 +103,9 @@ class DeviceBook:
         # "kind:namespace/name" of a claim or template -> the pods naming it, and back.
         self._refs: dict[str, set[str]] = {}
         self._pod_refs: dict[str, set[str]] = {}
+        # A DRA watch runs (it delivered a list or an event): until then, with DRA not
+        # served or not readable, a pod's claims are not counted (they could never fit).
+        self.watching = False
         # Pods whose demand depends on what the nodes offer (All, firstAvailable).
         self._volatile: set[str] = set()
         self._newest: dict[str, list[Any]] | None = None  # node ("" = pools for many) -> slices
@@ -134,7 +160,7 @@ class DeviceBook:
             self._device_pods.add(record.key)
         else:
             self._device_pods.discard(record.key)
-        self._index(record.key, record.namespace, record.claims)
+        _index(self._refs, self._pod_refs, record.key, _ref_keys(record.namespace, record.claims))
         signatures = len(self.model.signatures)
         demand = self._demand(record)
         if demand:
@@ -148,30 +174,13 @@ class DeviceBook:
         if key not in self._device_pods:
             return set()
         self._device_pods.discard(key)
-        self._index(key, "", ())
+        _index(self._refs, self._pod_refs, key, set())
         self._volatile.discard(key)
         return self.model.set_users(key, "", ())
 
-    def _index(self, key: str, namespace: str, claims: Iterable[PodClaim]) -> None:
-        refs = set()
-        for c in claims:
-            if c.claim:
-                refs.add(f"{CLAIMS}:{namespace}/{c.claim}")
-            if c.template:
-                refs.add(f"{TEMPLATES}:{namespace}/{c.template}")
-        old = self._pod_refs.pop(key, set())
-        for ref in old - refs:
-            pods = self._refs.get(ref)
-            if pods is not None:
-                pods.discard(key)
-                if not pods:
-                    del self._refs[ref]
-        for ref in refs - old:
-            self._refs.setdefault(ref, set()).add(key)
-        if refs:
-            self._pod_refs[key] = refs
-
     def _demand(self, record: PodRecord) -> Resources:
+        if not self.watching:
+            return {}  # no DRA watch (not served, or forbidden): claims are not counted
         self.model.used_offers = False
         demand = self.model.demand(record.namespace, record.key, record.claims)
         if self.model.used_offers:
@@ -183,6 +192,7 @@ class DeviceBook:
     # ---- DRA objects --------------------------------------------------------------
 
     def apply(self, kind: str, raw: Mapping[str, Any]) -> None:
+        self.watching = True
         key = _key(raw, kind in (CLAIMS, TEMPLATES))
         old = self._table(kind).get(key)
         self._store(kind, key, raw)
@@ -195,6 +205,7 @@ class DeviceBook:
         self._refresh(kind, key, old)
 
     def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
+        self.watching = True
         self._table(kind).clear()
         for raw in objects:
             self._store(kind, _key(raw, kind in (CLAIMS, TEMPLATES)), raw)
@@ -286,8 +297,7 @@ class DeviceBook:
             if record is None:
                 continue
             base = {k: v for k, v in record.requests.items() if not k.startswith(DEVICE_PREFIX)}
-            demand = self.model.demand(record.namespace, key, record.claims)
-            requests = {**base, **demand}
+            requests = {**base, **self._demand(record)}
             if requests != record.requests:
                 self._pods.apply(dataclasses.replace(record, requests=requests))
 

@@ -408,3 +408,13 @@ def test_the_preemption_plan_frees_devices_with_the_fewest_victims(state: Cluste
     result = plan([Demand("m0", need), Demand("m1", need)], bins, evictable)
     assert result is not None
     assert sorted(k for v in result.victims for k in v.keys) == ["default/pair-0", "default/pair-1"]
+
+
+def test_without_a_dra_watch_claims_are_not_counted_until_its_first_list() -> None:
+    state = ClusterState(CelEngine())
+    state.apply_node(node("n1"))
+    state.apply_pod(gpu_pod("p", template_name="two"))
+    assert not any(k.startswith("devices/") for k in state.pods["default/p"].requests)
+    state.devices.replace(CLASSES, [device_class()])
+    state.devices.replace(TEMPLATES, [template("two", requests_of(2))])
+    assert state.pods["default/p"].requests[GPU] == 2000
