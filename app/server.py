@@ -33,6 +33,7 @@ from app.kube.status import KubeStatusApi, QueueStatusApi
 from app.kube.webhook import WebhookApi
 from app.ops.cachedump import add_cache_route
 from app.ops.debug import GangDebug
+from app.ops.device_metrics import DeviceCollector
 from app.ops.event_recorder import EventRecorder
 from app.ops.leader import (
     AlwaysLeader,
@@ -46,6 +47,8 @@ from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus, StatusSettings
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
+from app.runtime.device_cel import CelEngine
+from app.runtime.device_preemption import DevicePreemption
 from app.runtime.evictor import PreemptionFollower
 from app.runtime.gate import PermitGate
 from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
@@ -149,7 +152,8 @@ def build_runtime(
         ),
     )
     follower = PreemptionFollower(state, pod_writes, observer, victims, plans)
-    return Runtime(waker, plans, gate, queues, reclaimer, arbiter, follower)
+    devices = DevicePreemption(state, cluster.admission, plans, pod_writes, observer, victims)
+    return Runtime(waker, plans, gate, queues, reclaimer, arbiter, follower, devices)
 
 
 def build_components(
@@ -160,7 +164,9 @@ def build_components(
         settings.permit_waiting_time_seconds, settings.max_permit_waiting_time_seconds
     )
     admission = Admission(settings.denied_pg_expiration_seconds)
-    cluster = VerbCore(ClusterState(), admission, Metrics(), wait)
+    state = ClusterState(CelEngine())
+    cluster = VerbCore(state, admission, Metrics(), wait)
+    cluster.metrics.registry.register(DeviceCollector(state))
     lead = leadership(settings)
     writers = build_writers(settings, cluster, clients, lead.leader)
     runtime = build_runtime(settings, cluster, clients.pods, lead.leader, writers.observer)
@@ -194,6 +200,9 @@ def wire_listeners(parts: Components, unmarked: UnmarkedMembers | None) -> None:
     state.add_node_listener(rt.arbiter.on_nodes_changed)
     state.add_pod_listener(rt.follower.on_pod_change)
     state.add_pod_listener(rt.plans.on_pod_change)
+    if rt.device_preemption is not None:
+        # After the plans: a plan that ended with this change is gone before it asks for one.
+        state.add_pod_listener(rt.device_preemption.on_pod_change)
     if unmarked is not None:
         # Gang-only mode: a member without the mark never reaches our verbs.
         state.add_pod_listener(unmarked.on_pod_change)

@@ -18,7 +18,12 @@ from fastapi import FastAPI
 from app.config import Settings
 from app.core.events import GangEvents
 from app.core.observer import Observers
-from app.kube.discovery import discover_queues, discover_sources, hypernodes_served
+from app.kube.discovery import (
+    discover_dra,
+    discover_queues,
+    discover_sources,
+    hypernodes_served,
+)
 from app.kube.http import AsyncApiClient
 from app.kube.pods import PodApi
 from app.kube.reflector import Reflector
@@ -28,6 +33,7 @@ from app.ops.leader import LeaderCheck, LeaderElection
 from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus
 from app.runtime.arbiter import Arbiter
+from app.runtime.device_preemption import DevicePreemption
 from app.runtime.evictor import PreemptionFollower
 from app.runtime.gate import PermitGate
 from app.runtime.preemption import PreemptionPlans
@@ -80,6 +86,8 @@ class Runtime:
     reclaimer: Reclaimer
     arbiter: Arbiter
     follower: PreemptionFollower
+    # Preemption for gangs short of DRA devices (kube-scheduler starts none for them).
+    device_preemption: DevicePreemption | None = None
 
 
 @dataclass
@@ -148,6 +156,8 @@ class Service:
         parts.writers.status.start()
         watches = Watches(state, parts.cluster.admission, rt.waker, requests, parts.cluster.metrics)
         self.reflectors.extend(watches.cluster(state.sources, hypernodes))
+        if await discover_dra(requests):
+            self.reflectors.extend(watches.devices())
         if settings.gang_feasibility and await discover_queues(requests, settings):
             self.reflectors.append(watches.queues(rt.queues, rt.arbiter.on_queues_changed))
             if parts.queue_status is not None:

@@ -36,13 +36,24 @@ from typing import Any
 
 from app.core.packing import Bin, Demand, give, index_of, pack
 from app.core.resources import (
+    DEVICE_PREFIX,
     MEMBER_RESOURCE,
     PREEMPTOR_RESOURCE,
     QuantityError,
     Resources,
     format_resources,
+    parse_resource_list,
 )
-from app.core.resources import parse_resource_list as _parse
+
+
+def _parse(raw: Mapping[str, Any] | None) -> Resources:
+    """A queue's resource list; a bare DeviceClass name ("gpu.example.com": 16, a dotted name
+    with no "/", which no Kubernetes resource has) means its DRA devices, `devices/<class>`."""
+    return {
+        f"{DEVICE_PREFIX}{name}" if "." in name and "/" not in name else name: amount
+        for name, amount in parse_resource_list(raw).items()
+    }
+
 
 QUEUE_GROUP = "scheduling.volcano.sh"
 QUEUE_VERSION = "v1beta1"

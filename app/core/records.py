@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from app.core.device_records import PodClaim, pod_claims_of
 from app.core.groups import (
     ALL_SOURCES,
     GROUP_APIS,
@@ -92,6 +93,8 @@ class PodRecord:
     unmarked_preemptor: bool = False
     # The queue its gang joins (annotation scheduling.volcano.sh/queue-name), "": none named.
     queue: str = ""
+    # Its DRA claims (spec.resourceClaims): what they ask is in `requests` (core/device_book.py).
+    claims: tuple[PodClaim, ...] = ()
 
     # "namespace/name", made once with the record: the index looks a pod up by it a
     # dozen times per watch event, and every index then shares this one string.
@@ -193,11 +196,6 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
             topology = constraint_from_annotations(annotations, "pod")
     except (GroupLabelError, TopologyError) as err:
         group_error = str(err)
-    try:
-        requests = pod_requests(spec)
-    except QuantityError as err:
-        log.warning("pod %s/%s has unreadable requests: %s", namespace, meta.get("name"), err)
-        requests = {"pods": 1000}
     return PodRecord(
         namespace=namespace,
         name=meta.get("name") or "",
@@ -205,7 +203,7 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
         node_name=spec.get("nodeName") or "",
         phase=status.get("phase") or "Pending",
         deleting=bool(meta.get("deletionTimestamp")),
-        requests=requests,
+        requests=_requests_of(namespace, meta, spec),
         priority=int(spec.get("priority") or 0),
         scheduler_name=spec.get("schedulerName") or "default-scheduler",
         group=group,
@@ -234,7 +232,16 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
             and not is_marked(raw, PREEMPTOR_RESOURCE)
         ),
         queue=queue,
+        claims=pod_claims_of(spec, status),
     )
+
+
+def _requests_of(namespace: str, meta: Mapping[str, Any], spec: Mapping[str, Any]) -> Resources:
+    try:
+        return pod_requests(spec)
+    except QuantityError as err:
+        log.warning("pod %s/%s has unreadable requests: %s", namespace, meta.get("name"), err)
+        return {"pods": 1000}
 
 
 def same_but_version(old: PodRecord, new: PodRecord) -> bool:

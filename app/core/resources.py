@@ -164,10 +164,41 @@ def format_amount(name: str, milli: int) -> str:
 
 
 def format_resources(resources: Mapping[str, int]) -> str:
-    """ "cpu 2, memory 1Gi" in a stable order, for messages a user reads."""
-    return ", ".join(
-        f"{name} {format_amount(name, amount)}" for name, amount in sorted(resources.items())
-    )
+    """ "cpu 2, memory 1Gi, 4 device(s) of class gpu.example.com" in a stable order, for people.
+
+    A device count under a request's selectors is left out when its class's
+    count is there too (the class's says it; the digest means nothing to people).
+    """
+    parts = []
+    for name, amount in sorted(resources.items()):
+        text = format_amount(name, amount)
+        if name.startswith(DEVICE_PREFIX):
+            device_class, _sep, digest = name[len(DEVICE_PREFIX) :].partition("/")
+            if (
+                digest
+                and not name.startswith(MISSING_PREFIX)
+                and (DEVICE_PREFIX + device_class in resources)
+            ):
+                continue
+            parts.append(describe_device_resource(name, text))
+        else:
+            parts.append(f"{name} {text}")
+    return ", ".join(parts)
+
+
+# DRA devices counted as resources (app/core/device_records.py): `devices/<class>`,
+# `devices/<class>/<digest of selectors>`, and `devices/?/<what is missing>`.
+DEVICE_PREFIX = "devices/"
+MISSING_PREFIX = "devices/?/"
+
+
+def describe_device_resource(name: str, amount: str) -> str:
+    """How a message shows a device entry ("2 device(s) of class gpu.example.com")."""
+    if name.startswith(MISSING_PREFIX):
+        return name[len(MISSING_PREFIX) :]
+    device_class, _sep, digest = name[len(DEVICE_PREFIX) :].partition("/")
+    text = f"{amount} device(s) of class {device_class}"
+    return f"{text} passing its request's selectors" if digest else text
 
 
 # The gang-only mode's member mark (app/core/marking.py): kube-scheduler ignores it

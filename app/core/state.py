@@ -7,8 +7,9 @@ asyncio event loop thread, so a verb sees one consistent picture.
 
 ClusterState is the one door to that picture; behind it each part has one
 job: the pod indexes (app/core/pod_index.py), who hears of changes
-(app/core/changes.py), free capacity (app/core/free_room.py) and HyperNode tiers
-as node labels (app/core/hypernode_labels.py).
+(app/core/changes.py), free capacity (app/core/free_room.py), HyperNode tiers
+as node labels (app/core/hypernode_labels.py) and DRA devices as resources
+(app/core/device_book.py; `selectors` is its CEL engine, None: count by class).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 
 from app.core import free_room
 from app.core.changes import ChangeLog, NodeListener, PodListener
+from app.core.device_book import DeviceBook
+from app.core.device_records import SelectorEngine
 from app.core.groups import (
     ALL_SOURCES,
     SOURCE_XK8S,
@@ -48,12 +51,13 @@ __all__ = ["ClusterState"]
 
 
 class ClusterState:
-    def __init__(self) -> None:
+    def __init__(self, selectors: SelectorEngine | None = None) -> None:
         self._changes = ChangeLog()
         self._pods = PodIndex(self._changes)
         self._hypernodes = HyperNodeLabels()
         self.nodes: dict[str, NodeRecord] = {}
         self.podgroups: dict[str, PodGroupRecord] = {}
+        self.devices = DeviceBook(self._pods, self._changes, lambda: self.nodes, selectors)
         self._bins = free_room.FreeRoom(self._pods.requested, self._changes.nodes_changed_since)
         # Group sources in use (flags and API discovery); pods naming another are plain pods.
         self.sources: frozenset[str] = ALL_SOURCES
@@ -103,14 +107,14 @@ class ClusterState:
 
     def apply_pod(self, raw: Mapping[str, Any]) -> None:
         """Insert or replace a pod from its API object (ADDED/MODIFIED event or list item)."""
-        self._pods.apply(pod_record_from(raw, self.sources))
+        self.devices.store_pod(pod_record_from(raw, self.sources))
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
-        self._pods.delete(f"{namespace}/{name}", uid)
+        self.devices.delete_pod(f"{namespace}/{name}", uid)
 
     def replace_pods(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Adopt a fresh list: pods missing from it were deleted while we did not watch."""
-        self._pods.replace(pod_record_from(raw, self.sources) for raw in objects)
+        self.devices.replace_pods([pod_record_from(raw, self.sources) for raw in objects])
 
     def reserve(self, pod_key: str, node: str) -> None:
         """The gate holds the pod on `node`: count its requests there from now on."""
@@ -153,7 +157,7 @@ class ClusterState:
     # ---- nodes ----------------------------------------------------------------------
 
     def apply_node(self, raw: Mapping[str, Any]) -> None:
-        record = self._hypernodes.label(node_record_from(raw))
+        record = self._hypernodes.label(self.devices.node(node_record_from(raw)))
         old = self.nodes.get(record.name)
         self.nodes[record.name] = record
         self._changes.node_touched(record.name)
@@ -163,12 +167,14 @@ class ClusterState:
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
+        self.devices.node_gone(name)
         self._changes.node_touched(name)
         self._schedulable_changed()
         self._changes.nodes_changed()
 
     def replace_nodes(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        fresh = {r.name: self._hypernodes.label(r) for r in map(node_record_from, objects)}
+        records = self.devices.replace_nodes(map(node_record_from, objects))
+        fresh = {r.name: self._hypernodes.label(r) for r in records}
         for name in {*self.nodes, *fresh}:
             self._changes.node_touched(name)
         self.nodes = fresh

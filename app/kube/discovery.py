@@ -10,6 +10,8 @@ import logging
 
 from app.config import Settings
 from app.core import hypernode
+from app.core.device_records import API_GROUP as DRA_GROUP
+from app.core.device_records import API_VERSION as DRA_VERSION
 from app.core.groups import (
     GROUP_APIS,
     SOURCE_KUEUE,
@@ -89,12 +91,12 @@ async def _served(
     except Forbidden:
         log.warning(
             "%s are off: listing %s/%s %s is forbidden; grant get, list and watch on it to "
-            "this ServiceAccount, or set %s off",
+            "this ServiceAccount%s",
             what,
             group,
             version,
             plural,
-            flag,
+            f", or set {flag} off" if flag else "",
         )
         return False
     return True
@@ -113,4 +115,16 @@ async def discover_queues(requests: Requests, settings: Settings) -> bool:
     )
     if served:
         log.info("Volcano Queues watched: the cluster is shared by weight once a Queue exists")
+    return served
+
+
+async def discover_dra(requests: Requests) -> bool:
+    """Whether to watch DRA objects: the API server serves resource.k8s.io/v1 (1.34 and later).
+
+    Asked once, at start-up. Without them devices are not counted (a gang of
+    GPU pods is then checked on CPU and memory alone).
+    """
+    served = await _served(requests, DRA_GROUP, DRA_VERSION, "resourceslices", "DRA devices", "")
+    if served:
+        log.info("DRA devices counted: ResourceSlices, DeviceClasses and ResourceClaims watched")
     return served

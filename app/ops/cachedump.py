@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI, Response
 
+from app.core.device_report import device_snapshot
 from app.core.state import ClusterState
 
 
@@ -33,6 +34,8 @@ def cache_snapshot(state: ClusterState) -> dict[str, Any]:
         # Volcano HyperNodes in use (name -> tier), and those left out with why.
         "hypernodes": {name: h.tier for name, h in sorted(state.hypernodes.hypernodes.items())},
         "hypernode_errors": dict(sorted(state.hypernode_errors.items())),
+        # DRA: device pools, devices per class (offered, taken, free, held in the gate).
+        "devices": device_snapshot(state),
     }
 
 

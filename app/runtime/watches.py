@@ -17,6 +17,9 @@ from urllib.parse import quote
 
 from app.core import hypernode
 from app.core.admission import Admission
+from app.core.device_records import API_GROUP as DRA_GROUP
+from app.core.device_records import API_VERSION as DRA_VERSION
+from app.core.device_records import PLURALS as DRA_PLURALS
 from app.core.groups import GROUP_APIS, SOURCE_XK8S, GroupApi, group_key
 from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from app.core.state import ClusterState
@@ -70,6 +73,15 @@ class Watches:
             path = f"/apis/{hypernode.API_GROUP}/{hypernode.API_VERSION}/{hypernode.PLURAL}"
             reflectors.append(self._reflector("hypernodes", path, _hypernode_sink(state)))
         return reflectors
+
+    def devices(self) -> list[Reflector]:
+        """DRA objects (resource.k8s.io/v1): the devices counted in nodes and pods' resources."""
+        return [
+            self._reflector(
+                kind, f"/apis/{DRA_GROUP}/{DRA_VERSION}/{kind}", _dra_sink(self._state, kind)
+            )
+            for kind in DRA_PLURALS
+        ]
 
     def queues(self, book: QueueBook, changed: Callable[[], None]) -> Reflector:
         """Volcano Queues into the book; `changed` after each change."""
@@ -162,6 +174,29 @@ def _podgroup_sink(
         delete,
         lambda: sum(1 for r in state.podgroups.values() if r.source == source),
     )
+
+
+def _dra_sink(state: ClusterState, kind: str) -> Sink:
+    """One DRA kind into the device book: devices recounted on the nodes and pods it bears on."""
+    book = state.devices
+
+    def size() -> int:
+        return len(getattr(book.model, _DRA_TABLES[kind]))
+
+    return Sink(
+        lambda objects: book.replace(kind, objects),
+        lambda obj: book.apply(kind, obj),
+        lambda obj: book.delete(kind, obj),
+        size,
+    )
+
+
+_DRA_TABLES = {
+    "resourceslices": "slices",
+    "deviceclasses": "classes",
+    "resourceclaims": "claims",
+    "resourceclaimtemplates": "templates",
+}
 
 
 def _queue_sink(book: QueueBook, changed: Callable[[], None]) -> Sink:

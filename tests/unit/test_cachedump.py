@@ -29,4 +29,11 @@ def test_snapshot_holds_identity_version_and_placement_of_every_object() -> None
         "podgroups": {"default/g": "pg-g"},
         "hypernodes": {},
         "hypernode_errors": {},
+        "devices": {
+            "pools": {},
+            "classes": {},
+            "claims": 0,
+            "errors": [],
+            "selectors_counted_by_class": {},
+        },
     }

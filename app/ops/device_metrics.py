@@ -1,0 +1,42 @@
+"""The device metrics, computed from the cluster state when Prometheus scrapes.
+
+`gang_extender_devices{device_class, state}`: per DeviceClass, the devices the
+schedulable nodes offer (allocatable), those free, and those the gang members
+waiting in the permit gate hold (held_waiting); counted at scrape time, so
+they cost nothing between scrapes. `gang_extender_device_selectors_by_class`:
+CEL selectors our engine cannot evaluate, whose requests are counted by class.
+Device classes are few and named by the cluster's administrators: a bounded label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from app.core.device_report import device_counts
+from app.core.state import ClusterState
+
+
+class DeviceCollector(Collector):
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        devices = GaugeMetricFamily(
+            "gang_extender_devices",
+            "DRA devices per DeviceClass: offered by schedulable nodes (allocatable), free, "
+            "and held by gang members waiting in the permit gate (held_waiting).",
+            labels=["device_class", "state"],
+        )
+        for device_class, row in device_counts(self._state).items():
+            for state in ("allocatable", "free", "held_waiting"):
+                devices.add_metric([device_class, state], row[state])
+        yield devices
+        yield GaugeMetricFamily(
+            "gang_extender_device_selectors_by_class",
+            "CEL device selectors the extender cannot evaluate: their requests are counted "
+            "by device class alone (the log names each).",
+            value=len(self._state.devices.model.fallbacks),
+        )

@@ -1,0 +1,109 @@
+"""DRA device selectors: the CEL engine that evaluates DeviceClasses' and requests' expressions.
+
+kube-scheduler's DynamicResources plugin evaluates each selector against every
+device (k8s.io/dynamic-resource-allocation/cel): the variable `device` with
+`driver`, `attributes[domain][name]` and `capacity[domain][name]`, and
+Kubernetes' quantity library (`quantity("40Gi")`, `.compareTo()`,
+`.isGreaterThan()` ...). We evaluate the same expressions to count which
+devices a request can take.
+
+Library: `common-expression-language` (PyPI; Python bindings of the Rust
+`cel` interpreter, maintained, releases through 2026). It compiles an
+expression once and evaluates it in about 26 microseconds per device on the
+bench machine, against about 1.6 ms for the pure-Python `cel-python` (which
+would take a minute to count 5,000 nodes x 8 devices for one new selector).
+Both accept custom functions called as methods (`x.compareTo(y)`), which is
+what the quantity library needs. Quantities are passed as integers in
+milli-units (app/core/resources.py), so `compareTo`, `isGreaterThan`,
+`isLessThan`, `add`, `sub` and `asInteger` are exact; a plain `>=` between
+two quantities also works here where Kubernetes would reject it at
+validation (the API server has already refused such claims).
+
+It lives here, not in app/core, because the library's package loads its
+command line (and asyncio with it) on import; the core's device model takes
+it as a `SelectorEngine` (app/core/device_records.py), wired in app/server.py.
+
+Anything this library cannot compile (a CEL feature it lacks) is reported as
+a `SelectorError`; the caller then counts the request by its class alone.
+A device on which an expression fails at run time (a missing attribute
+without `has()`) does not match, as it cannot be allocated for the request.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import cel
+
+from app.core.device_records import SelectorError
+from app.core.resources import QuantityError, parse_quantity
+
+
+def _quantity(text: Any) -> int:
+    try:
+        return parse_quantity(str(text))
+    except QuantityError as err:
+        raise ValueError(str(err)) from None
+
+
+def _compare(a: Any, b: Any) -> int:
+    return int((a > b) - (a < b))
+
+
+def _is_quantity(text: Any) -> bool:
+    try:
+        parse_quantity(str(text))
+    except QuantityError:
+        return False
+    return True
+
+
+_FUNCTIONS: dict[str, Any] = {
+    "quantity": _quantity,
+    "isQuantity": _is_quantity,
+    "compareTo": _compare,
+    "isGreaterThan": lambda a, b: a > b,
+    "isLessThan": lambda a, b: a < b,
+    "add": lambda a, b: a + (b if isinstance(b, int) and not isinstance(b, bool) else 0),
+    "sub": lambda a, b: a - b,
+    "asInteger": lambda a: a // 1000,
+    "asApproximateFloat": lambda a: a / 1000,
+    "isInteger": lambda a: a % 1000 == 0,
+    "sign": lambda a: (a > 0) - (a < 0),
+}
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_selector(expression: str) -> cel.Program:
+    """Compile once (cached by text); SelectorError names what is wrong."""
+    try:
+        return cel.compile(expression)
+    except Exception as err:
+        raise SelectorError(f"CEL selector {expression!r:.120} does not compile: {err}") from None
+
+
+class CelEngine:
+    """The SelectorEngine of app/core/devices.py: compile (cached), then match device by device.
+
+    One CEL context with the quantity functions is reused for every device.
+    """
+
+    __slots__ = ("_context",)
+
+    def __init__(self) -> None:
+        self._context = cel.Context()
+        for name, function in _FUNCTIONS.items():
+            self._context.add_function(name, function)
+
+    def compile(self, expression: str) -> Any:
+        return compile_selector(expression)
+
+    def matches(self, program: Any, device: Mapping[str, Any]) -> bool:
+        """Whether the compiled selector is true for `device` (a CEL `device` value)."""
+        self._context.add_variable("device", device)
+        try:
+            return program.execute(self._context) is True
+        except Exception:
+            return False

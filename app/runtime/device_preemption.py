@@ -1,0 +1,141 @@
+"""Preemption for gangs short of DRA devices, which kube-scheduler does not start.
+
+kube-scheduler's DynamicResources plugin answers a pod whose claims it cannot
+allocate on a node with UnschedulableAndUnresolvable ("cannot allocate all
+claims", checked on v1.37.2): kube-scheduler then runs no preemption, and
+calls neither the extender's filter nor its preempt verb for the pod. A
+high-priority gang of GPU pods would wait for lower-priority holders to end.
+
+So when a gang member is reported unschedulable for its claims, this asks the
+one owner of preemption (app/runtime/preemption.py) for the gang's plan as
+the preempt verb does, with every schedulable node a candidate, and deletes
+the victims the plan names for each waiting member, as kube-scheduler deletes
+the victims of a preempt answer. The plan's rules hold unchanged: only pods of
+lower priority, the fewest evictions (devices count like any resource: a
+victim's requests hold its claims' devices), budgets of running gangs; under
+--gang-victim-policy=whole-gang a victim's gang goes whole. Once the victims
+are gone, kube-scheduler's next try allocates the freed devices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from app.core.admission import Admission, wholeness
+from app.core.groups import PodGroupSpecError
+from app.core.observer import GangObserver, MemberRef
+from app.core.packing import Demand
+from app.core.records import GroupNotFound, PodRecord
+from app.core.state import ClusterState
+from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
+from app.runtime.evictor import PodEvicter, evict_each
+from app.runtime.preemption import PreemptionPlans
+from app.runtime.tasks import TaskSet
+
+log = logging.getLogger(__name__)
+
+# kube-scheduler's words for a pod whose claims no node can take (its PodScheduled message).
+DRA_UNSCHEDULABLE = "cannot allocate all claims"
+# A gang's members are reported one after the other: one try for all of them.
+SETTLE_SECONDS = 1.0
+
+
+class DevicePreemption:
+    def __init__(
+        self,
+        state: ClusterState,
+        admission: Admission,
+        plans: PreemptionPlans,
+        evicter: PodEvicter,
+        observer: GangObserver,
+        policy: VictimPolicy,
+    ) -> None:
+        self._state = state
+        self._admission = admission
+        self._plans = plans
+        self._evicter = evicter
+        self._observer = observer
+        self._policy = policy
+        self._pending: set[str] = set()
+        self._tasks = TaskSet()
+
+    def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        """A gang member kube-scheduler could not place for its claims: plan for its gang."""
+        if (
+            new is None
+            or new.group is None
+            or not new.claims
+            or new.placed_node
+            or DRA_UNSCHEDULABLE not in new.unschedulable_message
+            or new.group.key in self._pending
+        ):
+            return
+        self._pending.add(new.group.key)
+        self._tasks.spawn(self._later(new.group.key))
+
+    async def _later(self, group_key: str) -> None:
+        await asyncio.sleep(SETTLE_SECONDS)
+        self._pending.discard(group_key)
+        try:
+            victims = self.victims(group_key)
+        except (GroupNotFound, PodGroupSpecError) as err:
+            log.info("no device preemption: %s", err, extra={"podgroup": group_key})
+            return
+        if victims:
+            await self._evict(group_key, victims)
+
+    def victims(self, group_key: str) -> list[PodRecord]:
+        """The pods to delete so the gang's waiting members get devices ([] when none may go)."""
+        members = self._state.members(group_key)
+        waiting = [p for p in members if not p.placed_node and p.group is not None]
+        if not waiting or waiting[0].group is None:
+            return []
+        ref = waiting[0].group
+        spec = self._state.group_spec(ref)
+        tasks = [p.group.task for p in members if p.group is not None]
+        blocker = self._admission.preemption_blocker(
+            spec, wholeness(spec, len(members), lambda: tasks), self._state.total_allocatable()
+        )
+        if blocker is not None:
+            log.info("no device preemption: %s", blocker, extra={"podgroup": group_key})
+            return []
+        nodes = [
+            VictimCandidate(name, [], 0)
+            for name, record in self._state.nodes.items()
+            if not record.unschedulable
+        ]
+        uids: list[str] = []
+        for pod in waiting:
+            preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key)
+            demand = Demand(pod.key, pod.requests, pod.placement)
+            answer = self._plans.answer(spec, ref, preemptor, demand, nodes)
+            log.info("device preemption: %s", answer.message, extra={"pod": pod.key})
+            uids += [uid for c in answer.candidates for uid in c.victim_uids]
+        return self._whole(uids)
+
+    def _whole(self, uids: list[str]) -> list[PodRecord]:
+        """The victims, with the rest of their gangs under the whole-gang policy."""
+        found = [p for p in map(self._state.pod_by_uid, dict.fromkeys(uids)) if p is not None]
+        if self._policy is VictimPolicy.WHOLE_GANG:
+            for gang in {p.group.key for p in found if p.group is not None}:
+                found += [p for p in self._state.members(gang) if p.placed_node]
+        return list({p.uid: p for p in found}.values())
+
+    async def _evict(self, group_key: str, victims: list[PodRecord]) -> None:
+        for pod in victims:
+            ref = MemberRef(pod.namespace, pod.name, pod.uid, pod.placed_node)
+            self._observer.victim_preempted(
+                ref, pod.group.key if pod.group is not None else None, group_key
+            )
+        gone = await evict_each(self._evicter.evict_pod, group_key, victims, " (device preemption)")
+        log.info(
+            "device preemption: evicted %d pod(s) for gang %s: %s",
+            len(gone),
+            group_key,
+            ", ".join(p.key for p in gone),
+            extra={"podgroup": group_key},
+        )
+
+    async def drain(self) -> None:
+        await self._tasks.drain()

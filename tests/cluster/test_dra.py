@@ -1,0 +1,434 @@
+"""GPU gangs through Dynamic Resource Allocation (issue 47), end to end.
+
+The tests publish devices the way a DRA driver does (a DeviceClass, one
+ResourceSlice per node with its pool, generation and devices); no driver or
+kubelet is needed for kube-scheduler's DynamicResources plugin to allocate
+the claims, and kube-controller-manager's resourceclaim controller makes each
+pod's claim from its ResourceClaimTemplate. Every assertion is on what the
+API server shows: bindings, the claims' allocations, events.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from local_cluster.podsim import EXIT_AFTER_ANNOTATION
+
+from app.core.groups import VOLCANO_GROUP_ANNOTATIONS
+from hack.clusterkit import wait_for
+from tests.cluster.kube import HIGH, LOW, Kube
+from tests.cluster.session import Extender
+
+GROUP, VERSION = "resource.k8s.io", "v1"
+DEVICES_PER_NODE = 4
+
+
+class Devices:
+    """One test's DeviceClass and ResourceSlices (cluster-wide objects, deleted afterwards)."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        # A driver (and class) of the test's own: cluster-wide names must not meet.
+        self.driver = f"gpu.{namespace}.example.com"
+        self.device_class = self.driver
+        self.slices: list[str] = []
+
+    def create_class(self) -> None:
+        self.kube.custom.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "deviceclasses",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "DeviceClass",
+                "metadata": {"name": self.device_class},
+                "spec": {
+                    "selectors": [{"cel": {"expression": f'device.driver == "{self.driver}"'}}]
+                },
+            },
+        )
+
+    def publish(self, node: str, count: int = DEVICES_PER_NODE, memory: str = "80Gi") -> None:
+        """The node's pool as a driver publishes it: one slice, generation 1."""
+        name = f"{node}-{self.namespace}"[:63]
+        devices = [
+            {
+                "name": f"gpu-{i}",
+                "attributes": {"model": {"string": "test-gpu"}, "index": {"int": i}},
+                "capacity": {"memory": {"value": memory}},
+            }
+            for i in range(count)
+        ]
+        self.kube.custom.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "resourceslices",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "ResourceSlice",
+                "metadata": {"name": name},
+                "spec": {
+                    "driver": self.driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
+            },
+        )
+        self.slices.append(name)
+
+    def template(self, name: str, count: int, selector: str | None = None) -> None:
+        exactly: dict[str, Any] = {"deviceClassName": self.device_class, "count": count}
+        if selector:
+            exactly["selectors"] = [{"cel": {"expression": selector}}]
+        self.kube.custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            "resourceclaimtemplates",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+            },
+        )
+
+    def pod(
+        self,
+        name: str,
+        group: str | None,
+        template: str,
+        exit_after: float | None = None,
+        *,
+        volcano: bool = False,
+        priority_class: str | None = None,
+        node: str | None = None,
+    ) -> None:
+        body = self.kube.pod_body(
+            name,
+            group=None if volcano else group,
+            annotations={VOLCANO_GROUP_ANNOTATIONS[0]: group} if volcano and group else None,
+            cpu="100m",
+            priority_class=priority_class,
+        )
+        if node is not None:
+            body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
+        body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+        if exit_after is not None:
+            body["metadata"].setdefault("annotations", {})[EXIT_AFTER_ANNOTATION] = (
+                f"{exit_after:g}"
+            )
+        self.kube.core.create_namespaced_pod(self.namespace, body)
+
+    def claims(self) -> list[dict[str, Any]]:
+        listed = self.kube.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "resourceclaims"
+        )
+        return list(listed.get("items") or [])
+
+    def allocated(self, prefix: str) -> list[tuple[str, str]]:
+        """(pool, device) of every device allocated to the claims of pods named prefix*."""
+        out = []
+        for claim in self.claims():
+            owners = (claim.get("metadata") or {}).get("ownerReferences") or []
+            if not any(o.get("name", "").startswith(prefix) for o in owners):
+                continue
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            for result in (allocation.get("devices") or {}).get("results") or []:
+                out.append((result["pool"], result["device"]))
+        return out
+
+    def delete(self) -> None:
+        for name in self.slices:
+            _delete(
+                lambda n=name: self.kube.custom.delete_cluster_custom_object(
+                    GROUP, VERSION, "resourceslices", n
+                )
+            )
+        _delete(
+            lambda: self.kube.custom.delete_cluster_custom_object(
+                GROUP, VERSION, "deviceclasses", self.device_class
+            )
+        )
+
+
+def _delete(call: Any) -> None:
+    try:
+        call()
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+@pytest.fixture
+def gpu_nodes(kube: Kube, namespace: str) -> Iterator[tuple[Devices, list[str]]]:
+    """Four nodes of the test's own, two of them publishing four devices each (8 in all)."""
+    devices = Devices(kube, namespace)
+    devices.create_class()
+    with kube.nodes_of_its_own() as created:
+        for i in range(4):
+            name = f"dra-{i}"
+            kube.create_node(name, cpu="8")
+            created.append(name)
+        for name in created[:2]:
+            devices.publish(name)
+        try:
+            yield devices, created
+        finally:
+            kube.delete_pods_now(namespace)
+            devices.delete()
+
+
+def _bound(kube: Kube, namespace: str, prefix: str) -> set[str]:
+    return {n for n in kube.bound(namespace) if n.startswith(prefix)}
+
+
+def test_two_device_gangs_created_interleaved_one_runs_whole_the_other_after_it(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+) -> None:
+    """3 pods x 2 devices each, twice, on 8 devices: never both partly."""
+    devices, _nodes = gpu_nodes
+    devices.template("two-gpus", 2)
+    for gang in ("a", "b"):
+        kube.create_podgroup(namespace, gang, 3)
+    for i in range(3):
+        for gang in ("a", "b"):
+            devices.pod(f"{gang}-{i}", gang, "two-gpus", exit_after=10)
+
+    def one_whole() -> str | None:
+        for gang in ("a", "b"):
+            if len(_bound(kube, namespace, f"{gang}-")) == 3:
+                return gang
+        return None
+
+    winner = wait_for(one_whole, 40, "one device gang fully bound")
+    loser = "b" if winner == "a" else "a"
+    # While the winner runs, the loser has nothing bound and no device allocated.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert not _bound(kube, namespace, f"{loser}-"), "the second gang bound partly"
+        assert not devices.allocated(f"{loser}-"), "the second gang holds devices"
+        time.sleep(0.5)
+    assert len(devices.allocated(f"{winner}-")) == 6
+    # The winner's pods end (exit-after); the loser then runs whole.
+    wait_for(
+        lambda: len(_bound(kube, namespace, f"{loser}-")) == 3,
+        90,
+        "the second device gang bound whole after the first ended",
+    )
+    assert len(devices.allocated(f"{loser}-")) == 6
+
+
+def test_a_gang_asking_more_devices_than_exist_holds_none_and_a_smaller_one_runs_at_once(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    devices, nodes = gpu_nodes
+    devices.template("two-gpus", 2)
+
+    # What the extender sees: the two pools, 8 devices of the class, all free.
+    def caches() -> Any:
+        with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=5) as response:
+            seen = json.loads(response.read())["devices"]
+        row = seen["classes"].get(devices.device_class) or {}
+        return row.get("free") == 8 and seen
+
+    seen = wait_for(caches, 10, "the extender's caches showing the 8 devices")
+    for node in nodes[:2]:
+        assert seen["pools"][f"{devices.driver}/{node}"]["devices"] == DEVICES_PER_NODE
+    assert seen["classes"][devices.device_class]["free"] == 8
+    labels = {"device_class": devices.device_class}
+    assert extender.sample("gang_extender_devices", **labels, state="free") == 8
+    kube.create_podgroup(namespace, "big", 5)
+    for i in range(5):
+        devices.pod(f"big-{i}", "big", "two-gpus")
+    message = wait_for(
+        lambda: next(
+            (
+                e
+                for i in range(5)
+                for e in kube.events(namespace, f"big-{i}")
+                if f"device(s) of class {devices.device_class}" in e
+            ),
+            None,
+        ),
+        30,
+        "the big gang told which devices it lacks",
+    )
+    assert f"10 device(s) of class {devices.device_class}" in message, message
+    assert f"short by 2 device(s) of class {devices.device_class}" in message, message
+
+    time.sleep(3)
+    kube.create_podgroup(namespace, "small", 2)
+    created = time.monotonic()
+    for i in range(2):
+        devices.pod(f"small-{i}", "small", "two-gpus")
+    # The big gang holds nothing meanwhile: no member waits in the gate with devices.
+    while len(_bound(kube, namespace, "small-")) < 2:
+        assert not devices.allocated("big-"), "the big gang holds devices"
+        assert not _bound(kube, namespace, "big-")
+        assert time.monotonic() - created < 30, "the small gang did not run"
+        time.sleep(0.3)
+    elapsed = time.monotonic() - created
+    assert len(devices.allocated("small-")) == 4
+    assert not _bound(kube, namespace, "big-")
+    print(f"\nsmall device gang bound {elapsed:.1f}s after its pods were created")
+
+
+def test_a_cel_selector_counts_only_the_devices_it_matches(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+) -> None:
+    """Node dra-2 publishes 4 devices of 16Gi: 12 devices, 8 of them with 40Gi or more."""
+    devices, nodes = gpu_nodes
+    devices.publish(nodes[2], memory="16Gi")
+    selector = f'device.capacity["{devices.driver}"].memory.compareTo(quantity("40Gi")) >= 0'
+    devices.template("big-memory", 2, selector)
+    # 5 x 2 = 10 matching devices wanted, 8 match (12 exist): refused, nothing held.
+    kube.create_podgroup(namespace, "wide", 5)
+    for i in range(5):
+        devices.pod(f"wide-{i}", "wide", "big-memory")
+    wait_for(
+        lambda: any(
+            f"device(s) of class {devices.device_class}" in e
+            for i in range(5)
+            for e in kube.events(namespace, f"wide-{i}")
+        ),
+        30,
+        "the gang told it lacks matching devices",
+    )
+    assert not devices.allocated("wide-")
+    assert not _bound(kube, namespace, "wide-")
+    for i in range(5):
+        kube.core.delete_namespaced_pod(f"wide-{i}", namespace, grace_period_seconds=0)
+    # 4 x 2 = 8: fits, and only on the 80Gi devices.
+    kube.create_podgroup(namespace, "fits", 4)
+    for i in range(4):
+        devices.pod(f"fits-{i}", "fits", "big-memory")
+    wait_for(
+        lambda: len(_bound(kube, namespace, "fits-")) == 4, 40, "the matching gang bound whole"
+    )
+    pools = {pool for pool, _device in devices.allocated("fits-")}
+    assert pools == set(nodes[:2]), pools
+    assert len(devices.allocated("fits-")) == 8
+
+
+def test_a_queue_device_capability_holds(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+) -> None:
+    """A queue capped at 4 devices of the class (named bare, as a capability reads best):
+    of two gangs of 2 x 2 devices on 8 devices, one runs, the other waits for it."""
+    devices, _nodes = gpu_nodes
+    queue = f"gpus-{namespace}"[:63]
+    kube.create_queue(queue, capability={devices.device_class: "4"})
+    try:
+        devices.template("two-gpus", 2)
+        for gang in ("first", "second"):
+            kube.create_volcano_podgroup(namespace, gang, 2, queue=queue)
+        for gang, exit_after in (("first", 8.0), ("second", None)):
+            for i in range(2):
+                devices.pod(f"{gang}-{i}", gang, "two-gpus", exit_after, volcano=True)
+            if gang == "first":
+                wait_for(
+                    lambda: len(_bound(kube, namespace, "first-")) == 2, 40, "the first gang bound"
+                )
+        wait_for(
+            lambda: any(
+                "capability" in e and f"device(s) of class {devices.device_class}" in e
+                for i in range(2)
+                for e in kube.events(namespace, f"second-{i}")
+            ),
+            30,
+            "the second gang told the queue's device capability holds it",
+        )
+        assert not _bound(kube, namespace, "second-")
+        assert not devices.allocated("second-")
+        wait_for(
+            lambda: len(_bound(kube, namespace, "second-")) == 2,
+            60,
+            "the second gang bound once the first ended",
+        )
+    finally:
+        kube.delete_pods_now(namespace)
+        kube.delete_queue(queue)
+
+
+def test_an_extended_resource_backed_by_a_device_class_counts_its_devices(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+) -> None:
+    """DeviceClass extendedResourceName (GA in 1.37): pods asking `<name>: 2` take the
+    class's devices; no node advertises the name, the 8 devices are all there is."""
+    devices, _nodes = gpu_nodes
+    resource = f"{devices.driver}/gpu"
+    kube.custom.patch_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "deviceclasses",
+        devices.device_class,
+        {"spec": {"extendedResourceName": resource}},
+    )
+
+    def create(gang: str, members: int) -> None:
+        kube.create_podgroup(namespace, gang, members)
+        for i in range(members):
+            body = kube.pod_body(f"{gang}-{i}", group=gang, cpu="100m")
+            body["spec"]["containers"][0]["resources"]["limits"] = {resource: "2"}
+            body["spec"]["containers"][0]["resources"]["requests"][resource] = "2"
+            kube.core.create_namespaced_pod(namespace, body)
+
+    create("big", 5)
+    message = wait_for(
+        lambda: next(
+            (e for i in range(5) for e in kube.events(namespace, f"big-{i}") if "short by" in e),
+            None,
+        ),
+        30,
+        "the big gang told what it lacks",
+    )
+    assert f"short by {resource} 2" in message, message
+    create("small", 2)
+    wait_for(lambda: len(_bound(kube, namespace, "small-")) == 2, 40, "the small gang bound")
+    assert not _bound(kube, namespace, "big-")
+
+
+@pytest.mark.usefixtures("priorities")
+def test_a_high_priority_device_gang_evicts_the_fewest_device_holders(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+) -> None:
+    """dra-0's 4 devices are held by 2 pods (2 each), dra-1's by 4 (1 each): a gang of
+    2 x 2 devices needs one node's worth, and takes dra-0's (2 victims, not 4).
+
+    kube-scheduler starts no preemption for a pod short of devices (its
+    DynamicResources plugin says UnschedulableAndUnresolvable): the extender
+    does (app/runtime/device_preemption.py)."""
+    devices, nodes = gpu_nodes
+    devices.template("one-gpu", 1)
+    devices.template("two-gpus", 2)
+    for i in range(2):
+        devices.pod(f"pair-{i}", None, "two-gpus", priority_class=LOW, node=nodes[0])
+    for i in range(4):
+        devices.pod(f"single-{i}", None, "one-gpu", priority_class=LOW, node=nodes[1])
+    before = wait_for(
+        lambda: len(kube.bound(namespace)) == 6 and kube.bound(namespace),
+        40,
+        "the low-priority device holders bound",
+    )
+    kube.create_podgroup(namespace, "urgent", 2, timeout=60)
+    for i in range(2):
+        devices.pod(f"urgent-{i}", "urgent", "two-gpus", priority_class=HIGH)
+    after = wait_for(
+        lambda: len(_bound(kube, namespace, "urgent-")) == 2 and kube.bound(namespace),
+        90,
+        "the high-priority device gang bound whole",
+    )
+    evicted = set(before) - set(after)
+    assert evicted == {"pair-0", "pair-1"}, (evicted, before, after)
+    assert {after["urgent-0"], after["urgent-1"]} == {nodes[0]}
+    assert len(devices.allocated("urgent-")) == 4

@@ -1,0 +1,420 @@
+"""DRA devices counted as resources (app/core/devices.py, device_book.py, device_records.py).
+
+Against a ClusterState fed the API objects a driver and a user create, with
+the real CEL engine (app/runtime/device_cel.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from app.core.cheapest_victims import Evictable
+from app.core.device_records import (
+    claim_from,
+    class_resource,
+    pod_claims_of,
+    selector_resource,
+    slice_from,
+)
+from app.core.device_report import device_snapshot
+from app.core.packing import Demand
+from app.core.preemption_planner import plan
+from app.core.queues import queue_from
+from app.core.resources import format_resources
+from app.core.state import ClusterState
+from app.ops.device_metrics import DeviceCollector
+from app.runtime.device_cel import CelEngine
+from tests.unit.builders import node, pod
+
+DRIVER = "gpu.example.com"
+GPU = class_resource(DRIVER)
+SLICES, CLASSES, CLAIMS, TEMPLATES = (
+    "resourceslices",
+    "deviceclasses",
+    "resourceclaims",
+    "resourceclaimtemplates",
+)
+
+
+def device_class(name: str = DRIVER, extended: str = "", selector: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selectors": [{"cel": {"expression": selector or f'device.driver == "{DRIVER}"'}}]
+    }
+    if extended:
+        spec["extendedResourceName"] = extended
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def resource_slice(
+    name: str,
+    node_name: str = "",
+    *,
+    memories: tuple[str, ...] = ("80Gi",) * 4,
+    generation: int = 1,
+    pool: str | None = None,
+    all_nodes: bool = False,
+    selector: dict[str, Any] | None = None,
+    names: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
+    devices = [
+        {
+            "name": (names or tuple(f"gpu-{i}" for i in range(len(memories))))[i],
+            "attributes": {"model": {"string": "a100"}, "index": {"int": i}},
+            "capacity": {"memory": {"value": memory}},
+        }
+        for i, memory in enumerate(memories)
+    ]
+    spec: dict[str, Any] = {
+        "driver": DRIVER,
+        "pool": {
+            "name": pool or node_name or name,
+            "generation": generation,
+            "resourceSliceCount": 1,
+        },
+        "devices": devices,
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    if all_nodes:
+        spec["allNodes"] = True
+    if selector:
+        spec["nodeSelector"] = selector
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def requests_of(count: int = 2, *, selector: str = "", mode: str = "", cls: str = DRIVER) -> Any:
+    exactly: dict[str, Any] = {"deviceClassName": cls, "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    if mode:
+        exactly["allocationMode"] = mode
+        del exactly["count"]
+    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+
+
+def template(name: str, spec: Any, namespace: str = "default") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"spec": spec}}
+
+
+def claim(name: str, spec: Any, allocated: int = 0, namespace: str = "default") -> dict[str, Any]:
+    raw: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    if allocated:
+        results = [
+            {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": f"gpu-{i}"}
+            for i in range(allocated)
+        ]
+        raw["status"] = {"allocation": {"devices": {"results": results}}}
+    return raw
+
+
+def gpu_pod(name: str, *, template_name: str = "", claim_name: str = "", **kwargs: Any) -> Any:
+    raw = pod(name, **kwargs)
+    entry: dict[str, Any] = {"name": "gpu"}
+    if template_name:
+        entry["resourceClaimTemplateName"] = template_name
+    else:
+        entry["resourceClaimName"] = claim_name
+    raw["spec"]["resourceClaims"] = [entry]
+    return raw
+
+
+@pytest.fixture
+def state() -> ClusterState:
+    cluster = ClusterState(CelEngine())
+    for name in ("n1", "n2", "n3"):
+        cluster.apply_node(node(name))
+    cluster.devices.apply(CLASSES, device_class())
+    return cluster
+
+
+def test_a_node_offers_the_devices_its_pool_publishes(state: ClusterState) -> None:
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    assert state.nodes["n1"].allocatable[GPU] == 4000
+    assert GPU not in state.nodes["n2"].allocatable
+    assert state.nodes["n1"].allocatable["cpu"] == 4000  # what the node advertises stays
+
+
+def test_only_the_newest_generation_of_a_pool_counts(state: ClusterState) -> None:
+    state.devices.apply(SLICES, resource_slice("old", "n1", generation=1, pool="p"))
+    state.devices.apply(
+        SLICES, resource_slice("new", "n1", generation=2, pool="p", memories=("80Gi",) * 2)
+    )
+    assert state.nodes["n1"].allocatable[GPU] == 2000
+    state.devices.delete(SLICES, resource_slice("new", "n1", generation=2, pool="p"))
+    assert state.nodes["n1"].allocatable[GPU] == 4000
+
+
+def test_a_slice_with_duplicate_device_names_counts_each_once_and_says_so() -> None:
+    record = slice_from(resource_slice("dup", "n1", names=("a", "a", "b", "c")))
+    assert [d.name for d in record.devices] == ["a", "b", "c"]
+    assert "duplicate device name 'a'" in record.error
+
+
+def test_node_selector_and_all_nodes_pools_count_on_the_nodes_they_select(
+    state: ClusterState,
+) -> None:
+    state.nodes["n2"].labels["rack"] = "r1"
+    selector = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+        ]
+    }
+    state.devices.apply(SLICES, resource_slice("rack", selector=selector, memories=("80Gi",)))
+    assert state.nodes["n2"].allocatable[GPU] == 1000
+    assert GPU not in state.nodes["n1"].allocatable
+    state.devices.apply(SLICES, resource_slice("every", all_nodes=True, memories=("80Gi",) * 2))
+    assert state.nodes["n1"].allocatable[GPU] == 2000
+    assert state.nodes["n2"].allocatable[GPU] == 3000
+
+
+def test_a_pod_asks_what_its_template_asks_and_then_its_generated_claim(
+    state: ClusterState,
+) -> None:
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    state.apply_pod(gpu_pod("p", template_name="two"))
+    assert state.pods["default/p"].requests[GPU] == 2000
+    # The resourceclaim controller made its claim, allocated with 3 devices (exact now).
+    state.devices.apply(CLAIMS, claim("p-gpu-x", requests_of(2), allocated=3))
+    raw = gpu_pod("p", template_name="two")
+    raw["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]
+    state.apply_pod(raw)
+    assert state.pods["default/p"].requests[GPU] == 3000
+
+
+def test_a_shared_claim_counts_once_on_its_first_user(state: ClusterState) -> None:
+    state.devices.apply(CLAIMS, claim("shared", requests_of(2)))
+    state.apply_pod(gpu_pod("b", claim_name="shared"))
+    assert state.pods["default/b"].requests[GPU] == 2000
+    state.apply_pod(gpu_pod("a", claim_name="shared"))
+    assert state.pods["default/a"].requests[GPU] == 2000
+    assert GPU not in state.pods["default/b"].requests
+    state.delete_pod("default", "a")
+    assert state.pods["default/b"].requests[GPU] == 2000
+
+
+def test_all_mode_asks_as_many_as_the_fullest_node_has(state: ClusterState) -> None:
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1", memories=("80Gi",) * 3))
+    state.devices.apply(SLICES, resource_slice("n2-gpus", "n2", memories=("80Gi",) * 5))
+    state.devices.apply(CLAIMS, claim("all", requests_of(mode="All")))
+    state.apply_pod(gpu_pod("p", claim_name="all"))
+    assert state.pods["default/p"].requests[GPU] == 5000
+
+
+def test_first_available_takes_the_first_alternative_the_cluster_has_enough_of(
+    state: ClusterState,
+) -> None:
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(CLASSES, device_class("small.example.com", selector="false"))
+    alternatives = [
+        {"name": "big", "deviceClassName": DRIVER, "count": 8},
+        {"name": "few", "deviceClassName": DRIVER, "count": 3},
+    ]
+    spec = {"devices": {"requests": [{"name": "gpu", "firstAvailable": alternatives}]}}
+    state.devices.apply(CLAIMS, claim("fa", spec))
+    state.apply_pod(gpu_pod("p", claim_name="fa"))
+    assert state.pods["default/p"].requests[GPU] == 3000
+
+
+def test_a_cel_selector_counts_only_the_devices_it_matches(state: ClusterState) -> None:
+    state.devices.apply(
+        SLICES, resource_slice("n1-gpus", "n1", memories=("80Gi", "16Gi", "40Gi", "8Gi"))
+    )
+    selector = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0'
+    state.devices.apply(TEMPLATES, template("big", requests_of(2, selector=selector)))
+    state.apply_pod(gpu_pod("p", template_name="big"))
+    matching = selector_resource(DRIVER, (selector,))
+    assert state.nodes["n1"].allocatable[GPU] == 4000
+    assert state.nodes["n1"].allocatable[matching] == 2000
+    assert state.pods["default/p"].requests == {
+        **state.pods["default/p"].requests,
+        GPU: 2000,
+        matching: 2000,
+    }
+
+
+def test_a_selector_the_library_cannot_compile_counts_by_class_and_is_reported(
+    state: ClusterState,
+) -> None:
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(TEMPLATES, template("odd", requests_of(2, selector="device.(")))
+    state.apply_pod(gpu_pod("p", template_name="odd"))
+    requests = state.pods["default/p"].requests
+    assert [k for k in requests if k.startswith("devices/")] == [GPU]
+    assert "device.(" in next(iter(state.devices.model.fallbacks))
+
+
+def test_missing_class_or_template_is_a_demand_no_node_meets_with_a_clear_message(
+    state: ClusterState,
+) -> None:
+    state.apply_pod(gpu_pod("p", template_name="nowhere"))
+    state.devices.apply(TEMPLATES, template("wrong", requests_of(1, cls="nope.example.com")))
+    state.apply_pod(gpu_pod("q", template_name="wrong"))
+    assert (
+        format_resources(
+            {k: v for k, v in state.pods["default/p"].requests.items() if k.startswith("devices/")}
+        )
+        == "ResourceClaimTemplate default/nowhere not found"
+    )
+    assert "DeviceClass nope.example.com not found" in format_resources(
+        state.pods["default/q"].requests
+    )
+
+
+def test_an_extended_resource_backed_by_a_device_class_is_offered_by_its_nodes(
+    state: ClusterState,
+) -> None:
+    state.devices.apply(CLASSES, device_class(extended="example.com/gpu"))
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    assert state.nodes["n1"].allocatable["example.com/gpu"] == 4000
+
+
+def test_messages_name_devices_by_class() -> None:
+    text = format_resources({"cpu": 1000, GPU: 12000, selector_resource(DRIVER, ("x",)): 12000})
+    assert text == "cpu 1, 12 device(s) of class gpu.example.com"
+
+
+def test_pod_claims_read_the_generated_names() -> None:
+    spec = {
+        "resourceClaims": [
+            {"name": "a", "resourceClaimTemplateName": "t"},
+            {"name": "b", "resourceClaimName": "c"},
+        ]
+    }
+    status = {"resourceClaimStatuses": [{"name": "a", "resourceClaimName": "p-a-123"}]}
+    claims = pod_claims_of(spec, status)
+    assert [(c.entry, c.claim, c.template) for c in claims] == [
+        ("a", "p-a-123", "t"),
+        ("b", "c", ""),
+    ]
+
+
+def test_caches_and_metrics_show_pools_and_devices_free_and_held_in_the_gate(
+    state: ClusterState,
+) -> None:
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(
+        SLICES, resource_slice("bad", "n2", names=("x", "x"), memories=("80Gi", "80Gi"))
+    )
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    state.apply_pod(gpu_pod("bound", template_name="two", node="n1", phase="Running"))
+    state.apply_pod(gpu_pod("held", template_name="two"))
+    state.reserve("default/held", "n1")
+    snapshot = device_snapshot(state)
+    assert snapshot["pools"]["gpu.example.com/n1"] == {
+        "generation": 1,
+        "slices": 1,
+        "resourceSliceCount": 1,
+        "devices": 4,
+        "node": "n1",
+    }
+    assert snapshot["classes"][DRIVER] == {
+        "allocatable": 5,
+        "requested": 4,
+        "free": 1,
+        "held_waiting": 2,
+    }
+    assert any("duplicate device name 'x'" in e for e in snapshot["errors"])
+    registry = CollectorRegistry()
+    registry.register(DeviceCollector(state))
+    labels = {"device_class": DRIVER, "state": "held_waiting"}
+    assert registry.get_sample_value("gang_extender_devices", labels) == 2
+
+
+def test_a_claim_change_recounts_only_the_pods_naming_it(state: ClusterState) -> None:
+    state.devices.apply(CLAIMS, claim("c1", requests_of(1)))
+    state.devices.apply(CLAIMS, claim("c2", requests_of(1)))
+    state.apply_pod(gpu_pod("p1", claim_name="c1"))
+    state.apply_pod(gpu_pod("p2", claim_name="c2"))
+    other = state.pods["default/p2"]
+    state.devices.apply(CLAIMS, claim("c1", requests_of(3)))
+    assert state.pods["default/p1"].requests[GPU] == 3000
+    assert state.pods["default/p2"] is other
+
+
+def test_a_queue_capability_names_device_classes_bare_or_as_resources() -> None:
+    spec = queue_from(
+        {
+            "metadata": {"name": "gpus"},
+            "spec": {
+                "capability": {"gpu.example.com": 16, "devices/other.example.com": 2, "cpu": 8}
+            },
+        }
+    )
+    assert spec.capability == {GPU: 16000, "devices/other.example.com": 2000, "cpu": 8000}
+
+
+def test_a_request_naming_no_class_is_reported_not_counted() -> None:
+    spec = claim_from(claim("odd", {"devices": {"requests": [{"name": "gpu"}]}})).spec
+    assert spec.requests == ()
+    assert (
+        spec.error
+        == "ResourceClaim default/odd: request(s) gpu ask for no device class: not counted"
+    )
+
+
+def test_a_shared_claim_moves_to_another_user_when_its_first_one_finishes(
+    state: ClusterState,
+) -> None:
+    state.devices.apply(CLAIMS, claim("shared", requests_of(2)))
+    state.apply_pod(gpu_pod("a", claim_name="shared", node="n1", phase="Running"))
+    state.apply_pod(gpu_pod("b", claim_name="shared", node="n1", phase="Running"))
+    assert GPU not in state.pods["default/b"].requests
+    state.apply_pod(gpu_pod("a", claim_name="shared", node="n1", phase="Succeeded"))
+    assert state.pods["default/b"].requests[GPU] == 2000
+    assert state.requested_on("n1")[GPU] == 2000
+
+
+def test_an_unreadable_object_is_left_out_not_fatal(state: ClusterState) -> None:
+    state.devices.apply(
+        TEMPLATES, {"metadata": {"name": "bad"}, "spec": {"spec": {"devices": ["x"]}}}
+    )
+    state.apply_pod(gpu_pod("p", template_name="bad"))
+    assert "ResourceClaimTemplate default/bad not found" in format_resources(
+        state.pods["default/p"].requests
+    )
+
+
+def test_the_preemption_plan_frees_devices_with_the_fewest_victims(state: ClusterState) -> None:
+    """n1's 4 devices are held by 2 pods (2 each), n2's by 4 (1 each): a gang of
+    2 x 2 devices takes n1's, 2 victims rather than 4 (the requests carry the devices)."""
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(SLICES, resource_slice("n2-gpus", "n2"))
+    state.devices.apply(TEMPLATES, template("one", requests_of(1)))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    holders = [("pair-0", "n1", "two"), ("pair-1", "n1", "two")]
+    holders += [(f"single-{i}", "n2", "one") for i in range(4)]
+    for name, at, kind in holders:
+        state.apply_pod(gpu_pod(name, template_name=kind, node=at, phase="Running"))
+    state.apply_pod(gpu_pod("urgent-0", template_name="two"))
+    need = state.pods["default/urgent-0"].requests
+    bins = [b for b in state.room() if b.name in ("n1", "n2")]
+    evictable = {
+        at: [
+            Evictable(
+                (f"uid-{name}",),
+                (f"default/{name}",),
+                at,
+                state.pods[f"default/{name}"].requests,
+                0,
+            )
+            for name, node_name, _kind in holders
+            if node_name == at
+        ]
+        for at in ("n1", "n2")
+    }
+    result = plan([Demand("m0", need), Demand("m1", need)], bins, evictable)
+    assert result is not None
+    assert sorted(k for v in result.victims for k in v.keys) == ["default/pair-0", "default/pair-1"]
+
+
+def test_without_a_dra_watch_claims_are_not_counted_until_its_first_list() -> None:
+    state = ClusterState(CelEngine())
+    state.apply_node(node("n1"))
+    state.apply_pod(gpu_pod("p", template_name="two"))
+    assert not any(k.startswith("devices/") for k in state.pods["default/p"].requests)
+    state.devices.replace(CLASSES, [device_class()])
+    state.devices.replace(TEMPLATES, [template("two", requests_of(2))])
+    assert state.pods["default/p"].requests[GPU] == 2000
