@@ -202,6 +202,7 @@ def render_metrics() -> str:
     """Every metric the extender registers: name as scraped, type, labels, help."""
     from prometheus_client.metrics import MetricWrapperBase
 
+    from app.ops.device_metrics import DEVICES, FAMILIES, STATES
     from app.ops.metrics import Metrics
 
     metrics = Metrics()
@@ -221,11 +222,17 @@ def render_metrics() -> str:
         if values and metric._labelnames:
             labels += " (" + ", ".join(sorted(values)) + ")"
         rows.append([code(name), kind, labels, str(metric._documentation)])
+    for gauge in FAMILIES:  # computed at scrape time from the cluster state
+        labels = ", ".join(code(label) for label in gauge.labels)
+        if gauge is DEVICES:
+            labels += " (" + ", ".join(STATES) + ")"
+        rows.append([code(gauge.name), "gauge", labels, gauge.help])
     return (
         BANNER.format(source="app/ops/metrics.py")
         + "# Metrics\n\n"
         + "Every metric on `GET /metrics` (the operations port), as registered in "
-        "`app/ops/metrics.py`. Label values in parentheses are set at start-up, so their series "
+        "`app/ops/metrics.py` (and the DRA device gauges of `app/ops/device_metrics.py`). "
+        "Label values in parentheses are set at start-up, so their series "
         "exist at 0 before anything happens. No label carries a pod or group name (`queue` "
         "is a Queue object's name: a handful, made by admins). The standard `process_*` and "
         "`python_*` metrics come on top. What to watch and alert on: "

@@ -11,6 +11,7 @@ Device classes are few and named by the cluster's administrators: a bounded labe
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -19,24 +20,42 @@ from app.core.device_report import device_counts
 from app.core.state import ClusterState
 
 
+class Family(NamedTuple):
+    """A gauge family this collector yields: what the reference page lists (docs/reference)."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...]
+
+
+DEVICES = Family(
+    "gang_extender_devices",
+    "DRA devices per DeviceClass: offered by schedulable nodes (allocatable), free, "
+    "and held by gang members waiting in the permit gate (held_waiting).",
+    ("device_class", "state"),
+)
+SELECTORS_BY_CLASS = Family(
+    "gang_extender_device_selectors_by_class",
+    "CEL device selectors the extender cannot evaluate: their requests are counted "
+    "by device class alone (the log names each).",
+    (),
+)
+FAMILIES = (DEVICES, SELECTORS_BY_CLASS)
+STATES = ("allocatable", "free", "held_waiting")
+
+
 class DeviceCollector(Collector):
     def __init__(self, state: ClusterState) -> None:
         self._state = state
 
     def collect(self) -> Iterator[Metric]:
-        devices = GaugeMetricFamily(
-            "gang_extender_devices",
-            "DRA devices per DeviceClass: offered by schedulable nodes (allocatable), free, "
-            "and held by gang members waiting in the permit gate (held_waiting).",
-            labels=["device_class", "state"],
-        )
+        devices = GaugeMetricFamily(DEVICES.name, DEVICES.help, labels=list(DEVICES.labels))
         for device_class, row in device_counts(self._state).items():
-            for state in ("allocatable", "free", "held_waiting"):
+            for state in STATES:
                 devices.add_metric([device_class, state], row[state])
         yield devices
         yield GaugeMetricFamily(
-            "gang_extender_device_selectors_by_class",
-            "CEL device selectors the extender cannot evaluate: their requests are counted "
-            "by device class alone (the log names each).",
+            SELECTORS_BY_CLASS.name,
+            SELECTORS_BY_CLASS.help,
             value=len(self._state.devices.model.fallbacks),
         )

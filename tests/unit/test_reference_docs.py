@@ -18,6 +18,7 @@ import pytest
 
 from app.core import events
 from app.flags import FLAGS
+from app.ops import device_metrics
 from app.ops.metrics import Metrics
 from hack import gen_reference
 from hack.gen_reference import PAGES, REPO, event_rows, message_rows, render_text
@@ -52,7 +53,7 @@ def _registered_metrics() -> set[str]:
     for family in Metrics().registry.collect():
         if family.name.startswith("gang_extender_"):
             names.add(family.name + ("_total" if family.type == "counter" else ""))
-    return names
+    return names | {family.name for family in device_metrics.FAMILIES}
 
 
 def _hand_written_pages() -> list[Path]:
