@@ -16,7 +16,7 @@ nodes, and times five cases on the same cluster in the same run:
       yardstick: (n)/(a) is what the extender protocol itself costs
       kube-scheduler on this machine, (b)/(n) what gang-extender adds to it
   (p) plain pods and (q) gangs of 8 in the gang-only mode as shipped
-      (README "Deployment modes"; the chart's default, hack/local-cluster's):
+      (docs/deployment-modes.md; the chart's default, hack/local-cluster's):
       two extender entries, members carrying gang-extender.dev/member as the
       webhook leaves them and preempting through their entry, the
       preempt-only entry naming gang-extender.dev/preemptor (which the
@@ -761,7 +761,7 @@ class Case:
     extender: bool  # kube-scheduler calls gang-extender
     gangs: str | None  # None (plain pods), "x-k8s" or "native"
     noop: bool = False  # kube-scheduler calls the no-op Go extender instead
-    # gang-only mode (README "Deployment modes"): members marked, two extender entries.
+    # gang-only mode (docs/deployment-modes.md): members marked, two extender entries.
     gang_only: bool = False
     # ... with the preempt-only entry scoped to pods marked as preemptors.
     mark_preemptors: bool = False

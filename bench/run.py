@@ -276,7 +276,7 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
             f"filter, pod in no gang, {waiters} members in the gate ({rounds} rounds)",
             loaded_samples,
         )
-        # Fault 5 (README "Reliability"): waiters hold no thread and little memory.
+        # Fault 5 (docs/reliability.md): waiters hold no thread and little memory.
         results["threads_idle"] = threads_idle
         results["threads_with_waiters"] = threads_loaded
         results["bytes_per_gate_waiter"] = waiter_bytes / waiters

@@ -1,6 +1,6 @@
 """The member mark: the extended resource that makes kube-scheduler call us for gang members only.
 
-In the gang-only deployment mode (README "Deployment modes") kube-scheduler
+In the gang-only deployment mode (docs/deployment-modes.md) kube-scheduler
 calls the filter, prioritize and bind verbs only for pods that request the
 managed resource MEMBER_RESOURCE (`HTTPExtender.IsInterested`), so every pod
 of a group must carry it. The admission webhook (app/web/webhook.py) adds it to
@@ -12,7 +12,7 @@ A plain pod that may evict others (`can_preempt`) gets PREEMPTOR_RESOURCE,
 which the preempt-only extender entry names: without managedResources
 kube-scheduler considers that entry "interested" in every pod and does work
 proportional to the feasible nodes for it on every scheduling cycle, verb or
-not (README "Deployment modes", BENCHMARKS.md). That mark is not the
+not (docs/deployment-modes.md, BENCHMARKS.md). That mark is not the
 webhook's: a MutatingAdmissionPolicy adds it inside the API server
 (`preemptor_mutation`), so no pod escapes it because this process is down.
 
@@ -101,7 +101,7 @@ def can_preempt(pod: Mapping[str, Any]) -> bool:
     server's Priority admission plugin fills in both before any webhook
     runs). A pod of priority zero or less can only evict pods of negative
     priority: gangs that run at zero or above are safe from it, which is the
-    guarantee README states for this mark.
+    guarantee docs/deployment-modes.md states for this mark.
     """
     spec = pod.get("spec") or {}
     if spec.get("preemptionPolicy") == "Never":

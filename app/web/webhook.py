@@ -4,7 +4,7 @@ kube-apiserver POSTs an AdmissionReview for every pod CREATE in the
 namespaces the MutatingWebhookConfiguration selects; the answer (pure, in
 app/core/marking.py) adds `gang-extender.dev/member: "0"` to the containers of a
 pod that names a group, so that kube-scheduler calls the gang verbs for it
-(README "Deployment modes"); plain pods that may preempt are marked by a
+(docs/deployment-modes.md); plain pods that may preempt are marked by a
 MutatingAdmissionPolicy in the API server, not here. It is served over
 HTTPS on its own port (--webhook-port), with either the operator's
 certificate files (cert-manager, or a Secret: reloaded when they change) or

@@ -21,7 +21,7 @@ BUILD_KUBE = HACK_DIR / "build-kube"
 VERSIONS_ENV = HACK_DIR / "kube" / "versions.env"
 CRD_DIR = REPO_ROOT / "deploy" / "crds"
 SCHEDULER_CONFIG_TEMPLATE = REPO_ROOT / "deploy" / "scheduler-config.yaml"
-# The extender modes (README "Deployment modes") and their scheduler configs.
+# The extender modes (docs/deployment-modes.md) and their scheduler configs.
 MODE_GANG_ONLY = "gang-only"
 MODE_EVERY_VERB = "every-verb"
 SCHEDULER_CONFIG_TEMPLATES = {

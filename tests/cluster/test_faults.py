@@ -1,4 +1,4 @@
-"""Faults and bad input, on the real control plane (README "Reliability").
+"""Faults and bad input, on the real control plane (docs/reliability.md).
 
 Each test injects one fault into the running system (the extender killed or
 stopped, kube-apiserver or kube-scheduler killed, a binding refused by an

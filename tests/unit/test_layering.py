@@ -1,4 +1,4 @@
-"""The layers of app/ (README, Code map): each loads only the layers beneath it.
+"""The layers of app/ (docs/design.md, Code map): each loads only the layers beneath it.
 
 core (the rules) <- runtime (state over time) <- web (the HTTP face);
 app/kube (Kubernetes I/O) and app/ops (metrics, writers) serve them; app/server.py

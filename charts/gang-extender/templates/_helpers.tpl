@@ -90,7 +90,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 
-{{/* gang-only mode (README "Deployment modes"): the member-mark webhook and its policy. */}}
+{{/* gang-only mode (docs/deployment-modes.md): the member-mark webhook and its policy. */}}
 {{- define "gang-extender.gangOnly" -}}
 {{- if eq .Values.mode "gang-only" -}}true{{- end -}}
 {{- end -}}
