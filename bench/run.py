@@ -291,6 +291,7 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
 
     results.update(await preempt_rows(nodes, pods, runs))
     results.update(await topology_rows(nodes, pods, runs))
+    results.update(await device_rows(nodes, pods, runs))
     # 10 calls a side: with 1,000 gangs in line one call takes seconds at 5,000 nodes.
     results.update(await queue_rows(nodes, pods, min(runs, 10)))
 
@@ -555,6 +556,145 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     return out
 
 
+DEVICE_DRIVER = "gpu.example.com"
+
+
+def device_slice(i: int, devices: int) -> dict[str, Any]:
+    """Node i's devices as its driver publishes them: one pool, alternately 40Gi and 80Gi."""
+    return {
+        "metadata": {"name": f"node-{i}-{DEVICE_DRIVER}"},
+        "spec": {
+            "driver": DEVICE_DRIVER,
+            "nodeName": f"node-{i}",
+            "pool": {"name": f"node-{i}", "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{d}",
+                    "attributes": {"model": {"string": "a100"}},
+                    "capacity": {"memory": {"value": "80Gi" if d % 2 else "40Gi"}},
+                }
+                for d in range(devices)
+            ],
+        },
+    }
+
+
+async def device_rows(nodes: int, pods: int, runs: int, devices: int = 8) -> dict[str, Any]:
+    """A fresh gang of 8 asking DRA devices, next to the same gang asking CPU alone (issue 47).
+
+    Every node publishes `devices` devices (a ResourceSlice per node, as a
+    driver does); a quarter of the nodes run a pod holding 2 of them through an
+    allocated claim. The device gang's members ask 40 CPUs and 2 devices of at
+    least 64Gi (a CEL selector) through a ResourceClaimTemplate; the CPU gang's
+    ask 40 CPUs. Each call admits the gang afresh, as topology_rows does.
+    """
+    from app.runtime.device_cel import CelEngine
+
+    state = ClusterState(CelEngine())
+    state.replace_nodes([node(i) for i in range(nodes)])
+    state.devices.replace(
+        "deviceclasses",
+        [
+            {
+                "metadata": {"name": DEVICE_DRIVER},
+                "spec": {
+                    "selectors": [{"cel": {"expression": f'device.driver == "{DEVICE_DRIVER}"'}}]
+                },
+            }
+        ],
+    )
+    state.devices.replace("resourceslices", [device_slice(i, devices) for i in range(nodes)])
+    big = 'device.capacity["gpu.example.com"].memory.compareTo(quantity("64Gi")) >= 0'
+    wanted = {
+        "deviceClassName": DEVICE_DRIVER,
+        "count": 2,
+        "selectors": [{"cel": {"expression": big}}],
+    }
+    claim_spec = {"devices": {"requests": [{"name": "gpu", "exactly": wanted}]}}
+    state.devices.replace(
+        "resourceclaimtemplates",
+        [{"metadata": {"name": "two-big", "namespace": "bench"}, "spec": {"spec": claim_spec}}],
+    )
+    holders = range(0, nodes, 4)
+    held = {
+        "devices": {
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": DEVICE_DRIVER, "count": 2}}]
+        }
+    }
+    state.devices.replace(
+        "resourceclaims",
+        [
+            {
+                "metadata": {"name": f"held-{i}", "namespace": "bench"},
+                "spec": held,
+                "status": {
+                    "allocation": {
+                        "devices": {
+                            "results": [
+                                {
+                                    "request": "gpu",
+                                    "driver": DEVICE_DRIVER,
+                                    "pool": f"node-{i}",
+                                    "device": f"gpu-{d}",
+                                }
+                                for d in (1, 3)
+                            ]
+                        }
+                    }
+                },
+            }
+            for i in holders
+        ],
+    )
+    running = [pod(f"p{i}", node_name=f"node-{i % nodes}") for i in range(pods)]
+    for i in holders:
+        running[i]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"held-{i}"}]
+    state.replace_pods(running)
+
+    def member(group: str, i: int) -> dict[str, Any]:
+        raw = pod(f"{group}-{i}", group=group)
+        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "40"
+        if group == "devices":
+            raw["spec"]["resourceClaims"] = [
+                {"name": "gpu", "resourceClaimTemplateName": "two-big"}
+            ]
+        return raw
+
+    for group in ("cpu", "devices"):
+        meta = {"name": group, "namespace": "bench", "uid": f"pg-{group}"}
+        state.apply_podgroup({"metadata": meta, "spec": {"minMember": 8}})
+        for i in range(8):
+            state.apply_pod(member(group, i))
+    metrics = Metrics()
+    admission = Admission(3)
+    gate = PermitGate(state, admission, NullApi(), metrics)
+    arbiter = Arbiter(state, admission, gate, lambda spec: 60.0)
+    app = arbiter_app(state, admission, gate, metrics, arbiter)
+    names = [f"node-{i}" for i in range(nodes)]
+    out: dict[str, Any] = {}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://bench"
+    ) as client:
+        for group in ("cpu", "devices"):
+            bodies = [
+                json.dumps({"Pod": member(group, i), "NodeNames": names}).encode() for i in range(2)
+            ]
+            samples: list[float] = []
+            for i in range(runs):
+                arbiter.claims.clear()
+                arbiter.on_nodes_changed()  # no memo of the last verdict
+                samples += await timed(client, "/scheduler/filter", bodies[i % 2 :], 1)
+            assert arbiter.claims, f"gang {group} was not admitted"
+            asks = "2 devices a member (DRA)" if group == "devices" else "CPU only"
+            out[f"filter_gang_admit_{group}"] = report(f"filter, fresh gang of 8, {asks}", samples)
+    out["ratio_filter_p99_devices_vs_cpu"] = (
+        out["filter_gang_admit_devices"]["p99_ms"] / out["filter_gang_admit_cpu"]["p99_ms"]
+    )
+    ratio = out["ratio_filter_p99_devices_vs_cpu"]
+    print(f"  {'device gang p99 / CPU-only gang p99 (same run)':<58} {ratio:8.2f}")
+    return out
+
+
 @dataclass
 class QueueCluster:
     """The cluster of the queue rows and the line sweep, and the fresh gang's filter bodies."""
@@ -806,6 +946,12 @@ def cli(argv: Sequence[str] | None = None) -> int:
         help="a point of the sweep stops taking calls after this long, at 3 calls or more (60)",
     )
     parser.add_argument(
+        "--device-rows",
+        action="store_true",
+        help="instead of every row, only a fresh DRA device gang's admission next to a "
+        "CPU-only gang's, same run (the rows make bench runs anyway)",
+    )
+    parser.add_argument(
         "--json", help="also write the figures to this file (make bench: bench/results/)"
     )
     args = parser.parse_args(argv)
@@ -836,6 +982,11 @@ def cli(argv: Sequence[str] | None = None) -> int:
             "queues": args.line_queues,
             "seconds": took,
             "points": points,
+        }
+    elif args.device_rows:
+        figures = {
+            **run_info(command.strip()),
+            **asyncio.run(device_rows(args.nodes, args.pods, args.runs)),
         }
     else:
         figures = asyncio.run(main(args.nodes, args.pods, args.waiters, args.runs, args.rounds))

@@ -166,8 +166,10 @@ class DeviceBook:
         if demand:
             record.requests = {**record.requests, **demand}
         if len(self.model.signatures) != signatures:
-            # A selector set first asked for: count it on every node.
+            # A selector set first asked for: count it on every node, and on the pods
+            # whose allocated devices it covers.
             self._refresh_nodes()
+            self._recount(sorted(self._volatile - {record.key}))
         return touched
 
     def pod_gone(self, key: str) -> set[str]:
@@ -254,6 +256,7 @@ class DeviceBook:
         """
         if kind == SLICES:
             self._newest = None
+            self.model.slices_changed()
             nodes = (
                 None
                 if key is None
@@ -287,9 +290,10 @@ class DeviceBook:
         signatures = len(self.model.signatures)
         self._recount(keys)
         if len(self.model.signatures) != signatures:
-            # A selector set first asked for: count it on every node, then ask again.
+            # A selector set first asked for: count it on every node, then ask again
+            # (the pods whose allocated devices it covers too).
             self._refresh_nodes()
-            self._recount(keys)
+            self._recount(sorted({*keys, *self._volatile}))
 
     def _recount(self, keys: list[str]) -> None:
         for key in keys:

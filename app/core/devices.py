@@ -73,6 +73,8 @@ class DeviceModel:
         self.used_offers = False
         # (selector, device content) -> whether it passes: identical devices are evaluated once.
         self._results: dict[tuple[str, bytes], bool] = {}
+        # (driver, pool, device) -> the device, in the newest generation (None: build anew).
+        self._index: dict[tuple[str, str, str], Device] | None = None
 
     # ---- what the nodes offer ---------------------------------------------------
 
@@ -82,6 +84,18 @@ class DeviceModel:
         for s in self.slices.values():
             newest[s.pool_key] = max(newest.get(s.pool_key, s.generation), s.generation)
         return [s for s in self.slices.values() if s.generation == newest[s.pool_key]]
+
+    def slices_changed(self) -> None:
+        """The slices changed: the device an allocation names is looked up anew."""
+        self._index = None
+
+    def device(self, driver: str, pool: str, name: str) -> Device | None:
+        """A published device by the names a claim's allocation gives it."""
+        if self._index is None:
+            self._index = {
+                (s.driver, s.pool, d.name): d for s in self.newest_slices() for d in s.devices
+            }
+        return self._index.get((driver, pool, name))
 
     def devices_for(
         self, node: str, labels: Mapping[str, str], slices: Iterable[SliceRecord]
@@ -182,16 +196,38 @@ class DeviceModel:
         if not claim.allocated:
             self._spec_demand(claim.spec, need)
             return
-        # Allocated: exactly the devices it holds, each under its request's resources.
+        # Allocated: exactly the devices it holds, each under its request's resources and
+        # under every other selector set of its class the device passes: a held 80Gi
+        # device is no longer free for a request asking at least 40Gi either.
         by_request = {r.name: r for r in claim.spec.requests}
-        for request_name, *_rest in claim.allocated:
+        for request_name, driver, pool, device_name in claim.allocated:
             top, _sep, sub = request_name.partition("/")
             request = by_request.get(top)
             if request is not None and sub:
                 request = next((a for a in request.alternatives if a.name == request_name), None)
             if request is not None and not request.alternatives:
-                for resource in self._resources_of(request):
+                counted = self._resources_of(request)
+                for resource in counted:
                     _add(need, resource, 1)
+                self._also_held(request.device_class, counted, (driver, pool, device_name), need)
+
+    def _also_held(
+        self, device_class: str, counted: list[str], names: tuple[str, str, str], need: Resources
+    ) -> None:
+        """Count a held device under the other selector sets of its class that it passes."""
+        # What is counted depends on the slices and on the selector sets asked for:
+        # the book recounts the pod when either changes.
+        self.used_offers = True
+        known = self.classes.get(device_class)
+        device = self.device(*names)
+        if known is None or device is None:
+            return
+        for signature_class, selectors in tuple(self.signatures):
+            resource = selector_resource(signature_class, selectors)
+            if signature_class != device_class or resource in counted:
+                continue
+            if self._passes(device, (*known.selectors, *selectors)):
+                _add(need, resource, 1)
 
     def _spec_demand(self, spec: ClaimSpec, need: Resources) -> None:
         for request in spec.requests:

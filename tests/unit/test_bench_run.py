@@ -32,6 +32,18 @@ async def test_queue_rows_admit_the_fresh_gang_also_after_nodes_changed() -> Non
         assert 0 < row["p50_ms"] <= row["p99_ms"]
 
 
+async def test_device_rows_admit_both_gangs_and_count_the_devices() -> None:
+    rows = await bench_run.device_rows(nodes=40, pods=400, runs=4)
+    assert rows.pop("ratio_filter_p99_devices_vs_cpu") > 0
+    assert set(rows) == {"filter_gang_admit_cpu", "filter_gang_admit_devices"}
+    for row in rows.values():
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+    # One device a node, none of them 64Gi: the device gang is not admitted, so the
+    # row times an admission that counts devices, not one that ignores them.
+    with pytest.raises(AssertionError, match="gang devices was not admitted"):
+        await bench_run.device_rows(nodes=40, pods=400, runs=2, devices=1)
+
+
 async def test_the_line_sweep_admits_at_every_length_and_feeds_its_plot(tmp_path: Path) -> None:
     points = await bench_run.line_sweep(40, 400, [0, 5, 20], queues=3, runs=4, churn=5)
     assert [(p["line"], p["queues"]) for p in points] == [

@@ -418,3 +418,52 @@ def test_without_a_dra_watch_claims_are_not_counted_until_its_first_list() -> No
     state.devices.replace(CLASSES, [device_class()])
     state.devices.replace(TEMPLATES, [template("two", requests_of(2))])
     assert state.pods["default/p"].requests[GPU] == 2000
+
+
+BIG = 'device.capacity["gpu.example.com"].memory.compareTo(quantity("64Gi")) >= 0'
+
+
+def _held_80gi(state: ClusterState) -> None:
+    """A running pod on n1 holds gpu-1 (80Gi) through a claim that asked for any device."""
+    held = claim("held", requests_of(1), allocated=2)
+    held["status"]["allocation"]["devices"]["results"] = [
+        {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-1"}
+    ]
+    state.devices.apply(CLAIMS, held)
+    state.apply_pod(gpu_pod("runs", claim_name="held", node="n1", phase="Running"))
+
+
+def _asks_64gi(state: ClusterState) -> str:
+    """A pending pod asking 2 devices of at least 64Gi: its selector set's resource."""
+    state.devices.apply(TEMPLATES, template("big", requests_of(2, selector=BIG)))
+    state.apply_pod(gpu_pod("wants", template_name="big"))
+    return selector_resource(DRIVER, (BIG,))
+
+
+@pytest.mark.parametrize("held_first", [True, False])
+def test_a_held_device_is_taken_from_every_selector_set_it_passes(
+    state: ClusterState, held_first: bool
+) -> None:
+    """A claim that asked for any device and got an 80Gi one leaves one fewer >= 64Gi free.
+
+    Whichever comes first, the allocation or the first request with the selector set.
+    """
+    state.devices.apply(
+        SLICES, resource_slice("n1-gpus", "n1", memories=("40Gi", "80Gi", "80Gi", "40Gi"))
+    )
+    if held_first:
+        _held_80gi(state)
+        big = _asks_64gi(state)
+    else:
+        big = _asks_64gi(state)
+        _held_80gi(state)
+    assert state.nodes["n1"].allocatable[big] == 2000
+    assert state.requested_on("n1")[big] == 1000  # one of the two big devices is held
+    assert state.requested_on("n1")[GPU] == 1000
+    # A 40Gi device held instead takes nothing from the big ones.
+    moved = claim("held", requests_of(1), allocated=2)
+    moved["status"]["allocation"]["devices"]["results"] = [
+        {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}
+    ]
+    state.devices.apply(CLAIMS, moved)
+    assert state.requested_on("n1").get(big, 0) == 0
