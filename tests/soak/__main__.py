@@ -14,18 +14,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-from hack.clusterkit import (
-    api_client,
-    kubeconfig_of,
-    local_cluster,
-    wait_for_default_service_account,
-)
-from tests.cluster.kube import Kube
-from tests.cluster.session import CLUSTER_DIR, UP_ARGS, Extender, apply_test_crds
-from tests.soak.components import APISERVER_PORT, extender_behind, scheduler_behind
-from tests.soak.load import api_load, cpu_burners
-from tests.soak.relay import Delay, slow_relay
-from tests.soak.run import Soak, SoakConfig
+from tests.soak.relay import Delay
 from tests.soak.stream import ALL_FAULTS, Fault
 
 
@@ -89,6 +78,20 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # Imported here: tests.cluster.session claims a test slot when imported (not for --help).
+    from hack.clusterkit import (
+        api_client,
+        kubeconfig_of,
+        local_cluster,
+        wait_for_default_service_account,
+    )
+    from tests.cluster.kube import Kube
+    from tests.cluster.session import CLUSTER_DIR, UP_ARGS, Extender, apply_test_crds
+    from tests.soak.components import APISERVER_PORT, extender_behind, scheduler_behind
+    from tests.soak.load import api_load, cpu_burners
+    from tests.soak.relay import slow_relay
+    from tests.soak.run import Soak, SoakConfig
+
     config = SoakConfig(seed=args.seed, seconds=args.minutes * 60, faults=args.faults)
     local_cluster("down")
     kubeconfig = kubeconfig_of(local_cluster("up", *UP_ARGS))
