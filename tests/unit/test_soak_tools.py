@@ -81,13 +81,15 @@ def _read(sock: socket.socket, n: int) -> bytes:
 
 
 def test_the_relay_delays_each_direction_and_keeps_the_order(echo: int) -> None:
-    with slow_relay(echo, down=Delay(0.2, 0.2), up=Delay(0.1, 0.1), max_seconds=30) as relay:
-        with socket.create_connection(("127.0.0.1", relay.port), timeout=5) as client:
-            start = time.monotonic()
-            for i in range(5):
-                client.sendall(f"m{i};".encode())
-            answer = _read(client, 15)
-            took = time.monotonic() - start
+    with (
+        slow_relay(echo, down=Delay(0.2, 0.2), up=Delay(0.1, 0.1), max_seconds=30) as relay,
+        socket.create_connection(("127.0.0.1", relay.port), timeout=5) as client,
+    ):
+        start = time.monotonic()
+        for i in range(5):
+            client.sendall(f"m{i};".encode())
+        answer = _read(client, 15)
+        took = time.monotonic() - start
     assert answer == b"m0;m1;m2;m3;m4;"
     assert took >= 0.3, f"answered after {took:.3f}s, not delayed by up 0.1s + down 0.2s"
     assert relay.stats.connections == 1
@@ -95,14 +97,16 @@ def test_the_relay_delays_each_direction_and_keeps_the_order(echo: int) -> None:
 
 
 def test_a_cut_drops_every_connection(echo: int) -> None:
-    with slow_relay(echo, down=Delay(), up=Delay(), max_seconds=30) as relay:
-        with socket.create_connection(("127.0.0.1", relay.port), timeout=5) as client:
-            client.sendall(b"x")
-            assert _read(client, 1) == b"x"
-            relay.cut()
-            with pytest.raises(OSError):
-                for _ in range(50):
-                    if not client.recv(1):
-                        raise ConnectionResetError("closed")
-                    time.sleep(0.05)
+    with (
+        slow_relay(echo, down=Delay(), up=Delay(), max_seconds=30) as relay,
+        socket.create_connection(("127.0.0.1", relay.port), timeout=5) as client,
+    ):
+        client.sendall(b"x")
+        assert _read(client, 1) == b"x"
+        relay.cut()
+        with pytest.raises(OSError):
+            for _ in range(50):
+                if not client.recv(1):
+                    raise ConnectionResetError("closed")
+                time.sleep(0.05)
     assert relay.stats.cut == 2
