@@ -40,7 +40,7 @@ from app.core.groups import (
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import Extender
-from tests.cluster.test_faults import cache_diff, compact_etcd
+from tests.cluster.test_faults import compact_etcd
 from tests.soak.components import (
     kill_component,
     restart_component,
@@ -57,7 +57,7 @@ from tests.soak.stream import (
     Step,
     steps,
 )
-from tests.soak.world import Gang, Monitor, World
+from tests.soak.world import Gang, Monitor, World, caches_diff
 
 HIGH_CLASS = "soak-high"
 
@@ -142,12 +142,19 @@ def gangs_debug(url: str) -> dict[str, Any]:
 
 def held_for(doc: dict[str, Any], namespace: str) -> list[str]:
     """What /debug/gangs still holds for the namespace's gangs: gate, plans, claims, line."""
+    # Group keys are namespace/name, or source:namespace/name (app/core/groups.py).
     prefix = f"{namespace}/"
-    held = [f"gate {k}" for k in doc.get("gate", {}) if k.startswith(prefix)]
+
+    def ours(key: object) -> bool:
+        return str(key).split(":")[-1].startswith(prefix)
+
+    held = [f"gate {k}" for k in doc.get("gate", {}) if ours(k)]
+    held += [f"group {g['key']}" for g in doc.get("groups", []) if ours(g.get("key", ""))]
+    held += [f"denied {d['group']}" for d in doc.get("denied", []) if ours(d.get("group", ""))]
     held += [
         f"plan {p['group']} ({p['phase']})"
         for p in doc.get("preemptionPlans", [])
-        if str(p.get("group", "")).startswith(prefix)
+        if ours(p.get("group", ""))
     ]
     contention = doc.get("contention") or {}
     for part in ("claims", "line"):
@@ -440,11 +447,11 @@ class Soak:
 
     def _caches_equal(self, when: str) -> None:
         try:
-            wait_for(lambda: cache_diff(self.extender, self.kube) == "", 60, "caches in sync")
+            wait_for(lambda: caches_diff(self.extender.url, self.kube) == "", 60, "caches in sync")
         except TimeoutError:
             self.world.violation(
                 f"seed {self.config.seed}, {self.current} ({when}): the extender's caches differ "
-                f"from a fresh list: {cache_diff(self.extender, self.kube)}"
+                f"from a fresh list: {caches_diff(self.extender.url, self.kube)}"
             )
 
     # ---- liveness ----------------------------------------------------------------------------

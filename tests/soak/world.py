@@ -12,13 +12,17 @@ place). `fitting` says which pending gangs fit the room the API server shows
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.groups import NATIVE_API, VOLCANO_API, group_key
 from tests.cluster.kube import Kube
+from tests.cluster.test_faults import fresh_caches
 from tests.preemption_oracle import Running, fewest_evictions
 from tests.soak.stream import HIGH_PRIORITY, Source
 
@@ -26,6 +30,10 @@ from tests.soak.stream import HIGH_PRIORITY, Source
 WAVE_SECONDS = 2.0
 # Past this many lower-priority pods on the cluster the exhaustive oracle is not asked.
 ORACLE_MAX_CANDIDATES = 40
+# The extender's --gang-aging-seconds (default): an aged gang is not overtaken by
+# gangs of its priority or lower while it does not fit (README "Gangs under
+# contention"); the cluster drains for it, so a gang behind it may wait though it fits.
+AGING_SECONDS = 60.0
 
 
 @dataclass
@@ -138,13 +146,43 @@ class World:
         return fewest_evictions(alloc, running, [{"cpu": gang.cpu}] * missing, priority, mins)
 
     def fitting(self, snap: Snapshot) -> list[tuple[Gang, int]]:
-        """Pending gangs that fit now (free room, plus evictions for a preemptor), and the cost."""
+        """Pending gangs that fit now (free room, plus evictions for a preemptor), and the cost.
+
+        A gang that waits behind an aged gang of its priority or higher that
+        fits the empty cluster is not counted: the extender holds the room
+        for that one by design (aging), until the cluster drains for it.
+        """
+        pending = self.pending(snap)
+        now = time.monotonic()
+        capacity = sum(snap.nodes.values())
+        aged = [
+            g
+            for g in pending
+            if now - g.created_at > AGING_SECONDS
+            and g.source is not None
+            and g.min_member * g.cpu <= capacity
+            and g.min_member * g.cpu <= g.members * max(snap.nodes.values(), default=0)
+        ]
         found: list[tuple[Gang, int]] = []
-        for gang in self.pending(snap):
+        for gang in pending:
+            # Plain pods are not in the extender's line: nothing holds them back.
+            held = gang.source is not None and any(
+                _ahead(other, gang, now) for other in aged if other is not gang
+            )
+            if held:
+                continue
             need = self.need(gang, snap)
             if isinstance(need, int):
                 found.append((gang, need))
         return found
+
+
+def _ahead(aged: Gang, other: Gang, now: float) -> bool:
+    """Is the aged gang ahead of `other` in the extender's line (priority, aging, age)?"""
+    if aged.priority != other.priority:
+        return aged.priority > other.priority
+    other_aged = now - other.created_at > AGING_SECONDS
+    return not other_aged or aged.created_at < other.created_at
 
 
 def _millicpu(quantity: str) -> int:
@@ -196,3 +234,29 @@ class Monitor:
                     self._partial_since[gang.name] = now  # report again only if it lasts
             else:
                 self._partial_since.pop(gang.name, None)
+
+
+def caches_diff(extender_url: str, kube: Kube) -> str:
+    """'' when the extender's /debug/caches equals a fresh list of every source's PodGroups.
+
+    tests/cluster/test_faults.py's `fresh_caches` lists x-k8s PodGroups; the
+    soak makes Volcano and native ones too (keyed `source:namespace/name`).
+    """
+    with urllib.request.urlopen(f"{extender_url}/debug/caches", timeout=10) as response:
+        cached = json.loads(response.read())
+    fresh = fresh_caches(kube)
+    for api in (VOLCANO_API, NATIVE_API):
+        items = kube.custom.list_cluster_custom_object(api.group, api.version, api.plural)["items"]
+        for g in items:
+            meta = g["metadata"]
+            fresh["podgroups"][group_key(api.source, meta["namespace"], meta["name"])] = meta["uid"]
+    problems = []
+    for kind in ("pods", "podgroups"):
+        for key in sorted(set(cached[kind]) | set(fresh[kind])):
+            if cached[kind].get(key) != fresh[kind].get(key):
+                problems.append(
+                    f"{kind} {key}: cache {cached[kind].get(key)} api {fresh[kind].get(key)}"
+                )
+    if cached["nodes"] != fresh["nodes"]:
+        problems.append(f"nodes: cache {cached['nodes']} api {fresh['nodes']}")
+    return "; ".join(problems[:10])
