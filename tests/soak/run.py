@@ -492,6 +492,19 @@ class Soak:
     def _clean_up(self) -> None:
         """Everything deleted: the extender holds nothing for the namespace, its caches are true."""
         self.current = "clean-up"
+        # Pending gangs first: room freed by deleting placed ones would admit a pending
+        # gang while it is being deleted, whose wave then fails with 404 and leaves its
+        # claim until the next filter call (app/runtime/bind_wave.py settles no listener
+        # when no binding of a wave succeeded; reported, not fixed here). The stream's
+        # deletions mid-wait still run into that race.
+        snap = self.world.snapshot()
+        for gang in self.world.pending(snap):
+            self._delete(gang)
+        wait_for(
+            lambda: not any(p in self.world.snapshot().pods for p in self.world.deleted_pods),
+            60,
+            "the pending gangs' pods gone",
+        )
         for gang in self.world.live():
             self._delete(gang)
         wait_for(lambda: not self.kube.pods(self.namespace), 60, "the soak's pods gone")
