@@ -14,12 +14,16 @@ nothing evicted, on a busy machine). With GANG_EXTENDER_SLOW_API=LOW-HIGH
 (milliseconds) kube-scheduler and the extender talk to the API server through
 a relay that delays every answer and watch event by that much, and every
 request by a fifth of it (tests/soak/relay.py): the slow API server of the
-issue. When a gang is not placed, the failure shows what the extender's
-/debug/gangs held (plans, line, claims, gate).
+issue. GANG_EXTENDER_BURNERS=N runs N CPU-burning loops beside the module
+and GANG_EXTENDER_API_LOAD=N as many threads listing every pod and writing and
+deleting ConfigMaps (tests/soak/load.py), the issue's busy machine. When a
+gang is not placed, the failure shows what the extender's /debug/gangs held
+(plans, line, claims, gate).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -35,6 +39,7 @@ from tests.cluster.kube import Kube
 from tests.cluster.session import Extender
 from tests.preemption_oracle import Running, fewest_evictions
 from tests.soak.components import APISERVER_PORT, extender_behind, scheduler_behind
+from tests.soak.load import api_load, cpu_burners
 from tests.soak.relay import Delay, slow_relay
 
 SEEDS = range(20)
@@ -113,19 +118,32 @@ def slow_api_delay() -> Delay | None:
     return delay
 
 
+def _count(name: str) -> int:
+    text = os.environ.get(name, "0").strip() or "0"
+    if not text.isdigit():
+        raise pytest.UsageError(f"{name}={text!r}: use a whole number")
+    return int(text)
+
+
 @pytest.fixture(scope="module")
-def slow_api(extender: Extender) -> Iterator[None]:
-    """kube-scheduler and the extender behind a slow relay, when GANG_EXTENDER_SLOW_API asks."""
+def busy_machine(kube: Kube, extender: Extender) -> Iterator[None]:
+    """The busy machine of issue 49, as far as the environment asks for it.
+
+    GANG_EXTENDER_SLOW_API: kube-scheduler and the extender behind a slow
+    relay; GANG_EXTENDER_BURNERS, GANG_EXTENDER_API_LOAD: load beside them.
+    """
     down = slow_api_delay()
-    if down is None:
-        yield
-        return
-    up = Delay(down.low / 5, down.high / 5)
-    with (
-        slow_relay(APISERVER_PORT, down=down, up=up, seed=49, max_seconds=3 * 3600) as relay,
-        scheduler_behind(relay.port),
-        extender_behind(extender, relay.port),
-    ):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(cpu_burners(_count("GANG_EXTENDER_BURNERS"), 3 * 3600))
+        if threads := _count("GANG_EXTENDER_API_LOAD"):
+            stack.enter_context(api_load(kube, threads))
+        if down is not None:
+            up = Delay(down.low / 5, down.high / 5)
+            relay = stack.enter_context(
+                slow_relay(APISERVER_PORT, down=down, up=up, seed=49, max_seconds=3 * 3600)
+            )
+            stack.enter_context(scheduler_behind(relay.port))
+            stack.enter_context(extender_behind(extender, relay.port))
         yield
 
 
@@ -158,7 +176,7 @@ def live(kube: Kube, namespace: str) -> dict[str, str]:
 def test_seeded_preemption_evicts_exactly_the_minimum(
     kube: Kube,
     extender: Extender,
-    slow_api: None,
+    busy_machine: None,
     namespace: str,
     seed_nodes: list[str],
     seed: int,
