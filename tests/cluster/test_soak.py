@@ -24,7 +24,8 @@ from tests.soak.components import APISERVER_PORT, extender_behind, scheduler_beh
 from tests.soak.relay import Delay, SlowRelay, slow_relay
 from tests.soak.run import Soak, SoakConfig
 
-SEEDS = (1, 2)
+# Seed 1 found a claim left behind (see run.py, clean-up); 2 and 51 inject every fault.
+SEEDS = (1, 2, 51)
 SECONDS = 60.0
 
 
