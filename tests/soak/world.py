@@ -113,7 +113,17 @@ class World:
         return sum(1 for pod in gang.pods if pod in snap.placed)
 
     def pending(self, snap: Snapshot) -> list[Gang]:
-        return [g for g in self.live() if self.placed_count(g, snap) < g.min_member]
+        """Gangs below their minimum that still can reach it (enough of their pods exist).
+
+        A plain pod or gang member evicted by a preemptor is gone for good (no
+        controller recreates it here): such a gang no longer waits for anything.
+        """
+        return [
+            g
+            for g in self.live()
+            if self.placed_count(g, snap) < g.min_member
+            and sum(1 for p in g.pods if p in snap.pods) >= g.min_member
+        ]
 
     def running(self, snap: Snapshot) -> tuple[list[Running], dict[str, int]]:
         """The oracle's view: each placed pod on a schedulable node; the running gangs' mins."""
