@@ -165,6 +165,21 @@ def held_for(doc: dict[str, Any], namespace: str) -> list[str]:
     return held
 
 
+def gang_of(step: Step) -> Gang:
+    """What the world tracks of a step's gang or plain pod, created now."""
+    plain = step.action in (Action.PLAIN, Action.PREEMPT_POD)
+    return Gang(
+        step.name,
+        step.members,
+        step.min_member,
+        step.cpu,
+        step.priority,
+        None if plain else step.source,
+        time.monotonic(),
+        step.describe(),
+    )
+
+
 class Soak:
     def __init__(
         self,
@@ -251,17 +266,8 @@ class Soak:
             self._fault(step.fault)
 
     def _create(self, step: Step) -> Gang:
-        source = None if step.action in (Action.PLAIN, Action.PREEMPT_POD) else step.source
-        gang = Gang(
-            step.name,
-            step.members,
-            step.min_member,
-            step.cpu,
-            step.priority,
-            source,
-            time.monotonic(),
-            step.describe(),
-        )
+        gang = gang_of(step)
+        source = gang.source
         self.world.gangs[gang.name] = gang
         for pod in gang.pods:
             body = self.kube.pod_body(
@@ -321,16 +327,7 @@ class Soak:
         """At a quiet moment: the gang is placed, evicting exactly what the oracle says."""
         self._checkpoint()
         before = self.world.snapshot()
-        gang = Gang(
-            step.name,
-            step.members,
-            step.min_member,
-            step.cpu,
-            step.priority,
-            Source.XK8S,
-            time.monotonic(),
-            step.describe(),
-        )
+        gang = gang_of(step)
         need = self.world.need(gang, before)
         self._create(step)
         self.report.preemptions += 1
