@@ -349,6 +349,19 @@ class Soak:
                 f"{gang.name} placed",
             )
         except TimeoutError:
+            tracked = self.world.gangs[gang.name]
+            if self.world.held_in_line(tracked, self.world.snapshot()):
+                # Behind an aged gang of its priority: it waits by design, and evicts nothing.
+                evicted = self._evicted(before.placed, self.world.snapshot().placed)
+                if evicted:
+                    self.world.violation(
+                        f"seed {self.config.seed}, {step.describe()}: evicted {sorted(evicted)} "
+                        "for a gang the line keeps waiting behind an aged gang"
+                    )
+                self.report.skipped["preempt-gang held in line"] = (
+                    self.report.skipped.get("preempt-gang held in line", 0) + 1
+                )
+                return
             self.world.violation(
                 f"seed {self.config.seed}, {step.describe()}: not placed in "
                 f"{self.config.live_seconds * 2:g}s though it fits after {need} eviction(s); "
@@ -473,10 +486,13 @@ class Soak:
     def _pending_say_why(self) -> None:
         """Every pending gang that never fits says why: each unplaced member has a reason."""
         snap = self.world.snapshot()
+        # A member held in the permit gate waits for its siblings: /debug/gangs says so.
+        gate = gangs_debug(self.extender.url).get("gate", {})
+        in_gate = {w["pod"].split("/")[-1] for waiters in gate.values() for w in waiters}
         for gang in self.world.pending(snap):
             for name in gang.pods:
                 pod = snap.pods.get(name)
-                if pod is None or pod.spec.node_name:
+                if pod is None or pod.spec.node_name or name in in_gate:
                     continue
                 conditions = {c.type: c for c in (pod.status.conditions or [])}
                 scheduled = conditions.get("PodScheduled")

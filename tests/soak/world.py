@@ -153,7 +153,22 @@ class World:
         if lower > ORACLE_MAX_CANDIDATES:
             return f"{lower} candidates: too many for the exhaustive oracle"
         alloc = {node: {"cpu": cpu} for node, cpu in snap.nodes.items()}
+        # kube-scheduler keeps a nominated pod's room for it against pods of its
+        # priority or lower (the extender's planner does too).
+        for pod, (node, cpu, nominee) in self.nominated(snap).items():
+            if node in alloc and nominee >= gang.priority and pod not in gang.pods:
+                alloc[node]["cpu"] -= cpu
         return fewest_evictions(alloc, running, [{"cpu": gang.cpu}] * missing, priority, mins)
+
+    def nominated(self, snap: Snapshot) -> dict[str, tuple[str, int, int]]:
+        """Unplaced pods kube-scheduler nominated: pod -> (node, millicpu, priority)."""
+        found: dict[str, tuple[str, int, int]] = {}
+        for name, pod in snap.pods.items():
+            node = pod.status.nominated_node_name
+            gang = self.gang_of(name)
+            if node and not pod.spec.node_name and gang is not None:
+                found[name] = (node, gang.cpu, gang.priority)
+        return found
 
     def fitting(self, snap: Snapshot) -> list[tuple[Gang, int]]:
         """Pending gangs that fit now (free room, plus evictions for a preemptor), and the cost.
@@ -185,6 +200,12 @@ class World:
             if isinstance(need, int):
                 found.append((gang, need))
         return found
+
+    def held_in_line(self, gang: Gang, snap: Snapshot) -> bool:
+        """Is the gang behind an aged gang of its priority or higher (see fitting)?"""
+        return gang not in [g for g, _need in self.fitting(snap)] and self.need(gang, snap) not in (
+            None,
+        )
 
 
 def _ahead(aged: Gang, other: Gang, now: float) -> bool:
