@@ -203,9 +203,8 @@ class World:
 
     def held_in_line(self, gang: Gang, snap: Snapshot) -> bool:
         """Is the gang behind an aged gang of its priority or higher (see fitting)?"""
-        return gang not in [g for g, _need in self.fitting(snap)] and self.need(gang, snap) not in (
-            None,
-        )
+        need = self.need(gang, snap)
+        return isinstance(need, int) and all(g is not gang for g, _need in self.fitting(snap))
 
 
 def _ahead(aged: Gang, other: Gang, now: float) -> bool:
