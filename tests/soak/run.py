@@ -60,6 +60,8 @@ from tests.soak.stream import (
 from tests.soak.world import Gang, Monitor, World, caches_diff
 
 HIGH_CLASS = "soak-high"
+# How long a pending member may go without showing why it waits.
+REASON_SECONDS = 30.0
 
 
 def priority_class(priority: int) -> str:
@@ -484,11 +486,30 @@ class Soak:
         )
 
     def _pending_say_why(self) -> None:
-        """Every pending gang that never fits says why: each unplaced member has a reason."""
+        """Every pending gang that never fits says why: each unplaced member has a reason.
+
+        A member created a moment ago may not have been tried yet: each gets
+        REASON_SECONDS to show its reason before its silence is a violation.
+        """
+        deadline = time.monotonic() + REASON_SECONDS
+        while True:
+            silent = self._silent()
+            if not silent or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        for gang, name in silent:
+            self.world.violation(
+                f"seed {self.config.seed}: {name} of {gang.name} ({gang.step}) waits "
+                f"without saying why (no PodScheduled=False message in {REASON_SECONDS:g}s)"
+            )
+
+    def _silent(self) -> list[tuple[Gang, str]]:
+        """Unplaced members of pending gangs with no reason shown (nor held in the gate)."""
         snap = self.world.snapshot()
         # A member held in the permit gate waits for its siblings: /debug/gangs says so.
         gate = gangs_debug(self.extender.url).get("gate", {})
         in_gate = {w["pod"].split("/")[-1] for waiters in gate.values() for w in waiters}
+        silent: list[tuple[Gang, str]] = []
         for gang in self.world.pending(snap):
             for name in gang.pods:
                 pod = snap.pods.get(name)
@@ -497,10 +518,8 @@ class Soak:
                 conditions = {c.type: c for c in (pod.status.conditions or [])}
                 scheduled = conditions.get("PodScheduled")
                 if scheduled is None or scheduled.status != "False" or not scheduled.message:
-                    self.world.violation(
-                        f"seed {self.config.seed}: {name} of {gang.name} ({gang.step}) waits "
-                        "without saying why (no PodScheduled=False message)"
-                    )
+                    silent.append((gang, name))
+        return silent
 
     def _clean_up(self) -> None:
         """Everything deleted: the extender holds nothing for the namespace, its caches are true."""
