@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,6 +74,17 @@ def start_component(component: str, argv: list[str]) -> int:
         )
     (CLUSTER_DIR / "pids" / f"{component}.pid").write_text(f"{process.pid}\n")
     return process.pid
+
+
+def port_free(port: int) -> bool:
+    """Can a new process listen on 127.0.0.1:`port` (the old one's socket is gone)?"""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def restart_component(component: str) -> None:
