@@ -331,6 +331,8 @@ class Soak:
     def _preempt(self, step: Step) -> None:
         """At a quiet moment: the gang is placed, evicting exactly what the oracle says."""
         self._checkpoint()
+        # The extender plans on its caches: the oracle's snapshot must be what it sees.
+        self._caches_equal("before a preempting gang")
         before = self.world.snapshot()
         gang = gang_of(step)
         need = self.world.need(gang, before)
@@ -363,9 +365,7 @@ class Soak:
                         f"seed {self.config.seed}, {step.describe()}: evicted {sorted(evicted)} "
                         "for a gang the line keeps waiting behind an aged gang"
                     )
-                self.report.skipped["preempt-gang held in line"] = (
-                    self.report.skipped.get("preempt-gang held in line", 0) + 1
-                )
+                self._skip("preempt-gang held in line")
                 return
             self.world.violation(
                 f"seed {self.config.seed}, {step.describe()}: not placed in "
@@ -408,26 +408,41 @@ class Soak:
         name = ours[int(pick * len(ours))]
         schedulable = self._schedulable()
         if name in schedulable and len(schedulable) <= 2:
-            self.report.skipped["cordon (2 nodes left)"] = (
-                self.report.skipped.get("cordon (2 nodes left)", 0) + 1
-            )
+            self._skip("cordon (2 nodes left)")
             return
         self.kube.cordon(name, name in schedulable)
 
     def _remove_node(self, pick: float) -> None:
-        """Remove an empty node (a node with pods would take gangs below their minimum)."""
-        used = {p.spec.node_name for p in self.world.snapshot().pods.values()} | {
-            (p.status.nominated_node_name or "") for p in self.world.snapshot().pods.values()
-        }
-        empty = sorted(n for n in self.nodes if n not in used)
+        """Remove an empty node, as an operator would: cordon, let it drain, then delete.
+
+        A node with pods would take their gangs below minimum (PodGC deletes
+        the orphans): that is the operator's doing, not the extender's. A
+        member reserved in the gate or bound in between keeps the node.
+        """
+        empty = sorted(n for n in self.nodes if not self._holds_pods(n))
         if not empty or len(self._schedulable()) <= 2:
-            self.report.skipped["remove-node (none empty)"] = (
-                self.report.skipped.get("remove-node (none empty)", 0) + 1
-            )
+            self._skip("remove-node (none empty)")
             return
         name = empty[int(pick * len(empty))]
+        self.kube.cordon(name)
+        try:
+            wait_for(lambda: not self._holds_pods(name), 10, f"{name} drained")
+        except TimeoutError:
+            self._skip("remove-node (a pod landed; left cordoned)")
+            return
         self.kube.delete_node(name)
         self.nodes.remove(name)
+
+    def _holds_pods(self, node: str) -> bool:
+        """Has the node a pod bound, nominated, or a member waiting in the gate for it?"""
+        pods = self.world.snapshot().pods.values()
+        if any(node in (p.spec.node_name, p.status.nominated_node_name) for p in pods):
+            return True
+        gate = gangs_debug(self.extender.url).get("gate", {})
+        return any(w.get("node") == node for waiters in gate.values() for w in waiters)
+
+    def _skip(self, why: str) -> None:
+        self.report.skipped[why] = self.report.skipped.get(why, 0) + 1
 
     # ---- faults ----------------------------------------------------------------------------
 
@@ -450,9 +465,7 @@ class Soak:
                 restore_cluster()  # a no-op when the restart worked
         elif fault is Fault.WATCH_CUT:
             if self.relay is None:
-                self.report.skipped["watch-cut (no relay)"] = (
-                    self.report.skipped.get("watch-cut (no relay)", 0) + 1
-                )
+                self._skip("watch-cut (no relay)")
                 return
             self.relay.cut()
         self.report.faults[fault.value] = self.report.faults.get(fault.value, 0) + 1
