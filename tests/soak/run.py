@@ -145,6 +145,14 @@ def gangs_debug(url: str) -> dict[str, Any]:
         return doc
 
 
+def debug_text(url: str, limit: int = 4000) -> str:
+    """/debug/gangs for a violation: the line, claims and plans first, the group list last."""
+    doc = gangs_debug(url)
+    order = ("contention", "preemptionPlans", "gate", "denied", "permitted", "groups")
+    ordered = {k: doc[k] for k in order if k in doc} | doc
+    return json.dumps(ordered)[:limit]
+
+
 def held_for(doc: dict[str, Any], namespace: str) -> list[str]:
     """What /debug/gangs still holds for the namespace's gangs: gate, plans, claims, line."""
     # Group keys are namespace/name, or source:namespace/name (app/core/groups.py).
@@ -370,7 +378,7 @@ class Soak:
             self.world.violation(
                 f"seed {self.config.seed}, {step.describe()}: not placed in "
                 f"{self.config.live_seconds * 2:g}s though it fits after {need} eviction(s); "
-                f"/debug/gangs: {json.dumps(gangs_debug(self.extender.url))[:3000]}"
+                f"/debug/gangs: {debug_text(self.extender.url)}"
             )
             return
         time.sleep(1.5)  # a late eviction would show now
@@ -503,7 +511,7 @@ class Soak:
         self.world.violation(
             f"seed {self.config.seed}, {self.current}: not placed within "
             f"{self.config.live_seconds:g}s though they fit: {names}; /debug/gangs: "
-            f"{json.dumps(gangs_debug(self.extender.url))[:3000]}"
+            f"{debug_text(self.extender.url)}"
         )
 
     def _pending_say_why(self) -> None:
