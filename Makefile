@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install lock audit kube helm manifests lint typecheck unit docs docs-reference test cluster-test demo demo-down bench bench-plots bench-e2e bench-compare cluster-up cluster-down clean
+.PHONY: help install lock audit kube helm manifests lint typecheck unit docs docs-reference test cluster-test soak demo demo-down bench bench-plots bench-e2e bench-compare cluster-up cluster-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -83,6 +83,9 @@ test: lint typecheck audit docs kube helm ## everything: lint, types, dependency
 cluster-test: $(STAMP) kube ## only the tests against the real control plane, in gang-only then every-verb mode
 	$(BIN)/pytest tests/cluster -q -ra
 	GANG_EXTENDER_TEST_MODE=every-verb $(BIN)/pytest tests/cluster -q -ra
+
+soak: $(STAMP) kube ## the soak (issue 49) against the real control plane; e.g. SOAK_ARGS="--minutes 30 --seed 3 --burners 2" (python -m tests.soak --help)
+	$(BIN)/python -m tests.soak $(SOAK_ARGS)
 
 demo: $(STAMP) kube ## run the main job: local control plane + extender + example gangs
 	$(BIN)/python hack/demo.py

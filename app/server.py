@@ -53,6 +53,7 @@ from app.runtime.evictor import PreemptionFollower
 from app.runtime.gate import PermitGate
 from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
 from app.runtime.preemption import PlanSettings, PreemptionPlans
+from app.runtime.preemption_line import ArbiterLineCheck
 from app.runtime.queue_book import QueueBook
 from app.runtime.reclaimer import Reclaimer
 from app.runtime.unmarked import UnmarkedMembers
@@ -151,6 +152,8 @@ def build_runtime(
             every_gang=settings.gang_feasibility,
         ),
     )
+    # A plan evicts only for a gang the line would then admit (issue 49).
+    plans.consult(ArbiterLineCheck(arbiter, state))
     follower = PreemptionFollower(state, pod_writes, observer, victims, plans)
     devices = DevicePreemption(state, cluster.admission, plans, pod_writes, observer, victims)
     return Runtime(waker, plans, gate, queues, reclaimer, arbiter, follower, devices)

@@ -18,7 +18,7 @@ from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin, Demand
 from app.core.preemption_planner import PlanResult, plan, plan_in_domains
-from app.core.resources import fits
+from app.core.resources import Resources, add, fits
 from app.core.state import ClusterState
 from app.core.topology import (
     Domain,
@@ -33,6 +33,7 @@ from app.core.topology_sources import constraint_of
 from app.core.victim_pool import VictimPool, victim_pool
 from app.core.victims import Preemptor, VictimPolicy
 from app.runtime.plan_book import PlanBook
+from app.runtime.preemption_line import LineCheck
 from app.runtime.preemption_plan import Answer, Plan, Slot
 from app.runtime.preemption_room import PreemptionRoom
 
@@ -60,6 +61,8 @@ class PlanMaker:
         self._levels = levels
         # group -> the last refusal told to its users (an Event once per new reason).
         self._refused: dict[str, str] = {}
+        # The line's verdict on the room a plan's victims leave (None: no line to ask).
+        self.line: LineCheck | None = None
 
     def make(
         self,
@@ -99,6 +102,14 @@ class PlanMaker:
                 f"the {len(demands)} member(s) of gang {spec.key} still needing room fit "
                 "without evictions; they wait for it",
             )
+        waits = self._line_waits(spec, preemptor, own, made)
+        if waits is not None:
+            message = (
+                f"gang {spec.key} preempts nothing: evicting {made.evictions} pod(s) would not "
+                f"start it, the line keeps it waiting: {waits}"
+            )
+            self.refuse(spec.key, message)
+            return Answer([], message)
         self._book.add(made)
         self._refused.pop(spec.key, None)
         where = f" in {domain.describe()} ({level_origin(domain.level)})" if domain else ""
@@ -106,6 +117,19 @@ class PlanMaker:
         log.info(text, extra={"podgroup": spec.key, "pod": preemptor.key, "verb": "preempt"})
         self._observer.preemption_planned(spec.key, text)
         return made
+
+    def _line_waits(
+        self, spec: GroupSpec, preemptor: Preemptor, own: Demand, made: Plan
+    ) -> str | None:
+        """Why the line would keep the gang waiting once the plan's victims are gone."""
+        if self.line is None:
+            return None
+        freed: dict[str, Resources] = {}
+        for uid, (_key, node) in made.victims.items():
+            victim = self._state.pod_by_uid(uid)
+            if victim is not None:
+                add(freed.setdefault(node, {}), victim.requests)
+        return self.line.waits(spec, preemptor.uid, own, freed)
 
     def refuse(self, group_key: str, message: str) -> None:
         """Tell the gang's users why it cannot preempt, unless that was the last thing told."""

@@ -39,6 +39,7 @@ from app.ops.metrics import Metrics
 from app.runtime.plain_preemption import PlainPreemption
 from app.runtime.plan_book import PLAN_SECONDS, PlanBook
 from app.runtime.plan_maker import PlanMaker
+from app.runtime.preemption_line import LineCheck
 from app.runtime.preemption_plan import Answer, Plan, PlanKind, PlanPhase, still_there
 from app.runtime.preemption_room import PreemptionRoom
 from app.runtime.preemptor_wakeup import PreemptorWakeup
@@ -116,6 +117,13 @@ class PreemptionPlans:
                 return made
             current = made
         return self._serve(current, preemptor, own, candidates)
+
+    def consult(self, line: LineCheck) -> None:
+        """Ask the line (the arbiter) before evicting: no plan for a gang it keeps waiting.
+
+        Set once at start-up (app/server.py): the arbiter is built after the plans.
+        """
+        self._maker.line = line
 
     def lives(self, group_key: str) -> bool:
         """Has this gang a plan that still holds (checked against the cluster now)?"""

@@ -8,12 +8,27 @@ preempt verb. Each time, the number of pods evicted must equal the minimum
 an exhaustive search finds on the same snapshot (tests/preemption_oracle.py),
 every victim must sit on a node the gang landed on, and no gang may be left
 partially placed. The session's own nodes are cordoned meanwhile.
+
+Every gang that can be placed must be placed (issue 49: two seeds stalled,
+nothing evicted, on a busy machine). With GANG_EXTENDER_SLOW_API=LOW-HIGH
+(milliseconds) kube-scheduler and the extender talk to the API server through
+a relay that delays every answer and watch event by that much, and every
+request by a fifth of it (tests/soak/relay.py): the slow API server of the
+issue. GANG_EXTENDER_BURNERS=N runs N CPU-burning loops beside the module
+and GANG_EXTENDER_API_LOAD=N as many threads listing every pod and writing and
+deleting ConfigMaps (tests/soak/load.py), the issue's busy machine. When a
+gang is not placed, the failure shows what the extender's /debug/gangs held
+(plans, line, claims, gate).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import random
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -21,7 +36,11 @@ import pytest
 
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
+from tests.cluster.session import Extender
 from tests.preemption_oracle import Running, fewest_evictions
+from tests.soak.components import APISERVER_PORT, extender_behind, scheduler_behind
+from tests.soak.load import api_load, cpu_burners
+from tests.soak.relay import Delay, slow_relay
 
 SEEDS = range(20)
 HIGH, HIGH_VALUE = "gang-seed-high", 10_000
@@ -84,6 +103,59 @@ def low_class(priority: int) -> str:
     return next(name for name, value in LOW.items() if value == priority)
 
 
+def slow_api_delay() -> Delay | None:
+    """GANG_EXTENDER_SLOW_API=LOW-HIGH (ms): the relay's delay for answers and watch events."""
+    text = os.environ.get("GANG_EXTENDER_SLOW_API", "").strip()
+    if not text:
+        return None
+    low, _, high = text.partition("-")
+    try:
+        delay = Delay(int(low) / 1000, int(high or low) / 1000)
+    except ValueError as error:
+        raise pytest.UsageError(
+            f"GANG_EXTENDER_SLOW_API={text!r}: use LOW-HIGH in milliseconds, e.g. 200-500 ({error})"
+        ) from None
+    return delay
+
+
+def _count(name: str) -> int:
+    text = os.environ.get(name, "0").strip() or "0"
+    if not text.isdigit():
+        raise pytest.UsageError(f"{name}={text!r}: use a whole number")
+    return int(text)
+
+
+@pytest.fixture(scope="module")
+def busy_machine(kube: Kube, extender: Extender) -> Iterator[None]:
+    """The busy machine of issue 49, as far as the environment asks for it.
+
+    GANG_EXTENDER_SLOW_API: kube-scheduler and the extender behind a slow
+    relay; GANG_EXTENDER_BURNERS, GANG_EXTENDER_API_LOAD: load beside them.
+    """
+    down = slow_api_delay()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(cpu_burners(_count("GANG_EXTENDER_BURNERS"), 3 * 3600))
+        if threads := _count("GANG_EXTENDER_API_LOAD"):
+            stack.enter_context(api_load(kube, threads))
+        if down is not None:
+            up = Delay(down.low / 5, down.high / 5)
+            relay = stack.enter_context(
+                slow_relay(APISERVER_PORT, down=down, up=up, seed=49, max_seconds=3 * 3600)
+            )
+            stack.enter_context(scheduler_behind(relay.port))
+            stack.enter_context(extender_behind(extender, relay.port))
+        yield
+
+
+def gangs_debug(extender: Extender) -> str:
+    """What the extender's /debug/gangs shows (plans, line, claims, gate), for a failure message."""
+    try:
+        with urllib.request.urlopen(f"{extender.url}/debug/gangs", timeout=10) as response:
+            return json.dumps(json.loads(response.read()), sort_keys=True)[:6000]
+    except OSError as error:
+        return f"/debug/gangs unreadable: {error}"
+
+
 @pytest.fixture
 def seed_nodes(kube: Kube) -> Iterator[list[str]]:
     """The session's nodes cordoned; the seed's nodes deleted afterwards."""
@@ -102,7 +174,12 @@ def live(kube: Kube, namespace: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_seeded_preemption_evicts_exactly_the_minimum(
-    kube: Kube, namespace: str, seed_nodes: list[str], seed: int
+    kube: Kube,
+    extender: Extender,
+    busy_machine: None,
+    namespace: str,
+    seed_nodes: list[str],
+    seed: int,
 ) -> None:
     kube.ensure_priority_class(HIGH, HIGH_VALUE)
     for name, value in LOW.items():
@@ -143,11 +220,20 @@ def test_seeded_preemption_evicts_exactly_the_minimum(
             assert set(before) - set(after) == set(), "evicted for a gang that cannot fit"
             assert not names & set(after)
             continue
-        after = wait_for(
-            lambda names=names: names <= set(live(kube, namespace)) and live(kube, namespace),  # type: ignore[misc]
-            90,
-            f"gang {gang} placed",
-        )
+        try:
+            wait_for(
+                lambda names=names: names <= set(live(kube, namespace)),  # type: ignore[misc]
+                90,
+                f"gang {gang} placed",
+            )
+        except TimeoutError as error:
+            now = set(live(kube, namespace))
+            pytest.fail(
+                f"seed {seed}: gang {gang} not placed in 90s though it fits after {need} "
+                f"eviction(s) ({error}); members placed {sorted(names & now)}, evicted "
+                f"{sorted(set(before) - now)}; "
+                f"/debug/gangs: {gangs_debug(extender)}"
+            )
         time.sleep(1.5)  # a late eviction would show now
         after = live(kube, namespace)
         evicted = set(before) - set(after)

@@ -1,0 +1,51 @@
+"""The soak's short CI version (issue 49): fixed seeds, a minute each, every fault.
+
+tests/soak/ plays a seeded stream of gangs of every source, plain pods,
+preempting gangs and pods, deletions mid-wait, node changes and faults
+(extender SIGKILL, kube-scheduler and kube-apiserver restarts with etcd
+compacted, watch connections cut) against the real control plane, with
+kube-scheduler and the extender behind a relay that delays the API server's
+answers and watch events. Every invariant it checks (never bound below
+minMember, evictions exactly the oracle's minimum, every gang that fits is
+placed, pending gangs say why, nothing held after the gangs are gone, caches
+equal to a fresh list after each fault) must hold; the report lists what
+broke, with the seed and the step. `make soak` runs the long version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cluster.kube import Kube
+from tests.cluster.session import Extender
+from tests.soak.components import APISERVER_PORT, extender_behind, scheduler_behind
+from tests.soak.relay import Delay, SlowRelay, slow_relay
+from tests.soak.run import Soak, SoakConfig
+
+# Seed 1 found a claim left behind (see run.py, clean-up); 2 and 51 inject every fault.
+SEEDS = (1, 2, 51)
+SECONDS = 60.0
+
+
+@pytest.fixture(scope="module")
+def relay(extender: Extender) -> Iterator[SlowRelay]:
+    with (
+        slow_relay(
+            APISERVER_PORT, down=Delay(0.05, 0.25), up=Delay(0.01, 0.05), seed=49, max_seconds=3600
+        ) as relay,
+        scheduler_behind(relay.port),
+        extender_behind(extender, relay.port),
+    ):
+        yield relay
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_soak_keeps_every_invariant(
+    kube: Kube, extender: Extender, relay: SlowRelay, namespace: str, seed: int
+) -> None:
+    report = Soak(kube, extender, namespace, SoakConfig(seed=seed, seconds=SECONDS), relay).run()
+    print(report.render())
+    assert report.violations == [], report.render()
+    assert report.placed > 0, report.render()
