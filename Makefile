@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install lock audit kube helm manifests lint typecheck unit docs docs-reference test cluster-test soak demo demo-down bench bench-plots bench-e2e bench-compare cluster-up cluster-down clean
+.PHONY: help install lock audit kube helm manifests lint typecheck unit docs docs-reference test cluster-test soak soak-ci demo demo-down bench bench-plots bench-e2e bench-compare cluster-up cluster-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -86,6 +86,9 @@ cluster-test: $(STAMP) kube ## only the tests against the real control plane, in
 
 soak: $(STAMP) kube ## the soak (issue 49) against the real control plane; e.g. SOAK_ARGS="--minutes 30 --seed 3 --burners 2" (python -m tests.soak --help)
 	$(BIN)/python -m tests.soak $(SOAK_ARGS)
+
+soak-ci: $(STAMP) kube ## the soak's short version: fixed seeds, a minute each (not yet in make test: tests/cluster/soak_ci.py says why)
+	$(BIN)/pytest tests/cluster/soak_ci.py -q -ra
 
 demo: $(STAMP) kube ## run the main job: local control plane + extender + example gangs
 	$(BIN)/python hack/demo.py

@@ -90,6 +90,11 @@ class BindWaves:
         if bound:
             self._observer.gang_admitted(group_key, bound)
             self._settled(group_key, SettleOutcome.BOUND)
+        elif not group.binding:
+            # Not one binding of the wave went through (its pods deleted while they
+            # were admitted, say): the gang's claim ends now. No filter call may come
+            # to prune it, once the gang is gone (found by the soak, issue 49).
+            self._settled(group_key, SettleOutcome.RELEASED)
         if not group.binding:
             await self._partial.settle(group_key, group)
         if group.empty:

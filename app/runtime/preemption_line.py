@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from app.core.admission import wholeness
-from app.core.contention import Contest, Ruling
+from app.core.contention import Ruling
 from app.core.groups import GroupSpec
 from app.core.packing import Bin, Demand
 from app.core.resources import Resources, add
@@ -61,9 +61,11 @@ class ArbiterLineCheck:
         if gang.need <= 0:
             return None
         contest = line.contest(exclude=spec.key)
-        after = Contest(
-            _with_freed(contest.free, freed), contest.holders, contest.line, contest.allocatable
-        )
+        # The same contest with the victims' room given back. Its remainders (what an
+        # aged gang ahead can never use) were worked out with the victims present: as
+        # many or fewer than once they are gone, so the line is never told it may
+        # admit what it would not.
+        after = replace(contest, free=_with_freed(contest.free, freed))
         settings = arbiter.settings
         decision, _domain = arbiter.topology.decide(
             gang,

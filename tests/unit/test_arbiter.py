@@ -10,6 +10,7 @@ from app.core.admission import Admission, FilterReason, wholeness
 from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import NullObserver
 from app.core.state import ClusterState
+from app.kube.errors import NotFound
 from app.ops.metrics import Metrics
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
@@ -396,3 +397,17 @@ def test_behind_an_aged_gang_small_gangs_take_what_it_can_never_use() -> None:
     # A gang of 2 CPUs per member still fits beside it there.
     two = world.gang("two", 1, "2")
     assert world.filter(two, "two-0").reason == FilterReason.CLAIMED
+
+
+async def test_a_wave_whose_every_binding_failed_ends_its_claim() -> None:
+    """Its pods deleted while admitted: no filter call comes to prune the claim (issue 49)."""
+    world = World()
+    a = world.gang("a", 2, "1")
+    assert world.filter(a, "a-0").reason == FilterReason.CLAIMED
+    for i in range(2):
+        world.binder.fail[f"a-{i}"] = NotFound(f'API server answered 404: pods "a-{i}" not found')
+    results = await asyncio.gather(
+        *(world.reserve(a, f"a-{i}", f"n{i}") for i in range(2)), return_exceptions=True
+    )
+    assert all(isinstance(r, Exception) for r in results)
+    assert "default/a" not in world.arbiter.claims

@@ -1,4 +1,10 @@
-"""The soak's short CI version (issue 49): fixed seeds, a minute each, every fault.
+"""The soak's short version (issue 49): fixed seeds, a minute each, every fault.
+
+Run by `make soak-ci`, not yet by `make test`: its seeds still find what is
+not fixed (seed 2: a gang that fits was not placed within 45 s, undiagnosed;
+once, a pod the API server no longer had stayed in the extender's cache after
+a watch cut), and a test that fails now and then must not gate every change.
+The file name keeps pytest's default collection away from it.
 
 tests/soak/ plays a seeded stream of gangs of every source, plain pods,
 preempting gangs and pods, deletions mid-wait, node changes and faults
