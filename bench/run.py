@@ -438,6 +438,19 @@ def arbiter_app(
     return create_app(extender, metrics, url_prefix="/scheduler", ready=lambda: (True, "ok"))
 
 
+async def admitted_afresh(
+    client: httpx.AsyncClient, arbiter: Arbiter, bodies: list[bytes], runs: int, gang: str
+) -> list[float]:
+    """`runs` filter calls, each admitting the gang afresh (its claim dropped in between)."""
+    samples: list[float] = []
+    for i in range(runs):
+        arbiter.claims.clear()
+        arbiter.on_nodes_changed()  # no memo of the last verdict
+        samples += await timed(client, "/scheduler/filter", bodies[i % 2 :], 1)
+    assert arbiter.claims, f"gang {gang} was not admitted"
+    return samples
+
+
 async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     """The filter verb admitting a fresh gang of 8 (--gang-feasibility), with topology or not.
 
@@ -539,12 +552,7 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
             bodies = [
                 json.dumps({"Pod": member(name, i), "NodeNames": names}).encode() for i in range(2)
             ]
-            samples: list[float] = []
-            for i in range(runs):
-                arbiter.claims.clear()
-                arbiter.on_nodes_changed()  # no memo of the last verdict
-                samples += await timed(client, "/scheduler/filter", bodies[i % 2 :], 1)
-            assert arbiter.claims, f"gang {name} was not admitted"
+            samples = await admitted_afresh(client, arbiter, bodies, runs, name)
             out[f"filter_gang_admit_topology_{name}"] = report(
                 f"filter, fresh gang of 8, topology {name} (rack of 20)", samples
             )
@@ -679,12 +687,7 @@ async def device_rows(nodes: int, pods: int, runs: int, devices: int = 8) -> dic
             bodies = [
                 json.dumps({"Pod": member(group, i), "NodeNames": names}).encode() for i in range(2)
             ]
-            samples: list[float] = []
-            for i in range(runs):
-                arbiter.claims.clear()
-                arbiter.on_nodes_changed()  # no memo of the last verdict
-                samples += await timed(client, "/scheduler/filter", bodies[i % 2 :], 1)
-            assert arbiter.claims, f"gang {group} was not admitted"
+            samples = await admitted_afresh(client, arbiter, bodies, runs, group)
             asks = "2 devices a member (DRA)" if group == "devices" else "CPU only"
             out[f"filter_gang_admit_{group}"] = report(f"filter, fresh gang of 8, {asks}", samples)
     out["ratio_filter_p99_devices_vs_cpu"] = (

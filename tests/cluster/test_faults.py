@@ -181,7 +181,11 @@ def fresh_caches(kube: Kube) -> dict[str, Any]:
 
 def cache_diff(extender: Extender, kube: Kube) -> str:
     """'' when the extender's caches equal a fresh list, else what differs."""
-    cached, fresh = debug(extender, "caches"), fresh_caches(kube)
+    return diff_caches(debug(extender, "caches"), fresh_caches(kube))
+
+
+def diff_caches(cached: dict[str, Any], fresh: dict[str, Any]) -> str:
+    """'' when /debug/caches' document equals a fresh list's, else the first differences."""
     problems = []
     for kind in ("pods", "podgroups"):
         for key in sorted(set(cached[kind]) | set(fresh[kind])):

@@ -22,7 +22,7 @@ from typing import Any
 
 from app.core.groups import NATIVE_API, VOLCANO_API, group_key
 from tests.cluster.kube import Kube
-from tests.cluster.test_faults import fresh_caches
+from tests.cluster.test_faults import diff_caches, fresh_caches
 from tests.preemption_oracle import Running, fewest_evictions
 from tests.soak.stream import HIGH_PRIORITY, Source
 
@@ -280,13 +280,4 @@ def caches_diff(extender_url: str, kube: Kube) -> str:
         for g in items:
             meta = g["metadata"]
             fresh["podgroups"][group_key(api.source, meta["namespace"], meta["name"])] = meta["uid"]
-    problems = []
-    for kind in ("pods", "podgroups"):
-        for key in sorted(set(cached[kind]) | set(fresh[kind])):
-            if cached[kind].get(key) != fresh[kind].get(key):
-                problems.append(
-                    f"{kind} {key}: cache {cached[kind].get(key)} api {fresh[kind].get(key)}"
-                )
-    if cached["nodes"] != fresh["nodes"]:
-        problems.append(f"nodes: cache {cached['nodes']} api {fresh['nodes']}")
-    return "; ".join(problems[:10])
+    return diff_caches(cached, fresh)
