@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from app.core.topology import DEFAULT_LEVELS, with_key
+from app.core.topology.domains import DEFAULT_LEVELS, with_key
 from app.flags import FLAGS
 
 ENV_PREFIX = "GANG_EXTENDER_"

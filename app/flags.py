@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from math import inf
 from typing import Any, TypeVar
 
-from app.core.topology import parse_levels
+from app.core.topology.domains import parse_levels
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 from kubernetes import client as k8s
 
+from app.base.metrics import Metrics
 from app.config import Settings
 from app.core.admission import Admission, WaitPolicy
 from app.core.events import GangEvents
 from app.core.groups import SOURCE_VOLCANO, SOURCE_XK8S, VOLCANO_API
 from app.core.observer import Observers
+from app.core.preemption.victims import VictimPolicy
 from app.core.scoring import ScoringPolicy
 from app.core.state import ClusterState
-from app.core.victims import VictimPolicy
 from app.kube.client import kube_configuration
 from app.kube.events import KubeEventWriter
 from app.kube.http import AsyncApiClient
@@ -35,27 +36,26 @@ from app.ops.cachedump import add_cache_route
 from app.ops.debug import GangDebug
 from app.ops.device_metrics import DeviceCollector
 from app.ops.event_recorder import EventRecorder
-from app.ops.leader import (
+from app.ops.queue_status import QueueStatusWriter
+from app.ops.status_reconciler import PodGroupStatus, StatusSettings
+from app.runtime.arbiter import Arbiter
+from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
+from app.runtime.device_cel import CelEngine
+from app.runtime.gate import PermitGate
+from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
+from app.runtime.leader import (
     AlwaysLeader,
     LeaderCheck,
     LeaderElection,
     LeaderOnlyPodWrites,
     LeaderOnlyRecorder,
 )
-from app.ops.metrics import Metrics
-from app.ops.queue_status import QueueStatusWriter
-from app.ops.status_reconciler import PodGroupStatus, StatusSettings
-from app.runtime.arbiter import Arbiter
-from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
-from app.runtime.device_cel import CelEngine
-from app.runtime.device_preemption import DevicePreemption
-from app.runtime.evictor import PreemptionFollower
-from app.runtime.gate import PermitGate
-from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
-from app.runtime.preemption import PlanSettings, PreemptionPlans
-from app.runtime.preemption_line import ArbiterLineCheck
-from app.runtime.queue_book import QueueBook
-from app.runtime.reclaimer import Reclaimer
+from app.runtime.preemption.devices import DevicePreemption
+from app.runtime.preemption.evictor import PreemptionFollower
+from app.runtime.preemption.line_check import ArbiterLineCheck
+from app.runtime.preemption.plans import PlanSettings, PreemptionPlans
+from app.runtime.queues.book import QueueBook
+from app.runtime.queues.reclaimer import Reclaimer
 from app.runtime.unmarked import UnmarkedMembers
 from app.runtime.wakeup import SiblingWaker
 from app.service import Clients, Components, Leadership, Runtime, Service, Writers
@@ -133,7 +133,7 @@ def build_runtime(
         GateLinks(waker=waker, observer=observer, deleter=pods, victims=plans),
         GatePolicy(partial_bind=PartialBindPolicy(settings.on_partial_bind)),
     )
-    # Teams' shares and reclaim: idle until a Queue object exists (app/runtime/queue_book.py).
+    # Teams' shares and reclaim: idle until a Queue object exists (app/runtime/queues/book.py).
     queues = QueueBook(state, overcommit=settings.queue_overcommit_factor, metrics=metrics)
     reclaimer = Reclaimer(state, pods, observer, metrics=metrics, plans=plans)
     # With --gang-feasibility=false it still places the gangs that have a

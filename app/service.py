@@ -29,16 +29,16 @@ from app.kube.pods import PodApi
 from app.kube.reflector import Reflector
 from app.ops.event_recorder import EventRecorder
 from app.ops.heap import keep_heap
-from app.ops.leader import LeaderCheck, LeaderElection
 from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus
 from app.runtime.arbiter import Arbiter
-from app.runtime.device_preemption import DevicePreemption
-from app.runtime.evictor import PreemptionFollower
 from app.runtime.gate import PermitGate
-from app.runtime.preemption import PreemptionPlans
-from app.runtime.queue_book import QueueBook
-from app.runtime.reclaimer import Reclaimer
+from app.runtime.leader import LeaderCheck, LeaderElection
+from app.runtime.preemption.devices import DevicePreemption
+from app.runtime.preemption.evictor import PreemptionFollower
+from app.runtime.preemption.plans import PreemptionPlans
+from app.runtime.queues.book import QueueBook
+from app.runtime.queues.reclaimer import Reclaimer
 from app.runtime.wakeup import SiblingWaker
 from app.runtime.watches import Watches
 from app.web.verb_context import VerbCore

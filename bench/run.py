@@ -29,19 +29,19 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, WaitPolicy
 from app.core.groups import POD_GROUP_LABEL, SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS, GroupRef
 from app.core.queues import QUEUE_ANNOTATION
 from app.core.state import ClusterState
-from app.core.topology import HOSTNAME, ZONE
-from app.core.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
+from app.core.topology.domains import HOSTNAME, ZONE
+from app.core.topology.sources import KUEUE_PREFERRED, KUEUE_REQUIRED
 from app.ops.heap import freeze_heap, full_collections_deferred
-from app.ops.metrics import Metrics
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
 from app.runtime.line import Waiting
-from app.runtime.queue_book import QueueBook
+from app.runtime.queues.book import QueueBook
 from app.web.extender import GangExtender
 from app.web.routes import create_app
 from app.web.verb_context import VerbCore, VerbLinks
@@ -783,7 +783,7 @@ async def fresh_admissions(
 ) -> tuple[float, list[float]]:
     """The first fresh admission of the gang of 8 (the queues' tally built), then up to `runs`
     more, each after `churn` running pods of as many gangs ended and came back, as in a busy
-    cluster (the tally kept between calls redoes those gangs, app/runtime/queue_tally.py).
+    cluster (the tally kept between calls redoes those gangs, app/runtime/queues/tally.py).
 
     Stops early, after at least 3 timed calls, once `budget_seconds` have gone: a long line
     can make one call take seconds. Returns the first call's ms and the timed calls' seconds.

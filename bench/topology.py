@@ -42,8 +42,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.core.groups import NATIVE_API, POD_GROUP_LABEL, XK8S_API
-from app.core.topology import HOSTNAME, ZONE
-from app.core.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
+from app.core.topology.domains import HOSTNAME, ZONE
+from app.core.topology.sources import KUEUE_PREFERRED, KUEUE_REQUIRED
 from bench.e2e import Cluster, Runner, _local_cluster_module
 from hack.clusterkit import (
     REPO,

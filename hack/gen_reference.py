@@ -6,7 +6,7 @@
 Each page is rendered from what the service itself uses: the flags from
 app/flags.py and app/config.py (through the argparse parser `gang-extender
 serve` builds), the Helm values from the chart's values.schema.json and
-values.yaml, the metrics from app/ops/metrics.py's registry, the Events from
+values.yaml, the metrics from app/base/metrics.py's registry, the Events from
 the calls in app/core/events.py and the messages from the f-strings of the
 modules that build them (read with `ast`, so a message added or reworded in
 the code shows up here without anyone keeping a list). docs/index.md and
@@ -202,8 +202,8 @@ def render_metrics() -> str:
     """Every metric the extender registers: name as scraped, type, labels, help."""
     from prometheus_client.metrics import MetricWrapperBase
 
+    from app.base.metrics import Metrics
     from app.ops.device_metrics import DEVICES, FAMILIES, STATES
-    from app.ops.metrics import Metrics
 
     metrics = Metrics()
     preset: dict[str, set[str]] = {}
@@ -228,10 +228,10 @@ def render_metrics() -> str:
             labels += " (" + ", ".join(STATES) + ")"
         rows.append([code(gauge.name), "gauge", labels, gauge.help])
     return (
-        BANNER.format(source="app/ops/metrics.py")
+        BANNER.format(source="app/base/metrics.py")
         + "# Metrics\n\n"
         + "Every metric on `GET /metrics` (the operations port), as registered in "
-        "`app/ops/metrics.py` (and the DRA device gauges of `app/ops/device_metrics.py`). "
+        "`app/base/metrics.py` (and the DRA device gauges of `app/ops/device_metrics.py`). "
         "Label values in parentheses are set at start-up, so their series "
         "exist at 0 before anything happens. No label carries a pod or group name (`queue` "
         "is a Queue object's name: a handful, made by admins). The standard `process_*` and "
@@ -442,7 +442,7 @@ def message_rows(source: str) -> list[tuple[str, str]]:
 def render_messages() -> str:
     out = []
     for folder in MESSAGE_DIRS:
-        for path in sorted((REPO / folder).glob("*.py")):
+        for path in sorted((REPO / folder).rglob("*.py")):
             rows = message_rows(path.read_text())
             if not rows:
                 continue

@@ -4,7 +4,7 @@ Shared by the planner's unit tests and the seeded cluster suite
 (tests/cluster/test_preemption_seeds.py): both compare what the extender did
 with what this finds on the same snapshot. Deliberately naive (every victim
 set by size, every member-to-node assignment), so it is only for small
-clusters, and shares no code with app/core/preemption_planner.py.
+clusters, and shares no code with app/core/preemption/planner.py.
 """
 
 from __future__ import annotations

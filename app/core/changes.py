@@ -62,7 +62,7 @@ class ChangeLog:
         # members while this stays put (app/runtime/claims.py).
         self._group_stamps: dict[str, int] = {}
         # Changes to a group (a member, or its group object): the queues' tally
-        # redoes only these gangs (app/runtime/queue_tally.py).
+        # redoes only these gangs (app/runtime/queues/tally.py).
         self._group_changes = _RecentNames(remembered_group_changes)
         self._stamp = 0
 

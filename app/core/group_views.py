@@ -17,8 +17,8 @@ from app.core.groups import SOURCE_LABELS
 from app.core.records import PodRecord
 from app.core.state import ClusterState
 from app.core.status import GroupStatus, GroupView, TopologyPlacement, compute_status
-from app.core.topology import DEFAULT_LEVELS, TopologyConstraint, placed_message
-from app.core.topology_sources import constraint_of
+from app.core.topology.domains import DEFAULT_LEVELS, TopologyConstraint, placed_message
+from app.core.topology.sources import constraint_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.resources import QuantityError, Resources, parse_resource_list
-from app.core.topology import TopologyConstraint, TopologyError
-from app.core.topology_sources import constraint_from_native, constraint_from_volcano
+from app.core.topology.domains import TopologyConstraint, TopologyError
+from app.core.topology.sources import constraint_from_native, constraint_from_volcano
 
 SOURCE_XK8S = "x-k8s"
 SOURCE_LABELS = "labels"
@@ -122,7 +122,7 @@ class GroupSpec:
     # the queue the gang shares the cluster in (app/core/queues.py). priorityClassName: shown only.
     queue: str | None = None
     priority_class_name: str | None = None
-    # Where the whole gang must (or should) be placed together (app/core/topology.py).
+    # Where the whole gang must (or should) be placed together (app/core/topology/domains.py).
     topology: TopologyConstraint | None = None
 
 

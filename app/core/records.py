@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app.core.device_records import PodClaim, pod_claims_of
+from app.core.devices.records import PodClaim, pod_claims_of
 from app.core.groups import (
     ALL_SOURCES,
     GROUP_APIS,
@@ -39,8 +39,8 @@ from app.core.resources import (
     pod_requests,
 )
 from app.core.timestamps import parse_rfc3339
-from app.core.topology import TopologyConstraint, TopologyError
-from app.core.topology_sources import constraint_from_annotations
+from app.core.topology.domains import TopologyConstraint, TopologyError
+from app.core.topology.sources import constraint_from_annotations
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class PodRecord:
     placement: Placement | None = None
     # status.nominatedNodeName: kube-scheduler preempted pods to make room here.
     nominated_node: str = ""
-    # Kueue's podset topology annotations on the pod (app/core/topology.py), None: none.
+    # Kueue's podset topology annotations on the pod (app/core/topology/domains.py), None: none.
     topology: TopologyConstraint | None = None
     # A group member carrying the member mark (app/core/marking.py), which the
     # gang-only mode needs for kube-scheduler to call us; False for plain pods.
@@ -93,7 +93,8 @@ class PodRecord:
     unmarked_preemptor: bool = False
     # The queue its gang joins (annotation scheduling.volcano.sh/queue-name), "": none named.
     queue: str = ""
-    # Its DRA claims (spec.resourceClaims): what they ask is in `requests` (core/device_book.py).
+    # Its DRA claims (spec.resourceClaims): what they ask is in `requests`
+    # (app/core/devices/book.py).
     claims: tuple[PodClaim, ...] = ()
 
     # "namespace/name", made once with the record: the index looks a pod up by it a
@@ -123,7 +124,7 @@ class NodeRecord:
     name: str
     allocatable: Resources
     unschedulable: bool
-    # The node's labels, with one per HyperNode tier holding it (app/core/hypernode.py).
+    # The node's labels, with one per HyperNode tier holding it (app/core/topology/hypernode.py).
     labels: dict[str, str]
     taints: tuple[Taint, ...] = ()
     # metadata.labels as the node has them (the same dict when no HyperNode holds it).

@@ -186,7 +186,7 @@ def format_resources(resources: Mapping[str, int]) -> str:
     return ", ".join(parts)
 
 
-# DRA devices counted as resources (app/core/device_records.py): `devices/<class>`,
+# DRA devices counted as resources (app/core/devices/records.py): `devices/<class>`,
 # `devices/<class>/<digest of selectors>`, and `devices/?/<what is missing>`.
 DEVICE_PREFIX = "devices/"
 MISSING_PREFIX = "devices/?/"

@@ -8,8 +8,8 @@ asyncio event loop thread, so a verb sees one consistent picture.
 ClusterState is the one door to that picture; behind it each part has one
 job: the pod indexes (app/core/pod_index.py), who hears of changes
 (app/core/changes.py), free capacity (app/core/free_room.py), HyperNode tiers
-as node labels (app/core/hypernode_labels.py) and DRA devices as resources
-(app/core/device_book.py; `selectors` is its CEL engine, None: count by class).
+as node labels (app/core/topology/hypernode_labels.py) and DRA devices as resources
+(app/core/devices/book.py; `selectors` is its CEL engine, None: count by class).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 from app.core import free_room
 from app.core.changes import ChangeLog, NodeListener, PodListener
-from app.core.device_book import DeviceBook
-from app.core.device_records import SelectorEngine
+from app.core.devices.book import DeviceBook
+from app.core.devices.records import SelectorEngine
 from app.core.groups import (
     ALL_SOURCES,
     SOURCE_XK8S,
@@ -30,8 +30,6 @@ from app.core.groups import (
     spec_from_labels,
 )
 from app.core.groups import group_key as make_group_key
-from app.core.hypernode import HyperNodeIndex
-from app.core.hypernode_labels import HyperNodeLabels
 from app.core.packing import Bin
 from app.core.pod_index import PodIndex
 from app.core.records import (
@@ -45,7 +43,9 @@ from app.core.records import (
     podgroup_record_from,
 )
 from app.core.resources import Resources
-from app.core.topology import Domain, TopologyConstraint, placed_domain
+from app.core.topology.domains import Domain, TopologyConstraint, placed_domain
+from app.core.topology.hypernode import HyperNodeIndex
+from app.core.topology.hypernode_labels import HyperNodeLabels
 
 __all__ = ["ClusterState"]
 
@@ -255,7 +255,7 @@ class ClusterState:
     def placed_domain(
         self, constraint: TopologyConstraint, configured: tuple[str, ...], nodes: list[str]
     ) -> Domain | None:
-        """The lowest domain of the constraint's levels all `nodes` share (app/core/topology.py)."""
+        """The lowest domain of the constraint's levels all `nodes` share (topology/domains.py)."""
         return placed_domain(
             constraint,
             self.topology_levels(configured),

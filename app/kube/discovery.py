@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 
 from app.config import Settings
-from app.core import hypernode
-from app.core.device_records import API_GROUP as DRA_GROUP
-from app.core.device_records import API_VERSION as DRA_VERSION
+from app.core.devices.records import API_GROUP as DRA_GROUP
+from app.core.devices.records import API_VERSION as DRA_VERSION
 from app.core.groups import (
     GROUP_APIS,
     SOURCE_KUEUE,
@@ -21,6 +20,7 @@ from app.core.groups import (
     SOURCE_XK8S,
 )
 from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
+from app.core.topology import hypernode
 from app.kube.errors import Forbidden, NotFound
 from app.kube.http import Requests
 

@@ -26,10 +26,10 @@ from urllib.parse import urlencode
 
 import orjson
 
+from app.base.metrics import Metrics
 from app.core.clock import monotonic
 from app.kube.errors import ApiError, Gone
 from app.kube.http import Requests
-from app.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

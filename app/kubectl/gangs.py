@@ -23,12 +23,12 @@ from app.core.records import (
     podgroup_record_from,
 )
 from app.core.status import compute_status
-from app.core.topology import Domain
+from app.core.topology.domains import Domain
 from app.kubectl.live import Live
 from app.kubectl.objects import Obj, Objects
 
 NONE = "<none>"
-# Preemption plan phases that are over (app/runtime/preemption_plan.py PlanPhase; the
+# Preemption plan phases that are over (app/runtime/preemption/plan.py PlanPhase; the
 # plugin reads the snapshot's JSON and may not import the runtime).
 ENDED_PLANS = frozenset({"done", "expired", "cancelled"})
 # Member states, as the describe output and JSON spell them.

@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI, Response
 
-from app.core.device_report import device_snapshot
+from app.core.devices.report import device_snapshot
 from app.core.state import ClusterState
 
 

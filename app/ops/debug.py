@@ -130,9 +130,9 @@ class GangDebug:
     gate_clock: Clock = monotonic
     # --gang-feasibility: who holds capacity and who waits in line ("contention").
     contention: Callable[[], dict[str, Any]] | None = None
-    # Live preemption plans (app/runtime/preemption.py).
+    # Live preemption plans (app/runtime/preemption/plans.py).
     preemption: Callable[[], list[dict[str, Any]]] | None = None
-    # Does this replica hold the Lease (app/ops/leader.py)? A client reaching the
+    # Does this replica hold the Lease (app/runtime/leader.py)? A client reaching the
     # replicas through a Service (kubectl gang) asks again until the leader answers:
     # a standby's gate is empty and its plans are not the ones carried out.
     is_leader: Callable[[], bool] | None = None

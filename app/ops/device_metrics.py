@@ -16,7 +16,7 @@ from typing import NamedTuple
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from app.core.device_report import device_counts
+from app.core.devices.report import device_counts
 from app.core.state import ClusterState
 
 

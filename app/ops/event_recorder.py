@@ -14,12 +14,12 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
+from app.base.metrics import Metrics
+from app.base.tasks import TaskSet
 from app.core.clock import Clock, wall
 from app.core.event_aggregation import EventAggregator, EventEntry, ObjectRef, event_body
 from app.kube.errors import NotFound
-from app.ops.metrics import Metrics
 from app.ops.writes import finish_writes
-from app.runtime.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 

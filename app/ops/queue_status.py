@@ -3,7 +3,7 @@
 Volcano's Queue CRD has a status subresource; without Volcano's controller
 nobody else fills it, and `kubectl get queue -o yaml` is where an admin
 looks first. Every INTERVAL_SECONDS the counts are taken from the queue book
-(app/runtime/queue_book.py) and only a Queue whose status, as the watch shows it,
+(app/runtime/queues/book.py) and only a Queue whose status, as the watch shows it,
 differs is patched (`status.state` is left to its owner): a Queue deleted and
 created again under the same name, or edited by hand, is written again.
 Writes are awaited on the event loop, one Queue after the other.
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from app.core.contention import Holder
 from app.kube.errors import ApiError
-from app.runtime.queue_book import QueueBook
+from app.runtime.queues.book import QueueBook
 
 log = logging.getLogger(__name__)
 

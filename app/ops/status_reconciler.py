@@ -9,7 +9,7 @@ write is at least `min_interval_seconds` old, so a gang of 100 pods starting
 at once costs a few writes, not 100 per second. A periodic resync marks
 every group dirty, which writes the first status of new PodGroups and
 repairs anything a missed report left behind. Only the leader writes (see
-app/ops/leader.py). Label-only groups have no object: their status is kept in
+app/runtime/leader.py). Label-only groups have no object: their status is kept in
 memory, for /debug/gangs and the gang_extender_podgroups metric.
 
 What the status is (phase, shapes, patch) is app/core/status.py, computed per
@@ -27,6 +27,8 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from app.base.metrics import Metrics
+from app.base.tasks import TaskSet
 from app.core.clock import Clock, wall
 from app.core.group_views import GroupViews
 from app.core.observer import MemberRef, NullObserver
@@ -34,11 +36,9 @@ from app.core.records import PodRecord
 from app.core.state import ClusterState
 from app.core.status import PHASES, PRE_SCHEDULING, SHAPES, TERMINAL, GroupStatus, GroupView
 from app.core.timestamps import rfc3339
-from app.core.topology import DEFAULT_LEVELS
-from app.ops.metrics import Metrics
+from app.core.topology.domains import DEFAULT_LEVELS
 from app.ops.status_write import CONFLICT, KEPT, WRITTEN, StatusApi, write_status
 from app.ops.writes import finish_writes
-from app.runtime.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 

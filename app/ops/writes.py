@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from app.runtime.tasks import TaskSet
+from app.base.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ the gate.
 Its parts, one job each: the claims (app/runtime/claims.py), the line
 (app/runtime/line.py), the topology lookup (app/runtime/gang_topology.py),
 releasing claims early (app/runtime/claim_release.py) and reclaim for queues
-(app/runtime/reclaim_checks.py).
+(app/runtime/queues/reclaim_checks.py).
 """
 
 from __future__ import annotations
@@ -40,16 +40,16 @@ from app.core.contention import Decision, Gang, Holder, Ruling
 from app.core.groups import GroupRef, GroupSpec
 from app.core.records import PodRecord
 from app.core.state import ClusterState
-from app.core.topology import Domain, TopologyConstraint
+from app.core.topology.domains import Domain, TopologyConstraint
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.claim_release import ClaimRelease
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology
 from app.runtime.gate import PermitGate
 from app.runtime.line import Candidate, Line, Waiting
-from app.runtime.queue_book import Assessment
-from app.runtime.queue_tally import queue_of
-from app.runtime.reclaim_checks import ReclaimChecks
+from app.runtime.queues.book import Assessment
+from app.runtime.queues.reclaim_checks import ReclaimChecks
+from app.runtime.queues.tally import queue_of
 from app.runtime.revision import Revision
 from app.runtime.waiting_room import SettleOutcome
 

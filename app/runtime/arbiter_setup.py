@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.base.metrics import Metrics
 from app.core.clock import Clock, monotonic
 from app.core.observer import GangObserver, NullObserver
-from app.core.topology import DEFAULT_LEVELS
-from app.ops.metrics import Metrics
-from app.runtime.queue_book import QueueBook
-from app.runtime.reclaimer import Reclaimer
+from app.core.topology.domains import DEFAULT_LEVELS
+from app.runtime.queues.book import QueueBook
+from app.runtime.queues.reclaimer import Reclaimer
 from app.runtime.wakeup import SiblingWaker
 
 
@@ -19,7 +19,7 @@ class ArbiterSettings:
 
     # --gang-aging-seconds: a gang waiting this long is not overtaken any more.
     aging_seconds: float = 60.0
-    # The topology levels, lowest first (app/core/topology.py).
+    # The topology levels, lowest first (app/core/topology/domains.py).
     levels: tuple[str, ...] = DEFAULT_LEVELS
     # --gang-feasibility; False: only gangs with a topology constraint are admitted as a whole.
     every_gang: bool = True
@@ -33,6 +33,6 @@ class ArbiterPeers:
     waker: SiblingWaker | None = None
     observer: GangObserver = field(default_factory=NullObserver)
     metrics: Metrics | None = None
-    # Teams' shares (app/runtime/queue_book.py): consulted only once a Queue object exists.
+    # Teams' shares (app/runtime/queues/book.py): consulted only once a Queue object exists.
     queues: QueueBook | None = None
     reclaimer: Reclaimer | None = None

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from app.base.metrics import Metrics
+from app.base.tasks import TaskSet
 from app.core.observer import GangObserver, MemberRef
 from app.kube.errors import ApiError
-from app.ops.metrics import Metrics
 from app.runtime.gate_settings import Binder
 from app.runtime.partial_bind import PartialBind
-from app.runtime.tasks import TaskSet
 from app.runtime.waiting_room import (
     GangWait,
     SettleListener,

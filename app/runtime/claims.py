@@ -19,7 +19,7 @@ from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.core.records import GroupNotFound
 from app.core.resources import Resources, add
 from app.core.state import ClusterState
-from app.core.topology import Domain, TopologyConstraint
+from app.core.topology.domains import Domain, TopologyConstraint
 from app.runtime.gate import PermitGate
 from app.runtime.revision import Revision
 
@@ -157,7 +157,7 @@ class ClaimLedger:
         """For /debug/gangs: who holds capacity."""
         return [
             {"group": k, "priority": c.priority, "members": len(c.plan)}
-            # The topology domain, only for gangs placed in one (app/core/topology.py).
+            # The topology domain, only for gangs placed in one (app/core/topology/domains.py).
             | ({"domain": c.domain.to_json()} if c.domain is not None else {})
             for k, c in self.held.items()
         ]

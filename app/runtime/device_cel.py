@@ -21,7 +21,7 @@ validation (the API server has already refused such claims).
 
 It lives here, not in app/core, because the library's package loads its
 command line (and asyncio with it) on import; the core's device model takes
-it as a `SelectorEngine` (app/core/device_records.py), wired in app/server.py.
+it as a `SelectorEngine` (app/core/devices/records.py), wired in app/server.py.
 
 Anything this library cannot compile (a CEL feature it lacks) is reported as
 a `SelectorError`; the caller then counts the request by its class alone.
@@ -37,7 +37,7 @@ from typing import Any
 
 import cel
 
-from app.core.device_records import SelectorError
+from app.core.devices.records import SelectorError
 from app.core.resources import QuantityError, parse_quantity
 
 
@@ -85,7 +85,7 @@ def compile_selector(expression: str) -> cel.Program:
 
 
 class CelEngine:
-    """The SelectorEngine of app/core/devices.py: compile (cached), then match device by device.
+    """The SelectorEngine of app/core/devices/counting.py: compile (cached), then match each device.
 
     One CEL context with the quantity functions is reused for every device.
     """

@@ -1,7 +1,7 @@
 """Where a gang may go: its topology constraint, the one domain it must fit in, and telling so.
 
 The constraint comes from the gang's group object or its pods' Kueue
-annotations (app/core/topology_sources.py); the levels are the configured
+annotations (app/core/topology/sources.py); the levels are the configured
 ones, then the HyperNode tiers the cluster has (app/core/state.py).
 """
 
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 
+from app.base.metrics import Metrics
 from app.core.contention import Contest, Decision, Gang, decide
 from app.core.groups import GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin
 from app.core.state import ClusterState
-from app.core.topology import (
+from app.core.topology.domains import (
     Domain,
     TopologyConstraint,
     Where,
@@ -22,8 +23,7 @@ from app.core.topology import (
     place,
     placed_message,
 )
-from app.core.topology_sources import constraint_of
-from app.ops.metrics import Metrics
+from app.core.topology.sources import constraint_of
 from app.runtime.claims import Claim
 from app.runtime.revision import Revision
 

@@ -13,7 +13,7 @@ PermitGate is the gate's door; behind it the waiting room holds the members
 (app/runtime/waiting_room.py), the bind wave binds them
 (app/runtime/bind_wave.py), the partial-bind policy ends a wave that partly
 failed (app/runtime/partial_bind.py), and preemption victims are answered
-late (app/runtime/held_victims.py).
+late (app/runtime/preemption/held_victims.py).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, DenyReason
 from app.core.groups import GroupSpec
 from app.core.observer import MemberRef
 from app.core.records import PodRecord
 from app.core.state import ClusterState
-from app.ops.metrics import Metrics
 from app.runtime.bind_wave import BindWaves
 from app.runtime.gate_settings import (
     Binder,

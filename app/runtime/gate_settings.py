@@ -13,7 +13,7 @@ from app.runtime.wakeup import SiblingWaker
 # A gate-held member that kube-scheduler chose as a preemption victim is
 # answered only once its pod is deleted (or after VICTIM_HOLD_SECONDS, if the
 # scheduler picked another candidate), and then VICTIM_ANSWER_DELAY_SECONDS
-# later (app/runtime/held_victims.py says why).
+# later (app/runtime/preemption/held_victims.py says why).
 VICTIM_HOLD_SECONDS = 5.0
 VICTIM_ANSWER_DELAY_SECONDS = 0.5
 

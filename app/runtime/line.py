@@ -24,11 +24,11 @@ from app.core.placement import placement_of
 from app.core.records import GroupNotFound, PodRecord, delivered
 from app.core.resources import QuantityError, pod_requests
 from app.core.state import ClusterState
-from app.core.topology import TopologyConstraint
+from app.core.topology.domains import TopologyConstraint
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology
-from app.runtime.queue_book import Assessment, QueueBook
-from app.runtime.queue_tally import podgroup_created, queue_of
+from app.runtime.queues.book import Assessment, QueueBook
+from app.runtime.queues.tally import podgroup_created, queue_of
 from app.runtime.revision import Revision
 
 # Node names listed per aged gang under the line's `heldFor` in /debug/gangs.

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, DenyReason, PermitVerdict, permit
 from app.core.groups import GroupSpec
 from app.core.observer import MemberRef
-from app.ops.metrics import Metrics
 from app.runtime.gate_settings import GateLinks, PartialBindPolicy
 from app.runtime.waiting_room import (
     AdmissionResult,

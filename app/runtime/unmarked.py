@@ -24,10 +24,10 @@ import logging
 from collections.abc import Collection
 from typing import Protocol
 
+from app.base.metrics import Metrics
 from app.core.observer import MemberRef
 from app.core.records import PodRecord
 from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
-from app.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -12,15 +12,15 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from app.base.metrics import Metrics
 from app.core.admission import PermitVerdict, permit
 from app.core.clock import Clock
 from app.core.groups import GroupSpec
 from app.core.observer import MemberRef
 from app.core.records import PodRecord
 from app.core.state import ClusterState
-from app.ops.metrics import Metrics
 from app.runtime.gate_settings import GatePolicy, VictimCheck
-from app.runtime.held_victims import HeldVictims
+from app.runtime.preemption.held_victims import HeldVictims
 
 
 class GateError(Exception):
@@ -135,7 +135,7 @@ class WaitingRoom:
         """Take a waiter out of its group and answer it.
 
         A preemption victim (with `hold`) is answered later: a moment after its
-        pod is `gone`, else when the victim hold runs out (app/runtime/held_victims.py).
+        pod is `gone`, else when the victim hold runs out (app/runtime/preemption/held_victims.py).
         """
         group.waiting.pop(waiter.pod_key, None)
         if hold and self.victims.is_victim(waiter):

@@ -34,13 +34,13 @@ from typing import Protocol
 
 from cachetools import TTLCache
 
+from app.base.tasks import TaskSet
 from app.core.admission import wholeness
 from app.core.clock import Clock, monotonic, wall
 from app.core.groups import PodGroupSpecError
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
 from app.core.timestamps import wakeup_stamp
-from app.runtime.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 

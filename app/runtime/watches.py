@@ -15,18 +15,18 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from app.core import hypernode
+from app.base.metrics import Metrics
 from app.core.admission import Admission
-from app.core.device_records import API_GROUP as DRA_GROUP
-from app.core.device_records import API_VERSION as DRA_VERSION
-from app.core.device_records import PLURALS as DRA_PLURALS
+from app.core.devices.records import API_GROUP as DRA_GROUP
+from app.core.devices.records import API_VERSION as DRA_VERSION
+from app.core.devices.records import PLURALS as DRA_PLURALS
 from app.core.groups import GROUP_APIS, SOURCE_XK8S, GroupApi, group_key
 from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from app.core.state import ClusterState
+from app.core.topology import hypernode
 from app.kube.reflector import Collection, ListWatch, Reflector, Sink
-from app.ops.leader import LeaderElection
-from app.ops.metrics import Metrics
-from app.runtime.queue_book import QueueBook
+from app.runtime.leader import LeaderElection
+from app.runtime.queues.book import QueueBook
 from app.runtime.wakeup import SiblingWaker
 
 # A burst of HyperNode events (a topology being created object by object) is

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
+from app.core.preemption.victims import VictimPolicy
 from app.core.records import node_record_from
 from app.core.scoring import NodeScorer, ScoringPolicy
-from app.core.victims import VictimPolicy
 from app.runtime.gate import PermitGate
-from app.runtime.preemption import PreemptionPlans
+from app.runtime.preemption.plans import PreemptionPlans
 from app.web.bind_verb import BindVerb, PodBinder
 from app.web.filter_verb import FilterVerb
 from app.web.pod_view import PodViews

@@ -15,7 +15,6 @@ from typing import Any
 
 from app.core.admission import FilterReason
 from app.core.groups import describe_task_shortfall
-from app.core.hypernode import tier_of
 from app.core.node_choice import (
     SoftTaintedNodes,
     SoftTaints,
@@ -25,7 +24,8 @@ from app.core.node_choice import (
 )
 from app.core.records import NodeRecord, node_record_from
 from app.core.scoring import NodeScorer
-from app.core.topology import Domain, TopologyConstraint, domain_message
+from app.core.topology.domains import Domain, TopologyConstraint, domain_message
+from app.core.topology.hypernode import tier_of
 from app.runtime.line import Candidate
 from app.web.pod_view import PodView, PodViews
 from app.web.verb_context import VerbCore, VerbLinks

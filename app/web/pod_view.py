@@ -25,8 +25,8 @@ from app.core.placement import placement_of
 from app.core.records import GroupNotFound, delivered
 from app.core.resources import QuantityError, Resources, pod_requests
 from app.core.state import ClusterState
-from app.core.topology import TopologyConstraint, TopologyError
-from app.core.topology_sources import constraint_from_annotations
+from app.core.topology.domains import TopologyConstraint, TopologyError
+from app.core.topology.sources import constraint_from_annotations
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class PodView:
     ref: GroupRef | None
     spec: GroupSpec | None
     problem: GroupProblem | None
-    # Kueue's topology annotations on the pod (app/core/topology.py).
+    # Kueue's topology annotations on the pod (app/core/topology/domains.py).
     topology: TopologyConstraint | None = None
 
     @property

@@ -2,7 +2,7 @@
 
 A plain pod's victims are filtered so no gang is broken below its minimum;
 a gang member's are answered from the gang's preemption plan
-(app/runtime/preemption.py), made once for the whole gang.
+(app/runtime/preemption/plans.py), made once for the whole gang.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app.core.victims import Preemptor
-from app.runtime.preemption import PreemptionPlans
+from app.core.preemption.victims import Preemptor
+from app.runtime.preemption.plans import PreemptionPlans
 from app.web.pod_view import PodViews
 from app.web.verb_context import VerbCore
 from app.web.wire import PreemptArgs, preempt_result

@@ -16,8 +16,8 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp
 
+from app.base.metrics import Metrics
 from app.ops.debug import GangDebug, add_debug_routes
-from app.ops.metrics import Metrics
 from app.web.extender import GangExtender
 from app.web.verbs_asgi import VerbEndpoint, VerbGuard, VerbRouter
 from app.web.wire import ExtenderArgsReader, parse_binding_args, parse_preempt_args
@@ -53,7 +53,7 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
         lifespan=lifespan,
-        # Our metrics are Prometheus (app/ops/metrics.py) and no OpenTelemetry provider is
+        # Our metrics are Prometheus (app/base/metrics.py) and no OpenTelemetry provider is
         # set up: FastAPI's per-request look for one cost a filter call about 15 µs.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, WaitPolicy
 from app.core.observer import GangObserver, NullObserver
 from app.core.state import ClusterState
-from app.ops.metrics import Metrics
 from app.runtime.arbiter import Arbiter
-from app.runtime.preemption import PreemptionPlans
+from app.runtime.preemption.plans import PreemptionPlans
 from app.runtime.wakeup import SiblingWaker
 
 

@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.base.metrics import Metrics
 from app.core.clock import monotonic
-from app.ops.metrics import Metrics
 from app.web.wire import WireError
 
 log = logging.getLogger(__name__)

@@ -28,12 +28,12 @@ from typing import Any
 
 import orjson
 
+from app.base.metrics import Metrics
 from app.core import certs
 from app.core.clock import wall
 from app.core.marking import review_response
 from app.kube.errors import ApiError, Conflict, NotFound
 from app.kube.webhook import WebhookApi
-from app.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from app.core.victims import VictimCandidate
+from app.core.preemption.victims import VictimCandidate
 
 
 class WireError(ValueError):

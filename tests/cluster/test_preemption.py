@@ -79,7 +79,7 @@ def test_high_priority_gang_evicts_only_what_it_needs(kube: Kube, namespace: str
     # The members preempt within milliseconds of each other, before our watch
     # reports a victim's deletion or a sibling's nomination; deciding member
     # by member, a third node lost a pod for nothing. One plan for the gang
-    # (app/runtime/preemption.py) makes that impossible.
+    # (app/runtime/preemption/plans.py) makes that impossible.
     millicpu = {"low-big": 3000, "low-small": 500, "urgent": 2000}
 
     def cpu(name: str) -> int:

@@ -7,9 +7,9 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from app.base.metrics import Metrics
 from app.kube.http import AsyncApiClient
 from app.kube.reflector import Collection, Reflector, ReflectorSettings, Sink
-from app.ops.metrics import Metrics
 from tests.cluster.kube import Kube
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from app.core import hypernode
 from app.core.groups import (
     KUEUE_GROUP_LABEL,
     KUEUE_TOTAL_COUNT_ANNOTATION,
@@ -30,8 +29,9 @@ from app.core.groups import (
     XK8S_API,
     GroupApi,
 )
-from app.core.topology import HOSTNAME, ZONE
-from app.core.topology_sources import KUEUE_PREFERRED, KUEUE_REQUIRED
+from app.core.topology import hypernode
+from app.core.topology.domains import HOSTNAME, ZONE
+from app.core.topology.sources import KUEUE_PREFERRED, KUEUE_REQUIRED
 from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import Extender

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.ops.metrics import Metrics
+from app.base.metrics import Metrics
 
 
 class Clock:

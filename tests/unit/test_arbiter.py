@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, FilterReason, wholeness
 from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import NullObserver
 from app.core.state import ClusterState
 from app.kube.errors import NotFound
-from app.ops.metrics import Metrics
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, WaitPolicy
 from app.core.groups import (
     LIGHT_MIN_AVAILABLE_LABEL,
@@ -34,7 +35,6 @@ from app.core.groups import (
 from app.core.records import podgroup_record_from
 from app.core.resources import QuantityError, parse_resource_list, pod_requests
 from app.core.state import ClusterState
-from app.ops.metrics import Metrics
 from app.runtime.gate import PermitGate
 from app.web.extender import GangExtender
 from app.web.routes import create_app

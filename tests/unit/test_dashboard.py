@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from app.ops.metrics import Metrics
+from app.base.metrics import Metrics
 
 DASHBOARD = (
     Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "gang-extender-dashboard.json"

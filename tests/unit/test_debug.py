@@ -4,12 +4,12 @@ import json
 import httpx
 from fastapi import FastAPI
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, DenyReason
 from app.core.groups import GroupSpec
 from app.core.state import ClusterState
 from app.core.status import PENDING, SCHEDULING, GroupStatus, GroupView
 from app.ops.debug import GangDebug, add_debug_routes
-from app.ops.metrics import Metrics
 from app.runtime.gate import PermitGate
 from app.runtime.gate_settings import GateLinks
 from tests.unit.builders import cluster

@@ -1,4 +1,4 @@
-"""Preemption for gangs short of DRA devices (app/runtime/device_preemption.py).
+"""Preemption for gangs short of DRA devices (app/runtime/preemption/devices.py).
 
 kube-scheduler starts none for them; the extender asks the gang's plan of the
 one owner of preemption and deletes the victims it names.
@@ -9,15 +9,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission
 from app.core.observer import NullObserver
+from app.core.preemption.victims import VictimPolicy
 from app.core.state import ClusterState
-from app.core.victims import VictimPolicy
-from app.ops.metrics import Metrics
-from app.runtime import device_preemption
 from app.runtime.device_cel import CelEngine
-from app.runtime.device_preemption import DRA_UNSCHEDULABLE, DevicePreemption
-from app.runtime.preemption import PreemptionPlans
+from app.runtime.preemption import devices as device_preemption
+from app.runtime.preemption.devices import DRA_UNSCHEDULABLE, DevicePreemption
+from app.runtime.preemption.plans import PreemptionPlans
 from tests.unit.builders import node, podgroup
 from tests.unit.test_devices import (
     CLASSES,

@@ -1,4 +1,4 @@
-"""DRA devices counted as resources (app/core/devices.py, device_book.py, device_records.py).
+"""DRA devices counted as resources (app/core/devices/: counting.py, book.py, records.py).
 
 Against a ClusterState fed the API objects a driver and a user create, with
 the real CEL engine (app/runtime/device_cel.py).
@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from app.core.cheapest_victims import Evictable
-from app.core.device_records import (
+from app.core.devices.records import (
     claim_from,
     class_resource,
     pod_claims_of,
     selector_resource,
     slice_from,
 )
-from app.core.device_report import device_snapshot
+from app.core.devices.report import device_snapshot
 from app.core.packing import Demand
-from app.core.preemption_planner import plan
+from app.core.preemption.cheapest_victims import Evictable
+from app.core.preemption.planner import plan
 from app.core.queues import queue_from
 from app.core.resources import format_resources
 from app.core.state import ClusterState

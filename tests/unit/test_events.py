@@ -1,5 +1,6 @@
 from typing import Any
 
+from app.base.metrics import Metrics
 from app.core.admission import FilterReason, WaitPolicy
 from app.core.event_aggregation import (
     AGGREGATED,
@@ -33,7 +34,6 @@ from app.core.observer import MemberRef
 from app.core.state import ClusterState
 from app.kube.errors import NotFound
 from app.ops.event_recorder import EventRecorder
-from app.ops.metrics import Metrics
 from tests.unit.builders import pod, podgroup
 from tests.unit.fakes import Clock
 

@@ -8,10 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, WaitPolicy
 from app.core.groups import POD_GROUP_LABEL, VOLCANO_GROUP_ANNOTATIONS, VOLCANO_TASK_ANNOTATION
 from app.core.state import ClusterState
-from app.ops.metrics import Metrics
 from app.runtime.gate import PermitGate
 from app.web.extender import GangExtender
 from app.web.routes import create_app

@@ -2,11 +2,11 @@ import asyncio
 
 import pytest
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, FilterReason, wholeness
 from app.core.groups import GroupSpec
 from app.core.state import ClusterState
 from app.kube.errors import Conflict
-from app.ops.metrics import Metrics
 from app.runtime.gate import PermitGate
 from app.runtime.gate_settings import GateLinks, GatePolicy
 from app.runtime.waiting_room import GateError
@@ -160,7 +160,7 @@ async def test_release_all_answers_every_waiter() -> None:
 
 
 class Victims(set[str]):
-    """The preempt verb's victims, as the gate asks for them (app/runtime/preemption.py)."""
+    """The preempt verb's victims, as the gate asks for them (app/runtime/preemption/plans.py)."""
 
     def is_victim(self, uid: str) -> bool:
         return uid in self

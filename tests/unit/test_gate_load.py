@@ -11,10 +11,10 @@ import asyncio
 import threading
 import tracemalloc
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission
 from app.core.groups import GroupSpec
 from app.core.state import ClusterState
-from app.ops.metrics import Metrics
 from app.runtime.gate import PermitGate
 from app.runtime.waiting_room import GateError
 from tests.unit.builders import node, pod

@@ -1,4 +1,4 @@
-"""Volcano HyperNodes as topology levels (app/core/hypernode.py) and their use in placement."""
+"""Volcano HyperNodes as topology levels (app/core/topology/hypernode.py) and their placement."""
 
 from __future__ import annotations
 
@@ -7,16 +7,9 @@ from typing import Any
 import pytest
 
 from app.core.contention import Contest, Gang, Ruling
-from app.core.hypernode import (
-    HyperNodeError,
-    HyperNodeIndex,
-    hypernode_from,
-    tier_level,
-    tier_of,
-)
 from app.core.packing import Bin, Demand
 from app.core.state import ClusterState
-from app.core.topology import (
+from app.core.topology.domains import (
     DEFAULT_LEVELS,
     Domain,
     TopologyConstraint,
@@ -26,7 +19,14 @@ from app.core.topology import (
     levels_to_try,
     place,
 )
-from app.core.topology_sources import (
+from app.core.topology.hypernode import (
+    HyperNodeError,
+    HyperNodeIndex,
+    hypernode_from,
+    tier_level,
+    tier_of,
+)
+from app.core.topology.sources import (
     KUEUE_PREFERRED,
     VOLCANO_HIGHEST_TIER,
     VOLCANO_MODE,

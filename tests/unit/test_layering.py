@@ -1,9 +1,9 @@
 """The layers of app/ (docs/design.md, Code map): each loads only the layers beneath it.
 
-core (the rules) <- runtime (state over time) <- web (the HTTP face);
-app/kube (Kubernetes I/O) and app/ops (metrics, writers) serve them; app/server.py
-assembles everything. The rules load nothing else, so they stay testable
-without a cluster, a loop or a socket.
+core (the rules) <- kube (Kubernetes I/O) <- runtime (state over time) <- ops (writers,
+/debug) <- web (the HTTP face); app/base (metrics, background tasks) is used by every layer
+but the rules and loads none of them; app/server.py assembles everything. The rules load
+nothing else, so they stay testable without a cluster, a loop or a socket.
 """
 
 from __future__ import annotations
@@ -26,8 +26,21 @@ FORBIDDEN = {
         "app.cli",
         "app.config",
     ),
-    "runtime": ("app.web", "app.server", "app.service", "app.cli"),
-    "kube": ("app.runtime", "app.web", "app.server", "app.service", "app.cli"),
+    "base": (
+        "app.core",
+        "app.kube",
+        "app.runtime",
+        "app.ops",
+        "app.web",
+        "app.kubectl",
+        "app.server",
+        "app.service",
+        "app.cli",
+        "app.config",
+        "app.flags",
+    ),
+    "runtime": ("app.ops", "app.web", "app.server", "app.service", "app.cli"),
+    "kube": ("app.runtime", "app.ops", "app.web", "app.server", "app.service", "app.cli"),
     "ops": ("app.web", "app.server", "app.service", "app.cli"),
     "web": ("app.server", "app.service", "app.cli"),
     # `kubectl gang` runs on a user's machine: it may reuse the pure rules (app/core),
@@ -68,7 +81,14 @@ def _imports(path: Path) -> set[str]:
 
 
 def _modules(layer: str) -> list[Path]:
-    return sorted((APP / layer).glob("*.py"))
+    """Every module of a layer, its feature folders included (app/core/topology/, ...)."""
+    return sorted((APP / layer).rglob("*.py"))
+
+
+def _dotted(path: Path) -> str:
+    """app/core/topology/domains.py -> app.core.topology.domains (a package: its folder)."""
+    parts = path.relative_to(APP.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def test_every_module_lives_in_a_layer() -> None:
@@ -84,6 +104,7 @@ def test_every_module_lives_in_a_layer() -> None:
         "service.py",
     }
     assert {p.name for p in APP.iterdir() if p.is_dir() and p.name != "__pycache__"} == {
+        "base",
         "core",
         "runtime",
         "web",
@@ -113,7 +134,7 @@ def test_the_kubectl_plugin_loads_no_extender_machinery() -> None:
     # Prefixes are matched at dots: app.kubectl may not load app.kube, yet is not app.kube.
     assert _within("app.kube.http", FORBIDDEN["kubectl"])
     assert not _within("app.kubectl.api", FORBIDDEN["kubectl"])
-    plugin = [f"app.kubectl.{p.stem}" for p in _modules("kubectl") if p.stem != "__init__"]
+    plugin = [_dotted(p) for p in _modules("kubectl")]
     program = f"import sys\nimport {', '.join(plugin)}\nprint('\\n'.join(sorted(sys.modules)))"
     loaded = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, check=True
@@ -123,7 +144,7 @@ def test_the_kubectl_plugin_loads_no_extender_machinery() -> None:
 
 def test_the_rules_load_no_io_at_run_time() -> None:
     # A fresh interpreter: this test session has long imported everything.
-    core = [f"app.core.{p.stem}" for p in _modules("core") if p.stem != "__init__"]
+    core = [_dotted(p) for p in _modules("core")]
     program = (
         f"import sys\nimport {', '.join(core)}\n"
         "print('\\n'.join(sorted(m for m in sys.modules if m.startswith(('app', *sys.argv[1:])))))"

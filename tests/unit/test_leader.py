@@ -2,7 +2,7 @@ import asyncio
 from typing import Any
 
 from app.core.event_aggregation import ObjectRef
-from app.ops.leader import LeaderElection, LeaderOnlyPodWrites, LeaderOnlyRecorder, holds_lease
+from app.runtime.leader import LeaderElection, LeaderOnlyPodWrites, LeaderOnlyRecorder, holds_lease
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 

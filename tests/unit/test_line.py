@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, DenyReason
 from app.core.groups import GroupRef
 from app.core.state import ClusterState
-from app.core.topology_sources import KUEUE_REQUIRED
-from app.ops.metrics import Metrics
+from app.core.topology.sources import KUEUE_REQUIRED
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
 from app.runtime.line import Line, Waiting
-from app.runtime.queue_book import QueueBook
+from app.runtime.queues.book import QueueBook
 from app.runtime.revision import Revision
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock, RecordingBinder

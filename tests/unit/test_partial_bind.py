@@ -12,12 +12,12 @@ from collections.abc import Sequence
 
 import pytest
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, FilterReason, wholeness
 from app.core.groups import GroupSpec
 from app.core.observer import MemberRef, NullObserver
 from app.core.state import ClusterState
 from app.kube.errors import NotFound, Rejected, Transient
-from app.ops.metrics import Metrics
 from app.runtime.gate import PermitGate
 from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
 from app.runtime.waiting_room import GateError

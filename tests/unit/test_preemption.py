@@ -2,8 +2,8 @@
 
 from app.core.admission import Admission, wholeness
 from app.core.groups import GroupSpec
+from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy, select_victims
 from app.core.state import ClusterState
-from app.core.victims import Preemptor, VictimCandidate, VictimPolicy, select_victims
 from tests.unit.builders import node, pod, podgroup
 
 

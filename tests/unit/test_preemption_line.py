@@ -11,14 +11,14 @@ told why; with nobody ahead, it preempts as before.
 
 from __future__ import annotations
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission
 from app.core.groups import GroupRef
-from app.ops.metrics import Metrics
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterSettings
 from app.runtime.gate import PermitGate
 from app.runtime.line import Candidate
-from app.runtime.preemption_line import ArbiterLineCheck
+from app.runtime.preemption.line_check import ArbiterLineCheck
 from tests.unit.builders import pod, podgroup
 from tests.unit.fakes import RecordingBinder
 from tests.unit.test_preemption_plans import World, with_priority

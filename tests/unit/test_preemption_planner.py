@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from app.core.cheapest_victims import Evictable, cheapest_victims
 from app.core.packing import Bin, Demand
 from app.core.placement import Placement
-from app.core.preemption_planner import PlanResult, plan
+from app.core.preemption.cheapest_victims import Evictable, cheapest_victims
+from app.core.preemption.planner import PlanResult, plan
 from tests.preemption_oracle import Running, fewest_evictions
 
 CPU4 = {"cpu": 4000, "pods": 110_000}

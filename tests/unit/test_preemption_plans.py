@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from app.base.metrics import Metrics
 from app.core.groups import GroupRef
 from app.core.observer import NullObserver
 from app.core.packing import Demand
+from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.state import ClusterState
-from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
-from app.ops.metrics import Metrics
-from app.runtime.preemption import PlanSettings, PreemptionPlans
-from app.runtime.preemption_plan import PlanPhase
+from app.runtime.preemption.plan import PlanPhase
+from app.runtime.preemption.plans import PlanSettings, PreemptionPlans
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock

@@ -1,8 +1,8 @@
+from app.base.metrics import Metrics
 from app.core.observer import NullObserver
 from app.core.state import ClusterState
-from app.ops.metrics import Metrics
-from app.runtime.plan_book import PlanBook
-from app.runtime.preemption_room import PreemptionRoom
+from app.runtime.preemption.plan_book import PlanBook
+from app.runtime.preemption.room import PreemptionRoom
 from tests.unit.builders import node, pod
 from tests.unit.fakes import Clock
 

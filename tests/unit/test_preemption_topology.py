@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from app.base.metrics import Metrics
 from app.core.groups import GroupRef
 from app.core.observer import NullObserver
 from app.core.packing import Demand
+from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.state import ClusterState
-from app.core.topology import HOSTNAME, ZONE
-from app.core.topology_sources import KUEUE_REQUIRED
-from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
-from app.ops.metrics import Metrics
-from app.runtime.preemption import PlanSettings, PreemptionPlans
+from app.core.topology.domains import HOSTNAME, ZONE
+from app.core.topology.sources import KUEUE_REQUIRED
+from app.runtime.preemption.plans import PlanSettings, PreemptionPlans
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
 

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, FilterReason
 from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import NullObserver
+from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.queues import QUEUE_ANNOTATION
 from app.core.state import ClusterState
-from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.kube.errors import Transient
-from app.ops.metrics import Metrics
 from app.ops.queue_status import QueueStatusWriter
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
 from app.runtime.line import Candidate
-from app.runtime.preemption import PreemptionPlans
-from app.runtime.preemption_plan import PlanKind, PlanPhase
-from app.runtime.queue_book import QueueBook
-from app.runtime.reclaimer import Reclaimer
+from app.runtime.preemption.plan import PlanKind, PlanPhase
+from app.runtime.preemption.plans import PreemptionPlans
+from app.runtime.queues.book import QueueBook
+from app.runtime.queues.reclaimer import Reclaimer
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock, RecordingBinder
 

@@ -14,7 +14,7 @@ from app.core.queues import DEFAULT_QUEUE, QUEUE_ANNOTATION
 from app.core.records import GroupNotFound
 from app.core.resources import Resources, add, subtract
 from app.core.state import ClusterState
-from app.runtime.queue_tally import QueueTally, queue_of
+from app.runtime.queues.tally import QueueTally, queue_of
 from tests.unit.builders import node, pod, podgroup
 
 NODES = ("n0", "n1", "n2")

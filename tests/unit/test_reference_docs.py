@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from app.base.metrics import Metrics
 from app.core import events
 from app.flags import FLAGS
 from app.ops import device_metrics
-from app.ops.metrics import Metrics
 from hack import gen_reference
 from hack.gen_reference import PAGES, REPO, event_rows, message_rows, render_text
 
@@ -70,7 +70,8 @@ def test_every_metric_the_manual_names_is_registered() -> None:
                 continue
             base = re.sub(r"_(bucket|count|sum)$", "", name)
             assert base in registered or f"{base}_total" in registered, (
-                f"{page.relative_to(REPO)} names {name}, which app/ops/metrics.py does not register"
+                f"{page.relative_to(REPO)} names {name}, "
+                "which app/base/metrics.py does not register"
             )
 
 

@@ -17,9 +17,9 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 import pytest
 
+from app.base.metrics import Metrics
 from app.kube.errors import Gone, Transient
 from app.kube.reflector import Collection, Reflector, ReflectorSettings, Sink
-from app.ops.metrics import Metrics
 
 HANG = object()  # a watch step: stay open until cancelled
 

@@ -1,6 +1,7 @@
 import asyncio
 from typing import Any
 
+from app.base.metrics import Metrics
 from app.core.groups import (
     SOURCE_NATIVE,
     SOURCE_VOLCANO,
@@ -28,7 +29,6 @@ from app.core.status import (
     status_patch,
 )
 from app.kube.errors import Conflict
-from app.ops.metrics import Metrics
 from app.ops.status_reconciler import PodGroupStatus, StatusSettings
 from app.ops.status_write import CONFLICT, GONE, KEPT, UNCHANGED, WRITTEN, write_status
 from tests.unit.builders import node, pod, podgroup

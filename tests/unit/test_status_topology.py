@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from app.base.metrics import Metrics
 from app.core.groups import SOURCE_XK8S
 from app.core.state import ClusterState
 from app.core.status import (
@@ -16,9 +17,8 @@ from app.core.status import (
     XK8sShape,
     status_patch,
 )
-from app.core.topology import HOSTNAME, ZONE
-from app.core.topology_sources import KUEUE_REQUIRED
-from app.ops.metrics import Metrics
+from app.core.topology.domains import HOSTNAME, ZONE
+from app.core.topology.sources import KUEUE_REQUIRED
 from app.ops.status_reconciler import PodGroupStatus, StatusSettings
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from app.runtime.tasks import TaskSet
+from app.base.tasks import TaskSet
 
 
 async def test_drain_waits_for_tasks_spawned_while_draining() -> None:

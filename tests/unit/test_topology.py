@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.cheapest_victims import Evictable
 from app.core.contention import Contest, Gang, Holder, Ruling
 from app.core.groups import (
     ALL_SOURCES,
@@ -20,9 +19,10 @@ from app.core.groups import (
     spec_from_volcano,
 )
 from app.core.packing import Bin, Demand
-from app.core.preemption_planner import plan_in_domains
+from app.core.preemption.cheapest_victims import Evictable
+from app.core.preemption.planner import plan_in_domains
 from app.core.records import pod_record_from, podgroup_record_from
-from app.core.topology import (
+from app.core.topology.domains import (
     DEFAULT_LEVELS,
     Domain,
     TopologyConstraint,
@@ -35,7 +35,7 @@ from app.core.topology import (
     place,
     with_key,
 )
-from app.core.topology_sources import (
+from app.core.topology.sources import (
     KUEUE_PREFERRED,
     KUEUE_REQUIRED,
     constraint_from_annotations,

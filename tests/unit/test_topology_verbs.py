@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, WaitPolicy
 from app.core.groups import SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS
 from app.core.scoring import ScoringPolicy
 from app.core.state import ClusterState
-from app.core.topology import HOSTNAME, ZONE
-from app.core.topology_sources import KUEUE_REQUIRED
-from app.ops.metrics import Metrics
+from app.core.topology.domains import HOSTNAME, ZONE
+from app.core.topology.sources import KUEUE_REQUIRED
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate

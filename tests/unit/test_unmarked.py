@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.base.metrics import Metrics
 from app.core.marking import member_patch
 from app.core.observer import MemberRef
 from app.core.resources import PREEMPTOR_RESOURCE
 from app.core.state import ClusterState
-from app.ops.metrics import Metrics
 from app.runtime.unmarked import UnmarkedMembers
 from tests.unit.builders import pod
 from tests.unit.test_marking import apply_patch

@@ -9,7 +9,7 @@ import orjson
 import pytest
 import uvicorn
 
-from app.ops.metrics import Metrics
+from app.base.metrics import Metrics
 from app.web.joined_writes import JoinedWritesProtocol
 from app.web.routes import create_app
 from app.web.verbs_asgi import VerbEndpoint, VerbGuard, VerbRouter

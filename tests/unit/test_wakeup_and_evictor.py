@@ -1,11 +1,11 @@
 import asyncio
 
+from app.base.metrics import Metrics
 from app.core.observer import MemberRef, NullObserver
+from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.state import ClusterState
-from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
-from app.ops.metrics import Metrics
-from app.runtime.evictor import PreemptionFollower
-from app.runtime.preemption import PreemptionPlans
+from app.runtime.preemption.evictor import PreemptionFollower
+from app.runtime.preemption.plans import PreemptionPlans
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 

@@ -18,9 +18,9 @@ import orjson
 import pytest
 from cryptography import x509
 
+from app.base.metrics import Metrics
 from app.core import certs
 from app.kube.errors import Conflict, Forbidden, NotFound
-from app.ops.metrics import Metrics
 from app.web.webhook import WEBHOOK_PATH, CertSettings, WebhookApp, WebhookCerts
 
 NOW = datetime.datetime(2026, 11, 25, 3, 0, tzinfo=datetime.UTC)

@@ -4,8 +4,8 @@ A topology *level* is a node label (`kubernetes.io/hostname`,
 `example.com/rack`, `topology.kubernetes.io/zone`, ...); its values are the
 *domains* of that level. The extender is configured once with the levels,
 lowest tier first (`--topology-levels`), followed by the tiers of Volcano
-HyperNodes when there are any (app/core/hypernode.py). A gang asks for a level in
-one of the ways its source knows (read by app/core/topology_sources.py): a native
+HyperNodes when there are any (app/core/topology/hypernode.py). A gang asks for a level in
+one of the ways its source knows (read by app/core/topology/sources.py): a native
 PodGroup's topology key, Volcano's networkTopology (tiers: HyperNode tiers,
 else the configured levels above the node), Kueue's annotations.
 
@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from app.core.contention import Contest, Decision, Gang, Ruling, decide
-from app.core.hypernode import tier_of
 from app.core.packing import Bin
 from app.core.resources import Resources, fits, format_resources, total_of
+from app.core.topology.hypernode import tier_of
 
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -81,7 +81,7 @@ class Domain:
 def short_level(level: str) -> str:
     """`example.com/rack` -> `rack`, `topology.kubernetes.io/zone` -> `zone`.
 
-    A HyperNode tier (app/core/hypernode.py) -> `tier-1 hypernode`.
+    A HyperNode tier (app/core/topology/hypernode.py) -> `tier-1 hypernode`.
     """
     tier = tier_of(level)
     if tier is not None:
@@ -128,7 +128,7 @@ def levels_to_try(
     """The levels a gang may be placed in, lowest first, and whether "anywhere" follows.
 
     levels: the configured node labels, then the HyperNode tiers there are
-    (app/core/hypernode.py). Volcano tiers are the HyperNode tiers when there are
+    (app/core/topology/hypernode.py). Volcano tiers are the HyperNode tiers when there are
     any (highestTierAllowed N: tiers 1..N; highestTierName: by spec.tierName),
     else the configured levels above the node (the hostname level is not a
     tier; a tier beyond the widest level is the widest level; a tier name is

@@ -8,7 +8,7 @@ and `spec.members[]`, each `{type: Node|HyperNode, selector: {exactMatch:
 only>}}`. A hypernode's node set is the union of its member nodes and of the
 node sets of its member hypernodes.
 
-The rest of the topology code (app/core/topology.py) thinks in node labels: a
+The rest of the topology code (app/core/topology/domains.py) thinks in node labels: a
 level is a label, a domain is one of its values. Each HyperNode tier becomes
 one level, `hypernode.topology.volcano.sh/tier-<N>`, whose value on a node is
 the name of the tier-N hypernode holding it; app/core/state.py adds these labels

@@ -1,4 +1,4 @@
-"""Reclaim for gangs of queues below their share that do not fit (app/runtime/reclaimer.py).
+"""Reclaim for gangs of queues below their share that do not fit (app/runtime/queues/reclaimer.py).
 
 Two ways in: the filter verb turned such a gang away (`reclaim()`), or
 kube-scheduler found no node for one of its members before our filter was
@@ -23,9 +23,9 @@ from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
 from app.runtime.claims import ClaimLedger
 from app.runtime.line import Line
-from app.runtime.queue_book import Assessment, request_of
-from app.runtime.queue_tally import queue_of
-from app.runtime.reclaimer import Reclaimer
+from app.runtime.queues.book import Assessment, request_of
+from app.runtime.queues.reclaimer import Reclaimer
+from app.runtime.queues.tally import queue_of
 
 
 class ReclaimChecks:

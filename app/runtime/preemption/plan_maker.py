@@ -17,10 +17,12 @@ from app.core.admission import wholeness
 from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin, Demand
-from app.core.preemption_planner import PlanResult, plan, plan_in_domains
+from app.core.preemption.planner import PlanResult, plan, plan_in_domains
+from app.core.preemption.victim_pool import VictimPool, victim_pool
+from app.core.preemption.victims import Preemptor, VictimPolicy
 from app.core.resources import Resources, add, fits
 from app.core.state import ClusterState
-from app.core.topology import (
+from app.core.topology.domains import (
     Domain,
     TopologyConstraint,
     by_domain,
@@ -29,13 +31,11 @@ from app.core.topology import (
     levels_to_try,
     short_level,
 )
-from app.core.topology_sources import constraint_of
-from app.core.victim_pool import VictimPool, victim_pool
-from app.core.victims import Preemptor, VictimPolicy
-from app.runtime.plan_book import PlanBook
-from app.runtime.preemption_line import LineCheck
-from app.runtime.preemption_plan import Answer, Plan, Slot
-from app.runtime.preemption_room import PreemptionRoom
+from app.core.topology.sources import constraint_of
+from app.runtime.preemption.line_check import LineCheck
+from app.runtime.preemption.plan import Answer, Plan, Slot
+from app.runtime.preemption.plan_book import PlanBook
+from app.runtime.preemption.room import PreemptionRoom
 
 log = logging.getLogger(__name__)
 

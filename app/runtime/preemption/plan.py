@@ -11,15 +11,17 @@ from enum import StrEnum
 from typing import Any
 
 from app.core.groups import GroupRef
+from app.core.preemption.victims import VictimCandidate
 from app.core.resources import Resources
 from app.core.state import ClusterState
-from app.core.topology import Domain
-from app.core.victims import VictimCandidate
+from app.core.topology.domains import Domain
 
 
 class PlanKind(StrEnum):
     PREEMPTION = "preemption"  # made by the preempt verb: slots on nodes, victims per slot
-    RECLAIM = "reclaim"  # queue reclaim (app/runtime/reclaimer.py): whole gangs evicted, no slots
+    RECLAIM = (
+        "reclaim"  # queue reclaim (app/runtime/queues/reclaimer.py): whole gangs evicted, no slots
+    )
 
 
 class PlanPhase(StrEnum):

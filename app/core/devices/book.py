@@ -3,7 +3,7 @@
 ClusterState hands every pod and node record through here before storing it,
 and every DRA object (ResourceSlice, DeviceClass, ResourceClaim,
 ResourceClaimTemplate) the watches deliver. A node's allocatable is what the
-node advertises plus the devices it is offered (app/core/devices.py); a
+node advertises plus the devices it is offered (app/core/devices/counting.py); a
 pod's requests are its containers' plus what its claims ask. When a DRA
 object changes, only the nodes and pods it bears on are recomputed, and
 stored through the same doors a watch event uses, so the free room, the
@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from app.core.changes import ChangeLog
-from app.core.device_records import (
+from app.core.devices.counting import DeviceModel
+from app.core.devices.records import (
     PodClaim,
     SelectorEngine,
     SliceRecord,
@@ -27,7 +28,6 @@ from app.core.device_records import (
     slice_from,
     template_from,
 )
-from app.core.devices import DeviceModel
 from app.core.pod_index import PodIndex
 from app.core.records import NodeRecord, PodRecord
 from app.core.resources import DEVICE_PREFIX, Resources

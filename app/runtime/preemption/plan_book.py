@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 
+from app.base.metrics import Metrics
 from app.core.admission import wholeness
 from app.core.clock import Clock
 from app.core.groups import GroupRef, PodGroupSpecError
 from app.core.observer import GangObserver
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
-from app.ops.metrics import Metrics
-from app.runtime.preemption_plan import Plan, PlanKind, PlanPhase, still_there
+from app.runtime.preemption.plan import Plan, PlanKind, PlanPhase, still_there
 
 log = logging.getLogger(__name__)
 

@@ -162,7 +162,7 @@ class Metrics:
         )
 
     def _topology(self, r: CollectorRegistry) -> None:
-        """Topology placement (app/core/topology.py, app/runtime/gang_topology.py)."""
+        """Topology placement (app/core/topology/domains.py, app/runtime/gang_topology.py)."""
         self.topology_placements = Counter(
             "gang_extender_topology_placements",
             "Gangs with a topology constraint admitted, by the level of the domain they were "
@@ -173,7 +173,7 @@ class Metrics:
         )
 
     def _preemption(self, r: CollectorRegistry) -> None:
-        """Preemption plans (app/runtime/preemption.py)."""
+        """Preemption plans (app/runtime/preemption/plans.py)."""
         self.preemption_plan_evictions = Histogram(
             "gang_extender_preemption_plan_evictions",
             "Pods a preempting gang's plan evicts (one observation per plan made).",
@@ -214,7 +214,7 @@ class Metrics:
         )
 
     def _queues(self, r: CollectorRegistry) -> None:
-        """Queues (app/runtime/queue_book.py, app/runtime/reclaimer.py).
+        """Queues (app/runtime/queues/book.py, app/runtime/queues/reclaimer.py).
 
         The queue label is a Queue object's name: admins create a handful, not
         one per job.

@@ -7,7 +7,7 @@
 - Kueue's annotations `kueue.x-k8s.io/podset-required-topology` /
   `podset-preferred-topology` on the PodGroup (any source) or on the pods.
 
-app/core/topology.py places a gang given its constraint; this module only reads them.
+app/core/topology/domains.py places a gang given its constraint; this module only reads them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.core.topology import TopologyConstraint, TopologyError
+from app.core.topology.domains import TopologyConstraint, TopologyError
 
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"

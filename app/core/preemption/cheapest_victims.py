@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from app.core.eviction_budgets import Spending
+from app.core.preemption.eviction_budgets import Spending
 from app.core.resources import Resources, add, fits
 
 # Victim subsets tried exhaustively per node and member mix before the greedy pick.

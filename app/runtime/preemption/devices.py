@@ -7,7 +7,7 @@ calls neither the extender's filter nor its preempt verb for the pod. A
 high-priority gang of GPU pods would wait for lower-priority holders to end.
 
 So when a gang member is reported unschedulable for its claims, this asks the
-one owner of preemption (app/runtime/preemption.py) for the gang's plan as
+one owner of preemption (app/runtime/preemption/plans.py) for the gang's plan as
 the preempt verb does, with every schedulable node a candidate, and deletes
 the victims the plan names for each waiting member, as kube-scheduler deletes
 the victims of a preempt answer. The plan's rules hold unchanged: only pods of
@@ -22,16 +22,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from app.base.tasks import TaskSet
 from app.core.admission import Admission, wholeness
 from app.core.groups import PodGroupSpecError
 from app.core.observer import GangObserver, MemberRef
 from app.core.packing import Demand
+from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
-from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
-from app.runtime.evictor import PodEvicter, evict_each
-from app.runtime.preemption import PreemptionPlans
-from app.runtime.tasks import TaskSet
+from app.runtime.preemption.evictor import PodEvicter, evict_each
+from app.runtime.preemption.plans import PreemptionPlans
 
 log = logging.getLogger(__name__)
 

@@ -3,14 +3,14 @@
 kube-scheduler's DefaultPreemption picks, per node, the lowest-priority pods
 whose removal lets the preemptor fit, then asks extenders to confirm. It
 knows nothing of gangs. For a **plain preemptor** we only refuse candidates
-that would break a running gang (app/runtime/plain_preemption.py);
+that would break a running gang (app/runtime/preemption/plain.py);
 kube-scheduler orders the survivors. For a **gang member** the first preempt
-call makes one plan for the whole gang (app/runtime/plan_maker.py: the nodes
+call makes one plan for the whole gang (app/runtime/preemption/plan_maker.py: the nodes
 its missing members go to and the fewest victims on them), and every member's
 call is answered from that plan: a member gets its planned node with that
 node's victims, or nothing when its room is free or being freed already. No
 new victims while the plan lives; it is made again only once it ended (done,
-expired, or cancelled because a fact it rested on changed: app/runtime/plan_book.py).
+expired, or cancelled because a fact it rested on changed: app/runtime/preemption/plan_book.py).
 
 Every other component asks `PreemptionPlans` instead of keeping preemption
 state: the gate whether a waiting pod is a victim (`is_victim`), the
@@ -27,23 +27,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.base.metrics import Metrics
 from app.core.clock import Clock, monotonic
 from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import GangObserver, NullObserver
 from app.core.packing import Demand
+from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.records import PodRecord
 from app.core.state import ClusterState
-from app.core.topology import DEFAULT_LEVELS
-from app.core.victims import Preemptor, VictimCandidate, VictimPolicy
-from app.ops.metrics import Metrics
-from app.runtime.plain_preemption import PlainPreemption
-from app.runtime.plan_book import PLAN_SECONDS, PlanBook
-from app.runtime.plan_maker import PlanMaker
-from app.runtime.preemption_line import LineCheck
-from app.runtime.preemption_plan import Answer, Plan, PlanKind, PlanPhase, still_there
-from app.runtime.preemption_room import PreemptionRoom
-from app.runtime.preemptor_wakeup import PreemptorWakeup
-from app.runtime.victim_memory import VictimMemory
+from app.core.topology.domains import DEFAULT_LEVELS
+from app.runtime.preemption.line_check import LineCheck
+from app.runtime.preemption.plain import PlainPreemption
+from app.runtime.preemption.plan import Answer, Plan, PlanKind, PlanPhase, still_there
+from app.runtime.preemption.plan_book import PLAN_SECONDS, PlanBook
+from app.runtime.preemption.plan_maker import PlanMaker
+from app.runtime.preemption.room import PreemptionRoom
+from app.runtime.preemption.victim_memory import VictimMemory
+from app.runtime.preemption.wakeup import PreemptorWakeup
 from app.runtime.wakeup import SiblingWaker
 
 __all__ = ["PlanSettings", "PreemptionPlans"]

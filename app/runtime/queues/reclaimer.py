@@ -23,6 +23,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from app.base.metrics import Metrics
+from app.base.tasks import TaskSet
 from app.core.clock import Clock, monotonic
 from app.core.contention import Gang
 from app.core.groups import GroupRef
@@ -31,10 +33,8 @@ from app.core.packing import Bin
 from app.core.queues import QueueView, Running, choose_victims
 from app.core.records import PodRecord
 from app.core.state import ClusterState
-from app.ops.metrics import Metrics
-from app.runtime.evictor import evict_each
-from app.runtime.preemption import PreemptionPlans
-from app.runtime.tasks import TaskSet
+from app.runtime.preemption.evictor import evict_each
+from app.runtime.preemption.plans import PreemptionPlans
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The cluster's DRA devices counted as resources: what each node offers, what each pod asks.
 
 Devices become ordinary entries of the resource vectors the rest of the
-project already counts (app/core/device_records.py names them), so whole-gang
+project already counts (app/core/devices/records.py names them), so whole-gang
 feasibility, packing, the claims of gangs in line, preemption and queues see
 them without paths of their own:
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from app.core.device_records import (
+from app.core.devices.records import (
     ALL_MODE,
     ClaimRecord,
     ClaimSpec,
@@ -168,7 +168,7 @@ class DeviceModel:
     # ---- what the pods ask ------------------------------------------------------
 
     def demand(self, namespace: str, pod_key: str, claims: Iterable[PodClaim]) -> Resources:
-        """The device resources a pod asks for through its claims (app/core/device_records.py)."""
+        """The device resources a pod asks for through its claims (app/core/devices/records.py)."""
         need: Resources = {}
         for pod_claim in claims:
             claim = self.claims.get(f"{namespace}/{pod_claim.claim}") if pod_claim.claim else None

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.core.hypernode import HyperNode, HyperNodeError, HyperNodeIndex, hypernode_from
 from app.core.records import NodeRecord
+from app.core.topology.hypernode import HyperNode, HyperNodeError, HyperNodeIndex, hypernode_from
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class HyperNodeLabels:
         self._seen: dict[str, HyperNode] = {}
 
     def label(self, record: NodeRecord) -> NodeRecord:
-        """The record with a label per HyperNode tier holding the node (app/core/hypernode.py)."""
+        """The record with a label per HyperNode tier holding the node (topology/hypernode.py)."""
         own = record.own_labels if record.own_labels is not None else record.labels
         record.own_labels = own
         if not self.index.hypernodes:

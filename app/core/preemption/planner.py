@@ -10,9 +10,9 @@ priorities, then the one disturbing the fewest gangs, then the one using the
 fewest nodes.
 
 The search: for each node, the cheapest victims that make room for each
-mix of members it could hold (app/core/cheapest_victims.py); then a knapsack
+mix of members it could hold (app/core/preemption/cheapest_victims.py); then a knapsack
 over nodes, on the count of members of each shape placed. Eviction budgets
-span nodes (app/core/eviction_budgets.py): a plan that overspends one is
+span nodes (app/core/preemption/eviction_budgets.py): a plan that overspends one is
 searched again with that budget confined, then closed. Pure: no I/O, no clock.
 """
 
@@ -23,10 +23,17 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from app.core.cheapest_victims import FREE, ClassKey, Cost, Evictable, cheapest_counts, classes_of
-from app.core.eviction_budgets import Budgets
 from app.core.packing import Bin, Demand, index_of
 from app.core.placement import Placement
+from app.core.preemption.cheapest_victims import (
+    FREE,
+    ClassKey,
+    Cost,
+    Evictable,
+    cheapest_counts,
+    classes_of,
+)
+from app.core.preemption.eviction_budgets import Budgets
 from app.core.resources import Resources, add, shortfall
 
 # Nodes the knapsack weighs (the cheapest for one member): any `need` nodes

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
 
-from app.core.cheapest_victims import Evictable
-from app.core.eviction_budgets import protect_budget
 from app.core.groups import GroupSpec
+from app.core.preemption.cheapest_victims import Evictable
+from app.core.preemption.eviction_budgets import protect_budget
+from app.core.preemption.victims import VictimPolicy, victim_group
 from app.core.records import PodRecord
 from app.core.resources import Resources, add
 from app.core.state import ClusterState
-from app.core.victims import VictimPolicy, victim_group
 
 
 @dataclass

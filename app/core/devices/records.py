@@ -80,7 +80,7 @@ class Device:
     name: str
     value: dict[str, Any]
     # The value as canonical bytes: devices alike (same attributes and capacity)
-    # share one evaluation of each selector (app/core/devices.py).
+    # share one evaluation of each selector (app/core/devices/counting.py).
     content: bytes = b""
 
     def __post_init__(self) -> None:

@@ -3,7 +3,7 @@
 The arbiter (app/runtime/arbiter.py) asks `assess()` on a gang's filter call:
 what every queue holds (placed members of its gangs, plus what admitted gangs
 were promised and have not placed yet), what its gangs in line ask for
-(both tallied by app/runtime/queue_tally.py), and so what it deserves
+(both tallied by app/runtime/queues/tally.py), and so what it deserves
 (app/core/queues.py). The answer says whether the gang may be admitted now,
 which gangs in line may, and the views reclaim works from.
 Queue objects arrive through a reflector (app/server.py wires it); with none
@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.base.metrics import Metrics
 from app.core.clock import Clock, monotonic
 from app.core.contention import Gang, Holder
 from app.core.queues import (
@@ -37,8 +38,7 @@ from app.core.queues import (
 from app.core.records import PodRecord
 from app.core.resources import Resources, add, format_resources
 from app.core.state import ClusterState
-from app.ops.metrics import Metrics
-from app.runtime.queue_tally import Pending, QueueTally
+from app.runtime.queues.tally import Pending, QueueTally
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 
+from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy, select_victims
 from app.core.state import ClusterState
-from app.core.victims import Preemptor, VictimCandidate, VictimPolicy, select_victims
-from app.runtime.victim_memory import VictimMemory
+from app.runtime.preemption.victim_memory import VictimMemory
 
 log = logging.getLogger(__name__)
 

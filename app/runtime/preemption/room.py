@@ -10,8 +10,8 @@ from __future__ import annotations
 from app.core.packing import Bin, index_of
 from app.core.resources import add, subtract
 from app.core.state import ClusterState
-from app.runtime.plan_book import PlanBook
-from app.runtime.preemption_plan import Plan, slot_filled
+from app.runtime.preemption.plan import Plan, slot_filled
+from app.runtime.preemption.plan_book import PlanBook
 
 
 class PreemptionRoom:

@@ -16,12 +16,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from app.base.tasks import TaskSet
 from app.core.observer import GangObserver, MemberRef
+from app.core.preemption.victims import VictimPolicy
 from app.core.records import PodRecord
 from app.core.state import ClusterState
-from app.core.victims import VictimPolicy
-from app.runtime.preemption import PreemptionPlans
-from app.runtime.tasks import TaskSet
+from app.runtime.preemption.plans import PreemptionPlans
 
 log = logging.getLogger(__name__)
 
