@@ -6,9 +6,12 @@ the real CEL engine (app/runtime/device_cel.py).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from app.core.devices.records import (
@@ -235,15 +238,48 @@ def test_a_cel_selector_counts_only_the_devices_it_matches(state: ClusterState) 
     }
 
 
-def test_a_selector_the_library_cannot_compile_counts_by_class_and_is_reported(
+def test_a_selector_that_does_not_compile_holds_its_gang_with_the_reason(
     state: ClusterState,
 ) -> None:
     state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
     state.devices.apply(TEMPLATES, template("odd", requests_of(2, selector="device.(")))
     state.apply_pod(gpu_pod("p", template_name="odd"))
     requests = state.pods["default/p"].requests
-    assert [k for k in requests if k.startswith("devices/")] == [GPU]
-    assert "device.(" in next(iter(state.devices.model.fallbacks))
+    devices = {k: v for k, v in requests.items() if k.startswith("devices/")}
+    assert format_resources(devices).startswith(
+        "request 'gpu' of class gpu.example.com: CEL selector 'device.(' does not compile: "
+        "Failed to parse expression"
+    )
+    assert not state.devices.model.fallbacks  # held, not counted by class
+
+
+def test_a_class_selector_that_does_not_compile_holds_every_request_of_the_class(
+    state: ClusterState,
+) -> None:
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(CLASSES, device_class(selector="device.driver =="))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    state.apply_pod(gpu_pod("p", template_name="two"))
+    devices = {k for k in state.pods["default/p"].requests if k.startswith("devices/")}
+    assert [k.split(": ")[0] for k in devices] == ["devices/?/DeviceClass gpu.example.com"]
+
+
+def test_a_selector_that_fails_on_a_device_counts_by_class_logged_and_in_the_metric(
+    state: ClusterState, caplog: pytest.LogCaptureFixture
+) -> None:
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    selector = 'device.attributes["other.example.com"].model == "x"'  # no such domain
+    state.devices.apply(TEMPLATES, template("odd", requests_of(2, selector=selector)))
+    state.apply_pod(gpu_pod("p", template_name="odd"))
+    matching = selector_resource(DRIVER, (selector,))
+    assert state.pods["default/p"].requests[matching] == 2000
+    assert state.nodes["n1"].allocatable[matching] == 4000  # every device of the class
+    why = state.devices.model.fallbacks[selector]
+    assert "fails on a device (KeyError" in why, why
+    assert "counted by class alone" in caplog.text
+    registry = CollectorRegistry()
+    registry.register(DeviceCollector(state))
+    assert registry.get_sample_value("gang_extender_device_selectors_by_class") == 1
 
 
 def test_missing_class_or_template_is_a_demand_no_node_meets_with_a_clear_message(
@@ -467,3 +503,76 @@ def test_a_held_device_is_taken_from_every_selector_set_it_passes(
     ]
     state.devices.apply(CLAIMS, moved)
     assert state.requested_on("n1").get(big, 0) == 0
+
+
+# ---- overlapping selector sets: the counts fit exactly when the devices can be shared out
+
+_PREDICATES = (
+    'device.attributes["gpu.example.com"].a == 1',
+    'device.attributes["gpu.example.com"].b == 1',
+    'device.attributes["gpu.example.com"].a == 1 || device.attributes["gpu.example.com"].c == 1',
+    'device.attributes["gpu.example.com"].b == 0',
+)
+_FLAGS = ("a", "b", "c")
+
+
+def _assignable(devices: list[dict[str, int]], asks: list[tuple[int | None, int]]) -> bool:
+    """Brute force: can each request get its count of distinct devices its selector passes?"""
+
+    def passes(flags: dict[str, int], selector: int | None) -> bool:
+        if selector is None:
+            return True
+        a, b, c = flags["a"], flags["b"], flags["c"]
+        return [a == 1, b == 1, a == 1 or c == 1, b == 0][selector]
+
+    def place(k: int, free: frozenset[int]) -> bool:
+        if k == len(asks):
+            return True
+        selector, count = asks[k]
+        options = [i for i in free if passes(devices[i], selector)]
+        return any(
+            place(k + 1, free - set(chosen)) for chosen in itertools.combinations(options, count)
+        )
+
+    return place(0, frozenset(range(len(devices))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    devices=st.lists(
+        st.fixed_dictionaries({f: st.integers(0, 1) for f in _FLAGS}), min_size=1, max_size=5
+    ),
+    asks=st.lists(
+        st.tuples(st.none() | st.integers(0, len(_PREDICATES) - 1), st.integers(1, 2)),
+        min_size=2,
+        max_size=4,
+    ),
+)
+@example(devices=[{"a": 1, "b": 1, "c": 0}, {"a": 0, "b": 0, "c": 0}], asks=[(0, 1), (1, 1)])
+def test_overlapping_selectors_fit_exactly_when_the_devices_can_be_shared_out(
+    devices: list[dict[str, int]], asks: list[tuple[int | None, int]]
+) -> None:
+    """Each pod asks through its own selector (or none); all on one node: the node's counts
+    say the pods fit exactly when a brute-force search finds distinct devices for them."""
+    state = ClusterState(CelEngine())
+    state.apply_node(node("n1"))
+    state.devices.apply(CLASSES, device_class())
+    published = [
+        {"name": f"d{i}", "attributes": {f: {"int": v} for f, v in flags.items()}}
+        for i, flags in enumerate(devices)
+    ]
+    raw = resource_slice("n1-gpus", "n1", memories=())
+    raw["spec"]["devices"] = published
+    state.devices.apply(SLICES, raw)
+    for k, (selector, count) in enumerate(asks):
+        text = "" if selector is None else _PREDICATES[selector]
+        state.devices.apply(TEMPLATES, template(f"t{k}", requests_of(count, selector=text)))
+        state.apply_pod(gpu_pod(f"p{k}", template_name=f"t{k}"))
+    asked: dict[str, int] = {}
+    for record in state.pods.values():
+        for name, amount in record.requests.items():
+            if name.startswith("devices/"):
+                asked[name] = asked.get(name, 0) + amount
+    offered = state.nodes["n1"].allocatable
+    fits = all(amount <= offered.get(name, 0) for name, amount in asked.items())
+    assert fits == _assignable(devices, asks), (asked, offered)

@@ -265,6 +265,7 @@ class DeviceBook:
             self._refresh_nodes(nodes)
             self._refresh_pods(self._device_pods if key is None else self._volatile)
         elif kind == CLASSES:
+            self.model.slices_changed()
             self._refresh_nodes()
             self._refresh_pods(self._device_pods)
         elif key is None:

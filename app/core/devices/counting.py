@@ -17,15 +17,26 @@ them without paths of their own:
   pods share counts once, on the first of them by name; an allocated claim
   counts exactly what it was given.
 
-Where this is not exact (say so in docs/dra.md): a pool published for
-several nodes (nodeSelector, allNodes) is offered in full to each node it
-selects, two selector sets of one class that overlap are counted apart, and
-constraints (matchAttribute) and device taints are not checked;
-kube-scheduler's DynamicResources plugin still decides the exact devices.
+Selector sets of one class that overlap (some device passes both) are also
+counted together: per group of overlapping sets, the devices that pass any of
+them are offered (`union_resource`), and every request of a set of the group
+asks its count of it. A node's devices can be shared out among the requests
+exactly when every such count fits (Hall's condition: each group of requests
+fits in the devices any of them may take; sets that overlap with none need no
+group), so two requests cannot both count the same free device.
+
+A pool published for several nodes (nodeSelector, allNodes) is offered in full
+to each node it selects, as a pod on any of them may take all of it;
+`distinct_offer` counts it once for the cluster, which the whole-gang check
+holds a gang's devices to (app/core/devices/shortfall.py).
+
+Not checked (say so in docs/dra.md): constraints (matchAttribute), device
+taints; kube-scheduler's DynamicResources plugin still decides the exact devices.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterable, Mapping
 
@@ -34,7 +45,9 @@ from app.core.devices.records import (
     ClaimRecord,
     ClaimSpec,
     ClassRecord,
+    CompileError,
     Device,
+    EvaluationError,
     NoSelectorEngine,
     PodClaim,
     Request,
@@ -44,6 +57,7 @@ from app.core.devices.records import (
     class_resource,
     missing_resource,
     selector_resource,
+    union_resource,
 )
 from app.core.resources import Resources
 
@@ -52,6 +66,11 @@ log = logging.getLogger(__name__)
 # Distinct (selector, device) pairs remembered: a cluster's devices are mostly
 # alike (8 GPUs of one model a node), so this holds every pair many times over.
 _MAX_RESULTS = 100_000
+# Overlapping selector sets of one class counted together: every subset of a group of
+# this many (2^n - n - 1 resources) is; a larger group is split (docs/dra.md, Limits).
+MAX_GROUP = 6
+
+Signature = tuple[str, tuple[str, ...]]
 
 
 class DeviceModel:
@@ -62,9 +81,11 @@ class DeviceModel:
         self.claims: dict[str, ClaimRecord] = {}
         self.templates: dict[str, ClaimSpec] = {}
         # (class, selectors) some request uses: counted per node as a resource of its own.
-        self.signatures: set[tuple[str, tuple[str, ...]]] = set()
+        self.signatures: set[Signature] = set()
         # Selector text -> why our CEL library cannot evaluate it (counted by class instead).
         self.fallbacks: dict[str, str] = {}
+        # Class -> the groups of its selector sets that overlap (None: find anew).
+        self._groups: dict[str, list[tuple[tuple[str, ...], ...]]] | None = None
         # Node -> the device resources it offers (devices/... and extended names).
         self.offered: dict[str, Resources] = {}
         # Claim key -> pods using it (a shared claim counts on the first, by name).
@@ -86,8 +107,50 @@ class DeviceModel:
         return [s for s in self.slices.values() if s.generation == newest[s.pool_key]]
 
     def slices_changed(self) -> None:
-        """The slices changed: the device an allocation names is looked up anew."""
+        """The slices (or classes) changed: the device an allocation names is looked up
+        anew, and which selector sets overlap is found anew."""
         self._index = None
+        self._groups = None
+
+    def groups(self, device_class: str) -> list[tuple[tuple[str, ...], ...]]:
+        """The class's groups of selector sets to count together (each of 2 sets or more).
+
+        Two sets overlap when some published device passes both; each connected
+        group of overlapping sets gives every subset of two or more of its sets
+        (a subset whose sets do not overlap is implied by its parts, and is
+        counted all the same: harmless). Found once per change of the slices,
+        classes or selector sets; devices alike share one evaluation.
+        """
+        if self._groups is None:
+            self._groups = self._find_groups()
+        return self._groups.get(device_class, [])
+
+    def _find_groups(self) -> dict[str, list[tuple[tuple[str, ...], ...]]]:
+        by_class: dict[str, list[tuple[str, ...]]] = {}
+        for device_class, selectors in self.signatures:
+            if device_class in self.classes:
+                by_class.setdefault(device_class, []).append(selectors)
+        if not any(len(sets) > 1 for sets in by_class.values()):
+            return {}
+        distinct = {d.content: d for s in self.newest_slices() for d in s.devices}.values()
+        out: dict[str, list[tuple[tuple[str, ...], ...]]] = {}
+        for device_class, sets in by_class.items():
+            if len(sets) < 2:
+                continue
+            own = self.classes[device_class].selectors
+            passing = {
+                selectors: {d.content for d in distinct if self._passes(d, (*own, *selectors))}
+                for selectors in sets
+            }
+            groups: list[tuple[tuple[str, ...], ...]] = []
+            for component in _components(sorted(sets), passing):
+                for start in range(0, len(component), MAX_GROUP):
+                    part = component[start : start + MAX_GROUP]
+                    for size in range(2, len(part) + 1):
+                        groups.extend(itertools.combinations(part, size))
+            if groups:
+                out[device_class] = groups
+        return out
 
     def device(self, driver: str, pool: str, name: str) -> Device | None:
         """A published device by the names a claim's allocation gives it."""
@@ -136,6 +199,15 @@ class DeviceModel:
             count = sum(1 for d in devices if self._passes(d, both))
             if count:
                 offer[selector_resource(device_class, selectors)] = count * 1000
+        for record in self.classes.values():
+            groups = self.groups(record.name)
+            if not groups:
+                continue
+            of_class = [d for d in devices if self._passes(d, record.selectors)]
+            for group in groups:
+                count = sum(1 for d in of_class if any(self._passes(d, sel) for sel in group))
+                if count:
+                    offer[union_resource(record.name, group)] = count * 1000
         return offer
 
     def _passes(self, device: Device, selectors: tuple[str, ...]) -> bool:
@@ -144,6 +216,11 @@ class DeviceModel:
             if result is None:
                 try:
                     result = self.engine.matches(self.engine.compile(text), device.value)
+                except EvaluationError as err:
+                    self._fallback(text, f"CEL selector {text!r:.120} fails on a device ({err})")
+                    result = True  # counted by class alone
+                except CompileError:
+                    result = True  # its requests are held by _resources_of, with the reason
                 except SelectorError as err:
                     self._fallback(text, str(err))
                     result = True  # counted by class alone
@@ -222,11 +299,18 @@ class DeviceModel:
         device = self.device(*names)
         if known is None or device is None:
             return
+        passed: set[tuple[str, ...]] = set()
         for signature_class, selectors in tuple(self.signatures):
-            resource = selector_resource(signature_class, selectors)
-            if signature_class != device_class or resource in counted:
+            if signature_class != device_class:
                 continue
             if self._passes(device, (*known.selectors, *selectors)):
+                passed.add(selectors)
+                resource = selector_resource(signature_class, selectors)
+                if resource not in counted:
+                    _add(need, resource, 1)
+        for group in self.groups(device_class):
+            resource = union_resource(device_class, group)
+            if resource not in counted and passed.intersection(group):
                 _add(need, resource, 1)
 
     def _spec_demand(self, spec: ClaimSpec, need: Resources) -> None:
@@ -253,16 +337,48 @@ class DeviceModel:
         return request.alternatives[0]
 
     def _resources_of(self, request: Request) -> list[str]:
-        """The resources one device of the request takes: its class's, then its selectors'."""
-        if request.device_class not in self.classes:
+        """The resources one device of the request takes: its class's, then its selectors'
+        (and those of the groups of overlapping selector sets it is in).
+
+        A selector that does not compile (the class's or the request's) makes the
+        request one no node meets: the gang is held, told which expression and why.
+        """
+        known = self.classes.get(request.device_class)
+        if known is None:
             return [missing_resource(f"DeviceClass {request.device_class or '(none)'} not found")]
-        resources = [class_resource(request.device_class)]
+        broken = self._compile_error(known.selectors)
+        if broken:
+            return [missing_resource(f"DeviceClass {known.name}: {broken}")]
         selectors = tuple(request.selectors)
-        usable = all(self._compiles(text) for text in selectors)
-        if selectors and usable:
-            self.signatures.add((request.device_class, selectors))
+        broken = self._compile_error(selectors)
+        if broken:
+            return [missing_resource(f"request {request.name!r} of class {known.name}: {broken}")]
+        resources = [class_resource(request.device_class)]
+        if selectors and all(self._compiles(text) for text in selectors):
+            # Which groups it is in depends on the devices published: recounted with them.
+            self.used_offers = True
+            signature = (request.device_class, selectors)
+            if signature not in self.signatures:
+                self.signatures.add(signature)
+                self._groups = None
             resources.append(selector_resource(request.device_class, selectors))
+            resources.extend(
+                union_resource(request.device_class, group)
+                for group in self.groups(request.device_class)
+                if selectors in group
+            )
         return resources
+
+    def _compile_error(self, selectors: tuple[str, ...]) -> str:
+        """Why the first of these selectors that does not compile does not ("": all do)."""
+        for text in selectors:
+            try:
+                self.engine.compile(text)
+            except CompileError as err:
+                return str(err)
+            except SelectorError:
+                continue  # no engine: counted by class (_compiles says so)
+        return ""
 
     def _compiles(self, text: str) -> bool:
         try:
@@ -291,6 +407,29 @@ class DeviceModel:
                 users.add(pod_key)
         touched.discard(pod_key)
         return touched
+
+
+def _components(
+    sets: list[tuple[str, ...]], passing: Mapping[tuple[str, ...], set[bytes]]
+) -> list[list[tuple[str, ...]]]:
+    """The selector sets in groups connected by overlaps (some device passes both)."""
+    left = list(sets)
+    out: list[list[tuple[str, ...]]] = []
+    while left:
+        component = [left.pop(0)]
+        reach = set(passing[component[0]])
+        grew = True
+        while grew:
+            grew = False
+            for selectors in list(left):
+                if passing[selectors] & reach:
+                    left.remove(selectors)
+                    component.append(selectors)
+                    reach |= passing[selectors]
+                    grew = True
+        if len(component) > 1:
+            out.append(component)
+    return out
 
 
 def _add(need: Resources, resource: str, count: int) -> None:
