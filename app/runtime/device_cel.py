@@ -24,9 +24,10 @@ command line (and asyncio with it) on import; the core's device model takes
 it as a `SelectorEngine` (app/core/devices/records.py), wired in app/server.py.
 
 An expression that does not compile is reported as a `CompileError`: the
-API server compiles selectors when a claim is created, so one that reaches us
-and does not compile is a user's error (or a feature this library lacks) and
-its gang is held with a message naming it. An expression that fails on a
+API server compiles selectors when a claim, template or class is created and
+refuses one that does not compile, so one that reaches us and does not is a
+CEL feature this library lacks; the caller counts its request by class alone
+(app/core/devices/selectors.py). An expression that fails on a
 device at run time (a missing attribute without `has()`, a division by zero)
 is an `EvaluationError`: the caller counts the request by its class alone,
 logs it and counts it in a metric, never crashes.

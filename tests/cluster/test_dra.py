@@ -256,15 +256,18 @@ def test_a_gang_asking_more_devices_than_exist_holds_none_and_a_smaller_one_runs
                 e
                 for i in range(5)
                 for e in kube.events(namespace, f"big-{i}")
-                if f"device(s) of class {devices.device_class}" in e
+                if f"devices of class {devices.device_class}" in e
             ),
             None,
         ),
         30,
         "the big gang told which devices it lacks",
     )
-    assert f"10 device(s) of class {devices.device_class}" in message, message
-    assert f"short by 2 device(s) of class {devices.device_class}" in message, message
+    # The issue's words: the class, what the gang needs, what the cluster has free.
+    assert (
+        f"gang {namespace}/big needs 10 devices of class {devices.device_class}, "
+        "8 free in the cluster"
+    ) in message, message
 
     time.sleep(3)
     kube.create_podgroup(namespace, "small", 2)
@@ -297,7 +300,8 @@ def test_a_cel_selector_counts_only_the_devices_it_matches(
         devices.pod(f"wide-{i}", "wide", "big-memory")
     wait_for(
         lambda: any(
-            f"device(s) of class {devices.device_class}" in e
+            f"needs 10 devices of class {devices.device_class} passing its requests' "
+            "selectors, 8 free in the cluster" in e
             for i in range(5)
             for e in kube.events(namespace, f"wide-{i}")
         ),
@@ -432,3 +436,56 @@ def test_a_high_priority_device_gang_evicts_the_fewest_device_holders(
     assert evicted == {"pair-0", "pair-1"}, (evicted, before, after)
     assert {after["urgent-0"], after["urgent-1"]} == {nodes[0]}
     assert len(devices.allocated("urgent-")) == 4
+
+
+def test_bad_device_input_holds_the_gang_with_a_clear_message(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+) -> None:
+    """A gang one of whose members names a missing DeviceClass: kube-scheduler turns
+    that member away itself ("device class ... does not exist"), and the extender holds
+    its sibling, which could get a device, with a message naming what is missing;
+    nothing of the gang is bound or allocated (never a 500: every call is answered).
+    A selector that does not compile is refused by the API server."""
+    devices, _nodes = gpu_nodes
+    missing = f"missing.{namespace}.example.com"
+    devices.template("one-gpu", 1)
+    exactly = {"deviceClassName": missing, "count": 1}
+    kube.custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "resourceclaimtemplates",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "no-class"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+        },
+    )
+    kube.create_podgroup(namespace, "lost", 2)
+    devices.pod("lost-0", "lost", "one-gpu")
+    devices.pod("lost-1", "lost", "no-class")
+    wanted = (
+        f"gang {namespace}/lost is held: its members cannot be given devices: "
+        f"DeviceClass {missing} not found"
+    )
+    wait_for(
+        lambda: any(wanted in e for e in kube.events(namespace, "lost-0")),
+        30,
+        "the member that could get a device told its sibling's class is missing",
+    )
+    wait_for(
+        lambda: any(f"{missing} does not exist" in e for e in kube.events(namespace, "lost-1")),
+        30,
+        "kube-scheduler's own word on the member naming the missing class",
+    )
+    assert not _bound(kube, namespace, "lost-")
+    assert not devices.allocated("lost-")
+    # A selector that does not compile never reaches a gang: the API server compiles it
+    # when the template is created and refuses it, saying where (the extender's own
+    # library counts any selector it cannot compile by class: app/core/devices/selectors.py).
+    with pytest.raises(ApiException) as refused:
+        devices.template("bad-selector", 1, "device.(")
+    assert refused.value.status == 422
+    assert "cel.expression" in str(refused.value.body)
+    assert "compilation failed" in str(refused.value.body)

@@ -7,6 +7,7 @@ the real CEL engine (app/runtime/device_cel.py).
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from app.core.contention import Gang, Holder
 from app.core.devices.records import (
     claim_from,
     class_resource,
@@ -22,6 +24,7 @@ from app.core.devices.records import (
     slice_from,
 )
 from app.core.devices.report import device_snapshot
+from app.core.devices.shortfall import gang_device_shortfall
 from app.core.packing import Demand
 from app.core.preemption.cheapest_victims import Evictable
 from app.core.preemption.planner import plan
@@ -238,30 +241,17 @@ def test_a_cel_selector_counts_only_the_devices_it_matches(state: ClusterState) 
     }
 
 
-def test_a_selector_that_does_not_compile_holds_its_gang_with_the_reason(
+def test_a_selector_the_library_cannot_compile_counts_by_class_and_is_reported(
     state: ClusterState,
 ) -> None:
+    """The API server refuses a selector that does not compile (the cluster test shows
+    it): one that reaches us uses a CEL feature our library lacks, so it counts by class."""
     state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
     state.devices.apply(TEMPLATES, template("odd", requests_of(2, selector="device.(")))
     state.apply_pod(gpu_pod("p", template_name="odd"))
     requests = state.pods["default/p"].requests
-    devices = {k: v for k, v in requests.items() if k.startswith("devices/")}
-    assert format_resources(devices).startswith(
-        "request 'gpu' of class gpu.example.com: CEL selector 'device.(' does not compile: "
-        "Failed to parse expression"
-    )
-    assert not state.devices.model.fallbacks  # held, not counted by class
-
-
-def test_a_class_selector_that_does_not_compile_holds_every_request_of_the_class(
-    state: ClusterState,
-) -> None:
-    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
-    state.devices.apply(CLASSES, device_class(selector="device.driver =="))
-    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
-    state.apply_pod(gpu_pod("p", template_name="two"))
-    devices = {k for k in state.pods["default/p"].requests if k.startswith("devices/")}
-    assert [k.split(": ")[0] for k in devices] == ["devices/?/DeviceClass gpu.example.com"]
+    assert [k for k in requests if k.startswith("devices/")] == [GPU]
+    assert "does not compile: Failed to parse" in state.devices.model.fallbacks["device.("]
 
 
 def test_a_selector_that_fails_on_a_device_counts_by_class_logged_and_in_the_metric(
@@ -576,3 +566,82 @@ def test_overlapping_selectors_fit_exactly_when_the_devices_can_be_shared_out(
     offered = state.nodes["n1"].allocatable
     fits = all(amount <= offered.get(name, 0) for name, amount in asked.items())
     assert fits == _assignable(devices, asks), (asked, offered)
+
+
+# ---- the cluster's devices counted once: pools for many nodes, the gang's shortfall
+
+
+def _gang(state: ClusterState, key: str, pods: list[str], need: int, priority: int = 0) -> Gang:
+    demands = tuple(Demand(p, state.pods[p].requests) for p in pods)
+    return Gang(key, priority, 0.0, demands, need)
+
+
+def test_a_pool_for_many_nodes_counts_once_and_holds_a_gang_to_its_devices(
+    state: ClusterState,
+) -> None:
+    """An allNodes pool of 4 shows on each of the 3 nodes (a pod on any may take all 4),
+    but the cluster has 4: a gang of 3 x 2 is held, with the issue's message."""
+    state.devices.apply(SLICES, resource_slice("shared", all_nodes=True))
+    assert all(state.nodes[n].allocatable[GPU] == 4000 for n in ("n1", "n2", "n3"))
+    assert state.devices.distinct.offer() == {GPU: 4000}
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    for i in range(3):
+        state.apply_pod(gpu_pod(f"m{i}", template_name="two"))
+    gang = _gang(state, "default/train", [f"default/m{i}" for i in range(3)], 3)
+    message = gang_device_shortfall(gang, state.devices, list)
+    assert (
+        message
+        == "gang default/train needs 6 devices of class gpu.example.com, 4 free in the cluster"
+    )
+    assert gang_device_shortfall(replace(gang, need=2), state.devices, list) is None
+    # One member placed (on any node) takes 2 of the pool's 4 for the whole cluster.
+    state.apply_pod(gpu_pod("m0", template_name="two", node="n3"))
+    assert state.devices.distinct.free() == {GPU: 2000}
+    rest = _gang(state, "default/train", ["default/m1", "default/m2"], 2)
+    assert "needs 4 devices of class gpu.example.com, 2 free" in str(
+        gang_device_shortfall(rest, state.devices, list)
+    )
+
+
+def test_a_node_selector_pool_counts_if_a_schedulable_node_may_use_it(state: ClusterState) -> None:
+    selector = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+        ]
+    }
+    state.devices.apply(SLICES, resource_slice("rack", selector=selector))
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1", memories=("80Gi",)))
+    assert state.devices.distinct.offer() == {GPU: 1000}  # no node in rack r1 yet
+    raw = node("n2")
+    raw["metadata"]["labels"]["rack"] = "r1"
+    state.apply_node(raw)
+    assert state.devices.distinct.offer() == {GPU: 5000}
+    raw["spec"]["unschedulable"] = True
+    state.apply_node(raw)
+    assert state.devices.distinct.offer() == {GPU: 1000}
+
+
+def test_devices_promised_to_admitted_gangs_are_not_free_unless_of_lower_priority(
+    state: ClusterState,
+) -> None:
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    for i in range(2):
+        state.apply_pod(gpu_pod(f"m{i}", template_name="two"))
+    gang = _gang(state, "default/b", ["default/m0", "default/m1"], 2, priority=5)
+    holder = Holder("default/a", 5, 0.0, {"n1": {GPU: 4000}})
+    assert "needs 4 devices of class gpu.example.com, 0 free in the cluster" in str(
+        gang_device_shortfall(gang, state.devices, lambda: [holder])
+    )
+    lower = replace(holder, priority=1)
+    assert gang_device_shortfall(gang, state.devices, lambda: [lower]) is None
+
+
+def test_a_gang_asking_a_missing_class_is_held_with_its_name(state: ClusterState) -> None:
+    state.devices.apply(TEMPLATES, template("wrong", requests_of(1, cls="nope.example.com")))
+    state.apply_pod(gpu_pod("q", template_name="wrong"))
+    gang = _gang(state, "default/g", ["default/q"], 1)
+    assert gang_device_shortfall(gang, state.devices, list) == (
+        "gang default/g is held: its members cannot be given devices: "
+        "DeviceClass nope.example.com not found"
+    )

@@ -36,46 +36,36 @@ taints; kube-scheduler's DynamicResources plugin still decides the exact devices
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Iterable, Mapping
 
+from app.core.devices.overlaps import Groups, Signature, find_groups
 from app.core.devices.records import (
     ALL_MODE,
     ClaimRecord,
     ClaimSpec,
     ClassRecord,
-    CompileError,
     Device,
-    EvaluationError,
     NoSelectorEngine,
     PodClaim,
     Request,
     SelectorEngine,
-    SelectorError,
     SliceRecord,
     class_resource,
     missing_resource,
     selector_resource,
     union_resource,
 )
+from app.core.devices.selectors import Selectors
 from app.core.resources import Resources
 
 log = logging.getLogger(__name__)
 
-# Distinct (selector, device) pairs remembered: a cluster's devices are mostly
-# alike (8 GPUs of one model a node), so this holds every pair many times over.
-_MAX_RESULTS = 100_000
-# Overlapping selector sets of one class counted together: every subset of a group of
-# this many (2^n - n - 1 resources) is; a larger group is split (docs/dra.md, Limits).
-MAX_GROUP = 6
-
-Signature = tuple[str, tuple[str, ...]]
-
 
 class DeviceModel:
     def __init__(self, engine: SelectorEngine | None = None) -> None:
-        self.engine: SelectorEngine = engine or NoSelectorEngine()
+        # Evaluates selectors, each (selector, kind of device) once.
+        self.selectors = Selectors(engine or NoSelectorEngine())
         self.classes: dict[str, ClassRecord] = {}
         self.slices: dict[str, SliceRecord] = {}
         self.claims: dict[str, ClaimRecord] = {}
@@ -83,17 +73,15 @@ class DeviceModel:
         # (class, selectors) some request uses: counted per node as a resource of its own.
         self.signatures: set[Signature] = set()
         # Selector text -> why our CEL library cannot evaluate it (counted by class instead).
-        self.fallbacks: dict[str, str] = {}
+        self.fallbacks: dict[str, str] = self.selectors.fallbacks
         # Class -> the groups of its selector sets that overlap (None: find anew).
-        self._groups: dict[str, list[tuple[tuple[str, ...], ...]]] | None = None
+        self._groups: Groups | None = None
         # Node -> the device resources it offers (devices/... and extended names).
         self.offered: dict[str, Resources] = {}
         # Claim key -> pods using it (a shared claim counts on the first, by name).
         self.users: dict[str, set[str]] = {}
         # Set by demand() when the count depended on the nodes' offers (All, firstAvailable).
         self.used_offers = False
-        # (selector, device content) -> whether it passes: identical devices are evaluated once.
-        self._results: dict[tuple[str, bytes], bool] = {}
         # (driver, pool, device) -> the device, in the newest generation (None: build anew).
         self._index: dict[tuple[str, str, str], Device] | None = None
 
@@ -122,35 +110,11 @@ class DeviceModel:
         classes or selector sets; devices alike share one evaluation.
         """
         if self._groups is None:
-            self._groups = self._find_groups()
+            devices = {d.content: d for s in self.newest_slices() for d in s.devices}.values()
+            self._groups = find_groups(
+                self.signatures, self.classes, devices, self.selectors.passes
+            )
         return self._groups.get(device_class, [])
-
-    def _find_groups(self) -> dict[str, list[tuple[tuple[str, ...], ...]]]:
-        by_class: dict[str, list[tuple[str, ...]]] = {}
-        for device_class, selectors in self.signatures:
-            if device_class in self.classes:
-                by_class.setdefault(device_class, []).append(selectors)
-        if not any(len(sets) > 1 for sets in by_class.values()):
-            return {}
-        distinct = {d.content: d for s in self.newest_slices() for d in s.devices}.values()
-        out: dict[str, list[tuple[tuple[str, ...], ...]]] = {}
-        for device_class, sets in by_class.items():
-            if len(sets) < 2:
-                continue
-            own = self.classes[device_class].selectors
-            passing = {
-                selectors: {d.content for d in distinct if self._passes(d, (*own, *selectors))}
-                for selectors in sets
-            }
-            groups: list[tuple[tuple[str, ...], ...]] = []
-            for component in _components(sorted(sets), passing):
-                for start in range(0, len(component), MAX_GROUP):
-                    part = component[start : start + MAX_GROUP]
-                    for size in range(2, len(part) + 1):
-                        groups.extend(itertools.combinations(part, size))
-            if groups:
-                out[device_class] = groups
-        return out
 
     def device(self, driver: str, pool: str, name: str) -> Device | None:
         """A published device by the names a claim's allocation gives it."""
@@ -186,7 +150,7 @@ class DeviceModel:
         devices = list(devices)
         offer: Resources = {}
         for record in self.classes.values():
-            count = sum(1 for d in devices if self._passes(d, record.selectors))
+            count = sum(1 for d in devices if self.selectors.passes(d, record.selectors))
             if count:
                 offer[class_resource(record.name)] = count * 1000
                 if record.extended_resource:
@@ -196,45 +160,21 @@ class DeviceModel:
             if known is None:
                 continue
             both = (*known.selectors, *selectors)
-            count = sum(1 for d in devices if self._passes(d, both))
+            count = sum(1 for d in devices if self.selectors.passes(d, both))
             if count:
                 offer[selector_resource(device_class, selectors)] = count * 1000
         for record in self.classes.values():
             groups = self.groups(record.name)
             if not groups:
                 continue
-            of_class = [d for d in devices if self._passes(d, record.selectors)]
+            of_class = [d for d in devices if self.selectors.passes(d, record.selectors)]
             for group in groups:
-                count = sum(1 for d in of_class if any(self._passes(d, sel) for sel in group))
+                count = sum(
+                    1 for d in of_class if any(self.selectors.passes(d, sel) for sel in group)
+                )
                 if count:
                     offer[union_resource(record.name, group)] = count * 1000
         return offer
-
-    def _passes(self, device: Device, selectors: tuple[str, ...]) -> bool:
-        for text in selectors:
-            result = self._results.get((text, device.content))
-            if result is None:
-                try:
-                    result = self.engine.matches(self.engine.compile(text), device.value)
-                except EvaluationError as err:
-                    self._fallback(text, f"CEL selector {text!r:.120} fails on a device ({err})")
-                    result = True  # counted by class alone
-                except CompileError:
-                    result = True  # its requests are held by _resources_of, with the reason
-                except SelectorError as err:
-                    self._fallback(text, str(err))
-                    result = True  # counted by class alone
-                if len(self._results) > _MAX_RESULTS:
-                    self._results.clear()
-                self._results[(text, device.content)] = result
-            if not result:
-                return False
-        return True
-
-    def _fallback(self, text: str, why: str) -> None:
-        if text not in self.fallbacks:
-            log.warning("%s; its devices are counted by class alone", why)
-            self.fallbacks[text] = why
 
     def most_on_one_node(self, resource: str) -> int:
         return max((offer.get(resource, 0) for offer in self.offered.values()), default=0)
@@ -303,7 +243,7 @@ class DeviceModel:
         for signature_class, selectors in tuple(self.signatures):
             if signature_class != device_class:
                 continue
-            if self._passes(device, (*known.selectors, *selectors)):
+            if self.selectors.passes(device, (*known.selectors, *selectors)):
                 passed.add(selectors)
                 resource = selector_resource(signature_class, selectors)
                 if resource not in counted:
@@ -340,21 +280,15 @@ class DeviceModel:
         """The resources one device of the request takes: its class's, then its selectors'
         (and those of the groups of overlapping selector sets it is in).
 
-        A selector that does not compile (the class's or the request's) makes the
-        request one no node meets: the gang is held, told which expression and why.
+        A selector our library cannot compile counts by class alone (Selectors says
+        why): the API server compiles every selector when the object is created and
+        refuses one that does not compile, so such a one is a CEL feature we lack.
         """
-        known = self.classes.get(request.device_class)
-        if known is None:
+        if request.device_class not in self.classes:
             return [missing_resource(f"DeviceClass {request.device_class or '(none)'} not found")]
-        broken = self._compile_error(known.selectors)
-        if broken:
-            return [missing_resource(f"DeviceClass {known.name}: {broken}")]
         selectors = tuple(request.selectors)
-        broken = self._compile_error(selectors)
-        if broken:
-            return [missing_resource(f"request {request.name!r} of class {known.name}: {broken}")]
         resources = [class_resource(request.device_class)]
-        if selectors and all(self._compiles(text) for text in selectors):
+        if selectors and all(self.selectors.compiles(text) for text in selectors):
             # Which groups it is in depends on the devices published: recounted with them.
             self.used_offers = True
             signature = (request.device_class, selectors)
@@ -369,67 +303,27 @@ class DeviceModel:
             )
         return resources
 
-    def _compile_error(self, selectors: tuple[str, ...]) -> str:
-        """Why the first of these selectors that does not compile does not ("": all do)."""
-        for text in selectors:
-            try:
-                self.engine.compile(text)
-            except CompileError as err:
-                return str(err)
-            except SelectorError:
-                continue  # no engine: counted by class (_compiles says so)
-        return ""
 
-    def _compiles(self, text: str) -> bool:
-        try:
-            self.engine.compile(text)
-        except SelectorError as err:
-            self._fallback(text, str(err))
-            return False
-        return True
-
-    # ---- who uses a claim -------------------------------------------------------
-
-    def set_users(self, pod_key: str, namespace: str, claims: Iterable[PodClaim]) -> set[str]:
-        """Record the pod's named claims; the other users whose count may move to or from it."""
-        keys = {f"{namespace}/{c.claim}" for c in claims if c.claim and not c.template}
-        touched: set[str] = set()
-        for key, users in list(self.users.items()):
-            if pod_key in users and key not in keys:
-                users.discard(pod_key)
-                touched |= users
-                if not users:
-                    del self.users[key]
-        for key in keys:
-            users = self.users.setdefault(key, set())
-            if pod_key not in users:
-                touched |= users
-                users.add(pod_key)
-        touched.discard(pod_key)
-        return touched
-
-
-def _components(
-    sets: list[tuple[str, ...]], passing: Mapping[tuple[str, ...], set[bytes]]
-) -> list[list[tuple[str, ...]]]:
-    """The selector sets in groups connected by overlaps (some device passes both)."""
-    left = list(sets)
-    out: list[list[tuple[str, ...]]] = []
-    while left:
-        component = [left.pop(0)]
-        reach = set(passing[component[0]])
-        grew = True
-        while grew:
-            grew = False
-            for selectors in list(left):
-                if passing[selectors] & reach:
-                    left.remove(selectors)
-                    component.append(selectors)
-                    reach |= passing[selectors]
-                    grew = True
-        if len(component) > 1:
-            out.append(component)
-    return out
+def set_users(
+    users: dict[str, set[str]], pod_key: str, namespace: str, claims: Iterable[PodClaim]
+) -> set[str]:
+    """Record the pod's named claims in `users` (DeviceModel.users); the other users
+    whose count may move to or from it (a shared claim counts on its first user)."""
+    keys = {f"{namespace}/{c.claim}" for c in claims if c.claim and not c.template}
+    touched: set[str] = set()
+    for key, pods in list(users.items()):
+        if pod_key in pods and key not in keys:
+            pods.discard(pod_key)
+            touched |= pods
+            if not pods:
+                del users[key]
+    for key in keys:
+        pods = users.setdefault(key, set())
+        if pod_key not in pods:
+            touched |= pods
+            pods.add(pod_key)
+    touched.discard(pod_key)
+    return touched
 
 
 def _add(need: Resources, resource: str, count: int) -> None:

@@ -67,7 +67,7 @@ class SelectorError(ValueError):
 
 
 class CompileError(SelectorError):
-    """A selector that does not compile (a user's error): its request cannot be met."""
+    """A selector our library cannot compile (the API server did: a feature it lacks)."""
 
 
 class EvaluationError(SelectorError):

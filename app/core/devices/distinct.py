@@ -1,0 +1,105 @@
+"""The cluster's devices, each counted once: what a gang's devices are held to as a whole.
+
+A node's allocatable offers it the whole of every pool published for it
+(app/core/devices/book.py), as a pod there may take any of them; a pool
+published for many nodes (nodeSelector, allNodes) so shows on each of them.
+Summed over the nodes it would be counted many times. Here each device of
+the newest generation of each pool counts once, if some schedulable node may
+use it; less what the placed pods' claims take, it is what is free in the
+cluster (app/core/devices/shortfall.py holds a gang to it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from app.core.devices.counting import DeviceModel
+from app.core.devices.records import Device
+from app.core.pod_index import PodIndex
+from app.core.records import NodeRecord
+from app.core.resources import DEVICE_PREFIX, Resources
+
+
+def own_labels(record: NodeRecord) -> Mapping[str, str]:
+    """The labels a pool's nodeSelector reads (the node's own, not HyperNode tiers)."""
+    return record.own_labels if record.own_labels is not None else record.labels
+
+
+class DistinctDevices:
+    """Counted again only when the book says the slices, classes or nodes changed
+    (`invalidate`), or a selector set was first asked for."""
+
+    def __init__(
+        self,
+        model: DeviceModel,
+        nodes: Callable[[], dict[str, NodeRecord]],
+        pods: PodIndex,
+        device_pods: set[str],
+    ) -> None:
+        """`device_pods`: the book's set of pods with claims (read, never changed here)."""
+        self._model = model
+        self._nodes = nodes
+        self._pods = pods
+        self._device_pods = device_pods
+        # (selector sets counted for, the count); None: count anew.
+        self._offer: tuple[int, Resources] | None = None
+
+    def invalidate(self) -> None:
+        self._offer = None
+
+    def node_changed(self, known: NodeRecord | None, record: NodeRecord) -> None:
+        """A node stored anew: counted again if it is new, or which pools serve a
+        schedulable node may have changed (its schedulability, its labels)."""
+        if (
+            known is None
+            or known.unschedulable != record.unschedulable
+            or own_labels(known) != own_labels(record)
+        ):
+            self._offer = None
+
+    def offer(self) -> Resources:
+        """The device resources of the whole cluster, each device counted once."""
+        signatures = len(self._model.signatures)
+        if self._offer is not None and self._offer[0] == signatures:
+            return self._offer[1]
+        nodes = [r for r in self._nodes().values() if not r.unschedulable]
+        names = {r.name for r in nodes}
+        seen: set[tuple[str, str, str]] = set()
+        devices: list[Device] = []
+        for s in self._model.newest_slices():
+            if s.node:
+                if s.node not in names:
+                    continue
+            elif not (
+                (s.all_nodes and nodes)
+                or (
+                    s.node_selector is not None
+                    and any(s.node_selector.allows(r.name, own_labels(r), ()) for r in nodes)
+                )
+            ):
+                continue
+            for device in s.devices:
+                key = (s.driver, s.pool, device.name)
+                if key not in seen:
+                    seen.add(key)
+                    devices.append(device)
+        offer = {
+            k: v for k, v in self._model.offer_of(devices).items() if k.startswith(DEVICE_PREFIX)
+        }
+        self._offer = (len(self._model.signatures), offer)
+        return offer
+
+    def free(self, promised: Iterable[Mapping[str, int]] = ()) -> Resources:
+        """offer() less what placed pods' claims take and `promised` (devices of gangs
+        admitted but not placed yet): the devices free in the cluster, each once."""
+        free = dict(self.offer())
+        taken: list[Mapping[str, int]] = list(promised)
+        for key in self._device_pods:
+            record = self._pods.pods.get(key)
+            if record is not None and record.placed_node and not record.terminal:
+                taken.append(record.requests)
+        for requests in taken:
+            for resource, amount in requests.items():
+                if resource in free:
+                    free[resource] -= amount
+        return {k: max(0, v) for k, v in free.items()}
