@@ -347,6 +347,12 @@ def test_caches_and_metrics_show_pools_and_devices_free_and_held_in_the_gate(
     registry.register(DeviceCollector(state))
     labels = {"device_class": DRIVER, "state": "held_waiting"}
     assert registry.get_sample_value("gang_extender_devices", labels) == 2
+    # A gang the line admitted, its 3 members not placed yet, 1 device each on n2:
+    # waiting gangs hold those too.
+    promised = Holder("default/g", 0, 0.0, {"n2": {GPU: 3000, "cpu": 3000}})
+    registry = CollectorRegistry()
+    registry.register(DeviceCollector(state, lambda: [promised]))
+    assert registry.get_sample_value("gang_extender_devices", labels) == 5
 
 
 def test_a_claim_change_recounts_only_the_pods_naming_it(state: ClusterState) -> None:
