@@ -20,13 +20,16 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from local_cluster.podsim import EXIT_AFTER_ANNOTATION
 
-from app.core.groups import VOLCANO_GROUP_ANNOTATIONS
-from hack.clusterkit import wait_for
+from app.core.groups import VOLCANO_GROUP_ANNOTATIONS, XK8S_API
+from app.core.topology.domains import HOSTNAME
+from app.core.topology.sources import KUEUE_REQUIRED
+from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import HIGH, LOW, Kube
 from tests.cluster.session import Extender
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 DEVICES_PER_NODE = 4
+RACK = "example.com/rack"
 
 
 class Devices:
@@ -489,3 +492,39 @@ def test_bad_device_input_holds_the_gang_with_a_clear_message(
     assert refused.value.status == 422
     assert "cel.expression" in str(refused.value.body)
     assert "compilation failed" in str(refused.value.body)
+
+
+def test_a_device_gang_required_in_one_rack_goes_to_the_rack_with_its_devices(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """Racks A (dra-0: 4 devices, dra-2: 1) and B (dra-1: 4, dra-3: 4): a gang of
+    2 x 3 devices required in one rack fits by CPU in either, by devices only in B
+    (A has 5 devices, but no node of it besides dra-0 has 3). It runs whole in B."""
+    devices, nodes = gpu_nodes
+    devices.publish(nodes[2], count=1)
+    devices.publish(nodes[3])
+    for i, node in enumerate(nodes):
+        kube.label_node(node, {RACK: "a" if i % 2 == 0 else "b"})
+    previous = extender.extra_args
+    extender.restart(*previous, "--topology-levels", f"{HOSTNAME},{RACK}")
+    try:
+        devices.template("three-gpus", 3)
+        create_group(
+            kube.custom, XK8S_API, namespace, "racked", {"minMember": 2}, {KUEUE_REQUIRED: RACK}
+        )
+        for i in range(2):
+            devices.pod(f"racked-{i}", "racked", "three-gpus")
+        bound = wait_for(
+            lambda: (b := _bound_on(kube, namespace, "racked-")) and len(b) == 2 and b,
+            60,
+            "the device gang bound whole in one rack",
+        )
+        assert set(bound.values()) == {nodes[1], nodes[3]}, bound
+        assert {pool for pool, _device in devices.allocated("racked-")} == {nodes[1], nodes[3]}
+    finally:
+        kube.delete_pods_now(namespace)
+        extender.restart(*previous)
+
+
+def _bound_on(kube: Kube, namespace: str, prefix: str) -> dict[str, str]:
+    return {p: n for p, n in kube.bound(namespace).items() if p.startswith(prefix)}
