@@ -497,11 +497,12 @@ def test_bad_device_input_holds_the_gang_with_a_clear_message(
 def test_a_device_gang_required_in_one_rack_goes_to_the_rack_with_its_devices(
     kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
 ) -> None:
-    """Racks A (dra-0: 4 devices, dra-2: 1) and B (dra-1: 4, dra-3: 4): a gang of
-    2 x 3 devices required in one rack fits by CPU in either, by devices only in B
-    (A has 5 devices, but no node of it besides dra-0 has 3). It runs whole in B."""
+    """Racks A (dra-0: 4 devices, dra-2: 2) and B (dra-1: 4, dra-3: 4): a gang of
+    2 x 3 devices required in one rack fits by CPU in either, and A has the 6 devices
+    in all (the fullest rack that may hold it, tried first), but only dra-0 has 3 of
+    them: the gang fits by devices only in B, and runs whole there."""
     devices, nodes = gpu_nodes
-    devices.publish(nodes[2], count=1)
+    devices.publish(nodes[2], count=2)
     devices.publish(nodes[3])
     for i, node in enumerate(nodes):
         kube.label_node(node, {RACK: "a" if i % 2 == 0 else "b"})
