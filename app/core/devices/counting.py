@@ -37,7 +37,7 @@ taints; kube-scheduler's DynamicResources plugin still decides the exact devices
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from app.core.devices.overlaps import Groups, Signature, find_groups
 from app.core.devices.records import (
@@ -128,22 +128,13 @@ class DeviceModel:
         self, node: str, labels: Mapping[str, str], slices: Iterable[SliceRecord]
     ) -> list[Device]:
         """The devices a node can use, each device of a pool once (duplicates are not counted)."""
-        seen: set[tuple[str, str, str]] = set()
-        out: list[Device] = []
-        for s in slices:
+
+        def serves(s: SliceRecord) -> bool:
             if s.node:
-                if s.node != node:
-                    continue
-            elif not (
-                s.all_nodes or (s.node_selector and s.node_selector.allows(node, labels, ()))
-            ):
-                continue
-            for device in s.devices:
-                key = (s.driver, s.pool, device.name)
-                if key not in seen:
-                    seen.add(key)
-                    out.append(device)
-        return out
+                return s.node == node
+            return s.all_nodes or bool(s.node_selector and s.node_selector.allows(node, labels, ()))
+
+        return unique_devices(slices, serves)
 
     def offer_of(self, devices: Iterable[Device]) -> Resources:
         """The device resources a node with these devices offers."""
@@ -302,6 +293,23 @@ class DeviceModel:
                 if selectors in group
             )
         return resources
+
+
+def unique_devices(
+    slices: Iterable[SliceRecord], serves: Callable[[SliceRecord], bool]
+) -> list[Device]:
+    """The devices of the slices `serves` keeps, each (driver, pool, name) once."""
+    seen: set[tuple[str, str, str]] = set()
+    out: list[Device] = []
+    for s in slices:
+        if not serves(s):
+            continue
+        for device in s.devices:
+            key = (s.driver, s.pool, device.name)
+            if key not in seen:
+                seen.add(key)
+                out.append(device)
+    return out
 
 
 def set_users(

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from app.core.devices.counting import DeviceModel
-from app.core.devices.records import Device
+from app.core.devices.counting import DeviceModel, unique_devices
+from app.core.devices.records import SliceRecord
 from app.core.pod_index import PodIndex
 from app.core.records import NodeRecord
 from app.core.resources import DEVICE_PREFIX, Resources
@@ -64,25 +64,19 @@ class DistinctDevices:
             return self._offer[1]
         nodes = [r for r in self._nodes().values() if not r.unschedulable]
         names = {r.name for r in nodes}
-        seen: set[tuple[str, str, str]] = set()
-        devices: list[Device] = []
-        for s in self._model.newest_slices():
+
+        def serves_one(s: SliceRecord) -> bool:
             if s.node:
-                if s.node not in names:
-                    continue
-            elif not (
-                (s.all_nodes and nodes)
+                return s.node in names
+            return bool(nodes) and (
+                s.all_nodes
                 or (
                     s.node_selector is not None
                     and any(s.node_selector.allows(r.name, own_labels(r), ()) for r in nodes)
                 )
-            ):
-                continue
-            for device in s.devices:
-                key = (s.driver, s.pool, device.name)
-                if key not in seen:
-                    seen.add(key)
-                    devices.append(device)
+            )
+
+        devices = unique_devices(self._model.newest_slices(), serves_one)
         offer = {
             k: v for k, v in self._model.offer_of(devices).items() if k.startswith(DEVICE_PREFIX)
         }
