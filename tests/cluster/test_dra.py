@@ -87,6 +87,27 @@ class Devices:
         )
         self.slices.append(name)
 
+    def publish_shared(self, name: str, count: int) -> None:
+        """A pool every node may use (allNodes), as a driver of network-attached devices."""
+        slice_name = f"{name}-{self.namespace}"[:63]
+        self.kube.custom.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "resourceslices",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "ResourceSlice",
+                "metadata": {"name": slice_name},
+                "spec": {
+                    "driver": self.driver,
+                    "allNodes": True,
+                    "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": f"shared-{i}"} for i in range(count)],
+                },
+            },
+        )
+        self.slices.append(slice_name)
+
     def template(self, name: str, count: int, selector: str | None = None) -> None:
         exactly: dict[str, Any] = {"deviceClassName": self.device_class, "count": count}
         if selector:
@@ -529,3 +550,39 @@ def test_a_device_gang_required_in_one_rack_goes_to_the_rack_with_its_devices(
 
 def _bound_on(kube: Kube, namespace: str, prefix: str) -> dict[str, str]:
     return {p: n for p, n in kube.bound(namespace).items() if p.startswith(prefix)}
+
+
+def test_a_pool_for_all_nodes_counts_once_for_the_gang(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """dra-0 and dra-1 have 4 devices each, and a pool of 4 serves all nodes: 12 devices,
+    though each of the 4 nodes is offered the pool's 4 (24 summed). A gang of 4 x 4 (16)
+    is held, told the cluster has 12, and holds none of them."""
+    devices, _nodes = gpu_nodes
+    devices.publish_shared("fabric", 4)
+
+    def free_in_caches() -> Any:
+        with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=5) as response:
+            seen = json.loads(response.read())["devices"]
+        return seen["pools"].get(f"{devices.driver}/fabric")
+
+    pool = wait_for(free_in_caches, 10, "the extender's caches showing the shared pool")
+    assert pool["node"] == "all nodes" and pool["devices"] == 4, pool
+    devices.template("four-gpus", 4)
+    kube.create_podgroup(namespace, "wide", 4)
+    for i in range(4):
+        devices.pod(f"wide-{i}", "wide", "four-gpus")
+    wanted = (
+        f"gang {namespace}/wide needs 16 devices of class {devices.device_class}, "
+        "12 free in the cluster"
+    )
+    wait_for(
+        lambda: any(wanted in e for i in range(4) for e in kube.events(namespace, f"wide-{i}")),
+        30,
+        "the gang told the cluster's devices, the shared pool counted once",
+    )
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert not devices.allocated("wide-"), "the gang holds devices"
+        assert not _bound(kube, namespace, "wide-")
+        time.sleep(0.5)
