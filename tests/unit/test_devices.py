@@ -607,6 +607,8 @@ def test_a_pool_for_many_nodes_counts_once_and_holds_a_gang_to_its_devices(
     assert "needs 4 devices of class gpu.example.com, 2 free" in str(
         gang_device_shortfall(rest, state.devices, list)
     )
+    state.apply_pod(gpu_pod("m0", template_name="two", node="n3", phase="Succeeded"))
+    assert state.devices.distinct.free() == {GPU: 4000}  # a finished pod holds none
 
 
 def test_a_node_selector_pool_counts_if_a_schedulable_node_may_use_it(state: ClusterState) -> None:

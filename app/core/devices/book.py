@@ -111,7 +111,7 @@ class DeviceBook:
         self._volatile: set[str] = set()
         self._newest: dict[str, list[Any]] | None = None  # node ("" = pools for many) -> slices
         # The cluster's devices counted once each (app/core/devices/distinct.py).
-        self.distinct = DistinctDevices(self.model, nodes, pods, self._device_pods)
+        self.distinct = DistinctDevices(self.model, nodes, pods)
 
     # ---- pods and nodes on their way into the state -----------------------------------
 

@@ -34,13 +34,11 @@ class DistinctDevices:
         model: DeviceModel,
         nodes: Callable[[], dict[str, NodeRecord]],
         pods: PodIndex,
-        device_pods: set[str],
     ) -> None:
-        """`device_pods`: the book's set of pods with claims (read, never changed here)."""
+        """`pods`: its running sum of the devices placed pods take (placed_devices)."""
         self._model = model
         self._nodes = nodes
         self._pods = pods
-        self._device_pods = device_pods
         # (selector sets counted for, the count); None: count anew.
         self._offer: tuple[int, Resources] | None = None
 
@@ -63,6 +61,16 @@ class DistinctDevices:
         if self._offer is not None and self._offer[0] == signatures:
             return self._offer[1]
         nodes = [r for r in self._nodes().values() if not r.unschedulable]
+        slices = self._model.newest_slices()
+        if all(s.node for s in slices):
+            # Every pool is a node's own: the nodes' offers, summed, count each device once.
+            offer: Resources = {}
+            for record in nodes:
+                for name, amount in self._model.offered.get(record.name, {}).items():
+                    if name.startswith(DEVICE_PREFIX):
+                        offer[name] = offer.get(name, 0) + amount
+            self._offer = (signatures, offer)
+            return offer
         names = {r.name for r in nodes}
 
         def serves_one(s: SliceRecord) -> bool:
@@ -76,23 +84,18 @@ class DistinctDevices:
                 )
             )
 
-        devices = unique_devices(self._model.newest_slices(), serves_one)
+        devices = unique_devices(slices, serves_one)
         offer = {
             k: v for k, v in self._model.offer_of(devices).items() if k.startswith(DEVICE_PREFIX)
         }
-        self._offer = (len(self._model.signatures), offer)
+        self._offer = (signatures, offer)
         return offer
 
     def free(self, promised: Iterable[Mapping[str, int]] = ()) -> Resources:
         """offer() less what placed pods' claims take and `promised` (devices of gangs
         admitted but not placed yet): the devices free in the cluster, each once."""
         free = dict(self.offer())
-        taken: list[Mapping[str, int]] = list(promised)
-        for key in self._device_pods:
-            record = self._pods.pods.get(key)
-            if record is not None and record.placed_node and not record.terminal:
-                taken.append(record.requests)
-        for requests in taken:
+        for requests in (self._pods.placed_devices, *promised):
             for resource, amount in requests.items():
                 if resource in free:
                     free[resource] -= amount
