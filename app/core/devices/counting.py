@@ -27,8 +27,8 @@ group), so two requests cannot both count the same free device.
 
 A pool published for several nodes (nodeSelector, allNodes) is offered in full
 to each node it selects, as a pod on any of them may take all of it;
-`distinct_offer` counts it once for the cluster, which the whole-gang check
-holds a gang's devices to (app/core/devices/shortfall.py).
+app/core/devices/distinct.py counts it once for the cluster, which the
+whole-gang check holds a gang's devices to (app/core/devices/shortfall.py).
 
 Not checked (say so in docs/dra.md): constraints (matchAttribute), device
 taints; kube-scheduler's DynamicResources plugin still decides the exact devices.

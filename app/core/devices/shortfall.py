@@ -3,15 +3,15 @@
 A node's allocatable offers it the whole of every pool published for it, so a
 pool published for many nodes (nodeSelector, allNodes) shows on each; packing
 alone could then place a gang on devices that exist once. This check holds a
-gang's members to the cluster's devices counted once each (`distinct_free`
-of app/core/devices/book.py: offered by some schedulable node, less what
+gang's members to the cluster's devices counted once each
+(app/core/devices/distinct.py: offered by some schedulable node, less what
 placed pods' claims take and what admitted gangs were promised), and says what
 is short in the words a user reads: "gang ml/train needs 12 devices of class
 gpu.example.com, 8 free in the cluster".
 
 It is a necessary condition, never a sufficient one: what it lets through is
-packed node by node as before. A demand no node can meet (a missing class or
-template, a selector that does not compile) is named here too.
+packed node by node as before. A demand no node can meet (a missing class,
+template or claim) holds the gang, named here too.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def device_shortfall(
     """Why `need` of the gang's `demands` cannot get their devices in the cluster now.
 
     None when they may (or the gang asks for no device). `free`: the cluster's
-    free devices, each counted once, as distinct_free gives them.
+    free devices, each counted once (DistinctDevices.free).
     """
     resources = sorted({r for d in demands for r in d.requests if r.startswith(DEVICE_PREFIX)})
     if not resources:
