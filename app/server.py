@@ -169,10 +169,10 @@ def build_components(
     admission = Admission(settings.denied_pg_expiration_seconds)
     state = ClusterState(CelEngine())
     cluster = VerbCore(state, admission, Metrics(), wait)
-    cluster.metrics.registry.register(DeviceCollector(state))
     lead = leadership(settings)
     writers = build_writers(settings, cluster, clients, lead.leader)
     runtime = build_runtime(settings, cluster, clients.pods, lead.leader, writers.observer)
+    cluster.metrics.registry.register(DeviceCollector(state, runtime.arbiter.holders))
     queue_status = None
     if settings.gang_feasibility:
         queue_status = QueueStatusWriter(

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from app.core.changes import ChangeLog
 from app.core.records import PodRecord, same_but_version
-from app.core.resources import Resources, add, subtract
+from app.core.resources import DEVICE_PREFIX, Resources, add, subtract
 
 
 class PodIndex:
@@ -33,6 +33,9 @@ class PodIndex:
         self.leaving: dict[str, PodRecord] = {}
         # Unplaced pods kube-scheduler nominated for a node (status.nominatedNodeName), by key.
         self.nominated: dict[str, PodRecord] = {}
+        # The DRA device resources (devices/...) the non-terminal placed pods' claims take,
+        # cluster-wide: what app/core/devices/distinct.py takes from the cluster's devices.
+        self.placed_devices: Resources = {}
 
     # ---- changes ---------------------------------------------------------------
 
@@ -137,6 +140,11 @@ class PodIndex:
         if not node or pod.terminal:
             return
         self._changes.node_touched(node)
+        if pod.claims:
+            devices = self.placed_devices
+            for name, amount in pod.requests.items():
+                if name.startswith(DEVICE_PREFIX):
+                    devices[name] = devices.get(name, 0) + sign * amount
         requested = self._requested.setdefault(node, {})
         if sign > 0:
             add(requested, pod.requests)

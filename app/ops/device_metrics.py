@@ -1,8 +1,9 @@
 """The device metrics, computed from the cluster state when Prometheus scrapes.
 
 `gang_extender_devices{device_class, state}`: per DeviceClass, the devices the
-schedulable nodes offer (allocatable), those free, and those the gang members
-waiting in the permit gate hold (held_waiting); counted at scrape time, so
+schedulable nodes offer (allocatable), those free, and those waiting gangs hold
+(held_waiting: members waiting in the permit gate, and what the line promised
+to admitted gangs' members not placed yet); counted at scrape time, so
 they cost nothing between scrapes. `gang_extender_device_selectors_by_class`:
 CEL selectors our engine cannot evaluate, whose requests are counted by class.
 Device classes are few and named by the cluster's administrators: a bounded label.
@@ -10,12 +11,13 @@ Device classes are few and named by the cluster's administrators: a bounded labe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from app.core.contention import Holder
 from app.core.devices.report import device_counts
 from app.core.state import ClusterState
 
@@ -31,7 +33,8 @@ class Family(NamedTuple):
 DEVICES = Family(
     "gang_extender_devices",
     "DRA devices per DeviceClass: offered by schedulable nodes (allocatable), free, "
-    "and held by gang members waiting in the permit gate (held_waiting).",
+    "and held by waiting gangs (held_waiting): by members waiting in the permit gate, "
+    "and promised to admitted gangs' members not placed yet.",
     ("device_class", "state"),
 )
 SELECTORS_BY_CLASS = Family(
@@ -45,12 +48,16 @@ STATES = ("allocatable", "free", "held_waiting")
 
 
 class DeviceCollector(Collector):
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, holders: Callable[[], Iterable[Holder]] = list) -> None:
+        """`holders`: the gangs the line admitted (Arbiter.holders): the devices promised
+        to their members not placed yet are held by waiting gangs too."""
         self._state = state
+        self._holders = holders
 
     def collect(self) -> Iterator[Metric]:
         devices = GaugeMetricFamily(DEVICES.name, DEVICES.help, labels=list(DEVICES.labels))
-        for device_class, row in device_counts(self._state).items():
+        promised = [r for h in self._holders() for r in h.remaining.values()]
+        for device_class, row in device_counts(self._state, promised).items():
             for state in STATES:
                 devices.add_metric([device_class, state], row[state])
         yield devices

@@ -37,6 +37,7 @@ from typing import Any
 
 from app.core.admission import Admission, FilterReason, Verdict
 from app.core.contention import Decision, Gang, Holder, Ruling
+from app.core.devices.shortfall import gang_device_shortfall
 from app.core.groups import GroupRef, GroupSpec
 from app.core.records import PodRecord
 from app.core.state import ClusterState
@@ -129,6 +130,8 @@ class Arbiter:
         if gang.need <= 0:
             # Already whole (extra members beyond minMember): nothing to hold.
             return Verdict(True, FilterReason.COMPLETE)
+        if short := gang_device_shortfall(gang, self._state.devices, self.ledger.holders):
+            return self._turn_away(spec.key, ref, now, FilterReason.INSUFFICIENT_CAPACITY, short)
         contest = self.line.contest(exclude=spec.key)
         queued: Assessment | None = None
         book = self.line.queues

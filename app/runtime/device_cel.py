@@ -23,10 +23,14 @@ It lives here, not in app/core, because the library's package loads its
 command line (and asyncio with it) on import; the core's device model takes
 it as a `SelectorEngine` (app/core/devices/records.py), wired in app/server.py.
 
-Anything this library cannot compile (a CEL feature it lacks) is reported as
-a `SelectorError`; the caller then counts the request by its class alone.
-A device on which an expression fails at run time (a missing attribute
-without `has()`) does not match, as it cannot be allocated for the request.
+An expression that does not compile is reported as a `CompileError`: the
+API server compiles selectors when a claim, template or class is created and
+refuses one that does not compile, so one that reaches us and does not is a
+CEL feature this library lacks; the caller counts its request by class alone
+(app/core/devices/selectors.py). An expression that fails on a
+device at run time (a missing attribute without `has()`, a division by zero)
+is an `EvaluationError`: the caller counts the request by its class alone,
+logs it and counts it in a metric, never crashes.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import Any
 
 import cel
 
-from app.core.devices.records import SelectorError
+from app.core.devices.records import CompileError, EvaluationError
 from app.core.resources import QuantityError, parse_quantity
 
 
@@ -77,11 +81,12 @@ _FUNCTIONS: dict[str, Any] = {
 
 @functools.lru_cache(maxsize=1024)
 def compile_selector(expression: str) -> cel.Program:
-    """Compile once (cached by text); SelectorError names what is wrong."""
+    """Compile once (cached by text); CompileError names what is wrong."""
     try:
         return cel.compile(expression)
     except Exception as err:
-        raise SelectorError(f"CEL selector {expression!r:.120} does not compile: {err}") from None
+        first = (str(err).splitlines() or [type(err).__name__])[0]
+        raise CompileError(f"CEL selector {expression!r:.120} does not compile: {first}") from None
 
 
 class CelEngine:
@@ -101,9 +106,13 @@ class CelEngine:
         return compile_selector(expression)
 
     def matches(self, program: Any, device: Mapping[str, Any]) -> bool:
-        """Whether the compiled selector is true for `device` (a CEL `device` value)."""
+        """Whether the compiled selector is true for `device` (a CEL `device` value).
+
+        EvaluationError when it fails on this device (the library raises whatever
+        its functions or Python raise: KeyError, ZeroDivisionError, ValueError ...).
+        """
         self._context.add_variable("device", device)
         try:
             return program.execute(self._context) is True
-        except Exception:
-            return False
+        except Exception as err:
+            raise EvaluationError(f"{type(err).__name__}: {err}") from None

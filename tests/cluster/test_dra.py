@@ -20,13 +20,16 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from local_cluster.podsim import EXIT_AFTER_ANNOTATION
 
-from app.core.groups import VOLCANO_GROUP_ANNOTATIONS
-from hack.clusterkit import wait_for
+from app.core.groups import VOLCANO_GROUP_ANNOTATIONS, XK8S_API
+from app.core.topology.domains import HOSTNAME
+from app.core.topology.sources import KUEUE_REQUIRED
+from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import HIGH, LOW, Kube
 from tests.cluster.session import Extender
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 DEVICES_PER_NODE = 4
+RACK = "example.com/rack"
 
 
 class Devices:
@@ -83,6 +86,27 @@ class Devices:
             },
         )
         self.slices.append(name)
+
+    def publish_shared(self, name: str, count: int) -> None:
+        """A pool every node may use (allNodes), as a driver of network-attached devices."""
+        slice_name = f"{name}-{self.namespace}"[:63]
+        self.kube.custom.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "resourceslices",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "ResourceSlice",
+                "metadata": {"name": slice_name},
+                "spec": {
+                    "driver": self.driver,
+                    "allNodes": True,
+                    "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": f"shared-{i}"} for i in range(count)],
+                },
+            },
+        )
+        self.slices.append(slice_name)
 
     def template(self, name: str, count: int, selector: str | None = None) -> None:
         exactly: dict[str, Any] = {"deviceClassName": self.device_class, "count": count}
@@ -256,15 +280,18 @@ def test_a_gang_asking_more_devices_than_exist_holds_none_and_a_smaller_one_runs
                 e
                 for i in range(5)
                 for e in kube.events(namespace, f"big-{i}")
-                if f"device(s) of class {devices.device_class}" in e
+                if f"devices of class {devices.device_class}" in e
             ),
             None,
         ),
         30,
         "the big gang told which devices it lacks",
     )
-    assert f"10 device(s) of class {devices.device_class}" in message, message
-    assert f"short by 2 device(s) of class {devices.device_class}" in message, message
+    # The issue's words: the class, what the gang needs, what the cluster has free.
+    assert (
+        f"gang {namespace}/big needs 10 devices of class {devices.device_class}, "
+        "8 free in the cluster"
+    ) in message, message
 
     time.sleep(3)
     kube.create_podgroup(namespace, "small", 2)
@@ -297,7 +324,8 @@ def test_a_cel_selector_counts_only_the_devices_it_matches(
         devices.pod(f"wide-{i}", "wide", "big-memory")
     wait_for(
         lambda: any(
-            f"device(s) of class {devices.device_class}" in e
+            f"needs 10 devices of class {devices.device_class} passing its requests' "
+            "selectors, 8 free in the cluster" in e
             for i in range(5)
             for e in kube.events(namespace, f"wide-{i}")
         ),
@@ -432,3 +460,129 @@ def test_a_high_priority_device_gang_evicts_the_fewest_device_holders(
     assert evicted == {"pair-0", "pair-1"}, (evicted, before, after)
     assert {after["urgent-0"], after["urgent-1"]} == {nodes[0]}
     assert len(devices.allocated("urgent-")) == 4
+
+
+def test_bad_device_input_holds_the_gang_with_a_clear_message(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]]
+) -> None:
+    """A gang one of whose members names a missing DeviceClass: kube-scheduler turns
+    that member away itself ("device class ... does not exist"), and the extender holds
+    its sibling, which could get a device, with a message naming what is missing;
+    nothing of the gang is bound or allocated (never a 500: every call is answered).
+    A selector that does not compile is refused by the API server."""
+    devices, _nodes = gpu_nodes
+    missing = f"missing.{namespace}.example.com"
+    devices.template("one-gpu", 1)
+    exactly = {"deviceClassName": missing, "count": 1}
+    kube.custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "resourceclaimtemplates",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "no-class"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+        },
+    )
+    kube.create_podgroup(namespace, "lost", 2)
+    devices.pod("lost-0", "lost", "one-gpu")
+    devices.pod("lost-1", "lost", "no-class")
+    wanted = (
+        f"gang {namespace}/lost is held: its members cannot be given devices: "
+        f"DeviceClass {missing} not found"
+    )
+    wait_for(
+        lambda: any(wanted in e for e in kube.events(namespace, "lost-0")),
+        30,
+        "the member that could get a device told its sibling's class is missing",
+    )
+    wait_for(
+        lambda: any(f"{missing} does not exist" in e for e in kube.events(namespace, "lost-1")),
+        30,
+        "kube-scheduler's own word on the member naming the missing class",
+    )
+    assert not _bound(kube, namespace, "lost-")
+    assert not devices.allocated("lost-")
+    # A selector that does not compile never reaches a gang: the API server compiles it
+    # when the template is created and refuses it, saying where (the extender's own
+    # library counts any selector it cannot compile by class: app/core/devices/selectors.py).
+    with pytest.raises(ApiException) as refused:
+        devices.template("bad-selector", 1, "device.(")
+    assert refused.value.status == 422
+    assert "cel.expression" in str(refused.value.body)
+    assert "compilation failed" in str(refused.value.body)
+
+
+def test_a_device_gang_required_in_one_rack_goes_to_the_rack_with_its_devices(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """Racks A (dra-0: 4 devices, dra-2: 2) and B (dra-1: 4, dra-3: 4): a gang of
+    2 x 3 devices required in one rack fits by CPU in either, and A has the 6 devices
+    in all (the fullest rack that may hold it, tried first), but only dra-0 has 3 of
+    them: the gang fits by devices only in B, and runs whole there."""
+    devices, nodes = gpu_nodes
+    devices.publish(nodes[2], count=2)
+    devices.publish(nodes[3])
+    for i, node in enumerate(nodes):
+        kube.label_node(node, {RACK: "a" if i % 2 == 0 else "b"})
+    previous = extender.extra_args
+    extender.restart(*previous, "--topology-levels", f"{HOSTNAME},{RACK}")
+    try:
+        devices.template("three-gpus", 3)
+        create_group(
+            kube.custom, XK8S_API, namespace, "racked", {"minMember": 2}, {KUEUE_REQUIRED: RACK}
+        )
+        for i in range(2):
+            devices.pod(f"racked-{i}", "racked", "three-gpus")
+        bound = wait_for(
+            lambda: (b := _bound_on(kube, namespace, "racked-")) and len(b) == 2 and b,
+            60,
+            "the device gang bound whole in one rack",
+        )
+        assert set(bound.values()) == {nodes[1], nodes[3]}, bound
+        assert {pool for pool, _device in devices.allocated("racked-")} == {nodes[1], nodes[3]}
+    finally:
+        kube.delete_pods_now(namespace)
+        extender.restart(*previous)
+
+
+def _bound_on(kube: Kube, namespace: str, prefix: str) -> dict[str, str]:
+    return {p: n for p, n in kube.bound(namespace).items() if p.startswith(prefix)}
+
+
+def test_a_pool_for_all_nodes_counts_once_for_the_gang(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """dra-0 and dra-1 have 4 devices each, and a pool of 4 serves all nodes: 12 devices,
+    though each of the 4 nodes is offered the pool's 4 (24 summed). A gang of 4 x 4 (16)
+    is held, told the cluster has 12, and holds none of them."""
+    devices, _nodes = gpu_nodes
+    devices.publish_shared("fabric", 4)
+
+    def free_in_caches() -> Any:
+        with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=5) as response:
+            seen = json.loads(response.read())["devices"]
+        return seen["pools"].get(f"{devices.driver}/fabric")
+
+    pool = wait_for(free_in_caches, 10, "the extender's caches showing the shared pool")
+    assert pool["node"] == "all nodes" and pool["devices"] == 4, pool
+    devices.template("four-gpus", 4)
+    kube.create_podgroup(namespace, "wide", 4)
+    for i in range(4):
+        devices.pod(f"wide-{i}", "wide", "four-gpus")
+    wanted = (
+        f"gang {namespace}/wide needs 16 devices of class {devices.device_class}, "
+        "12 free in the cluster"
+    )
+    wait_for(
+        lambda: any(wanted in e for i in range(4) for e in kube.events(namespace, f"wide-{i}")),
+        30,
+        "the gang told the cluster's devices, the shared pool counted once",
+    )
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert not devices.allocated("wide-"), "the gang holds devices"
+        assert not _bound(kube, namespace, "wide-")
+        time.sleep(0.5)

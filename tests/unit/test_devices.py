@@ -6,11 +6,16 @@ the real CEL engine (app/runtime/device_cel.py).
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from app.core.contention import Gang, Holder
 from app.core.devices.records import (
     claim_from,
     class_resource,
@@ -19,6 +24,7 @@ from app.core.devices.records import (
     slice_from,
 )
 from app.core.devices.report import device_snapshot
+from app.core.devices.shortfall import gang_device_shortfall
 from app.core.packing import Demand
 from app.core.preemption.cheapest_victims import Evictable
 from app.core.preemption.planner import plan
@@ -238,12 +244,32 @@ def test_a_cel_selector_counts_only_the_devices_it_matches(state: ClusterState) 
 def test_a_selector_the_library_cannot_compile_counts_by_class_and_is_reported(
     state: ClusterState,
 ) -> None:
+    """The API server refuses a selector that does not compile (the cluster test shows
+    it): one that reaches us uses a CEL feature our library lacks, so it counts by class."""
     state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
     state.devices.apply(TEMPLATES, template("odd", requests_of(2, selector="device.(")))
     state.apply_pod(gpu_pod("p", template_name="odd"))
     requests = state.pods["default/p"].requests
     assert [k for k in requests if k.startswith("devices/")] == [GPU]
-    assert "device.(" in next(iter(state.devices.model.fallbacks))
+    assert "does not compile: Failed to parse" in state.devices.model.fallbacks["device.("]
+
+
+def test_a_selector_that_fails_on_a_device_counts_by_class_logged_and_in_the_metric(
+    state: ClusterState, caplog: pytest.LogCaptureFixture
+) -> None:
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    selector = 'device.attributes["other.example.com"].model == "x"'  # no such domain
+    state.devices.apply(TEMPLATES, template("odd", requests_of(2, selector=selector)))
+    state.apply_pod(gpu_pod("p", template_name="odd"))
+    matching = selector_resource(DRIVER, (selector,))
+    assert state.pods["default/p"].requests[matching] == 2000
+    assert state.nodes["n1"].allocatable[matching] == 4000  # every device of the class
+    why = state.devices.model.fallbacks[selector]
+    assert "fails on a device (KeyError" in why, why
+    assert "counted by class alone" in caplog.text
+    registry = CollectorRegistry()
+    registry.register(DeviceCollector(state))
+    assert registry.get_sample_value("gang_extender_device_selectors_by_class") == 1
 
 
 def test_missing_class_or_template_is_a_demand_no_node_meets_with_a_clear_message(
@@ -321,6 +347,12 @@ def test_caches_and_metrics_show_pools_and_devices_free_and_held_in_the_gate(
     registry.register(DeviceCollector(state))
     labels = {"device_class": DRIVER, "state": "held_waiting"}
     assert registry.get_sample_value("gang_extender_devices", labels) == 2
+    # A gang the line admitted, its 3 members not placed yet, 1 device each on n2:
+    # waiting gangs hold those too.
+    promised = Holder("default/g", 0, 0.0, {"n2": {GPU: 3000, "cpu": 3000}})
+    registry = CollectorRegistry()
+    registry.register(DeviceCollector(state, lambda: [promised]))
+    assert registry.get_sample_value("gang_extender_devices", labels) == 5
 
 
 def test_a_claim_change_recounts_only_the_pods_naming_it(state: ClusterState) -> None:
@@ -467,3 +499,157 @@ def test_a_held_device_is_taken_from_every_selector_set_it_passes(
     ]
     state.devices.apply(CLAIMS, moved)
     assert state.requested_on("n1").get(big, 0) == 0
+
+
+# ---- overlapping selector sets: the counts fit exactly when the devices can be shared out
+
+_PREDICATES = (
+    'device.attributes["gpu.example.com"].a == 1',
+    'device.attributes["gpu.example.com"].b == 1',
+    'device.attributes["gpu.example.com"].a == 1 || device.attributes["gpu.example.com"].c == 1',
+    'device.attributes["gpu.example.com"].b == 0',
+)
+_FLAGS = ("a", "b", "c")
+
+
+def _assignable(devices: list[dict[str, int]], asks: list[tuple[int | None, int]]) -> bool:
+    """Brute force: can each request get its count of distinct devices its selector passes?"""
+
+    def passes(flags: dict[str, int], selector: int | None) -> bool:
+        if selector is None:
+            return True
+        a, b, c = flags["a"], flags["b"], flags["c"]
+        return [a == 1, b == 1, a == 1 or c == 1, b == 0][selector]
+
+    def place(k: int, free: frozenset[int]) -> bool:
+        if k == len(asks):
+            return True
+        selector, count = asks[k]
+        options = [i for i in free if passes(devices[i], selector)]
+        return any(
+            place(k + 1, free - set(chosen)) for chosen in itertools.combinations(options, count)
+        )
+
+    return place(0, frozenset(range(len(devices))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    devices=st.lists(
+        st.fixed_dictionaries({f: st.integers(0, 1) for f in _FLAGS}), min_size=1, max_size=5
+    ),
+    asks=st.lists(
+        st.tuples(st.none() | st.integers(0, len(_PREDICATES) - 1), st.integers(1, 2)),
+        min_size=2,
+        max_size=4,
+    ),
+)
+@example(devices=[{"a": 1, "b": 1, "c": 0}, {"a": 0, "b": 0, "c": 0}], asks=[(0, 1), (1, 1)])
+def test_overlapping_selectors_fit_exactly_when_the_devices_can_be_shared_out(
+    devices: list[dict[str, int]], asks: list[tuple[int | None, int]]
+) -> None:
+    """Each pod asks through its own selector (or none); all on one node: the node's counts
+    say the pods fit exactly when a brute-force search finds distinct devices for them."""
+    state = ClusterState(CelEngine())
+    state.apply_node(node("n1"))
+    state.devices.apply(CLASSES, device_class())
+    published = [
+        {"name": f"d{i}", "attributes": {f: {"int": v} for f, v in flags.items()}}
+        for i, flags in enumerate(devices)
+    ]
+    raw = resource_slice("n1-gpus", "n1", memories=())
+    raw["spec"]["devices"] = published
+    state.devices.apply(SLICES, raw)
+    for k, (selector, count) in enumerate(asks):
+        text = "" if selector is None else _PREDICATES[selector]
+        state.devices.apply(TEMPLATES, template(f"t{k}", requests_of(count, selector=text)))
+        state.apply_pod(gpu_pod(f"p{k}", template_name=f"t{k}"))
+    asked: dict[str, int] = {}
+    for record in state.pods.values():
+        for name, amount in record.requests.items():
+            if name.startswith("devices/"):
+                asked[name] = asked.get(name, 0) + amount
+    offered = state.nodes["n1"].allocatable
+    fits = all(amount <= offered.get(name, 0) for name, amount in asked.items())
+    assert fits == _assignable(devices, asks), (asked, offered)
+
+
+# ---- the cluster's devices counted once: pools for many nodes, the gang's shortfall
+
+
+def _gang(state: ClusterState, key: str, pods: list[str], need: int, priority: int = 0) -> Gang:
+    demands = tuple(Demand(p, state.pods[p].requests) for p in pods)
+    return Gang(key, priority, 0.0, demands, need)
+
+
+def test_a_pool_for_many_nodes_counts_once_and_holds_a_gang_to_its_devices(
+    state: ClusterState,
+) -> None:
+    """An allNodes pool of 4 shows on each of the 3 nodes (a pod on any may take all 4),
+    but the cluster has 4: a gang of 3 x 2 is held, with the issue's message."""
+    state.devices.apply(SLICES, resource_slice("shared", all_nodes=True))
+    assert all(state.nodes[n].allocatable[GPU] == 4000 for n in ("n1", "n2", "n3"))
+    assert state.devices.distinct.offer() == {GPU: 4000}
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    for i in range(3):
+        state.apply_pod(gpu_pod(f"m{i}", template_name="two"))
+    gang = _gang(state, "default/train", [f"default/m{i}" for i in range(3)], 3)
+    message = gang_device_shortfall(gang, state.devices, list)
+    assert (
+        message
+        == "gang default/train needs 6 devices of class gpu.example.com, 4 free in the cluster"
+    )
+    assert gang_device_shortfall(replace(gang, need=2), state.devices, list) is None
+    # One member placed (on any node) takes 2 of the pool's 4 for the whole cluster.
+    state.apply_pod(gpu_pod("m0", template_name="two", node="n3"))
+    assert state.devices.distinct.free() == {GPU: 2000}
+    rest = _gang(state, "default/train", ["default/m1", "default/m2"], 2)
+    assert "needs 4 devices of class gpu.example.com, 2 free" in str(
+        gang_device_shortfall(rest, state.devices, list)
+    )
+    state.apply_pod(gpu_pod("m0", template_name="two", node="n3", phase="Succeeded"))
+    assert state.devices.distinct.free() == {GPU: 4000}  # a finished pod holds none
+
+
+def test_a_node_selector_pool_counts_if_a_schedulable_node_may_use_it(state: ClusterState) -> None:
+    selector = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+        ]
+    }
+    state.devices.apply(SLICES, resource_slice("rack", selector=selector))
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1", memories=("80Gi",)))
+    assert state.devices.distinct.offer() == {GPU: 1000}  # no node in rack r1 yet
+    raw = node("n2")
+    raw["metadata"]["labels"]["rack"] = "r1"
+    state.apply_node(raw)
+    assert state.devices.distinct.offer() == {GPU: 5000}
+    raw["spec"]["unschedulable"] = True
+    state.apply_node(raw)
+    assert state.devices.distinct.offer() == {GPU: 1000}
+
+
+def test_devices_promised_to_admitted_gangs_are_not_free_unless_of_lower_priority(
+    state: ClusterState,
+) -> None:
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    for i in range(2):
+        state.apply_pod(gpu_pod(f"m{i}", template_name="two"))
+    gang = _gang(state, "default/b", ["default/m0", "default/m1"], 2, priority=5)
+    holder = Holder("default/a", 5, 0.0, {"n1": {GPU: 4000}})
+    assert "needs 4 devices of class gpu.example.com, 0 free in the cluster" in str(
+        gang_device_shortfall(gang, state.devices, lambda: [holder])
+    )
+    lower = replace(holder, priority=1)
+    assert gang_device_shortfall(gang, state.devices, lambda: [lower]) is None
+
+
+def test_a_gang_asking_a_missing_class_is_held_with_its_name(state: ClusterState) -> None:
+    state.devices.apply(TEMPLATES, template("wrong", requests_of(1, cls="nope.example.com")))
+    state.apply_pod(gpu_pod("q", template_name="wrong"))
+    gang = _gang(state, "default/g", ["default/q"], 1)
+    assert gang_device_shortfall(gang, state.devices, list) == (
+        "gang default/g is held: its members cannot be given devices: "
+        "DeviceClass nope.example.com not found"
+    )

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from app.core.changes import ChangeLog
-from app.core.devices.counting import DeviceModel
+from app.core.devices.counting import DeviceModel, set_users
+from app.core.devices.distinct import DistinctDevices, own_labels
 from app.core.devices.records import (
     PodClaim,
     SelectorEngine,
@@ -109,6 +110,8 @@ class DeviceBook:
         # Pods whose demand depends on what the nodes offer (All, firstAvailable).
         self._volatile: set[str] = set()
         self._newest: dict[str, list[Any]] | None = None  # node ("" = pools for many) -> slices
+        # The cluster's devices counted once each (app/core/devices/distinct.py).
+        self.distinct = DistinctDevices(self.model, nodes, pods)
 
     # ---- pods and nodes on their way into the state -----------------------------------
 
@@ -135,6 +138,7 @@ class DeviceBook:
 
     def node(self, record: NodeRecord) -> NodeRecord:
         """The node's record with the devices it is offered added to its allocatable."""
+        self.distinct.node_changed(self._nodes().get(record.name), record)
         self._base[record.name] = record.allocatable
         record.allocatable = self._with_offer(record)
         return record
@@ -143,9 +147,11 @@ class DeviceBook:
         """A fresh list of nodes: each with its devices; those it left out are forgotten."""
         self._base.clear()
         self.model.offered.clear()
+        self.distinct.invalidate()
         return [self.node(record) for record in records]
 
     def node_gone(self, name: str) -> None:
+        self.distinct.invalidate()
         self._base.pop(name, None)
         self.model.offered.pop(name, None)
 
@@ -155,7 +161,7 @@ class DeviceBook:
             return set()
         # A finished pod holds no devices: a claim it shares is counted on another user.
         users = () if record.terminal else record.claims
-        touched = self.model.set_users(record.key, record.namespace, users)
+        touched = set_users(self.model.users, record.key, record.namespace, users)
         if record.claims:
             self._device_pods.add(record.key)
         else:
@@ -178,7 +184,7 @@ class DeviceBook:
         self._device_pods.discard(key)
         _index(self._refs, self._pod_refs, key, set())
         self._volatile.discard(key)
-        return self.model.set_users(key, "", ())
+        return set_users(self.model.users, key, "", ())
 
     def _demand(self, record: PodRecord) -> Resources:
         if not self.watching:
@@ -254,6 +260,8 @@ class DeviceBook:
         (every node for a pool published for many), then the pods whose demand
         depends on the offers. A class: every node and every device pod.
         """
+        if kind in (SLICES, CLASSES):
+            self.distinct.invalidate()
         if kind == SLICES:
             self._newest = None
             self.model.slices_changed()
@@ -265,6 +273,7 @@ class DeviceBook:
             self._refresh_nodes(nodes)
             self._refresh_pods(self._device_pods if key is None else self._volatile)
         elif kind == CLASSES:
+            self.model.slices_changed()
             self._refresh_nodes()
             self._refresh_pods(self._device_pods)
         elif key is None:
@@ -315,8 +324,7 @@ class DeviceBook:
         if not slices:
             self.model.offered.pop(record.name, None)
             return base
-        labels = record.own_labels if record.own_labels is not None else record.labels
-        offer = self.model.offer_of(self.model.devices_for(record.name, labels, slices))
+        offer = self.model.offer_of(self.model.devices_for(record.name, own_labels(record), slices))
         self.model.offered[record.name] = offer
         allocatable = dict(base)
         for resource, amount in offer.items():

@@ -17,18 +17,29 @@ them without paths of their own:
   pods share counts once, on the first of them by name; an allocated claim
   counts exactly what it was given.
 
-Where this is not exact (say so in docs/dra.md): a pool published for
-several nodes (nodeSelector, allNodes) is offered in full to each node it
-selects, two selector sets of one class that overlap are counted apart, and
-constraints (matchAttribute) and device taints are not checked;
-kube-scheduler's DynamicResources plugin still decides the exact devices.
+Selector sets of one class that overlap (some device passes both) are also
+counted together: per group of overlapping sets, the devices that pass any of
+them are offered (`union_resource`), and every request of a set of the group
+asks its count of it. A node's devices can be shared out among the requests
+exactly when every such count fits (Hall's condition: each group of requests
+fits in the devices any of them may take; sets that overlap with none need no
+group), so two requests cannot both count the same free device.
+
+A pool published for several nodes (nodeSelector, allNodes) is offered in full
+to each node it selects, as a pod on any of them may take all of it;
+app/core/devices/distinct.py counts it once for the cluster, which the
+whole-gang check holds a gang's devices to (app/core/devices/shortfall.py).
+
+Not checked (say so in docs/dra.md): constraints (matchAttribute), device
+taints; kube-scheduler's DynamicResources plugin still decides the exact devices.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
+from app.core.devices.overlaps import Groups, Signature, find_groups
 from app.core.devices.records import (
     ALL_MODE,
     ClaimRecord,
@@ -39,40 +50,38 @@ from app.core.devices.records import (
     PodClaim,
     Request,
     SelectorEngine,
-    SelectorError,
     SliceRecord,
     class_resource,
     missing_resource,
     selector_resource,
+    union_resource,
 )
+from app.core.devices.selectors import Selectors
 from app.core.resources import Resources
 
 log = logging.getLogger(__name__)
 
-# Distinct (selector, device) pairs remembered: a cluster's devices are mostly
-# alike (8 GPUs of one model a node), so this holds every pair many times over.
-_MAX_RESULTS = 100_000
-
 
 class DeviceModel:
     def __init__(self, engine: SelectorEngine | None = None) -> None:
-        self.engine: SelectorEngine = engine or NoSelectorEngine()
+        # Evaluates selectors, each (selector, kind of device) once.
+        self.selectors = Selectors(engine or NoSelectorEngine())
         self.classes: dict[str, ClassRecord] = {}
         self.slices: dict[str, SliceRecord] = {}
         self.claims: dict[str, ClaimRecord] = {}
         self.templates: dict[str, ClaimSpec] = {}
         # (class, selectors) some request uses: counted per node as a resource of its own.
-        self.signatures: set[tuple[str, tuple[str, ...]]] = set()
+        self.signatures: set[Signature] = set()
         # Selector text -> why our CEL library cannot evaluate it (counted by class instead).
-        self.fallbacks: dict[str, str] = {}
+        self.fallbacks: dict[str, str] = self.selectors.fallbacks
+        # Class -> the groups of its selector sets that overlap (None: find anew).
+        self._groups: Groups | None = None
         # Node -> the device resources it offers (devices/... and extended names).
         self.offered: dict[str, Resources] = {}
         # Claim key -> pods using it (a shared claim counts on the first, by name).
         self.users: dict[str, set[str]] = {}
         # Set by demand() when the count depended on the nodes' offers (All, firstAvailable).
         self.used_offers = False
-        # (selector, device content) -> whether it passes: identical devices are evaluated once.
-        self._results: dict[tuple[str, bytes], bool] = {}
         # (driver, pool, device) -> the device, in the newest generation (None: build anew).
         self._index: dict[tuple[str, str, str], Device] | None = None
 
@@ -86,8 +95,26 @@ class DeviceModel:
         return [s for s in self.slices.values() if s.generation == newest[s.pool_key]]
 
     def slices_changed(self) -> None:
-        """The slices changed: the device an allocation names is looked up anew."""
+        """The slices (or classes) changed: the device an allocation names is looked up
+        anew, and which selector sets overlap is found anew."""
         self._index = None
+        self._groups = None
+
+    def groups(self, device_class: str) -> list[tuple[tuple[str, ...], ...]]:
+        """The class's groups of selector sets to count together (each of 2 sets or more).
+
+        Two sets overlap when some published device passes both; each connected
+        group of overlapping sets gives every subset of two or more of its sets
+        (a subset whose sets do not overlap is implied by its parts, and is
+        counted all the same: harmless). Found once per change of the slices,
+        classes or selector sets; devices alike share one evaluation.
+        """
+        if self._groups is None:
+            devices = {d.content: d for s in self.newest_slices() for d in s.devices}.values()
+            self._groups = find_groups(
+                self.signatures, self.classes, devices, self.selectors.passes
+            )
+        return self._groups.get(device_class, [])
 
     def device(self, driver: str, pool: str, name: str) -> Device | None:
         """A published device by the names a claim's allocation gives it."""
@@ -101,29 +128,20 @@ class DeviceModel:
         self, node: str, labels: Mapping[str, str], slices: Iterable[SliceRecord]
     ) -> list[Device]:
         """The devices a node can use, each device of a pool once (duplicates are not counted)."""
-        seen: set[tuple[str, str, str]] = set()
-        out: list[Device] = []
-        for s in slices:
+
+        def serves(s: SliceRecord) -> bool:
             if s.node:
-                if s.node != node:
-                    continue
-            elif not (
-                s.all_nodes or (s.node_selector and s.node_selector.allows(node, labels, ()))
-            ):
-                continue
-            for device in s.devices:
-                key = (s.driver, s.pool, device.name)
-                if key not in seen:
-                    seen.add(key)
-                    out.append(device)
-        return out
+                return s.node == node
+            return s.all_nodes or bool(s.node_selector and s.node_selector.allows(node, labels, ()))
+
+        return unique_devices(slices, serves)
 
     def offer_of(self, devices: Iterable[Device]) -> Resources:
         """The device resources a node with these devices offers."""
         devices = list(devices)
         offer: Resources = {}
         for record in self.classes.values():
-            count = sum(1 for d in devices if self._passes(d, record.selectors))
+            count = sum(1 for d in devices if self.selectors.passes(d, record.selectors))
             if count:
                 offer[class_resource(record.name)] = count * 1000
                 if record.extended_resource:
@@ -133,31 +151,21 @@ class DeviceModel:
             if known is None:
                 continue
             both = (*known.selectors, *selectors)
-            count = sum(1 for d in devices if self._passes(d, both))
+            count = sum(1 for d in devices if self.selectors.passes(d, both))
             if count:
                 offer[selector_resource(device_class, selectors)] = count * 1000
+        for record in self.classes.values():
+            groups = self.groups(record.name)
+            if not groups:
+                continue
+            of_class = [d for d in devices if self.selectors.passes(d, record.selectors)]
+            for group in groups:
+                count = sum(
+                    1 for d in of_class if any(self.selectors.passes(d, sel) for sel in group)
+                )
+                if count:
+                    offer[union_resource(record.name, group)] = count * 1000
         return offer
-
-    def _passes(self, device: Device, selectors: tuple[str, ...]) -> bool:
-        for text in selectors:
-            result = self._results.get((text, device.content))
-            if result is None:
-                try:
-                    result = self.engine.matches(self.engine.compile(text), device.value)
-                except SelectorError as err:
-                    self._fallback(text, str(err))
-                    result = True  # counted by class alone
-                if len(self._results) > _MAX_RESULTS:
-                    self._results.clear()
-                self._results[(text, device.content)] = result
-            if not result:
-                return False
-        return True
-
-    def _fallback(self, text: str, why: str) -> None:
-        if text not in self.fallbacks:
-            log.warning("%s; its devices are counted by class alone", why)
-            self.fallbacks[text] = why
 
     def most_on_one_node(self, resource: str) -> int:
         return max((offer.get(resource, 0) for offer in self.offered.values()), default=0)
@@ -222,11 +230,18 @@ class DeviceModel:
         device = self.device(*names)
         if known is None or device is None:
             return
+        passed: set[tuple[str, ...]] = set()
         for signature_class, selectors in tuple(self.signatures):
-            resource = selector_resource(signature_class, selectors)
-            if signature_class != device_class or resource in counted:
+            if signature_class != device_class:
                 continue
-            if self._passes(device, (*known.selectors, *selectors)):
+            if self.selectors.passes(device, (*known.selectors, *selectors)):
+                passed.add(selectors)
+                resource = selector_resource(signature_class, selectors)
+                if resource not in counted:
+                    _add(need, resource, 1)
+        for group in self.groups(device_class):
+            resource = union_resource(device_class, group)
+            if resource not in counted and passed.intersection(group):
                 _add(need, resource, 1)
 
     def _spec_demand(self, spec: ClaimSpec, need: Resources) -> None:
@@ -253,44 +268,70 @@ class DeviceModel:
         return request.alternatives[0]
 
     def _resources_of(self, request: Request) -> list[str]:
-        """The resources one device of the request takes: its class's, then its selectors'."""
+        """The resources one device of the request takes: its class's, then its selectors'
+        (and those of the groups of overlapping selector sets it is in).
+
+        A selector our library cannot compile counts by class alone (Selectors says
+        why): the API server compiles every selector when the object is created and
+        refuses one that does not compile, so such a one is a CEL feature we lack.
+        """
         if request.device_class not in self.classes:
             return [missing_resource(f"DeviceClass {request.device_class or '(none)'} not found")]
-        resources = [class_resource(request.device_class)]
         selectors = tuple(request.selectors)
-        usable = all(self._compiles(text) for text in selectors)
-        if selectors and usable:
-            self.signatures.add((request.device_class, selectors))
+        resources = [class_resource(request.device_class)]
+        if selectors and all(self.selectors.compiles(text) for text in selectors):
+            # Which groups it is in depends on the devices published: recounted with them.
+            self.used_offers = True
+            signature = (request.device_class, selectors)
+            if signature not in self.signatures:
+                self.signatures.add(signature)
+                self._groups = None
             resources.append(selector_resource(request.device_class, selectors))
+            resources.extend(
+                union_resource(request.device_class, group)
+                for group in self.groups(request.device_class)
+                if selectors in group
+            )
         return resources
 
-    def _compiles(self, text: str) -> bool:
-        try:
-            self.engine.compile(text)
-        except SelectorError as err:
-            self._fallback(text, str(err))
-            return False
-        return True
 
-    # ---- who uses a claim -------------------------------------------------------
+def unique_devices(
+    slices: Iterable[SliceRecord], serves: Callable[[SliceRecord], bool]
+) -> list[Device]:
+    """The devices of the slices `serves` keeps, each (driver, pool, name) once."""
+    seen: set[tuple[str, str, str]] = set()
+    out: list[Device] = []
+    for s in slices:
+        if not serves(s):
+            continue
+        for device in s.devices:
+            key = (s.driver, s.pool, device.name)
+            if key not in seen:
+                seen.add(key)
+                out.append(device)
+    return out
 
-    def set_users(self, pod_key: str, namespace: str, claims: Iterable[PodClaim]) -> set[str]:
-        """Record the pod's named claims; the other users whose count may move to or from it."""
-        keys = {f"{namespace}/{c.claim}" for c in claims if c.claim and not c.template}
-        touched: set[str] = set()
-        for key, users in list(self.users.items()):
-            if pod_key in users and key not in keys:
-                users.discard(pod_key)
-                touched |= users
-                if not users:
-                    del self.users[key]
-        for key in keys:
-            users = self.users.setdefault(key, set())
-            if pod_key not in users:
-                touched |= users
-                users.add(pod_key)
-        touched.discard(pod_key)
-        return touched
+
+def set_users(
+    users: dict[str, set[str]], pod_key: str, namespace: str, claims: Iterable[PodClaim]
+) -> set[str]:
+    """Record the pod's named claims in `users` (DeviceModel.users); the other users
+    whose count may move to or from it (a shared claim counts on its first user)."""
+    keys = {f"{namespace}/{c.claim}" for c in claims if c.claim and not c.template}
+    touched: set[str] = set()
+    for key, pods in list(users.items()):
+        if pod_key in pods and key not in keys:
+            pods.discard(pod_key)
+            touched |= pods
+            if not pods:
+                del users[key]
+    for key in keys:
+        pods = users.setdefault(key, set())
+        if pod_key not in pods:
+            touched |= pods
+            pods.add(pod_key)
+    touched.discard(pod_key)
+    return touched
 
 
 def _add(need: Resources, resource: str, count: int) -> None:

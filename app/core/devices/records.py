@@ -37,10 +37,25 @@ def class_resource(device_class: str) -> str:
     return f"{DEVICE_PREFIX}{device_class}"
 
 
+def selector_digest(selectors: tuple[str, ...]) -> str:
+    """A stable short name of one selector set."""
+    return hashlib.sha256("\n".join(selectors).encode()).hexdigest()[:10]
+
+
 def selector_resource(device_class: str, selectors: tuple[str, ...]) -> str:
     """The resource of a class's devices that also pass `selectors` (a stable digest)."""
-    digest = hashlib.sha256("\n".join(selectors).encode()).hexdigest()[:10]
-    return f"{DEVICE_PREFIX}{device_class}/{digest}"
+    return f"{DEVICE_PREFIX}{device_class}/{selector_digest(selectors)}"
+
+
+def union_resource(device_class: str, group: tuple[tuple[str, ...], ...]) -> str:
+    """The resource of a class's devices that pass any of several overlapping selector sets.
+
+    Offered: how many devices pass at least one set; asked: what every request
+    of any of the sets asks. Checking it for every group of overlapping sets is
+    Hall's condition, so the counts fit exactly when the devices can be shared
+    out (app/core/devices/counting.py).
+    """
+    return f"{DEVICE_PREFIX}{device_class}/" + "+".join(sorted(map(selector_digest, group)))
 
 
 def missing_resource(what: str) -> str:
@@ -48,18 +63,26 @@ def missing_resource(what: str) -> str:
 
 
 class SelectorError(ValueError):
-    """A selector the engine cannot compile: its request is counted by class instead."""
+    """A selector the engine cannot evaluate: its request is counted by class instead."""
+
+
+class CompileError(SelectorError):
+    """A selector our library cannot compile (the API server did: a feature it lacks)."""
+
+
+class EvaluationError(SelectorError):
+    """A selector that fails on a device: counted by class instead, logged and in a metric."""
 
 
 class SelectorEngine(Protocol):
     """Compiles and evaluates CEL device selectors (app/runtime/device_cel.py's CelEngine)."""
 
     def compile(self, expression: str) -> Any:
-        """The compiled program; raises SelectorError naming what is wrong."""
+        """The compiled program; raises CompileError (SelectorError: no engine) naming why."""
         ...
 
     def matches(self, program: Any, device: Mapping[str, Any]) -> bool:
-        """Whether the program is true for this CEL `device` value (false on run-time errors)."""
+        """Whether the program is true for this CEL `device` value; EvaluationError if it fails."""
         ...
 
 

@@ -2,13 +2,15 @@
 
 Pure: reads ClusterState. Per DeviceClass, how many devices the schedulable
 nodes offer, how many the pods placed there take (bound, or held in the
-permit gate), how many are free, and how many the members waiting in the gate
-hold; per pool, the generation counted and its devices; what could not be
-read (slices with duplicate names, selectors counted by class alone).
+permit gate), how many are free, and how many waiting gangs hold (members
+waiting in the gate, and what the line promised to admitted gangs' members
+not placed yet); per pool, the generation counted and its devices; what could
+not be read (slices with duplicate names, selectors counted by class alone).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from app.core.resources import DEVICE_PREFIX, MISSING_PREFIX
@@ -23,8 +25,15 @@ def _class_of(resource: str) -> str | None:
     return None if digest else device_class
 
 
-def device_counts(state: ClusterState) -> dict[str, dict[str, int]]:
-    """Class -> {allocatable, requested, free, held_waiting}, in whole devices."""
+def device_counts(
+    state: ClusterState, promised: Iterable[Mapping[str, int]] = ()
+) -> dict[str, dict[str, int]]:
+    """Class -> {allocatable, requested, free, held_waiting}, in whole devices.
+
+    held_waiting: the devices of members waiting in the permit gate, and
+    `promised`, what the line holds for admitted gangs' members not placed yet
+    (app/runtime/claims.py: each holder's remaining, per node).
+    """
     counts: dict[str, dict[str, int]] = {}
 
     def bump(resource: str, field: str, amount: int) -> None:
@@ -46,6 +55,9 @@ def device_counts(state: ClusterState) -> dict[str, dict[str, int]]:
         if pod.claims and pod.reserved_node and not pod.node_name:
             for resource, amount in pod.requests.items():
                 bump(resource, "held_waiting", amount)
+    for requests in promised:
+        for resource, amount in requests.items():
+            bump(resource, "held_waiting", amount)
     for row in counts.values():
         row["free"] = max(0, row["allocatable"] - row["requested"])
     return dict(sorted(counts.items()))
