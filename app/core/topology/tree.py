@@ -1,0 +1,442 @@
+"""Gangs made of groups: slices and roles, each sub-group whole in one domain of its level. Pure.
+
+A gang is a tree. Its root is the gang itself (minMember, its own topology
+constraint, app/core/topology/domains.py); below it are optional sub-groups:
+
+- slices (Kueue's podset slices, app/core/topology/sources.py): consecutive
+  ranks, `size` pods each, every slice in one domain of its level, up to
+  three nested layers (block slices of 8 made of rack slices of 4). As in
+  Kueue, the ranks past the last whole slice (a size that does not divide
+  the gang) belong to no slice: they go anywhere in the gang's domain;
+- roles (Volcano minTaskMember): named groups with their own minimum and no
+  level of their own.
+
+A flat gang is a tree of one node and never comes here: domains.place()
+alone places it, as before. A member's *path* names the sub-groups it
+belongs to, outermost first: ("block-0", "rack-1") for rank 5 of slices
+[block 8, rack 4], ("head",) for role head, () for none.
+
+Placement (place_tree): in each domain of the gang's level (fullest first,
+as for a flat gang), the members each sub-group still lacks to reach its
+minimum are chosen (then the gang's own minimum from the rest), and every
+constrained sub-group is given one domain of its level inside its parent's,
+fullest first, where a first-fit packing of its members, and of the
+sub-groups inside it, fits. The biggest sub-group is given its domain
+first. The chosen members then carry their sub-group's domain as a node
+selector into the one whole-gang decision (app/core/contention.py), which
+weighs the line, the holders and aging as for any gang: what it admits
+meets every sub-group's domain and every role's minimum, or nothing is
+admitted. Members placed already pin their sub-group's domain (a restarted
+member goes back to its slice's rack).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+from app.core.contention import Contest, Decision, Gang, Ruling, decide, room_left
+from app.core.packing import Bin, Demand, Packing, pack, take
+from app.core.placement import ANY_NODE, Placement
+from app.core.resources import Resources, fits, format_resources, total_of
+from app.core.topology.domains import (
+    Domain,
+    TopologyConstraint,
+    TopologyError,
+    Where,
+    by_domain,
+    common_domain,
+    fullest_first,
+    place,
+    short_level,
+)
+
+Path = tuple[str, ...]
+
+SLICE = "slice"
+ROLE = "role"
+
+
+@dataclass(frozen=True, slots=True)
+class Slicing:
+    """Kueue's podset slices: (node label key, pods per slice) per layer, outermost first."""
+
+    layers: tuple[tuple[str, int], ...]
+    # Where it was declared, for messages.
+    origin: str = ""
+
+    def path(self, rank: int | None, count: int) -> Path:
+        """The slices of the member of rank `rank` among `count` pods; () for none.
+
+        Ranks past the last whole outermost slice belong to none (Kueue's integer
+        division: its assignment covers count // size slices).
+        """
+        if rank is None or rank < 0 or not self.layers:
+            return ()
+        top = self.layers[0][1]
+        if rank >= count // top * top:
+            return ()
+        return tuple(f"{short_level(level)}-{rank // size}" for level, size in self.layers)
+
+    def check(self, key: str, count: int) -> None:
+        """Kueue's rule that a slice is not larger than the gang (TopologyError otherwise)."""
+        level, size = self.layers[0]
+        if size > count:
+            raise TopologyError(
+                f"gang {key} has {count} pod(s) but its slices of {short_level(level)} are "
+                f"{size} pods each ({self.origin}): the slice size must be at most the gang's size"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class SubGroup:
+    """A node of the tree below the gang: its members are those whose path starts with `path`."""
+
+    path: Path
+    min_member: int
+    # None: no level of its own (a role), anywhere inside its parent's domain.
+    constraint: TopologyConstraint | None
+    kind: str = SLICE
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.path[-1]}"
+
+
+class Member(NamedTuple):
+    """What the tree needs of one member: its key, rank, role (task) and node ("": unplaced)."""
+
+    key: str
+    rank: int | None = None
+    task: str = ""
+    node: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GangTree:
+    """A gang's sub-groups (shortest paths first) and its members' paths."""
+
+    groups: tuple[SubGroup, ...]
+    # member key -> path, for the members in a sub-group.
+    paths: Mapping[str, Path] = field(default_factory=dict)
+    # (path, node) of the members placed already.
+    placed: tuple[tuple[Path, str], ...] = ()
+
+    def group(self, path: Path) -> SubGroup | None:
+        """The deepest sub-group `path` is in (None: the gang itself)."""
+        best: SubGroup | None = None
+        for group in self.groups:
+            if path[: len(group.path)] == group.path:
+                best = group
+        return best
+
+    def constrained(self, path: Path) -> list[SubGroup]:
+        """The sub-groups on `path` with a topology constraint, outermost first."""
+        return [
+            g for g in self.groups if g.constraint is not None and path[: len(g.path)] == g.path
+        ]
+
+
+def tree_of(
+    key: str,
+    slicing: Slicing | None,
+    roles: Sequence[tuple[str, int]],
+    count: int,
+    members: Iterable[Member],
+) -> GangTree | None:
+    """The gang's tree: slices when it has them, else its roles; None for a flat gang.
+
+    count: the gang's size (minMember; Kueue's pod-group-total-count). Raises
+    TopologyError for a slice larger than the gang.
+    """
+    if slicing is None and not roles:
+        return None
+    groups: dict[Path, SubGroup] = {}
+    paths: dict[str, Path] = {}
+    placed: list[tuple[Path, str]] = []
+    if slicing is not None:
+        slicing.check(key, count)
+        levels = [
+            TopologyConstraint(level, True, origin=slicing.origin) for level, _ in slicing.layers
+        ]
+        for member in members:
+            path = slicing.path(member.rank, count)
+            if not path:
+                continue
+            for depth, (_, size) in enumerate(slicing.layers):
+                prefix = path[: depth + 1]
+                if prefix not in groups:
+                    groups[prefix] = SubGroup(prefix, size, levels[depth])
+            paths[member.key] = path
+            if member.node:
+                placed.append((path, member.node))
+    else:
+        minimum = dict(roles)
+        for task, need in roles:
+            groups[(task,)] = SubGroup((task,), need, None, ROLE)
+        for member in members:
+            if member.task in minimum:
+                paths[member.key] = (member.task,)
+                if member.node:
+                    placed.append(((member.task,), member.node))
+    ordered = tuple(sorted(groups.values(), key=lambda g: (len(g.path), g.path)))
+    return GangTree(ordered, paths, tuple(placed))
+
+
+# ---- placement ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TreePlaced:
+    """place_tree()'s answer: the decision, the gang's domain and each sub-group's."""
+
+    decision: Decision
+    domain: Domain | None
+    # Each constrained sub-group's domain (admitted gangs only).
+    groups: Mapping[Path, Domain] = field(default_factory=dict)
+    # Required level, no domain can hold the gang (not a matter of waiting in line).
+    no_domain: bool = False
+
+
+def place_tree(
+    candidate: Gang,
+    where: Where | None,
+    tree: GangTree,
+    contest: Contest,
+    now: float,
+    aging_seconds: float,
+) -> TreePlaced:
+    """Admit `candidate` with each sub-group whole in one domain of its level (module doc).
+
+    where: the gang's own constraint (None: no level for the gang as a whole).
+    """
+    chosen = choose(candidate, tree)
+    nowhere = fits_no_node(candidate.key, chosen, tree, contest.free)
+    if nowhere is not None:
+        return TreePlaced(Decision(Ruling.SHORT, message=nowhere), None)
+    labels: dict[str, Mapping[str, str]] = (
+        {b.name: b.labels for b in (*contest.free, *contest.allocatable)} if tree.placed else {}
+    )
+    admitted: dict[Path, Domain] = {}
+
+    def decide_in(inside: Contest, domain: Domain | None) -> Decision:
+        assigner = _Assigner(tree, chosen, labels.get)
+        domains = assigner.run(room_left(inside.free, inside.holders, inside.positions))
+        if domains is None and inside.holders:
+            # Not even with what other gangs hold now: is it theirs (wait) or the cluster's?
+            domains = _Assigner(tree, chosen, labels.get).run(inside.free)
+        if domains is None:
+            return Decision(Ruling.SHORT, message=assigner.why(candidate.key, domain))
+        held = tuple(_held_to(d, tree, domains) for d in chosen)
+        decision = decide(
+            replace(candidate, demands=held, need=len(held)), inside, now, aging_seconds
+        )
+        if decision.verdict is Ruling.ADMIT:
+            admitted.update(domains)
+        return decision
+
+    if where is None:
+        decision = decide_in(contest, None)
+        return TreePlaced(decision, None, admitted)
+    placed = place(candidate, where, contest, now, aging_seconds, decide_in)
+    return TreePlaced(placed.decision, placed.domain, admitted, placed.no_domain)
+
+
+def _size(demand: Demand) -> tuple[int, str]:
+    return (sum(demand.requests.values()), demand.key)
+
+
+def _under(path: Path, group: Path) -> bool:
+    return path[: len(group)] == group
+
+
+def choose(candidate: Gang, tree: GangTree) -> list[Demand]:
+    """The members to place now: each sub-group's shortfall (deepest first), then the gang's.
+
+    Smallest first within a sub-group, as a flat gang counts its need. A
+    sub-group at its minimum already (its members placed) adds none.
+    """
+    paths = tree.paths
+    picked: dict[str, Demand] = {}
+    for group in sorted(tree.groups, key=lambda g: -len(g.path)):
+        inside = [d for d in candidate.demands if _under(paths.get(d.key, ()), group.path)]
+        have = sum(1 for path, _ in tree.placed if _under(path, group.path))
+        have += sum(1 for d in inside if d.key in picked)
+        short = group.min_member - have
+        if short > 0:
+            for demand in sorted((d for d in inside if d.key not in picked), key=_size)[:short]:
+                picked[demand.key] = demand
+    rest = candidate.need - len(picked)
+    if rest > 0:
+        for demand in sorted((d for d in candidate.demands if d.key not in picked), key=_size)[
+            :rest
+        ]:
+            picked[demand.key] = demand
+    return [d for d in candidate.demands if d.key in picked]
+
+
+def _held_to(demand: Demand, tree: GangTree, domains: Mapping[Path, Domain]) -> Demand:
+    """The member with its deepest sub-group's domain added as a node selector."""
+    path = tree.paths.get(demand.key, ())
+    domain = None
+    for depth in range(len(path), 0, -1):
+        domain = domains.get(path[:depth])
+        if domain is not None:
+            break
+    if domain is None:
+        return demand
+    rules = demand.placement or ANY_NODE
+    selector = tuple(sorted({*rules.node_selector, (domain.level, domain.value)}))
+    return replace(demand, placement=Placement(selector, rules.terms, rules.tolerations))
+
+
+def fits_no_node(
+    key: str, chosen: Sequence[Demand], tree: GangTree, free: Sequence[Bin]
+) -> str | None:
+    """Why a sub-group's member fits on no node at all (naming the role), None if each may.
+
+    Free capacity here is allocatable less the placed pods: no wait in line frees more.
+    """
+    for demand in chosen:
+        group = tree.group(tree.paths.get(demand.key, ()))
+        if group is None:
+            continue
+        rules = demand.placement or ANY_NODE
+        allowed = [b for b in free if rules.allows(b.name, b.labels, b.taints)]
+        if any(fits(demand.requests, b.free) for b in allowed):
+            continue
+        asked = {n: v for n, v in demand.requests.items() if v and n != "pods"}
+        largest = {n: max((b.free.get(n, 0) for b in allowed), default=0) for n in asked}
+        return (
+            f"gang {key} waits: {group.describe()} needs {format_resources(asked)} on one "
+            f"node; the largest free is {format_resources(largest)}"
+            + ("" if allowed else " (no node its nodeSelector, affinity and taints allow)")
+        )
+    return None
+
+
+class _Assigner:
+    """Gives each constrained sub-group one domain inside its parent's, packing as it goes."""
+
+    def __init__(
+        self,
+        tree: GangTree,
+        chosen: Sequence[Demand],
+        labels_of: Callable[[str], Mapping[str, str] | None],
+    ) -> None:
+        self._labels_of = labels_of
+        known = {g.path for g in tree.groups}
+        self._children: dict[Path, list[SubGroup]] = {}
+        for group in tree.groups:
+            parent = next(
+                (
+                    group.path[:d]
+                    for d in range(len(group.path) - 1, 0, -1)
+                    if group.path[:d] in known
+                ),
+                (),
+            )
+            self._children.setdefault(parent, []).append(group)
+        self._under: dict[Path, list[Demand]] = {(): list(chosen)}
+        for group in tree.groups:
+            self._under[group.path] = [
+                d for d in chosen if _under(tree.paths.get(d.key, ()), group.path)
+            ]
+        self._pins: dict[Path, list[str]] = {}
+        for group in tree.groups:
+            nodes = [node for path, node in tree.placed if _under(path, group.path)]
+            if nodes:
+                self._pins[group.path] = nodes
+        self.domains: dict[Path, Domain] = {}
+        # The outermost sub-group no domain could hold, and in which parent domain.
+        self._failed: SubGroup | None = None
+        # The members left over where no sub-group was to blame, and their packing.
+        self._short: tuple[Packing, list[Demand]] | None = None
+
+    def run(self, room: Sequence[Bin]) -> dict[Path, Domain] | None:
+        """Each constrained sub-group's domain, None when one fits in none."""
+        bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in room]
+        if self._assign((), bins) is None:
+            return None
+        return self.domains
+
+    def _assign(self, path: Path, bins: list[Bin]) -> dict[str, str] | None:
+        """Pack the chosen members under `path` into `bins`, taking from them as it goes."""
+        plan: dict[str, str] = {}
+        children = sorted(
+            self._children.get(path, ()),
+            key=lambda g: (-sum(_size(d)[0] for d in self._under[g.path]), g.path),
+        )
+        for child in children:
+            demands = self._under[child.path]
+            if not demands:
+                continue
+            got = self._child(child, demands, bins)
+            if got is None:
+                return None
+            plan.update(got)
+        own = [d for d in self._under[path] if d.key not in plan]
+        if own:
+            packing = pack(own, bins)
+            if not packing.fits:
+                self._short = (packing, own)
+                return None
+            take(bins, packing.plan, own)
+            plan.update(packing.plan)
+        return plan
+
+    def _child(
+        self, child: SubGroup, demands: list[Demand], bins: list[Bin]
+    ) -> dict[str, str] | None:
+        """The child sub-group in the first domain of its level (fullest first) that holds it."""
+        constraint = child.constraint
+        if constraint is None:
+            return self._assign(child.path, bins)
+        level = constraint.key
+        groups = by_domain(bins, level)
+        pins = self._pins.get(child.path)
+        if pins:
+            pin = common_domain(pins, lambda node: self._labels_of(node) or {}, level)
+            order = [pin] if pin is not None and pin in groups else []
+        else:
+            order = fullest_first(groups, total_of(d.requests for d in demands))
+        for value in order:
+            inside = groups[value]
+            trial = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in inside]
+            plan = self._assign(child.path, trial)
+            if plan is None:
+                continue
+            take(inside, plan, demands)
+            self.domains[child.path] = Domain(level, value)
+            return plan
+        if not constraint.required:
+            return self._assign(child.path, bins)  # preferred: anywhere inside its parent
+        self._failed = child
+        return None
+
+    def why(self, key: str, domain: Domain | None) -> str:
+        """The sub-group that found no domain, for the members' FailedScheduling messages."""
+        failed = self._failed
+        inside = f" inside {domain.describe()}" if domain is not None else ""
+        if failed is None or failed.constraint is None:
+            if self._short is None:
+                return f"gang {key} does not fit{inside}"
+            packing, demands = self._short
+            return packing.describe(key, demands) + inside
+        demands = self._under[failed.path]
+        need: Resources = {
+            n: v for n, v in total_of(d.requests for d in demands).items() if v and n != "pods"
+        }
+        level = short_level(failed.constraint.key)
+        text = (
+            f"gang {key} needs {failed.describe()} ({len(demands)} member(s), "
+            f"{format_resources(need)}) whole in one {level}{inside} "
+            f"({failed.constraint.describe()})"
+        )
+        if failed.path in self._pins:
+            return text + f"; its placed members pin it to their {level}, which has no room now"
+        return (
+            text
+            + f"; no {level} has room for it now (a {level} is the nodes sharing label "
+            + (f"{failed.constraint.key}); it stays pending, nothing is reserved")
+        )
