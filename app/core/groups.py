@@ -30,6 +30,7 @@ from typing import Any
 from app.core.resources import QuantityError, Resources, parse_resource_list
 from app.core.topology.domains import TopologyConstraint, TopologyError
 from app.core.topology.sources import constraint_from_native, constraint_from_volcano
+from app.core.topology.subgroups import Slicing
 
 SOURCE_XK8S = "x-k8s"
 SOURCE_LABELS = "labels"
@@ -124,6 +125,8 @@ class GroupSpec:
     priority_class_name: str | None = None
     # Where the whole gang must (or should) be placed together (app/core/topology/domains.py).
     topology: TopologyConstraint | None = None
+    # Kueue's podset slices declared on the group object (app/core/topology/tree.py).
+    slicing: Slicing | None = None
 
 
 def group_ref_of(namespace: str, labels: Mapping[str, str] | None) -> GroupRef | None:

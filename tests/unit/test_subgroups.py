@@ -22,14 +22,8 @@ from app.core.topology.sources import (
     rank_of,
     slices_from_annotations,
 )
-from app.core.topology.tree import (
-    GangTree,
-    Member,
-    Slicing,
-    choose,
-    place_tree,
-    tree_of,
-)
+from app.core.topology.subgroups import GangTree, Member, Slicing, tree_of
+from app.core.topology.tree import choose, place_tree
 
 HOST = "kubernetes.io/hostname"
 RACK = "example.com/rack"
@@ -166,7 +160,8 @@ def test_slices_of_three_on_racks_of_four_free_land_three_and_three_never_four_a
 
 def test_slices_go_to_racks_inside_one_block_when_another_has_more_room_but_not_per_rack() -> None:
     # Block b0: two racks of 4 free. Block b1: three racks of 3 free (9 in all, more than 8).
-    free = {"r0": [1] * 4, "r1": [1] * 4, "r2": [1] * 3, "r3": [1] * 3, "r4": [1] * 3}
+    free: dict[str, list[float]] = {"r0": [1] * 4, "r1": [1] * 4}
+    free |= {"r2": [1] * 3, "r3": [1] * 3, "r4": [1] * 3}
     bins = racks(free, {"r0": "b0", "r1": "b0", "r2": "b1", "r3": "b1", "r4": "b1"})
     gang, tree = slices_gang("ml/big", 8, ((RACK, 4),))
     where = Where(TopologyConstraint(BLOCK, True), LEVELS)
@@ -174,6 +169,21 @@ def test_slices_go_to_racks_inside_one_block_when_another_has_more_room_but_not_
     assert placed.decision.verdict is Ruling.ADMIT
     assert placed.domain is not None and placed.domain.value == "b0"
     assert set(racks_of(dict(placed.decision.plan), bins, BLOCK).values()) == {"b0"}
+    assert {d.value for d in placed.groups.values()} == {"r0", "r1"}
+
+
+def test_a_block_tried_first_whose_racks_cannot_hold_a_slice_is_passed_over() -> None:
+    # Block b1 (racks of 3, 3, 2: 8 free, none to spare) comes first, fullest first; block b0
+    # (racks of 4, 4, 1) holds the two slices of 4.
+    free: dict[str, list[float]] = {"r0": [1] * 4, "r1": [1] * 4, "r2": [1]}
+    free |= {"r3": [1] * 3, "r4": [1] * 3, "r5": [1] * 2}
+    blocks = {"r0": "b0", "r1": "b0", "r2": "b0", "r3": "b1", "r4": "b1", "r5": "b1"}
+    bins = racks(free, blocks)
+    gang, tree = slices_gang("ml/big", 8, ((RACK, 4),))
+    where = Where(TopologyConstraint(BLOCK, True), LEVELS)
+    placed = place_tree(gang, where, tree, Contest(bins), 0.0, 60.0)
+    assert placed.decision.verdict is Ruling.ADMIT
+    assert placed.domain is not None and placed.domain.value == "b0"
     assert {d.value for d in placed.groups.values()} == {"r0", "r1"}
 
 
@@ -196,7 +206,7 @@ def test_no_rack_holding_a_slice_holds_the_gang_with_the_slice_named() -> None:
 
 
 def test_nested_slices_put_rack_slices_inside_their_block_slice() -> None:
-    free = {f"r{i}": [1] * 4 for i in range(4)}
+    free: dict[str, list[float]] = {f"r{i}": [1] * 4 for i in range(4)}
     bins = racks(free, {"r0": "b0", "r1": "b1", "r2": "b0", "r3": "b1"})
     gang, tree = slices_gang("ml/n", 16, ((BLOCK, 8), (RACK, 4)))
     placed = place_tree(gang, None, tree, Contest(bins), 0.0, 60.0)

@@ -253,11 +253,7 @@ def place(
     decide_in: the decision inside one domain; default decide() (a gang made of
     groups places its sub-groups there first, app/core/topology/tree.py).
     """
-
-    def decide_alone(inside: Contest, _domain: Domain | None) -> Decision:
-        return decide(candidate, inside, now, aging_seconds)
-
-    decide_in = decide_in or decide_alone
+    decide_in = decide_in or (lambda inside, _: decide(candidate, inside, now, aging_seconds))
     constraint, placed_nodes = where.constraint, where.placed_nodes
     tried, anywhere = levels_to_try(constraint, where.levels, where.tier_names)
     free, allocatable = contest.free, contest.allocatable

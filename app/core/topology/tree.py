@@ -1,40 +1,24 @@
-"""Gangs made of groups: slices and roles, each sub-group whole in one domain of its level. Pure.
+"""Placing a gang made of groups: each sub-group whole in one domain of its level. Pure.
 
-A gang is a tree. Its root is the gang itself (minMember, its own topology
-constraint, app/core/topology/domains.py); below it are optional sub-groups:
-
-- slices (Kueue's podset slices, app/core/topology/sources.py): consecutive
-  ranks, `size` pods each, every slice in one domain of its level, up to
-  three nested layers (block slices of 8 made of rack slices of 4). As in
-  Kueue, the ranks past the last whole slice (a size that does not divide
-  the gang) belong to no slice: they go anywhere in the gang's domain;
-- roles (Volcano minTaskMember): named groups with their own minimum and no
-  level of their own.
-
-A flat gang is a tree of one node and never comes here: domains.place()
-alone places it, as before. A member's *path* names the sub-groups it
-belongs to, outermost first: ("block-0", "rack-1") for rank 5 of slices
-[block 8, rack 4], ("head",) for role head, () for none.
-
-Placement (place_tree): in each domain of the gang's level (fullest first,
-as for a flat gang), the members each sub-group still lacks to reach its
-minimum are chosen (then the gang's own minimum from the rest), and every
-constrained sub-group is given one domain of its level inside its parent's,
-fullest first, where a first-fit packing of its members, and of the
-sub-groups inside it, fits. The biggest sub-group is given its domain
-first. The chosen members then carry their sub-group's domain as a node
-selector into the one whole-gang decision (app/core/contention.py), which
-weighs the line, the holders and aging as for any gang: what it admits
-meets every sub-group's domain and every role's minimum, or nothing is
-admitted. Members placed already pin their sub-group's domain (a restarted
-member goes back to its slice's rack).
+The tree (app/core/topology/subgroups.py): the gang, its slices or roles,
+each member's path. place_tree(): in each domain of the gang's level
+(fullest first, as for a flat gang, domains.place()), the members each
+sub-group still lacks to reach its minimum are chosen (then the gang's own
+minimum from the rest), and every constrained sub-group is given one domain
+of its level inside its parent's, fullest first, where a first-fit packing
+of its members, and of the sub-groups inside it, fits; the biggest
+sub-group is given its domain first. The chosen members then carry their
+sub-group's domain as a node selector into the one whole-gang decision
+(app/core/contention.py), which weighs the line, the holders and aging as
+for any gang: what it admits meets every sub-group's domain and every
+role's minimum, or nothing is admitted. Members placed already pin their
+sub-group's domain (a restarted member goes back to its slice's rack).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
 
 from app.core.contention import Contest, Decision, Gang, Ruling, decide, room_left
 from app.core.packing import Bin, Demand, Packing, pack, take
@@ -42,8 +26,6 @@ from app.core.placement import ANY_NODE, Placement
 from app.core.resources import Resources, fits, format_resources, total_of
 from app.core.topology.domains import (
     Domain,
-    TopologyConstraint,
-    TopologyError,
     Where,
     by_domain,
     common_domain,
@@ -51,137 +33,7 @@ from app.core.topology.domains import (
     place,
     short_level,
 )
-
-Path = tuple[str, ...]
-
-SLICE = "slice"
-ROLE = "role"
-
-
-@dataclass(frozen=True, slots=True)
-class Slicing:
-    """Kueue's podset slices: (node label key, pods per slice) per layer, outermost first."""
-
-    layers: tuple[tuple[str, int], ...]
-    # Where it was declared, for messages.
-    origin: str = ""
-
-    def path(self, rank: int | None, count: int) -> Path:
-        """The slices of the member of rank `rank` among `count` pods; () for none.
-
-        Ranks past the last whole outermost slice belong to none (Kueue's integer
-        division: its assignment covers count // size slices).
-        """
-        if rank is None or rank < 0 or not self.layers:
-            return ()
-        top = self.layers[0][1]
-        if rank >= count // top * top:
-            return ()
-        return tuple(f"{short_level(level)}-{rank // size}" for level, size in self.layers)
-
-    def check(self, key: str, count: int) -> None:
-        """Kueue's rule that a slice is not larger than the gang (TopologyError otherwise)."""
-        level, size = self.layers[0]
-        if size > count:
-            raise TopologyError(
-                f"gang {key} has {count} pod(s) but its slices of {short_level(level)} are "
-                f"{size} pods each ({self.origin}): the slice size must be at most the gang's size"
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class SubGroup:
-    """A node of the tree below the gang: its members are those whose path starts with `path`."""
-
-    path: Path
-    min_member: int
-    # None: no level of its own (a role), anywhere inside its parent's domain.
-    constraint: TopologyConstraint | None
-    kind: str = SLICE
-
-    def describe(self) -> str:
-        return f"{self.kind} {self.path[-1]}"
-
-
-class Member(NamedTuple):
-    """What the tree needs of one member: its key, rank, role (task) and node ("": unplaced)."""
-
-    key: str
-    rank: int | None = None
-    task: str = ""
-    node: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class GangTree:
-    """A gang's sub-groups (shortest paths first) and its members' paths."""
-
-    groups: tuple[SubGroup, ...]
-    # member key -> path, for the members in a sub-group.
-    paths: Mapping[str, Path] = field(default_factory=dict)
-    # (path, node) of the members placed already.
-    placed: tuple[tuple[Path, str], ...] = ()
-
-    def group(self, path: Path) -> SubGroup | None:
-        """The deepest sub-group `path` is in (None: the gang itself)."""
-        best: SubGroup | None = None
-        for group in self.groups:
-            if path[: len(group.path)] == group.path:
-                best = group
-        return best
-
-    def constrained(self, path: Path) -> list[SubGroup]:
-        """The sub-groups on `path` with a topology constraint, outermost first."""
-        return [
-            g for g in self.groups if g.constraint is not None and path[: len(g.path)] == g.path
-        ]
-
-
-def tree_of(
-    key: str,
-    slicing: Slicing | None,
-    roles: Sequence[tuple[str, int]],
-    count: int,
-    members: Iterable[Member],
-) -> GangTree | None:
-    """The gang's tree: slices when it has them, else its roles; None for a flat gang.
-
-    count: the gang's size (minMember; Kueue's pod-group-total-count). Raises
-    TopologyError for a slice larger than the gang.
-    """
-    if slicing is None and not roles:
-        return None
-    groups: dict[Path, SubGroup] = {}
-    paths: dict[str, Path] = {}
-    placed: list[tuple[Path, str]] = []
-    if slicing is not None:
-        slicing.check(key, count)
-        levels = [
-            TopologyConstraint(level, True, origin=slicing.origin) for level, _ in slicing.layers
-        ]
-        for member in members:
-            path = slicing.path(member.rank, count)
-            if not path:
-                continue
-            for depth, (_, size) in enumerate(slicing.layers):
-                prefix = path[: depth + 1]
-                if prefix not in groups:
-                    groups[prefix] = SubGroup(prefix, size, levels[depth])
-            paths[member.key] = path
-            if member.node:
-                placed.append((path, member.node))
-    else:
-        minimum = dict(roles)
-        for task, need in roles:
-            groups[(task,)] = SubGroup((task,), need, None, ROLE)
-        for member in members:
-            if member.task in minimum:
-                paths[member.key] = (member.task,)
-                if member.node:
-                    placed.append(((member.task,), member.node))
-    ordered = tuple(sorted(groups.values(), key=lambda g: (len(g.path), g.path)))
-    return GangTree(ordered, paths, tuple(placed))
-
+from app.core.topology.subgroups import GangTree, Path, SubGroup
 
 # ---- placement ------------------------------------------------------------------------
 
