@@ -11,7 +11,7 @@ preemption never care where a group was declared:
 - `volcano`: Volcano's PodGroup (`scheduling.volcano.sh/v1beta1`), pods name
   it with the annotation `scheduling.k8s.io/group-name` (or
   `scheduling.volcano.sh/group-name`); `minTaskMember` counts per task
-  (pod annotation `volcano.sh/task-spec`).
+  (pod annotation `volcano.sh/task-spec`, else the label of that name).
 - `native`: Kubernetes' own PodGroup (`scheduling.k8s.io/v1beta1`, feature
   gate GenericWorkload), pods point to it with `spec.schedulingGroup.podGroupName`.
 - `kueue`: Kueue's plain pod groups, no object either: the label
@@ -177,7 +177,8 @@ def group_ref_of_pod(
                     f"annotation {annotation} is empty: set it to the name of a Volcano "
                     "PodGroup in the pod's namespace, or remove it"
                 )
-            task = annotations.get(VOLCANO_TASK_ANNOTATION)
+            # The annotation, else the label of the same name (as Volcano's scheduler reads it).
+            task = annotations.get(VOLCANO_TASK_ANNOTATION) or labels.get(VOLCANO_TASK_ANNOTATION)
             return GroupRef(
                 namespace,
                 name,

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.contention import Contest, Gang, Holder, Ruling
+from app.core.groups import VOLCANO_GROUP_ANNOTATIONS, VOLCANO_TASK_ANNOTATION, group_ref_of_pod
 from app.core.packing import Bin, Demand
 from app.core.topology.domains import TopologyConstraint, TopologyError, Where
 from app.core.topology.sources import (
@@ -330,3 +331,15 @@ def test_what_is_placed_meets_every_sub_group_domain_or_nothing_is_placed(
         values = {labels[plan[k]][level] for k in members}
         assert len(values) == 1, (group, values)
         assert placed.groups[group.path].value in values
+
+
+def test_a_volcano_task_is_read_from_the_label_when_the_annotation_is_absent() -> None:
+    meta = {
+        "annotations": {VOLCANO_GROUP_ANNOTATIONS[0]: "job"},
+        "labels": {VOLCANO_TASK_ANNOTATION: "worker"},
+    }
+    ref = group_ref_of_pod("ml", meta, {})
+    assert ref is not None and ref.task == "worker"
+    meta["annotations"][VOLCANO_TASK_ANNOTATION] = "head"
+    ref = group_ref_of_pod("ml", meta, {})
+    assert ref is not None and ref.task == "head"

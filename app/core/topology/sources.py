@@ -5,9 +5,13 @@
   `highestTierAllowed` or `highestTierName`), resolved against HyperNode
   tiers or the configured levels by app/core/topology.levels_to_try;
 - Kueue's annotations `kueue.x-k8s.io/podset-required-topology` /
-  `podset-preferred-topology` on the PodGroup (any source) or on the pods.
+  `podset-preferred-topology` on the PodGroup (any source) or on the pods;
+- Kueue's podset slices (`podset-slice-required-topology` with
+  `podset-slice-size`, or the JSON list `podset-slice-required-topology-constraints`)
+  and a member's rank (its index label), for gangs made of groups.
 
-app/core/topology/domains.py places a gang given its constraint; this module only reads them.
+app/core/topology/domains.py places a gang given its constraint, app/core/topology/tree.py
+one made of groups; this module only reads them.
 """
 
 from __future__ import annotations

@@ -221,5 +221,6 @@ def pod_shape(meta: Mapping[str, Any]) -> PodShape:
     return PodShape(
         constraint_from_annotations(annotations, "pod"),
         slicing,
-        rank_of(meta.get("labels"), annotations) if slicing is not None else None,
+        # Read even without slices on the pod: its PodGroup may declare them.
+        rank_of(meta.get("labels"), annotations),
     )

@@ -148,19 +148,28 @@ def fits_no_node(
     """Why a sub-group's member fits on no node at all (naming the role), None if each may.
 
     Free capacity here is allocatable less the placed pods: no wait in line frees more.
+    Members alike (sub-group, requests, placement) are asked once, and the first node
+    with room ends the search.
     """
+    asked: set[tuple[Path, tuple[tuple[str, int], ...], Placement | None]] = set()
     for demand in chosen:
         group = tree.group(tree.paths.get(demand.key, ()))
         if group is None:
             continue
-        rules = demand.placement or ANY_NODE
-        allowed = [b for b in free if rules.allows(b.name, b.labels, b.taints)]
-        if any(fits(demand.requests, b.free) for b in allowed):
+        shape = (group.path, tuple(sorted(demand.requests.items())), demand.placement)
+        if shape in asked:
             continue
-        asked = {n: v for n, v in demand.requests.items() if v and n != "pods"}
-        largest = {n: max((b.free.get(n, 0) for b in allowed), default=0) for n in asked}
+        asked.add(shape)
+        rules = demand.placement or ANY_NODE
+        if any(
+            fits(demand.requests, b.free) and rules.allows(b.name, b.labels, b.taints) for b in free
+        ):
+            continue
+        allowed = [b for b in free if rules.allows(b.name, b.labels, b.taints)]
+        wanted = {n: v for n, v in demand.requests.items() if v and n != "pods"}
+        largest = {n: max((b.free.get(n, 0) for b in allowed), default=0) for n in wanted}
         return (
-            f"gang {key} waits: {group.describe()} needs {format_resources(asked)} on one "
+            f"gang {key} waits: {group.describe()} needs {format_resources(wanted)} on one "
             f"node; the largest free is {format_resources(largest)}"
             + ("" if allowed else " (no node its nodeSelector, affinity and taints allow)")
         )
