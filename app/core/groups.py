@@ -25,12 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from app.core.resources import QuantityError, Resources, parse_resource_list
 from app.core.topology.domains import TopologyConstraint, TopologyError
 from app.core.topology.sources import constraint_from_native, constraint_from_volcano
-from app.core.topology.subgroups import Slicing
+from app.core.topology.subgroup_sources import policies_from_volcano
+from app.core.topology.subgroups import Slicing, SubGroupPolicy
+
+_T = TypeVar("_T")
 
 SOURCE_XK8S = "x-k8s"
 SOURCE_LABELS = "labels"
@@ -127,6 +130,8 @@ class GroupSpec:
     topology: TopologyConstraint | None = None
     # Kueue's podset slices declared on the group object (app/core/topology/tree.py).
     slicing: Slicing | None = None
+    # Volcano spec.subGroupPolicy (app/core/topology/subgroup_sources.py).
+    sub_group_policy: tuple[SubGroupPolicy, ...] = ()
 
 
 def group_ref_of(namespace: str, labels: Mapping[str, str] | None) -> GroupRef | None:
@@ -317,6 +322,7 @@ def spec_from_volcano(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
         source=SOURCE_VOLCANO,
         topology=_topology(key, constraint_from_volcano, spec),
         min_task_member=tuple(tasks),
+        sub_group_policy=_topology(key, policies_from_volcano, spec),
         queue=queue if isinstance(queue, str) and queue else None,
         priority_class_name=priority_class if isinstance(priority_class, str) else None,
     )
@@ -343,11 +349,7 @@ def spec_from_native(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
     )
 
 
-def _topology(
-    key: str,
-    reader: Callable[[Mapping[str, Any]], TopologyConstraint | None],
-    spec: Mapping[str, Any],
-) -> TopologyConstraint | None:
+def _topology(key: str, reader: Callable[[Mapping[str, Any]], _T], spec: Mapping[str, Any]) -> _T:
     try:
         return reader(spec)
     except TopologyError as err:

@@ -89,6 +89,8 @@ class PodRecord:
     # which decide its slice (app/core/topology/tree.py).
     slicing: Slicing | None = None
     rank: int | None = None
+    # A group member's labels (Volcano's subGroupPolicy matches them); None for other pods.
+    labels: Mapping[str, str] | None = None
     # A group member carrying the member mark (app/core/marking.py), which the
     # gang-only mode needs for kube-scheduler to call us; False for plain pods.
     marked: bool = False
@@ -231,6 +233,7 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
         topology=shape.topology,
         slicing=shape.slicing,
         rank=shape.rank,
+        labels=meta.get("labels") if group is not None else None,
         marked=group is not None and is_marked(raw),
         unmarked_preemptor=(
             group is None

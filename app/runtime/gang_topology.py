@@ -24,11 +24,13 @@ from app.core.topology.domains import (
     TopologyConstraint,
     Where,
     fits_one_domain,
+    levels_to_try,
     place,
     placed_message,
 )
 from app.core.topology.sources import constraint_of
 from app.core.topology.subgroups import (
+    GangShape,
     GangTree,
     Member,
     Path,
@@ -80,7 +82,9 @@ class GangTopology:
 
     def applies(self, spec: GroupSpec, pod: Candidate | None) -> bool:
         """Whether the gang has a topology constraint or slices: a whole-gang decision."""
-        if spec.slicing is not None or (pod is not None and pod.slicing is not None):
+        if spec.slicing is not None or spec.sub_group_policy:
+            return True
+        if pod is not None and pod.slicing is not None:
             return True
         return self.constraint(spec, pod.topology if pod is not None else None) is not None
 
@@ -95,15 +99,18 @@ class GangTopology:
             ((p.key, p.slicing) for p in members),
             pod.slicing if pod is not None else None,
         )
-        if slicing is None and not spec.min_task_member:
+        shape = GangShape(slicing, spec.sub_group_policy, spec.min_task_member)
+        if shape == GangShape():
             return None
         known = [
-            Member(p.key, p.rank, p.group.task if p.group is not None else "", p.placed_node)
+            Member(
+                p.key, p.rank, p.group.task if p.group is not None else "", p.placed_node, p.labels
+            )
             for p in members
         ]
         if pod is not None and not any(m.key == pod.key for m in known):
-            known.append(Member(pod.key, pod.rank, pod.task))
-        return tree_of(spec.key, slicing, spec.min_task_member, spec.min_member, known)
+            known.append(Member(pod.key, pod.rank, pod.task, "", pod.labels))
+        return tree_of(spec.key, shape, spec.min_member, known)
 
     def domain(
         self,
@@ -121,7 +128,12 @@ class GangTopology:
         """
         path: Path = ()
         tree = None
-        if pod is not None and (pod.slicing is not None or spec.min_task_member or spec.slicing):
+        if pod is not None and (
+            pod.slicing is not None
+            or spec.slicing is not None
+            or spec.sub_group_policy
+            or spec.min_task_member
+        ):
             tree = self.tree(spec, pod)
             path = tree.paths.get(pod.key, ()) if tree is not None else ()
         if claim is not None:
@@ -161,7 +173,17 @@ class GangTopology:
         tree = self.tree(spec, pod) if spec is not None else None
         if tree is not None and tree.groups:
             where = self._where(gang.key, constraint) if constraint is not None else None
-            placed_tree = place_tree(gang, where, tree, contest, now, aging_seconds)
+            levels = self._state.topology_levels(self.levels)
+            tiers = self._state.hypernodes.tier_names
+            placed_tree = place_tree(
+                gang,
+                where,
+                tree,
+                contest,
+                now,
+                aging_seconds,
+                lambda c: levels_to_try(c, levels, tiers),
+            )
             held = {
                 path: (found, group.constraint)
                 for path, found in placed_tree.groups.items()

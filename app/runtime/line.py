@@ -58,6 +58,7 @@ class Candidate:
     slicing: Slicing | None = None
     rank: int | None = None
     task: str = ""
+    labels: Mapping[str, str] | None = None
 
 
 @dataclass(slots=True)

@@ -81,6 +81,7 @@ class FilterVerb:
             pod.slicing,
             pod.rank,
             pod.ref.task,
+            (args.pod.get("metadata") or {}).get("labels"),
         )
         if verdict.admitted and arbiter is not None and arbiter.applies(spec, candidate):
             verdict = arbiter.admit(spec, pod.ref, candidate)

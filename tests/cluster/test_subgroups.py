@@ -22,6 +22,7 @@ from app.core.groups import (
     VOLCANO_GROUP_ANNOTATIONS,
     VOLCANO_TASK_ANNOTATION,
 )
+from app.core.topology.domains import HOSTNAME
 from app.core.topology.sources import (
     KUEUE_POD_INDEX,
     KUEUE_REQUIRED,
@@ -31,9 +32,11 @@ from app.core.topology.sources import (
 )
 from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import Kube
+from tests.cluster.session import Extender
 
 RACK = "example.com/rack"
 BLOCK = "example.com/block"
+PARTITION = "volcano.sh/partition-id"
 
 
 @contextlib.contextmanager
@@ -198,3 +201,48 @@ def test_a_role_that_fits_no_node_holds_the_gang_and_its_siblings_hear_the_role(
                 what=f"{worker}'s FailedScheduling naming role head",
             )
         stays_unbound(kube, namespace)
+
+
+def test_volcano_sub_groups_of_three_on_racks_of_four_land_three_and_three(
+    kube: Kube, namespace: str, extender: Extender
+) -> None:
+    """subGroupPolicy with its own networkTopology (hard, tier 1 = the rack, the first
+    configured level above the node): each partition of 3 in one rack."""
+    previous = extender.extra_args
+    with racks(kube, {"r0": ("b0", 4), "r1": ("b0", 4)}) as rack_of:
+        try:
+            extender.restart(*previous, "--topology-levels", f"{HOSTNAME},{RACK},{BLOCK}")
+            policy = {
+                "name": "worker",
+                "subGroupSize": 3,
+                "minSubGroups": 2,
+                "labelSelector": {"matchLabels": {VOLCANO_TASK_ANNOTATION: "worker"}},
+                "matchLabelKeys": [PARTITION],
+                "networkTopology": {"mode": "hard", "highestTierAllowed": 1},
+            }
+            create_group(
+                kube.custom,
+                VOLCANO_API,
+                namespace,
+                "job",
+                {"minMember": 6, "queue": "default", "subGroupPolicy": [policy]},
+            )
+            for i in range(6):
+                kube.create_pod(
+                    namespace,
+                    f"job-{i}",
+                    cpu="1",
+                    labels={VOLCANO_TASK_ANNOTATION: "worker", PARTITION: str(i // 3)},
+                    annotations={VOLCANO_GROUP_ANNOTATIONS[0]: "job"},
+                )
+            bound = wait_bound(kube, namespace, "job-", 6)
+            first, second = slice_racks(bound, rack_of, "job-", 3)
+            assert first != second, bound
+            event = wait_for(
+                functools.partial(told, kube, namespace, "places its sub-groups"),
+                30,
+                "the TopologyPlaced event naming each sub-group's rack",
+            )
+            assert f"worker-0 in rack {first}" in event and f"worker-1 in rack {second}" in event
+        finally:
+            extender.restart(*previous)

@@ -10,9 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.contention import Contest, Gang, Holder, Ruling
-from app.core.groups import VOLCANO_GROUP_ANNOTATIONS, VOLCANO_TASK_ANNOTATION, group_ref_of_pod
+from app.core.groups import (
+    VOLCANO_GROUP_ANNOTATIONS,
+    VOLCANO_TASK_ANNOTATION,
+    PodGroupSpecError,
+    group_ref_of_pod,
+    spec_from_volcano,
+)
 from app.core.packing import Bin, Demand
-from app.core.topology.domains import TopologyConstraint, TopologyError, Where
+from app.core.topology.domains import TopologyConstraint, TopologyError, Where, levels_to_try
 from app.core.topology.sources import (
     JOB_COMPLETION_INDEX,
     KUEUE_POD_INDEX,
@@ -23,7 +29,7 @@ from app.core.topology.sources import (
     rank_of,
     slices_from_annotations,
 )
-from app.core.topology.subgroups import GangTree, Member, Slicing, tree_of
+from app.core.topology.subgroups import GangShape, GangTree, Member, Slicing, tree_of
 from app.core.topology.tree import choose, place_tree
 
 HOST = "kubernetes.io/hostname"
@@ -52,7 +58,7 @@ def slices_gang(
 ) -> tuple[Gang, GangTree]:
     slicing = Slicing(layers, "test")
     members = [Member(f"{key}-{i}", rank=i) for i in range(count)]
-    tree = tree_of(key, slicing, (), count, members)
+    tree = tree_of(key, GangShape(slicing), count, members)
     assert tree is not None
     demands = tuple(Demand(m.key, cpu(cores)) for m in members)
     return Gang(key, 0, 0.0, demands, count), tree
@@ -132,7 +138,7 @@ def test_bad_slice_annotations_say_what_to_fix(annotations: dict[str, str], word
 
 def test_a_slice_larger_than_the_gang_is_refused() -> None:
     with pytest.raises(TopologyError, match="slice size must be at most the gang's size"):
-        tree_of("ml/a", Slicing(((RACK, 8),), "annotation"), (), 6, [])
+        tree_of("ml/a", GangShape(Slicing(((RACK, 8),), "annotation")), 6, [])
 
 
 def test_the_rank_comes_from_kueue_labels_or_the_job_index() -> None:
@@ -238,7 +244,7 @@ def test_a_restarted_member_goes_back_to_its_slice_rack() -> None:
         Member("ml/p-2", 2),
         Member("ml/p-3", 3),
     ]
-    tree = tree_of("ml/p", slicing, (), 4, members)
+    tree = tree_of("ml/p", GangShape(slicing), 4, members)
     assert tree is not None
     demands = tuple(Demand(m.key, cpu(1)) for m in members[1:])
     placed = place_tree(Gang("ml/p", 0, 0.0, demands, 3), None, tree, Contest(bins), 0.0, 60.0)
@@ -250,7 +256,7 @@ def test_a_restarted_member_goes_back_to_its_slice_rack() -> None:
 def test_a_role_that_fits_no_node_holds_the_gang_and_is_named() -> None:
     bins = racks({"r0": [4, 4]})
     members = [Member("ml/big-head", task="head"), Member("ml/big-w0", task="worker")]
-    tree = tree_of("ml/big", None, (("head", 1), ("worker", 1)), 2, members)
+    tree = tree_of("ml/big", GangShape(roles=(("head", 1), ("worker", 1))), 2, members)
     assert tree is not None
     demands = (Demand("ml/big-head", cpu(6)), Demand("ml/big-w0", cpu(1)))
     placed = place_tree(Gang("ml/big", 0, 0.0, demands, 2), None, tree, Contest(bins), 0.0, 60.0)
@@ -265,7 +271,7 @@ def test_the_members_chosen_meet_every_role_minimum_before_the_gangs() -> None:
         Member("g/head", task="head"),
         *(Member(f"g/w{i}", task="worker") for i in range(4)),
     ]
-    tree = tree_of("g", None, (("head", 1), ("worker", 2)), 3, members)
+    tree = tree_of("g", GangShape(roles=(("head", 1), ("worker", 2))), 3, members)
     assert tree is not None
     # Workers are smaller: a flat choice of 3 would take three workers and no head.
     demands = (Demand("g/head", cpu(2)), *(Demand(f"g/w{i}", cpu(1)) for i in range(4)))
@@ -343,3 +349,104 @@ def test_a_volcano_task_is_read_from_the_label_when_the_annotation_is_absent() -
     meta["annotations"][VOLCANO_TASK_ANNOTATION] = "head"
     ref = group_ref_of_pod("ml", meta, {})
     assert ref is not None and ref.task == "head"
+
+
+# ---- Volcano subGroupPolicy -----------------------------------------------------------
+
+PARTITION = "volcano.sh/partition-id"
+
+
+def worker_policy(**extra: object) -> dict[str, object]:
+    return {
+        "name": "worker",
+        "subGroupSize": 3,
+        "minSubGroups": 2,
+        "labelSelector": {"matchLabels": {VOLCANO_TASK_ANNOTATION: "worker"}},
+        "matchLabelKeys": [PARTITION],
+        "networkTopology": {"mode": "hard", "highestTierAllowed": 1},
+    } | extra
+
+
+def job_spec(min_member: int) -> dict[str, object]:
+    return {"minMember": min_member, "subGroupPolicy": [worker_policy()]}
+
+
+def test_volcano_sub_group_policy_is_read_with_its_own_network_topology() -> None:
+    spec = spec_from_volcano(
+        "volcano:ml/job", {"minMember": 6, "subGroupPolicy": [worker_policy()]}
+    )
+    (policy,) = spec.sub_group_policy
+    assert (policy.name, policy.size, policy.min_sub_groups, policy.keys) == (
+        "worker",
+        3,
+        2,
+        (PARTITION,),
+    )
+    assert policy.constraint is not None and policy.constraint.tier == 1
+    assert "spec.subGroupPolicy[0].networkTopology" in policy.constraint.origin
+    labels = {VOLCANO_TASK_ANNOTATION: "worker", PARTITION: "1"}
+    assert policy.path_of(labels) == ("worker-1",)
+    assert policy.path_of({VOLCANO_TASK_ANNOTATION: "ps", PARTITION: "1"}) is None
+    assert policy.path_of({VOLCANO_TASK_ANNOTATION: "worker"}) is None  # no key value: none
+
+
+@pytest.mark.parametrize(
+    ("policy", "words"),
+    [
+        ({"subGroupSize": 3}, r"subGroupPolicy\[0\]\.name must name the policy"),
+        (worker_policy(subGroupSize=0), r"subGroupSize must be an integer between 1"),
+        (worker_policy(minSubGroups=-1), r"minSubGroups must be an integer between 0"),
+        (worker_policy(matchLabelKeys="x"), r"matchLabelKeys must be a list"),
+        (worker_policy(networkTopology={"mode": "wild"}), r"networkTopology.mode must be hard"),
+        (
+            worker_policy(labelSelector={"matchExpressions": [{"key": "a", "operator": "Is"}]}),
+            r"operator of In, NotIn, Exists, DoesNotExist",
+        ),
+    ],
+)
+def test_bad_sub_group_policies_name_the_field(policy: dict[str, object], words: str) -> None:
+    with pytest.raises(PodGroupSpecError, match=words):
+        spec_from_volcano("volcano:ml/job", {"subGroupPolicy": [policy]})
+
+
+def policy_members(partitions: dict[str, int]) -> list[Member]:
+    members = []
+    for partition, count in partitions.items():
+        for i in range(count):
+            labels = {VOLCANO_TASK_ANNOTATION: "worker", PARTITION: partition}
+            members.append(Member(f"ml/w{partition}-{i}", labels=labels))
+    return members
+
+
+def test_a_required_sub_group_short_of_its_size_holds_the_gang() -> None:
+    spec = spec_from_volcano(
+        "volcano:ml/job", {"minMember": 5, "subGroupPolicy": [worker_policy()]}
+    )
+    shape = GangShape(policies=spec.sub_group_policy)
+    with pytest.raises(TopologyError, match=r"sub-group worker-1 .* has 2 pod"):
+        tree_of("volcano:ml/job", shape, 5, policy_members({"0": 3, "1": 2}))
+
+
+def test_sub_groups_of_a_policy_land_three_and_three_on_racks_of_four() -> None:
+    spec = spec_from_volcano(
+        "volcano:ml/job", {"minMember": 6, "subGroupPolicy": [worker_policy()]}
+    )
+    members = policy_members({"0": 3, "1": 3})
+    tree = tree_of("volcano:ml/job", GangShape(policies=spec.sub_group_policy), 6, members)
+    assert tree is not None and [g.path for g in tree.groups] == [("worker-0",), ("worker-1",)]
+    bins = racks({"r0": [1, 1, 1, 1], "r1": [1, 1, 1, 1]})
+    demands = tuple(Demand(m.key, cpu(1)) for m in members)
+    placed = place_tree(
+        Gang("volcano:ml/job", 0, 0.0, demands, 6),
+        None,
+        tree,
+        Contest(bins),
+        0.0,
+        60.0,
+        lambda c: levels_to_try(c, LEVELS),
+    )
+    assert placed.decision.verdict is Ruling.ADMIT
+    where = racks_of(dict(placed.decision.plan), bins)
+    assert len({where[f"ml/w0-{i}"] for i in range(3)}) == 1
+    assert len({where[f"ml/w1-{i}"] for i in range(3)}) == 1
+    assert where["ml/w0-0"] != where["ml/w1-0"]

@@ -181,3 +181,38 @@ def test_a_role_that_fits_no_node_holds_the_gang_and_every_member_hears_the_role
             "the largest free is cpu 1, memory 8Gi"
         )
     assert world.arbiter.claims == {}
+
+
+def test_each_volcano_sub_group_is_held_to_its_own_rack() -> None:
+    world = World()
+    policy = {
+        "name": "worker",
+        "subGroupSize": 3,
+        "minSubGroups": 2,
+        "matchLabelKeys": ["volcano.sh/partition-id"],
+        "networkTopology": {"mode": "hard", "highestTierAllowed": 1},
+    }
+    world.state.apply_podgroup(
+        {
+            "apiVersion": VOLCANO_API.api_version,
+            "kind": VOLCANO_API.kind,
+            "metadata": {"name": "big", "namespace": "default", "uid": "pg-big"},
+            "spec": {"minMember": 6, "subGroupPolicy": [policy]},
+        },
+        VOLCANO_API.source,
+    )
+    members = []
+    for i in range(6):
+        raw = volcano_member(f"big-{i}", "worker", "1")
+        raw["metadata"]["labels"]["volcano.sh/partition-id"] = str(i // 3)
+        members.append(raw)
+        world.state.apply_pod(raw)
+    seen = []
+    for raw in members:
+        passed = world.filter(raw)["NodeNames"]
+        (rack,) = {name.split("-")[0] for name in passed}
+        seen.append(rack)
+    assert seen[0] == seen[1] == seen[2] != seen[3] == seen[4] == seen[5]
+    (claim,) = world.arbiter.snapshot()["claims"]
+    assert [g["path"] for g in claim["subGroups"]] == ["worker-0", "worker-1"]
+    assert "network tier 1" in claim["subGroups"][0]["constraint"]

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from app.core.placement import Requirement, requirement_matches
 from app.core.topology.domains import Domain, TopologyConstraint, TopologyError, short_level
 from app.core.topology.sources import (
     KUEUE_SLICE_CONSTRAINTS,
@@ -98,6 +99,44 @@ def slicing_of(
 
 
 @dataclass(frozen=True, slots=True)
+class SubGroupPolicy:
+    """One entry of a Volcano PodGroup's spec.subGroupPolicy (volcano-sh/apis v1beta1)."""
+
+    name: str
+    # subGroupSize: the pods a sub-group needs to count as ready.
+    size: int
+    # minSubGroups: how many of its sub-groups must be ready (0: none is required).
+    min_sub_groups: int
+    # labelSelector (ANDed requirements; empty: every pod) and matchLabelKeys.
+    selector: tuple[Requirement, ...]
+    keys: tuple[str, ...]
+    # Its own networkTopology (not the PodGroup's: Volcano does not inherit it).
+    constraint: TopologyConstraint | None = None
+
+    def path_of(self, labels: Mapping[str, str]) -> Path | None:
+        """The member's sub-group, None when this policy does not take it.
+
+        As Volcano's scheduler reads it: the selector must match and every key
+        carry a value; a policy with no matchLabelKeys takes no pod.
+        """
+        if not self.keys or not all(requirement_matches(r, "", labels) for r in self.selector):
+            return None
+        values = [labels.get(key) for key in self.keys]
+        if not all(values):
+            return None
+        return (f"{self.name}-{'-'.join(v for v in values if v)}",)
+
+
+@dataclass(frozen=True, slots=True)
+class GangShape:
+    """What a gang declares of its sub-groups, whichever source (tree_of() reads it)."""
+
+    slicing: Slicing | None = None
+    policies: tuple[SubGroupPolicy, ...] = ()
+    roles: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class SubGroup:
     """A node of the tree below the gang: its members are those whose path starts with `path`."""
 
@@ -118,6 +157,8 @@ class Member(NamedTuple):
     rank: int | None = None
     task: str = ""
     node: str = ""
+    # Its labels (Volcano's subGroupPolicy matches them).
+    labels: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,48 +188,101 @@ class GangTree:
 
 def tree_of(
     key: str,
-    slicing: Slicing | None,
-    roles: Sequence[tuple[str, int]],
+    shape: GangShape,
     count: int,
     members: Iterable[Member],
 ) -> GangTree | None:
-    """The gang's tree: slices when it has them, else its roles; None for a flat gang.
+    """The gang's tree: its slices, else its sub-group policies, else its roles; None: flat.
 
     count: the gang's size (minMember; Kueue's pod-group-total-count). Raises
-    TopologyError for a slice larger than the gang.
+    TopologyError for a slice larger than the gang, or a sub-group Volcano
+    would never count ready (fewer pods than its subGroupSize).
     """
-    if slicing is None and not roles:
+    if shape.slicing is not None:
+        found = _slices(key, shape.slicing, count, members)
+    elif shape.policies:
+        found = _policies(shape.policies, members)
+    elif shape.roles:
+        found = _roles(shape.roles, members)
+    else:
         return None
+    groups, paths, placed = found
+    ordered = tuple(sorted(groups.values(), key=lambda g: (len(g.path), g.path)))
+    return GangTree(ordered, paths, tuple(placed))
+
+
+_Found = tuple[dict[Path, SubGroup], dict[str, Path], list[tuple[Path, str]]]
+
+
+def _slices(key: str, slicing: Slicing, count: int, members: Iterable[Member]) -> _Found:
+    slicing.check(key, count)
+    levels = [TopologyConstraint(level, True, origin=slicing.origin) for level, _ in slicing.layers]
     groups: dict[Path, SubGroup] = {}
     paths: dict[str, Path] = {}
     placed: list[tuple[Path, str]] = []
-    if slicing is not None:
-        slicing.check(key, count)
-        levels = [
-            TopologyConstraint(level, True, origin=slicing.origin) for level, _ in slicing.layers
-        ]
-        for member in members:
-            path = slicing.path(member.rank, count)
-            if not path:
+    for member in members:
+        path = slicing.path(member.rank, count)
+        if not path:
+            continue
+        for depth, (_, size) in enumerate(slicing.layers):
+            prefix = path[: depth + 1]
+            if prefix not in groups:
+                groups[prefix] = SubGroup(prefix, size, levels[depth])
+        paths[member.key] = path
+        if member.node:
+            placed.append((path, member.node))
+    return groups, paths, placed
+
+
+def _roles(roles: Sequence[tuple[str, int]], members: Iterable[Member]) -> _Found:
+    groups: dict[Path, SubGroup] = {
+        (task,): SubGroup((task,), need, None, ROLE) for task, need in roles
+    }
+    paths: dict[str, Path] = {}
+    placed: list[tuple[Path, str]] = []
+    for member in members:
+        if (member.task,) in groups:
+            paths[member.key] = (member.task,)
+            if member.node:
+                placed.append(((member.task,), member.node))
+    return groups, paths, placed
+
+
+def _policies(policies: Sequence[SubGroupPolicy], members: Iterable[Member]) -> _Found:
+    """Volcano: a sub-group per policy and distinct values of its matchLabelKeys.
+
+    The first `minSubGroups` sub-groups of a policy (by name) must each reach
+    subGroupSize; the others may start short (Volcano: at least that many whole).
+    """
+    paths: dict[str, Path] = {}
+    placed: list[tuple[Path, str]] = []
+    counts: dict[Path, int] = {}
+    policy_of: dict[Path, SubGroupPolicy] = {}
+    for member in members:
+        for policy in policies:
+            path = policy.path_of(member.labels or {})
+            if path is None:
                 continue
-            for depth, (_, size) in enumerate(slicing.layers):
-                prefix = path[: depth + 1]
-                if prefix not in groups:
-                    groups[prefix] = SubGroup(prefix, size, levels[depth])
             paths[member.key] = path
+            counts[path] = counts.get(path, 0) + 1
+            policy_of[path] = policy
             if member.node:
                 placed.append((path, member.node))
-    else:
-        minimum = dict(roles)
-        for task, need in roles:
-            groups[(task,)] = SubGroup((task,), need, None, ROLE)
-        for member in members:
-            if member.task in minimum:
-                paths[member.key] = (member.task,)
-                if member.node:
-                    placed.append(((member.task,), member.node))
-    ordered = tuple(sorted(groups.values(), key=lambda g: (len(g.path), g.path)))
-    return GangTree(ordered, paths, tuple(placed))
+            break
+    groups: dict[Path, SubGroup] = {}
+    for policy in policies:
+        own = sorted(path for path, p in policy_of.items() if p is policy)
+        for i, path in enumerate(own):
+            required = i < policy.min_sub_groups
+            if required and counts[path] < policy.size:
+                raise TopologyError(
+                    f"sub-group {path[-1]} (subGroupPolicy {policy.name}) has {counts[path]} "
+                    f"pod(s), fewer than its subGroupSize {policy.size}: Volcano never counts "
+                    "it ready; create its missing pods or lower subGroupSize"
+                )
+            size = policy.size if required else 0
+            groups[path] = SubGroup(path, size, policy.constraint, "sub-group")
+    return groups, paths, placed
 
 
 def groups_message(

@@ -26,10 +26,12 @@ from app.core.placement import ANY_NODE, Placement
 from app.core.resources import Resources, fits, format_resources, total_of
 from app.core.topology.domains import (
     Domain,
+    TopologyConstraint,
     Where,
     by_domain,
     common_domain,
     fullest_first,
+    level_origin,
     place,
     short_level,
 )
@@ -50,6 +52,16 @@ class TreePlaced:
     no_domain: bool = False
 
 
+Resolve = Callable[[TopologyConstraint], tuple[list[str], bool]]
+"""A sub-group's constraint as levels to try, lowest first, and whether "anywhere" follows
+(domains.levels_to_try with the configured levels and HyperNode tiers)."""
+
+
+def by_key(constraint: TopologyConstraint) -> tuple[list[str], bool]:
+    """The default Resolve: the constraint's own node label (no tiers)."""
+    return ([constraint.key] if constraint.key else []), not constraint.required
+
+
 def place_tree(
     candidate: Gang,
     where: Where | None,
@@ -57,6 +69,7 @@ def place_tree(
     contest: Contest,
     now: float,
     aging_seconds: float,
+    resolve: Resolve = by_key,
 ) -> TreePlaced:
     """Admit `candidate` with each sub-group whole in one domain of its level (module doc).
 
@@ -72,11 +85,11 @@ def place_tree(
     admitted: dict[Path, Domain] = {}
 
     def decide_in(inside: Contest, domain: Domain | None) -> Decision:
-        assigner = _Assigner(tree, chosen, labels.get)
+        assigner = _Assigner(tree, chosen, labels.get, resolve)
         domains = assigner.run(room_left(inside.free, inside.holders, inside.positions))
         if domains is None and inside.holders:
             # Not even with what other gangs hold now: is it theirs (wait) or the cluster's?
-            domains = _Assigner(tree, chosen, labels.get).run(inside.free)
+            domains = _Assigner(tree, chosen, labels.get, resolve).run(inside.free)
         if domains is None:
             return Decision(Ruling.SHORT, message=assigner.why(candidate.key, domain))
         held = tuple(_held_to(d, tree, domains) for d in chosen)
@@ -184,8 +197,10 @@ class _Assigner:
         tree: GangTree,
         chosen: Sequence[Demand],
         labels_of: Callable[[str], Mapping[str, str] | None],
+        resolve: Resolve,
     ) -> None:
         self._labels_of = labels_of
+        self._resolve = resolve
         known = {g.path for g in tree.groups}
         self._children: dict[Path, list[SubGroup]] = {}
         for group in tree.groups:
@@ -210,7 +225,7 @@ class _Assigner:
                 self._pins[group.path] = nodes
         self.domains: dict[Path, Domain] = {}
         # The outermost sub-group no domain could hold, and in which parent domain.
-        self._failed: SubGroup | None = None
+        self._failed: tuple[SubGroup, list[str]] | None = None
         # The members left over where no sub-group was to blame, and their packing.
         self._short: tuple[Packing, list[Demand]] | None = None
 
@@ -253,42 +268,44 @@ class _Assigner:
         constraint = child.constraint
         if constraint is None:
             return self._assign(child.path, bins)
-        level = constraint.key
-        groups = by_domain(bins, level)
-        pins = self._pins.get(child.path)
-        if pins:
-            pin = common_domain(pins, lambda node: self._labels_of(node) or {}, level)
-            order = [pin] if pin is not None and pin in groups else []
-        else:
-            order = fullest_first(groups, total_of(d.requests for d in demands))
-        for value in order:
-            inside = groups[value]
-            trial = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in inside]
-            plan = self._assign(child.path, trial)
-            if plan is None:
-                continue
-            take(inside, plan, demands)
-            self.domains[child.path] = Domain(level, value)
-            return plan
-        if not constraint.required:
+        levels, anywhere = self._resolve(constraint)
+        for level in levels:  # lowest first
+            groups = by_domain(bins, level)
+            pins = self._pins.get(child.path)
+            if pins:
+                pin = common_domain(pins, lambda node: self._labels_of(node) or {}, level)
+                order = [pin] if pin is not None and pin in groups else []
+            else:
+                order = fullest_first(groups, total_of(d.requests for d in demands))
+            for value in order:
+                inside = groups[value]
+                trial = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in inside]
+                plan = self._assign(child.path, trial)
+                if plan is None:
+                    continue
+                take(inside, plan, demands)
+                self.domains[child.path] = Domain(level, value)
+                return plan
+        if anywhere:
             return self._assign(child.path, bins)  # preferred: anywhere inside its parent
-        self._failed = child
+        self._failed = (child, levels)
         return None
 
     def why(self, key: str, domain: Domain | None) -> str:
         """The sub-group that found no domain, for the members' FailedScheduling messages."""
-        failed = self._failed
         inside = f" inside {domain.describe()}" if domain is not None else ""
-        if failed is None or failed.constraint is None:
+        if self._failed is None or self._failed[0].constraint is None:
             if self._short is None:
                 return f"gang {key} does not fit{inside}"
             packing, demands = self._short
             return packing.describe(key, demands) + inside
+        failed, levels = self._failed
+        assert failed.constraint is not None
         demands = self._under[failed.path]
         need: Resources = {
             n: v for n, v in total_of(d.requests for d in demands).items() if v and n != "pods"
         }
-        level = short_level(failed.constraint.key)
+        level = " or ".join(short_level(lv) for lv in levels) or "topology level"
         text = (
             f"gang {key} needs {failed.describe()} ({len(demands)} member(s), "
             f"{format_resources(need)}) whole in one {level}{inside} "
@@ -296,8 +313,10 @@ class _Assigner:
         )
         if failed.path in self._pins:
             return text + f"; its placed members pin it to their {level}, which has no room now"
+        if not levels:
+            return text + "; no topology level is configured for it (--topology-levels)"
         return (
             text
-            + f"; no {level} has room for it now (a {level} is the nodes sharing label "
-            + (f"{failed.constraint.key}); it stays pending, nothing is reserved")
+            + f"; no {level} has room for it now (nodes without the {level_origin(levels[-1])} "
+            "belong to none); it stays pending, nothing is reserved"
         )
