@@ -458,6 +458,42 @@ async def admitted_afresh(
     return samples
 
 
+RACK, BLOCK = "example.com/rack", "example.com/block"
+
+
+def racked_state(nodes: int, pods: int) -> ClusterState:
+    """Nodes in racks of 20, blocks of 200 and zones of 1,250, running pods/nodes 1-CPU pods."""
+    state = ClusterState()
+    labelled = []
+    for i in range(nodes):
+        raw = node(i)
+        raw["metadata"]["labels"] = {
+            HOSTNAME: f"node-{i}",
+            RACK: f"r{i // 20}",
+            BLOCK: f"b{i // 200}",
+            ZONE: f"z{i // 1250}",
+        }
+        labelled.append(raw)
+    state.replace_nodes(labelled)
+    state.replace_pods([pod(f"p{i}", node_name=f"node-{i % nodes}") for i in range(pods)])
+    return state
+
+
+def topology_arbiter(state: ClusterState) -> tuple[Arbiter, FastAPI]:
+    """An arbiter with the levels hostname, rack, block, zone, and the verbs' app over it."""
+    metrics = Metrics()
+    admission = Admission(3)
+    gate = PermitGate(state, admission, NullApi(), metrics)
+    arbiter = Arbiter(
+        state,
+        admission,
+        gate,
+        lambda spec: 60.0,
+        settings=ArbiterSettings(levels=(HOSTNAME, RACK, BLOCK, ZONE)),
+    )
+    return arbiter, arbiter_app(state, admission, gate, metrics, arbiter)
+
+
 async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     """The filter verb admitting a fresh gang of 8 (--gang-feasibility), with topology or not.
 
@@ -466,7 +502,7 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     call admits the gang afresh (its claim is dropped in between): the
     whole-gang check over every node, then per candidate domain.
     """
-    rack, block = "example.com/rack", "example.com/block"
+    rack = RACK
 
     def member(group: str, i: int) -> dict[str, Any]:
         if group != "hypernode":
@@ -475,19 +511,7 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
         raw["metadata"]["annotations"] = {VOLCANO_GROUP_ANNOTATIONS[0]: group}
         return raw
 
-    state = ClusterState()
-    labelled = []
-    for i in range(nodes):
-        raw = node(i)
-        raw["metadata"]["labels"] = {
-            HOSTNAME: f"node-{i}",
-            rack: f"r{i // 20}",
-            block: f"b{i // 200}",
-            ZONE: f"z{i // 1250}",
-        }
-        labelled.append(raw)
-    state.replace_nodes(labelled)
-    state.replace_pods([pod(f"p{i}", node_name=f"node-{i % nodes}") for i in range(pods)])
+    state = racked_state(nodes, pods)
     constraints = {
         "flat": None,
         "required": KUEUE_REQUIRED,
@@ -539,17 +563,7 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     state.replace_hypernodes(hypernodes)
     relabel_ms = (time.perf_counter() - began) * 1000
     print(f"  {'HyperNodes read, every node relabelled':<58} {relabel_ms:8.1f} ms")
-    metrics = Metrics()
-    admission = Admission(3)
-    gate = PermitGate(state, admission, NullApi(), metrics)
-    arbiter = Arbiter(
-        state,
-        admission,
-        gate,
-        lambda spec: 60.0,
-        settings=ArbiterSettings(levels=(HOSTNAME, rack, block, ZONE)),
-    )
-    app = arbiter_app(state, admission, gate, metrics, arbiter)
+    arbiter, app = topology_arbiter(state)
     names = [f"node-{i}" for i in range(nodes)]
     out: dict[str, Any] = {}
     async with httpx.AsyncClient(
@@ -580,19 +594,8 @@ async def slice_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     member asks for 40 of a node's 64 CPUs (one per node), so a slice of 16
     needs most of a rack.
     """
-    rack, block = "example.com/rack", "example.com/block"
-    state = ClusterState()
-    labelled = []
-    for i in range(nodes):
-        raw = node(i)
-        raw["metadata"]["labels"] = {
-            HOSTNAME: f"node-{i}",
-            rack: f"r{i // 20}",
-            block: f"b{i // 200}",
-        }
-        labelled.append(raw)
-    state.replace_nodes(labelled)
-    state.replace_pods([pod(f"p{i}", node_name=f"node-{i % nodes}") for i in range(pods)])
+    rack, block = RACK, BLOCK
+    state = racked_state(nodes, pods)
     slices = {KUEUE_SLICE_REQUIRED: rack, KUEUE_SLICE_SIZE: "16"}
 
     def member(group: str, i: int) -> dict[str, Any]:
@@ -607,17 +610,7 @@ async def slice_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
         state.apply_podgroup({"metadata": meta, "spec": {"minMember": 64}})
         for i in range(64):
             state.apply_pod(member(name, i))
-    metrics = Metrics()
-    admission = Admission(3)
-    gate = PermitGate(state, admission, NullApi(), metrics)
-    arbiter = Arbiter(
-        state,
-        admission,
-        gate,
-        lambda spec: 60.0,
-        settings=ArbiterSettings(levels=(HOSTNAME, rack, block, ZONE)),
-    )
-    app = arbiter_app(state, admission, gate, metrics, arbiter)
+    arbiter, app = topology_arbiter(state)
     names = [f"node-{i}" for i in range(nodes)]
     out: dict[str, Any] = {}
     async with httpx.AsyncClient(

@@ -68,15 +68,6 @@ def kueue_gang(
         )
 
 
-def wait_bound(kube: Kube, namespace: str, prefix: str, count: int) -> dict[str, str]:
-    def bound() -> dict[str, str] | None:
-        placed = {p: n for p, n in kube.bound(namespace).items() if p.startswith(prefix)}
-        return placed if len(placed) == count else None
-
-    result: dict[str, str] = wait_for(bound, 60, f"{count} members of {prefix} bound")
-    return result
-
-
 def told(kube: Kube, namespace: str, text: str, pod: str | None = None) -> str | None:
     return next((e for e in kube.events(namespace, pod) if text in e), None)
 
@@ -102,7 +93,7 @@ def slice_racks(
 def test_slices_of_three_on_racks_of_four_land_three_and_three(kube: Kube, namespace: str) -> None:
     with racks(kube, {"r0": ("b0", 4), "r1": ("b0", 4)}) as rack_of:
         kueue_gang(kube, namespace, "train", 6, {KUEUE_SLICE_REQUIRED: RACK, KUEUE_SLICE_SIZE: "3"})
-        bound = wait_bound(kube, namespace, "train-", 6)
+        bound = kube.wait_bound(namespace, "train-", 6)
         first, second = slice_racks(bound, rack_of, "train-", 3)
         assert first != second, bound
         event = wait_for(
@@ -140,7 +131,7 @@ def test_slices_of_four_go_to_racks_inside_the_one_block_whose_racks_hold_them(
             KUEUE_SLICE_SIZE: "4",
         }
         kueue_gang(kube, namespace, "big", 8, annotations)
-        bound = wait_bound(kube, namespace, "big-", 8)
+        bound = kube.wait_bound(namespace, "big-", 8)
         assert sorted(slice_racks(bound, rack_of, "big-", 4)) == ["a0", "a1"], bound
 
 
@@ -149,7 +140,7 @@ def test_nested_slices_from_the_json_list(kube: Kube, namespace: str) -> None:
     with racks(kube, layout) as rack_of:
         listed = [{"topology": BLOCK, "size": 4}, {"topology": RACK, "size": 2}]
         kueue_gang(kube, namespace, "n", 4, {KUEUE_SLICE_CONSTRAINTS: json.dumps(listed)})
-        bound = wait_bound(kube, namespace, "n-", 4)
+        bound = kube.wait_bound(namespace, "n-", 4)
         assert sorted(slice_racks(bound, rack_of, "n-", 2)) == ["a0", "a1"], bound
 
 
@@ -235,7 +226,7 @@ def test_volcano_sub_groups_of_three_on_racks_of_four_land_three_and_three(
                     labels={VOLCANO_TASK_ANNOTATION: "worker", PARTITION: str(i // 3)},
                     annotations={VOLCANO_GROUP_ANNOTATIONS[0]: "job"},
                 )
-            bound = wait_bound(kube, namespace, "job-", 6)
+            bound = kube.wait_bound(namespace, "job-", 6)
             first, second = slice_racks(bound, rack_of, "job-", 3)
             assert first != second, bound
             event = wait_for(

@@ -8,13 +8,17 @@ constraint, app/core/topology/domains.py); below it are optional sub-groups:
   three nested layers (block slices of 8 made of rack slices of 4). As in
   Kueue, the ranks past the last whole slice (a size that does not divide
   the gang) belong to no slice: they go anywhere in the gang's domain;
+- Volcano subGroupPolicy sub-groups (app/core/topology/subgroup_sources.py):
+  one per policy and distinct values of its matchLabelKeys, subGroupSize
+  pods each, in one domain of the policy's own networkTopology;
 - roles (Volcano minTaskMember): named groups with their own minimum and no
   level of their own.
 
 A flat gang is a tree of one node (tree_of() says None): domains.place()
 alone places it, as before. A member's *path* names the sub-groups it
 belongs to, outermost first: ("block-0", "rack-1") for rank 5 of slices
-[block 8, rack 4], ("head",) for role head, () for none. Placing the tree
+[block 8, rack 4], ("worker-1",) for partition 1 of policy worker,
+("head",) for role head, () for none. Placing the tree
 is app/core/topology/tree.py's job.
 """
 
