@@ -315,14 +315,17 @@ def spec_from_volcano(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
             tasks.append((str(task), count))
     queue = spec.get("queue")
     priority_class = spec.get("priorityClassName")
+    policies = _topology(key, policies_from_volcano, spec)
     return GroupSpec(
         key=key,
-        min_member=min_member,
+        # Volcano's sub-group check needs minSubGroups x subGroupSize pods ready per policy:
+        # the gang never starts (nor the gate binds) with fewer.
+        min_member=max(min_member, sum(p.min_sub_groups * p.size for p in policies)),
         min_resources=_min_resources(key, spec),
         source=SOURCE_VOLCANO,
         topology=_topology(key, constraint_from_volcano, spec),
         min_task_member=tuple(tasks),
-        sub_group_policy=_topology(key, policies_from_volcano, spec),
+        sub_group_policy=policies,
         queue=queue if isinstance(queue, str) and queue else None,
         priority_class_name=priority_class if isinstance(priority_class, str) else None,
     )

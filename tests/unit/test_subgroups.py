@@ -450,3 +450,10 @@ def test_sub_groups_of_a_policy_land_three_and_three_on_racks_of_four() -> None:
     assert len({where[f"ml/w0-{i}"] for i in range(3)}) == 1
     assert len({where[f"ml/w1-{i}"] for i in range(3)}) == 1
     assert where["ml/w0-0"] != where["ml/w1-0"]
+
+
+def test_a_volcano_gang_never_starts_below_its_required_sub_groups_pods() -> None:
+    spec = spec_from_volcano(
+        "volcano:ml/job", {"minMember": 2, "subGroupPolicy": [worker_policy()]}
+    )
+    assert spec.min_member == 6  # minSubGroups 2 x subGroupSize 3
