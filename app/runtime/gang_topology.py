@@ -32,9 +32,11 @@ from app.core.topology.sources import constraint_of
 from app.core.topology.subgroups import (
     GangShape,
     GangTree,
+    HeldGroup,
     Member,
     Path,
     groups_message,
+    held_groups,
     slicing_of,
     tree_of,
 )
@@ -45,8 +47,8 @@ from app.runtime.revision import Revision
 if TYPE_CHECKING:
     from app.runtime.line import Candidate
 
-Held = dict[Path, tuple[Domain, TopologyConstraint]]
-"""Each constrained sub-group's domain and constraint, by path (a claim keeps it)."""
+Held = dict[Path, HeldGroup]
+"""Each constrained sub-group's domain, constraint and members, by path (a claim keeps it)."""
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +142,7 @@ class GangTopology:
             for depth in range(len(path), 0, -1):
                 held = claim.groups.get(path[:depth])
                 if held is not None:
-                    return held
+                    return held.domain, held.constraint
             if claim.domain is None or claim.constraint is None:
                 return None
             return claim.domain, claim.constraint
@@ -184,11 +186,7 @@ class GangTopology:
                 aging_seconds,
                 lambda c: levels_to_try(c, levels, tiers),
             )
-            held = {
-                path: (found, group.constraint)
-                for path, found in placed_tree.groups.items()
-                if (group := tree.group(path)) is not None and group.constraint is not None
-            }
+            held = held_groups(tree, placed_tree.groups, placed_tree.decision.plan)
             return placed_tree.decision, placed_tree.domain, held
         if constraint is None:
             return decide(gang, contest, now, aging_seconds), None, {}

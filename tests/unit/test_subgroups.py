@@ -457,3 +457,47 @@ def test_a_volcano_gang_never_starts_below_its_required_sub_groups_pods() -> Non
         "volcano:ml/job", {"minMember": 2, "subGroupPolicy": [worker_policy()]}
     )
     assert spec.min_member == 6  # minSubGroups 2 x subGroupSize 3
+
+
+@st.composite
+def role_worlds(draw: st.DrawFn) -> tuple[list[Bin], dict[str, tuple[int, int, float]], int]:
+    """Nodes of 0-4 free CPUs; roles (members, minimum, CPUs each); the gang's minMember."""
+    bins = racks({"r0": draw(st.lists(st.sampled_from([0, 1, 2, 4]), min_size=1, max_size=6))})
+    roles: dict[str, tuple[int, int, float]] = {}
+    for name in draw(
+        st.lists(st.sampled_from(["head", "ps", "worker"]), min_size=1, max_size=3, unique=True)
+    ):
+        members = draw(st.integers(1, 4))
+        roles[name] = (members, draw(st.integers(1, members)), draw(st.sampled_from([1, 2, 3])))
+    total = sum(members for members, _, _ in roles.values())
+    floor = sum(minimum for _, minimum, _ in roles.values())
+    return bins, roles, draw(st.integers(floor, total))
+
+
+@given(role_worlds())
+@settings(max_examples=300, deadline=None)
+def test_what_is_placed_meets_every_roles_minimum_or_nothing_is_placed(
+    world: tuple[list[Bin], dict[str, tuple[int, int, float]], int],
+) -> None:
+    bins, roles, min_member = world
+    members = [Member(f"g/{r}-{i}", task=r) for r, (n, _, _) in roles.items() for i in range(n)]
+    tree = tree_of(
+        "g", GangShape(roles=tuple((r, m) for r, (_, m, _) in roles.items())), 0, members
+    )
+    assert tree is not None
+    demands = tuple(Demand(m.key, cpu(roles[m.task][2])) for m in members)
+    placed = place_tree(
+        Gang("g", 0, 0.0, demands, min_member), None, tree, Contest(bins), 0.0, 60.0
+    )
+    plan = dict(placed.decision.plan)
+    if placed.decision.verdict is not Ruling.ADMIT:
+        assert plan == {}
+        return
+    assert len(plan) >= min_member
+    for role, (_, minimum, _) in roles.items():
+        assert sum(1 for key in plan if key.startswith(f"g/{role}-")) >= minimum
+    used = Counter(plan.values())
+    free = {b.name: b.free["cpu"] for b in bins}
+    per = {m.key: int(roles[m.task][2] * 1000) for m in members}
+    for node in used:
+        assert sum(per[k] for k, n in plan.items() if n == node) <= free[node]

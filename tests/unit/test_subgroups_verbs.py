@@ -84,6 +84,8 @@ def test_each_kueue_slice_is_held_to_its_own_rack_and_debug_shows_where() -> Non
         "annotation kueue.x-k8s.io/podset-slice-required-topology"
         in (claim["subGroups"][0]["constraint"])
     )
+    assert claim["subGroups"][0]["members"] == [f"default/train-{i}" for i in range(3)]
+    assert claim["subGroups"][1]["minMember"] == 3
 
 
 def test_no_rack_holding_a_slice_turns_every_member_away_naming_the_slice() -> None:

@@ -289,14 +289,46 @@ def _policies(policies: Sequence[SubGroupPolicy], members: Iterable[Member]) -> 
     return groups, paths, placed
 
 
-def groups_message(
-    key: str, groups: Mapping[Path, tuple[Domain, TopologyConstraint]], limit: int = 8
-) -> str:
+class HeldGroup(NamedTuple):
+    """An admitted gang's sub-group: its domain, what asks for it, its members planned there."""
+
+    domain: Domain
+    constraint: TopologyConstraint
+    members: tuple[str, ...] = ()
+    min_member: int = 0
+
+    def to_json(self, path: Path) -> dict[str, object]:
+        """For /debug/gangs."""
+        return {
+            "path": "/".join(path),
+            "domain": self.domain.to_json(),
+            "constraint": self.constraint.describe(),
+            "minMember": self.min_member,
+            "members": list(self.members),
+        }
+
+
+def held_groups(
+    tree: GangTree, domains: Mapping[Path, Domain], plan: Iterable[str]
+) -> dict[Path, HeldGroup]:
+    """Each constrained sub-group's HeldGroup, from the domains given and the members planned."""
+    planned = sorted(plan)
+    held: dict[Path, HeldGroup] = {}
+    for path, domain in domains.items():
+        group = tree.group(path)
+        if group is None or group.constraint is None:
+            continue
+        members = tuple(k for k in planned if tree.paths.get(k, ())[: len(path)] == path)
+        held[path] = HeldGroup(domain, group.constraint, members, group.min_member)
+    return held
+
+
+def groups_message(key: str, groups: Mapping[Path, HeldGroup], limit: int = 8) -> str:
     """Where each sub-group of an admitted gang went (Event, log), at most `limit` named."""
     ordered = sorted(groups.items(), key=lambda item: (len(item[0]), item[0]))
-    parts = [f"{path[-1]} in {domain.describe()}" for path, (domain, _) in ordered[:limit]]
+    parts = [f"{path[-1]} in {held.domain.describe()}" for path, held in ordered[:limit]]
     more = f" and {len(ordered) - limit} more" if len(ordered) > limit else ""
-    origins = sorted({c.describe() for _, c in groups.values()})
+    origins = sorted({held.constraint.describe() for held in groups.values()})
     return (
         f"gang {key} places its sub-groups each whole in one domain: {', '.join(parts)}{more} "
         f"({'; '.join(origins)})"
