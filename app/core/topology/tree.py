@@ -224,7 +224,8 @@ class _Assigner:
             if nodes:
                 self._pins[group.path] = nodes
         self.domains: dict[Path, Domain] = {}
-        # The outermost sub-group no domain could hold, and in which parent domain.
+        # The last sub-group no domain could hold (the outermost, once the run failed), and
+        # the levels it was tried at.
         self._failed: tuple[SubGroup, list[str]] | None = None
         # The members left over where no sub-group was to blame, and their packing.
         self._short: tuple[Packing, list[Demand]] | None = None
