@@ -35,7 +35,13 @@ from app.core.groups import POD_GROUP_LABEL, SOURCE_VOLCANO, VOLCANO_GROUP_ANNOT
 from app.core.queues import QUEUE_ANNOTATION
 from app.core.state import ClusterState
 from app.core.topology.domains import HOSTNAME, ZONE
-from app.core.topology.sources import KUEUE_PREFERRED, KUEUE_REQUIRED
+from app.core.topology.sources import (
+    KUEUE_POD_INDEX,
+    KUEUE_PREFERRED,
+    KUEUE_REQUIRED,
+    KUEUE_SLICE_REQUIRED,
+    KUEUE_SLICE_SIZE,
+)
 from app.ops.heap import freeze_heap, full_collections_deferred
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
@@ -291,6 +297,7 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
 
     results.update(await preempt_rows(nodes, pods, runs))
     results.update(await topology_rows(nodes, pods, runs))
+    results.update(await slice_rows(nodes, pods, min(runs, 50)))
     results.update(await device_rows(nodes, pods, runs))
     # 10 calls a side: with 1,000 gangs in line one call takes seconds at 5,000 nodes.
     results.update(await queue_rows(nodes, pods, min(runs, 10)))
@@ -451,6 +458,42 @@ async def admitted_afresh(
     return samples
 
 
+RACK, BLOCK = "example.com/rack", "example.com/block"
+
+
+def racked_state(nodes: int, pods: int) -> ClusterState:
+    """Nodes in racks of 20, blocks of 200 and zones of 1,250, running pods/nodes 1-CPU pods."""
+    state = ClusterState()
+    labelled = []
+    for i in range(nodes):
+        raw = node(i)
+        raw["metadata"]["labels"] = {
+            HOSTNAME: f"node-{i}",
+            RACK: f"r{i // 20}",
+            BLOCK: f"b{i // 200}",
+            ZONE: f"z{i // 1250}",
+        }
+        labelled.append(raw)
+    state.replace_nodes(labelled)
+    state.replace_pods([pod(f"p{i}", node_name=f"node-{i % nodes}") for i in range(pods)])
+    return state
+
+
+def topology_arbiter(state: ClusterState) -> tuple[Arbiter, FastAPI]:
+    """An arbiter with the levels hostname, rack, block, zone, and the verbs' app over it."""
+    metrics = Metrics()
+    admission = Admission(3)
+    gate = PermitGate(state, admission, NullApi(), metrics)
+    arbiter = Arbiter(
+        state,
+        admission,
+        gate,
+        lambda spec: 60.0,
+        settings=ArbiterSettings(levels=(HOSTNAME, RACK, BLOCK, ZONE)),
+    )
+    return arbiter, arbiter_app(state, admission, gate, metrics, arbiter)
+
+
 async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     """The filter verb admitting a fresh gang of 8 (--gang-feasibility), with topology or not.
 
@@ -459,7 +502,7 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     call admits the gang afresh (its claim is dropped in between): the
     whole-gang check over every node, then per candidate domain.
     """
-    rack, block = "example.com/rack", "example.com/block"
+    rack = RACK
 
     def member(group: str, i: int) -> dict[str, Any]:
         if group != "hypernode":
@@ -468,19 +511,7 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
         raw["metadata"]["annotations"] = {VOLCANO_GROUP_ANNOTATIONS[0]: group}
         return raw
 
-    state = ClusterState()
-    labelled = []
-    for i in range(nodes):
-        raw = node(i)
-        raw["metadata"]["labels"] = {
-            HOSTNAME: f"node-{i}",
-            rack: f"r{i // 20}",
-            block: f"b{i // 200}",
-            ZONE: f"z{i // 1250}",
-        }
-        labelled.append(raw)
-    state.replace_nodes(labelled)
-    state.replace_pods([pod(f"p{i}", node_name=f"node-{i % nodes}") for i in range(pods)])
+    state = racked_state(nodes, pods)
     constraints = {
         "flat": None,
         "required": KUEUE_REQUIRED,
@@ -532,17 +563,7 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     state.replace_hypernodes(hypernodes)
     relabel_ms = (time.perf_counter() - began) * 1000
     print(f"  {'HyperNodes read, every node relabelled':<58} {relabel_ms:8.1f} ms")
-    metrics = Metrics()
-    admission = Admission(3)
-    gate = PermitGate(state, admission, NullApi(), metrics)
-    arbiter = Arbiter(
-        state,
-        admission,
-        gate,
-        lambda spec: 60.0,
-        settings=ArbiterSettings(levels=(HOSTNAME, rack, block, ZONE)),
-    )
-    app = arbiter_app(state, admission, gate, metrics, arbiter)
+    arbiter, app = topology_arbiter(state)
     names = [f"node-{i}" for i in range(nodes)]
     out: dict[str, Any] = {}
     async with httpx.AsyncClient(
@@ -560,6 +581,60 @@ async def topology_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
     out["ratio_filter_p99_topology_required_vs_flat"] = (
         out["filter_gang_admit_topology_required"]["p99_ms"]
         / out["filter_gang_admit_topology_flat"]["p99_ms"]
+    )
+    return out
+
+
+async def slice_rows(nodes: int, pods: int, runs: int) -> dict[str, Any]:
+    """A fresh gang of 64 in slices of 16 (Kueue), in one block, next to a flat one of 64.
+
+    Issue 48's target: the sliced gang's admission p99 at most 2x the flat
+    gang's, both with a required block, measured in the same run. Racks of 20
+    nodes, blocks of 200, each node running pods/nodes pods of 1 CPU; a
+    member asks for 40 of a node's 64 CPUs (one per node), so a slice of 16
+    needs most of a rack.
+    """
+    rack, block = RACK, BLOCK
+    state = racked_state(nodes, pods)
+    slices = {KUEUE_SLICE_REQUIRED: rack, KUEUE_SLICE_SIZE: "16"}
+
+    def member(group: str, i: int) -> dict[str, Any]:
+        raw = pod(f"{group}-{i}", group=group)
+        raw["metadata"]["labels"][KUEUE_POD_INDEX] = str(i)
+        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "40"
+        return raw
+
+    for name in ("flat", "sliced"):
+        annotations = {KUEUE_REQUIRED: block} | (slices if name == "sliced" else {})
+        meta = {"name": name, "namespace": "bench", "uid": f"pg-{name}", "annotations": annotations}
+        state.apply_podgroup({"metadata": meta, "spec": {"minMember": 64}})
+        for i in range(64):
+            state.apply_pod(member(name, i))
+    arbiter, app = topology_arbiter(state)
+    names = [f"node-{i}" for i in range(nodes)]
+    out: dict[str, Any] = {}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://bench"
+    ) as client:
+        for name in ("flat", "sliced"):
+            bodies = [
+                json.dumps({"Pod": member(name, i), "NodeNames": names}).encode() for i in range(2)
+            ]
+            samples = await admitted_afresh(client, arbiter, bodies, runs, name)
+            # The row times a tree placed slice by slice, not a flat gang.
+            assert (len(arbiter.claims[f"bench/{name}"].groups) == 4) == (name == "sliced")
+            out[f"filter_gang_admit_block_64_{name}"] = report(
+                f"filter, fresh gang of 64 in one block, {name}"
+                + (" (slices of 16 in racks)" if name == "sliced" else ""),
+                samples,
+            )
+    out["ratio_filter_p99_sliced_vs_flat"] = (
+        out["filter_gang_admit_block_64_sliced"]["p99_ms"]
+        / out["filter_gang_admit_block_64_flat"]["p99_ms"]
+    )
+    print(
+        f"  {'p99 ratio, sliced / flat (target at most 2)':<58} "
+        f"{out['ratio_filter_p99_sliced_vs_flat']:8.2f}"
     )
     return out
 
@@ -955,6 +1030,12 @@ def cli(argv: Sequence[str] | None = None) -> int:
         "CPU-only gang's, same run (the rows make bench runs anyway)",
     )
     parser.add_argument(
+        "--slice-rows",
+        action="store_true",
+        help="instead of every row, only a fresh gang of 64 in slices of 16 in one block next "
+        "to a flat one of 64, same run (the rows make bench runs anyway)",
+    )
+    parser.add_argument(
         "--json", help="also write the figures to this file (make bench: bench/results/)"
     )
     args = parser.parse_args(argv)
@@ -985,6 +1066,11 @@ def cli(argv: Sequence[str] | None = None) -> int:
             "queues": args.line_queues,
             "seconds": took,
             "points": points,
+        }
+    elif args.slice_rows:
+        figures = {
+            **run_info(command.strip()),
+            **asyncio.run(slice_rows(args.nodes, args.pods, args.runs)),
         }
     elif args.device_rows:
         figures = {

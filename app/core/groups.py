@@ -11,7 +11,7 @@ preemption never care where a group was declared:
 - `volcano`: Volcano's PodGroup (`scheduling.volcano.sh/v1beta1`), pods name
   it with the annotation `scheduling.k8s.io/group-name` (or
   `scheduling.volcano.sh/group-name`); `minTaskMember` counts per task
-  (pod annotation `volcano.sh/task-spec`).
+  (pod annotation `volcano.sh/task-spec`, else the label of that name).
 - `native`: Kubernetes' own PodGroup (`scheduling.k8s.io/v1beta1`, feature
   gate GenericWorkload), pods point to it with `spec.schedulingGroup.podGroupName`.
 - `kueue`: Kueue's plain pod groups, no object either: the label
@@ -25,11 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from app.core.resources import QuantityError, Resources, parse_resource_list
 from app.core.topology.domains import TopologyConstraint, TopologyError
 from app.core.topology.sources import constraint_from_native, constraint_from_volcano
+from app.core.topology.subgroup_sources import policies_from_volcano
+from app.core.topology.subgroups import Slicing, SubGroupPolicy
+
+_T = TypeVar("_T")
 
 SOURCE_XK8S = "x-k8s"
 SOURCE_LABELS = "labels"
@@ -124,6 +128,10 @@ class GroupSpec:
     priority_class_name: str | None = None
     # Where the whole gang must (or should) be placed together (app/core/topology/domains.py).
     topology: TopologyConstraint | None = None
+    # Kueue's podset slices declared on the group object (app/core/topology/tree.py).
+    slicing: Slicing | None = None
+    # Volcano spec.subGroupPolicy (app/core/topology/subgroup_sources.py).
+    sub_group_policy: tuple[SubGroupPolicy, ...] = ()
 
 
 def group_ref_of(namespace: str, labels: Mapping[str, str] | None) -> GroupRef | None:
@@ -174,7 +182,8 @@ def group_ref_of_pod(
                     f"annotation {annotation} is empty: set it to the name of a Volcano "
                     "PodGroup in the pod's namespace, or remove it"
                 )
-            task = annotations.get(VOLCANO_TASK_ANNOTATION)
+            # The annotation, else the label of the same name (as Volcano's scheduler reads it).
+            task = annotations.get(VOLCANO_TASK_ANNOTATION) or labels.get(VOLCANO_TASK_ANNOTATION)
             return GroupRef(
                 namespace,
                 name,
@@ -306,13 +315,17 @@ def spec_from_volcano(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
             tasks.append((str(task), count))
     queue = spec.get("queue")
     priority_class = spec.get("priorityClassName")
+    policies = _topology(key, policies_from_volcano, spec)
     return GroupSpec(
         key=key,
-        min_member=min_member,
+        # Volcano's sub-group check needs minSubGroups x subGroupSize pods ready per policy:
+        # the gang never starts (nor the gate binds) with fewer.
+        min_member=max(min_member, sum(p.min_sub_groups * p.size for p in policies)),
         min_resources=_min_resources(key, spec),
         source=SOURCE_VOLCANO,
         topology=_topology(key, constraint_from_volcano, spec),
         min_task_member=tuple(tasks),
+        sub_group_policy=policies,
         queue=queue if isinstance(queue, str) and queue else None,
         priority_class_name=priority_class if isinstance(priority_class, str) else None,
     )
@@ -339,11 +352,7 @@ def spec_from_native(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
     )
 
 
-def _topology(
-    key: str,
-    reader: Callable[[Mapping[str, Any]], TopologyConstraint | None],
-    spec: Mapping[str, Any],
-) -> TopologyConstraint | None:
+def _topology(key: str, reader: Callable[[Mapping[str, Any]], _T], spec: Mapping[str, Any]) -> _T:
     try:
         return reader(spec)
     except TopologyError as err:

@@ -41,6 +41,7 @@ from app.core.resources import (
 from app.core.timestamps import parse_rfc3339
 from app.core.topology.domains import TopologyConstraint, TopologyError
 from app.core.topology.sources import constraint_from_annotations
+from app.core.topology.subgroups import PodShape, Slicing, pod_shape, slicing_from_annotations
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,12 @@ class PodRecord:
     nominated_node: str = ""
     # Kueue's podset topology annotations on the pod (app/core/topology/domains.py), None: none.
     topology: TopologyConstraint | None = None
+    # Kueue's podset slices on the pod, and its rank in the gang (its index label),
+    # which decide its slice (app/core/topology/tree.py).
+    slicing: Slicing | None = None
+    rank: int | None = None
+    # A group member's labels (Volcano's subGroupPolicy matches them); None for other pods.
+    labels: Mapping[str, str] | None = None
     # A group member carrying the member mark (app/core/marking.py), which the
     # gang-only mode needs for kube-scheduler to call us; False for plain pods.
     marked: bool = False
@@ -187,14 +194,13 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
     namespace = meta.get("namespace") or "default"
     group: GroupRef | None = None
     group_error: str | None = None
-    topology: TopologyConstraint | None = None
+    shape = PodShape()
     queue = ""
     try:
         group = group_ref_of_pod(namespace, meta, spec, sources)
         if group is not None:
-            annotations = meta.get("annotations") or {}
-            queue = str(annotations.get(QUEUE_ANNOTATION) or "")
-            topology = constraint_from_annotations(annotations, "pod")
+            queue = str((meta.get("annotations") or {}).get(QUEUE_ANNOTATION) or "")
+            shape = pod_shape(meta)
     except (GroupLabelError, TopologyError) as err:
         group_error = str(err)
     return PodRecord(
@@ -224,7 +230,10 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
         unschedulable_message=_unschedulable_message(status),
         placement=placement_of(spec),
         nominated_node=status.get("nominatedNodeName") or "",
-        topology=topology,
+        topology=shape.topology,
+        slicing=shape.slicing,
+        rank=shape.rank,
+        labels=meta.get("labels") if group is not None else None,
         marked=group is not None and is_marked(raw),
         unmarked_preemptor=(
             group is None
@@ -297,6 +306,9 @@ def podgroup_record_from(raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> P
             annotated = constraint_from_annotations(meta.get("annotations"), "PodGroup")
             if annotated is not None:
                 spec = dataclasses.replace(spec, topology=annotated)
+        slicing = slicing_from_annotations(meta.get("annotations"), "PodGroup")
+        if spec is not None and slicing is not None:
+            spec = dataclasses.replace(spec, slicing=slicing)
         queue = (meta.get("annotations") or {}).get(QUEUE_ANNOTATION)
         if spec is not None and spec.queue is None and isinstance(queue, str) and queue:
             spec = dataclasses.replace(spec, queue=queue)

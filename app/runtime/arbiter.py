@@ -41,11 +41,11 @@ from app.core.devices.shortfall import gang_device_shortfall
 from app.core.groups import GroupRef, GroupSpec
 from app.core.records import PodRecord
 from app.core.state import ClusterState
-from app.core.topology.domains import Domain, TopologyConstraint
+from app.core.topology.domains import Domain, TopologyConstraint, TopologyError
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.claim_release import ClaimRelease
 from app.runtime.claims import Claim, ClaimLedger
-from app.runtime.gang_topology import GangTopology
+from app.runtime.gang_topology import GangTopology, Held
 from app.runtime.gate import PermitGate
 from app.runtime.line import Candidate, Line, Waiting
 from app.runtime.queues.book import Assessment
@@ -112,10 +112,10 @@ class Arbiter:
 
     # ---- the filter verb's question ------------------------------------------------------
 
-    def applies(self, spec: GroupSpec, pod_topology: TopologyConstraint | None) -> bool:
-        """Is the gang admitted as a whole here? Every gang with --gang-feasibility; without
-        it, the gangs with a topology constraint: one domain is a whole-gang decision."""
-        return self.settings.every_gang or self.topology.constraint(spec, pod_topology) is not None
+    def applies(self, spec: GroupSpec, pod: Candidate | None) -> bool:
+        """Is the gang admitted as a whole here? Every gang with --gang-feasibility, else
+        those with a topology constraint or slices (one domain each: a whole-gang decision)."""
+        return self.settings.every_gang or self.topology.applies(spec, pod)
 
     def admit(self, spec: GroupSpec, ref: GroupRef, pod: Candidate) -> Verdict:
         """May this member go on to a node now? Claims the gang's capacity when it may."""
@@ -143,20 +143,19 @@ class Arbiter:
             contest.line = queued.line
         constraint = self.topology.constraint(spec, pod.topology)
         aging = self.settings.aging_seconds
-        decision, domain = self.topology.decide(gang, constraint, contest, now, aging)
+        try:  # TopologyError: slices the gang cannot have
+            decision, domain, held = self.topology.decide(
+                gang, constraint, contest, now, aging, spec, pod
+            )
+        except TopologyError as err:
+            return self._turn_away(spec.key, ref, now, FilterReason.BAD_GROUP, str(err))
         if decision.verdict is not Ruling.ADMIT:
             message = decision.message
             if queued is not None:
                 message += self._reclaims.reclaim(gang, ref, queued, contest.free, contest.holders)
             return self._turn_away(spec.key, ref, now, _REASONS[decision.verdict], message)
-        self._claim(gang, ref, decision, now, constraint, domain)
-        log.info(
-            "gang claimed capacity for %d member(s)",
-            len(decision.plan),
-            extra={"podgroup": spec.key, "verb": "filter", "pod": pod.key},
-        )
-        if constraint is not None:
-            self.topology.announce(spec.key, constraint, domain, pod.key)
+        self._claim(gang, ref, decision, now, constraint, domain, held)
+        self.topology.announce(spec.key, len(decision.plan), pod.key, (constraint, domain, held))
         if self.waker is not None:
             self.waker.wake(spec.key, exclude_uid=pod.uid)
         if queued is not None:
@@ -173,6 +172,7 @@ class Arbiter:
         now: float,
         constraint: TopologyConstraint | None,
         domain: Domain | None,
+        groups: Held | None = None,
     ) -> None:
         """The gang is admitted: the gangs it takes room from give way, it leaves the line."""
         self._revision.bump()
@@ -196,6 +196,7 @@ class Arbiter:
             domain=domain,
             released_others_until=now + _GIVE_WAY_GRACE_SECONDS if decision.release else 0.0,
             constraint=constraint,
+            groups=groups or {},
         )
 
     def holders(self) -> list[Holder]:
@@ -214,10 +215,13 @@ class Arbiter:
         return verdict
 
     def domain(
-        self, spec: GroupSpec, pod_topology: TopologyConstraint | None = None
+        self,
+        spec: GroupSpec,
+        pod_topology: TopologyConstraint | None = None,
+        pod: Candidate | None = None,
     ) -> tuple[Domain, TopologyConstraint] | None:
-        """The domain the gang's members must go to now, and why; None: any node."""
-        return self.topology.domain(spec, pod_topology, self.claims.get(spec.key))
+        """The domain the gang's member must go to now (its sub-group's), and why; None: any."""
+        return self.topology.domain(spec, pod_topology, self.claims.get(spec.key), pod)
 
     def note_rejection(self, uid: str, message: str) -> None:
         """Our filter turned this pod away with `message` (not a capacity failure)."""

@@ -20,6 +20,7 @@ from app.core.records import GroupNotFound
 from app.core.resources import Resources, add
 from app.core.state import ClusterState
 from app.core.topology.domains import Domain, TopologyConstraint
+from app.core.topology.subgroups import HeldGroup
 from app.runtime.gate import PermitGate
 from app.runtime.revision import Revision
 
@@ -48,6 +49,9 @@ class Claim:
     # The topology domain the whole gang was admitted in (None: no constraint, or anywhere).
     domain: Domain | None = None
     constraint: TopologyConstraint | None = None
+    # A gang made of groups: each constrained sub-group's domain and constraint, by path
+    # (app/core/topology/tree.py); its members are held there.
+    groups: dict[tuple[str, ...], HeldGroup] = field(default_factory=dict)
     # Made by taking room from gangs that gave way: until then, a member that
     # kube-scheduler finds no node for is not failed fast (its own cache still
     # holds the released members until it handles their refused binds, and
@@ -159,5 +163,11 @@ class ClaimLedger:
             {"group": k, "priority": c.priority, "members": len(c.plan)}
             # The topology domain, only for gangs placed in one (app/core/topology/domains.py).
             | ({"domain": c.domain.to_json()} if c.domain is not None else {})
+            # A gang made of groups: each sub-group's domain (app/core/topology/tree.py).
+            | (
+                {"subGroups": [h.to_json(p) for p, h in sorted(c.groups.items())]}
+                if c.groups
+                else {}
+            )
             for k, c in self.held.items()
         ]

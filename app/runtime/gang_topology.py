@@ -2,12 +2,16 @@
 
 The constraint comes from the gang's group object or its pods' Kueue
 annotations (app/core/topology/sources.py); the levels are the configured
-ones, then the HyperNode tiers the cluster has (app/core/state.py).
+ones, then the HyperNode tiers the cluster has (app/core/state.py). A gang
+made of groups (Kueue slices, Volcano roles) has a tree
+(app/core/topology/tree.py), built here from its members: each sub-group
+gets its own domain inside the gang's, and a member is held to its own.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from app.base.metrics import Metrics
 from app.core.contention import Contest, Decision, Gang, decide
@@ -20,12 +24,31 @@ from app.core.topology.domains import (
     TopologyConstraint,
     Where,
     fits_one_domain,
+    levels_to_try,
     place,
     placed_message,
 )
 from app.core.topology.sources import constraint_of
+from app.core.topology.subgroups import (
+    GangShape,
+    GangTree,
+    HeldGroup,
+    Member,
+    Path,
+    groups_message,
+    held_groups,
+    slicing_of,
+    tree_of,
+)
+from app.core.topology.tree import place_tree
 from app.runtime.claims import Claim
 from app.runtime.revision import Revision
+
+if TYPE_CHECKING:
+    from app.runtime.line import Candidate
+
+Held = dict[Path, HeldGroup]
+"""Each constrained sub-group's domain, constraint and members, by path (a claim keeps it)."""
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +82,77 @@ class GangTopology:
             pod_topology,
         )
 
+    def applies(self, spec: GroupSpec, pod: Candidate | None) -> bool:
+        """Whether the gang has a topology constraint or slices: a whole-gang decision."""
+        if spec.slicing is not None or spec.sub_group_policy:
+            return True
+        if pod is not None and pod.slicing is not None:
+            return True
+        return self.constraint(spec, pod.topology if pod is not None else None) is not None
+
+    def tree(self, spec: GroupSpec, pod: Candidate | None = None) -> GangTree | None:
+        """The gang's sub-groups and its members' paths; None for a flat gang.
+
+        Raises TopologyError for slices the gang cannot have (larger than it).
+        """
+        members = self._state.members(spec.key)
+        slicing = slicing_of(
+            spec.slicing,
+            ((p.key, p.slicing) for p in members),
+            pod.slicing if pod is not None else None,
+        )
+        shape = GangShape(slicing, spec.sub_group_policy, spec.min_task_member)
+        if shape == GangShape():
+            return None
+        known = [
+            Member(
+                p.key, p.rank, p.group.task if p.group is not None else "", p.placed_node, p.labels
+            )
+            for p in members
+        ]
+        if pod is not None and not any(m.key == pod.key for m in known):
+            known.append(Member(pod.key, pod.rank, pod.task, "", pod.labels))
+        return tree_of(spec.key, shape, spec.min_member, known)
+
     def domain(
-        self, spec: GroupSpec, pod_topology: TopologyConstraint | None, claim: Claim | None
+        self,
+        spec: GroupSpec,
+        pod_topology: TopologyConstraint | None,
+        claim: Claim | None,
+        pod: Candidate | None = None,
     ) -> tuple[Domain, TopologyConstraint] | None:
         """The domain the gang's members must go to now, and why; None: any node.
 
-        While the gang holds a claim: the domain it was admitted in. Otherwise
-        (extra members of a whole gang, restarted members) a required level's
-        domain its placed members share.
+        While the gang holds a claim: the domain it was admitted in (the pod's
+        sub-group's, for a gang made of groups). Otherwise (extra members of a
+        whole gang, restarted members) a required level's domain its placed
+        members share (the pod's sub-group's placed members first).
         """
+        path: Path = ()
+        tree = None
+        if pod is not None and (
+            pod.slicing is not None
+            or spec.slicing is not None
+            or spec.sub_group_policy
+            or spec.min_task_member
+        ):
+            tree = self.tree(spec, pod)
+            path = tree.paths.get(pod.key, ()) if tree is not None else ()
         if claim is not None:
+            for depth in range(len(path), 0, -1):
+                held = claim.groups.get(path[:depth])
+                if held is not None:
+                    return held.domain, held.constraint
             if claim.domain is None or claim.constraint is None:
                 return None
             return claim.domain, claim.constraint
+        if tree is not None:
+            for group in reversed(tree.constrained(path)):
+                assert group.constraint is not None
+                nodes = [node for p, node in tree.placed if p[: len(group.path)] == group.path]
+                found = self._state.placed_domain(group.constraint, self.levels, nodes)
+                if found is not None:
+                    return found, group.constraint
         constraint = self.constraint(spec, pod_topology)
         if constraint is None or not constraint.required:
             return None
@@ -85,12 +166,32 @@ class GangTopology:
         contest: Contest,
         now: float,
         aging_seconds: float,
-    ) -> tuple[Decision, Domain | None]:
-        """decide(), in one domain when the gang has a constraint; the domain it was given."""
+        spec: GroupSpec | None = None,
+        pod: Candidate | None = None,
+    ) -> tuple[Decision, Domain | None, Held]:
+        """decide(), in one domain when the gang has a constraint; the domain it was given,
+        and each constrained sub-group's (and its constraint) for a gang made of groups
+        (`spec` given: TopologyError for slices the gang cannot have)."""
+        tree = self.tree(spec, pod) if spec is not None else None
+        if tree is not None and tree.groups:
+            where = self._where(gang.key, constraint) if constraint is not None else None
+            levels = self._state.topology_levels(self.levels)
+            tiers = self._state.hypernodes.tier_names
+            placed_tree = place_tree(
+                gang,
+                where,
+                tree,
+                contest,
+                now,
+                aging_seconds,
+                lambda c: levels_to_try(c, levels, tiers),
+            )
+            held = held_groups(tree, placed_tree.groups, placed_tree.decision.plan)
+            return placed_tree.decision, placed_tree.domain, held
         if constraint is None:
-            return decide(gang, contest, now, aging_seconds), None
+            return decide(gang, contest, now, aging_seconds), None, {}
         placed = place(gang, self._where(gang.key, constraint), contest, now, aging_seconds)
-        return placed.decision, placed.domain
+        return placed.decision, placed.domain, {}
 
     def fits_one_domain(self, gang: Gang, constraint: TopologyConstraint, free: list[Bin]) -> bool:
         """fits_one_domain(), remembered while capacity, claims and the line stay the same."""
@@ -114,9 +215,24 @@ class GangTopology:
         )
 
     def announce(
-        self, key: str, constraint: TopologyConstraint, domain: Domain | None, pod: str
+        self,
+        key: str,
+        members: int,
+        pod: str,
+        where: tuple[TopologyConstraint | None, Domain | None, Held],
     ) -> None:
-        """The gang was admitted in `domain`: the log, the metric and the group's event say so."""
+        """The gang claimed room for `members` in its domain (its sub-groups in theirs,
+        `where`): the log, the metric and the group's event say so."""
+        log.info(
+            "gang claimed capacity for %d member(s)",
+            members,
+            extra={"podgroup": key, "verb": "filter", "pod": pod},
+        )
+        constraint, domain, held = where
+        if held:
+            self._announce_groups(key, held, pod)
+        if constraint is None:
+            return
         text = placed_message(key, constraint, domain)
         log.info(
             text,
@@ -131,6 +247,12 @@ class GangTopology:
             self._metrics.topology_placements.labels(
                 domain.level if domain is not None else "anywhere"
             ).inc()
+        self._observer.gang_placed(key, text)
+
+    def _announce_groups(self, key: str, groups: Held, pod: str) -> None:
+        """The gang's sub-groups were given their domains: the log and the group's event say so."""
+        text = groups_message(key, groups)
+        log.info(text, extra={"podgroup": key, "pod": pod, "verb": "filter"})
         self._observer.gang_placed(key, text)
 
     def _placed_nodes(self, key: str) -> list[str]:

@@ -25,6 +25,7 @@ from app.core.records import GroupNotFound, PodRecord, delivered
 from app.core.resources import QuantityError, pod_requests
 from app.core.state import ClusterState
 from app.core.topology.domains import TopologyConstraint
+from app.core.topology.subgroups import Slicing
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology
 from app.runtime.queues.book import Assessment, QueueBook
@@ -53,6 +54,11 @@ class Candidate:
     raw_spec: Mapping[str, Any]
     # Kueue's topology annotations on the pod (it may not be in our watch yet).
     topology: TopologyConstraint | None = None
+    # Kueue's podset slices on the pod, its rank and its Volcano task (its sub-group).
+    slicing: Slicing | None = None
+    rank: int | None = None
+    task: str = ""
+    labels: Mapping[str, str] | None = None
 
 
 @dataclass(slots=True)

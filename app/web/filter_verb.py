@@ -72,12 +72,19 @@ class FilterVerb:
             lambda: core.state.free_resources(exclude_group=spec.key),
         )
         arbiter = self._links.arbiter
-        if verdict.admitted and arbiter is not None and arbiter.applies(spec, pod.topology):
-            verdict = arbiter.admit(
-                spec,
-                pod.ref,
-                Candidate(pod.key, pod.uid, pod.priority, pod.pod_spec, pod.topology),
-            )
+        candidate = Candidate(
+            pod.key,
+            pod.uid,
+            pod.priority,
+            pod.pod_spec,
+            pod.topology,
+            pod.slicing,
+            pod.rank,
+            pod.ref.task,
+            (args.pod.get("metadata") or {}).get("labels"),
+        )
+        if verdict.admitted and arbiter is not None and arbiter.applies(spec, candidate):
+            verdict = arbiter.admit(spec, pod.ref, candidate)
         core.metrics.filter_decisions.labels(verdict.reason).inc()
         if not verdict.admitted:
             return self._reject(args, names, pod, verdict.reason, verdict.message)
@@ -90,7 +97,7 @@ class FilterVerb:
             verdict.reason,
             extra={"pod": pod.key, "podgroup": spec.key, "verb": "filter"},
         )
-        placed = arbiter.domain(spec, pod.topology) if arbiter is not None else None
+        placed = arbiter.domain(spec, pod.topology, candidate) if arbiter is not None else None
         passed, outside = names, dict[str, str]()
         if placed is not None:
             passed, outside = self._in_domain(args, names, spec.key, *placed)

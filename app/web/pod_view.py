@@ -26,7 +26,7 @@ from app.core.records import GroupNotFound, delivered
 from app.core.resources import QuantityError, Resources, pod_requests
 from app.core.state import ClusterState
 from app.core.topology.domains import TopologyConstraint, TopologyError
-from app.core.topology.sources import constraint_from_annotations
+from app.core.topology.subgroups import PodShape, Slicing, pod_shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,9 @@ class PodView:
     problem: GroupProblem | None
     # Kueue's topology annotations on the pod (app/core/topology/domains.py).
     topology: TopologyConstraint | None = None
+    # Kueue's podset slices on the pod and its rank (app/core/topology/tree.py).
+    slicing: Slicing | None = None
+    rank: int | None = None
 
     @property
     def key(self) -> str:
@@ -85,11 +88,11 @@ class PodViews:
         ref: GroupRef | None = None
         spec: GroupSpec | None = None
         problem: GroupProblem | None = None
-        topology: TopologyConstraint | None = None
+        shape = PodShape()
         try:
             ref = group_ref_of_pod(namespace, meta, pod_spec, self._state.sources)
             if ref is not None:
-                topology = constraint_from_annotations(meta.get("annotations"), "pod")
+                shape = pod_shape(meta)
         except (GroupLabelError, TopologyError) as err:
             problem = GroupProblem(FilterReason.BAD_GROUP, str(err))
         if ref is not None:
@@ -108,7 +111,7 @@ class PodViews:
             ref,
             spec,
             problem,
-            topology,
+            *shape,
         )
 
     def siblings(self, spec: GroupSpec, ref: GroupRef, uid: str) -> PermitVerdict:

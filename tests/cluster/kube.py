@@ -270,6 +270,16 @@ class Kube:
         """pod name -> node, for pods that have a node."""
         return {p.metadata.name: p.spec.node_name for p in self.pods(namespace) if p.spec.node_name}
 
+    def wait_bound(self, namespace: str, prefix: str, count: int) -> dict[str, str]:
+        """Until `count` pods whose names start with `prefix` are bound (60 s): name -> node."""
+
+        def bound() -> dict[str, str] | None:
+            placed = {p: n for p, n in self.bound(namespace).items() if p.startswith(prefix)}
+            return placed if len(placed) == count else None
+
+        result: dict[str, str] = wait_for(bound, 60, f"{count} members of {prefix} bound")
+        return result
+
     def events(self, namespace: str, pod: str | None = None) -> list[str]:
         """'reason: message' of the Events on `pod` (or the namespace's objects).
 

@@ -78,15 +78,6 @@ def racks(kube: Kube, extender: Extender) -> Iterator[list[str]]:
             extender.restart(*previous)
 
 
-def wait_bound(kube: Kube, namespace: str, prefix: str, count: int) -> dict[str, str]:
-    def bound() -> dict[str, str] | None:
-        placed = {p: n for p, n in kube.bound(namespace).items() if p.startswith(prefix)}
-        return placed if len(placed) == count else None
-
-    result: dict[str, str] = wait_for(bound, 60, f"{count} members of {prefix} bound")
-    return result
-
-
 def told(kube: Kube, namespace: str, text: str) -> str | None:
     return next((e for e in kube.events(namespace) if text in e), None)
 
@@ -118,7 +109,7 @@ def test_required_rack_gang_lands_in_one_rack(
     kube: Kube, namespace: str, racks: list[str], extender: Extender
 ) -> None:
     x_k8s_gang(kube, namespace, "train", 4, "1", {KUEUE_REQUIRED: RACK})
-    bound = wait_bound(kube, namespace, "train-", 4)
+    bound = kube.wait_bound(namespace, "train-", 4)
     (rack,) = domains(bound, RACK)
     event = wait_for(
         functools.partial(told, kube, namespace, "TopologyPlaced"), 30, "the TopologyPlaced event"
@@ -142,7 +133,7 @@ def test_without_gang_feasibility_required_rack_is_still_honoured(
     extender.restart(*extender.extra_args, "--gang-feasibility", "false")
     try:
         x_k8s_gang(kube, namespace, "train", 4, "1", {KUEUE_REQUIRED: RACK})
-        bound = wait_bound(kube, namespace, "train-", 4)
+        bound = kube.wait_bound(namespace, "train-", 4)
         assert len(domains(bound, RACK)) == 1, bound
         x_k8s_gang(kube, namespace, "wide", 5, "1", {KUEUE_REQUIRED: RACK})
         wait_for(
@@ -191,10 +182,10 @@ def test_preferred_rack_falls_back_to_block_then_zone(
             )
 
     gang("six", 6)  # no rack (4 CPUs) holds 6: one block (8)
-    six = wait_bound(kube, namespace, "six-", 6)
+    six = kube.wait_bound(namespace, "six-", 6)
     assert len(domains(six, BLOCK)) == 1 and len(domains(six, RACK)) > 1, six
     gang("twelve", 12)  # no block holds 12: one zone (16), the one without "six"
-    twelve = wait_bound(kube, namespace, "twelve-", 12)
+    twelve = kube.wait_bound(namespace, "twelve-", 12)
     assert len(domains(twelve, ZONE)) == 1 and len(domains(twelve, BLOCK)) > 1, twelve
     assert domains(twelve, ZONE) != domains(six, ZONE)
 
@@ -207,10 +198,10 @@ def test_half_full_rack_takes_the_gang_that_fits_leaving_empty_racks_whole(
         pin(kube, namespace, f"busy-{i}", node, "1", LOW)
     wait_for(lambda: len(kube.bound(namespace)) == 2, 30, "the busy pods")
     x_k8s_gang(kube, namespace, "small", 2, "1", {KUEUE_REQUIRED: RACK})
-    small = wait_bound(kube, namespace, "small-", 2)
+    small = kube.wait_bound(namespace, "small-", 2)
     assert domains(small, RACK) == {"z1b1r0"}, small
     x_k8s_gang(kube, namespace, "large", 4, "1", {KUEUE_REQUIRED: RACK})
-    large = wait_bound(kube, namespace, "large-", 4)
+    large = kube.wait_bound(namespace, "large-", 4)
     (rack,) = domains(large, RACK)
     assert rack != "z1b1r0"
 
@@ -228,7 +219,7 @@ def test_native_podgroup_topology_is_honoured(kube: Kube, namespace: str, racks:
     )
     for i in range(4):
         kube.create_pod(namespace, f"ring-{i}", scheduling_group="ring", cpu="1")
-    bound = wait_bound(kube, namespace, "ring-", 4)
+    bound = kube.wait_bound(namespace, "ring-", 4)
     assert len(domains(bound, RACK)) == 1, bound
     assert wait_for(
         functools.partial(told, kube, namespace, f"gang native:{namespace}/ring is placed in rack"),
@@ -257,7 +248,7 @@ def test_volcano_network_topology_is_honoured(
         kube.create_pod(
             namespace, f"job-{i}", cpu="1", annotations={VOLCANO_GROUP_ANNOTATIONS[0]: "job"}
         )
-    bound = wait_bound(kube, namespace, "job-", size)
+    bound = kube.wait_bound(namespace, "job-", size)
     assert len(domains(bound, level)) == 1, bound
     if mode == "hard":
         return
@@ -310,7 +301,7 @@ def test_high_priority_gang_preempts_inside_one_rack_with_fewest_victims(
     )
     for i in range(2):
         kube.create_pod(namespace, f"urgent-{i}", group="urgent", cpu="2", priority_class=HIGH)
-    bound = wait_bound(kube, namespace, "urgent-", 2)
+    bound = kube.wait_bound(namespace, "urgent-", 2)
     assert set(bound.values()) == set(target), bound
     low = {p.metadata.name for p in kube.pods(namespace) if p.metadata.name.startswith("low-")}
     live = {
@@ -348,7 +339,7 @@ def test_kueue_plain_pod_group_is_all_or_nothing_in_one_rack(
     )
     assert not kube.bound(namespace)
     member(3)
-    bound = wait_bound(kube, namespace, "kq-", 4)
+    bound = kube.wait_bound(namespace, "kq-", 4)
     assert len(domains(bound, RACK)) == 1, bound
 
 
@@ -362,12 +353,12 @@ def test_a_member_created_later_follows_its_bound_siblings_rack(
         pin(kube, namespace, f"busy-{i}", node_name(0, 0, 0, i), cpu, LOW)
     wait_for(lambda: len(kube.bound(namespace)) == 2, 30, "the busy pods")
     x_k8s_gang(kube, namespace, "train", 4, "1", {KUEUE_REQUIRED: RACK})
-    bound = wait_bound(kube, namespace, "train-", 4)
+    bound = kube.wait_bound(namespace, "train-", 4)
     assert domains(bound, RACK) == {"z0b0r1"}, bound
     kube.core.delete_namespaced_pod("train-0", namespace, grace_period_seconds=0)
     wait_for(lambda: "train-0" not in kube.bound(namespace), 30, "train-0 gone")
     kube.create_pod(namespace, "train-4", group="train", cpu="1")
-    again = wait_bound(kube, namespace, "train-", 4)
+    again = kube.wait_bound(namespace, "train-", 4)
     assert domains(again, RACK) == {"z0b0r1"}, again
 
 
@@ -454,7 +445,7 @@ def test_volcano_hard_gang_is_placed_inside_one_tier_1_hypernode(
     asking for tier `leaf` by name then finds no leaf with room (1 + 4 CPUs left) and
     stays pending, with nothing bound, though the spine would hold it."""
     volcano_gang(kube, namespace, "wide", 5, {"mode": "hard", "highestTierAllowed": 1})
-    bound = wait_bound(kube, namespace, "wide-", 5)
+    bound = kube.wait_bound(namespace, "wide-", 5)
     assert set(bound.values()) <= set(WIDE_LEAF), bound
     event = wait_for(
         functools.partial(told, kube, namespace, "TopologyPlaced"), 30, "the TopologyPlaced event"

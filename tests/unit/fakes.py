@@ -10,6 +10,14 @@ import asyncio
 from typing import Any
 
 from app.base.metrics import Metrics
+from app.core.admission import Admission, WaitPolicy
+from app.core.scoring import ScoringPolicy
+from app.core.state import ClusterState
+from app.runtime.arbiter import Arbiter
+from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
+from app.runtime.gate import PermitGate
+from app.web.extender import GangExtender
+from app.web.verb_context import VerbCore, VerbLinks
 
 
 class Clock:
@@ -57,3 +65,39 @@ def gauge(metrics: Metrics, name: str, labels: dict[str, str] | None = None) -> 
     """A sample of the extender's registry; 0 when it was never set."""
     value = metrics.registry.get_sample_value(name, labels or {})
     return value or 0.0
+
+
+class ExtenderOnState:
+    """The real extender, arbiter and gate over an in-memory ClusterState, for verb tests.
+
+    levels: --topology-levels; every_gang: --gang-feasibility; pick_member_node:
+    --member-node-choice=extender.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        levels: tuple[str, ...],
+        *,
+        every_gang: bool,
+        pick_member_node: bool = False,
+    ) -> None:
+        self.metrics = Metrics()
+        admission = Admission(3)
+        api = FakePodApi()
+        gate = PermitGate(state, admission, api, self.metrics)
+        self.arbiter = Arbiter(
+            state,
+            admission,
+            gate,
+            lambda spec: 30.0,
+            ArbiterPeers(metrics=self.metrics),
+            ArbiterSettings(levels=levels, every_gang=every_gang),
+        )
+        self.extender = GangExtender(
+            VerbCore(state, admission, self.metrics, WaitPolicy(60, 80)),
+            gate,
+            api,
+            VerbLinks(arbiter=self.arbiter),
+            ScoringPolicy(pick_member_node=pick_member_node),
+        )

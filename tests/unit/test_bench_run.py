@@ -44,6 +44,14 @@ async def test_device_rows_admit_both_gangs_and_count_the_devices() -> None:
         await bench_run.device_rows(nodes=40, pods=400, runs=2, devices=1)
 
 
+async def test_slice_rows_admit_the_gang_of_64_slice_by_slice_next_to_a_flat_one() -> None:
+    rows = await bench_run.slice_rows(nodes=200, pods=400, runs=3)
+    assert rows.pop("ratio_filter_p99_sliced_vs_flat") > 0
+    assert set(rows) == {"filter_gang_admit_block_64_flat", "filter_gang_admit_block_64_sliced"}
+    for row in rows.values():
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+
+
 async def test_the_line_sweep_admits_at_every_length_and_feeds_its_plot(tmp_path: Path) -> None:
     points = await bench_run.line_sweep(40, 400, [0, 5, 20], queues=3, runs=4, churn=5)
     assert [(p["line"], p["queues"]) for p in points] == [

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.base.metrics import Metrics
-from app.core.admission import Admission, WaitPolicy
 from app.core.groups import SOURCE_VOLCANO, VOLCANO_GROUP_ANNOTATIONS
-from app.core.scoring import ScoringPolicy
 from app.core.state import ClusterState
 from app.core.topology.domains import HOSTNAME, ZONE
 from app.core.topology.sources import KUEUE_REQUIRED
-from app.runtime.arbiter import Arbiter
-from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
-from app.runtime.gate import PermitGate
-from app.web.extender import GangExtender
-from app.web.verb_context import VerbCore, VerbLinks
 from app.web.wire import ExtenderArgs
 from tests.unit.builders import node, pod
-from tests.unit.fakes import FakePodApi
+from tests.unit.fakes import ExtenderOnState
 
 RACK = "example.com/rack"
 NODES = ("a1", "a2", "b1", "b2")
@@ -41,25 +33,13 @@ class World:
             nodes.append(raw)
         self.state.replace_nodes(nodes)
         self.state.apply_pod(pod("busy", cpu="2", node="a1", phase="Running"))
-        self.metrics = Metrics()
-        admission = Admission(3)
-        api = FakePodApi()
-        gate = PermitGate(self.state, admission, api, self.metrics)
-        self.arbiter = Arbiter(
+        on = ExtenderOnState(
             self.state,
-            admission,
-            gate,
-            lambda spec: 30.0,
-            ArbiterPeers(metrics=self.metrics),
-            ArbiterSettings(levels=(HOSTNAME, RACK, ZONE), every_gang=every_gang),
+            (HOSTNAME, RACK, ZONE),
+            every_gang=every_gang,
+            pick_member_node=pick_member_node,
         )
-        self.extender = GangExtender(
-            VerbCore(self.state, admission, self.metrics, WaitPolicy(60, 80)),
-            gate,
-            api,
-            VerbLinks(arbiter=self.arbiter),
-            ScoringPolicy(pick_member_node=pick_member_node),
-        )
+        self.metrics, self.arbiter, self.extender = on.metrics, on.arbiter, on.extender
 
     def member(self, name: str, node_name: str = "") -> dict[str, Any]:
         raw = pod(name, light=("train", "2"), cpu="2", node=node_name)

@@ -236,10 +236,24 @@ class Where:
     tier_names: Mapping[str, int] | None = None
 
 
+DecideIn = Callable[[Contest, Domain | None], Decision]
+"""The whole-gang decision inside one domain (None: anywhere), for place()."""
+
+
 def place(
-    candidate: Gang, where: Where, contest: Contest, now: float, aging_seconds: float
+    candidate: Gang,
+    where: Where,
+    contest: Contest,
+    now: float,
+    aging_seconds: float,
+    decide_in: DecideIn | None = None,
 ) -> Placed:
-    """Admit `candidate` in one domain, trying levels lowest first and domains fullest first."""
+    """Admit `candidate` in one domain, trying levels lowest first and domains fullest first.
+
+    decide_in: the decision inside one domain; default decide() (a gang made of
+    groups places its sub-groups there first, app/core/topology/tree.py).
+    """
+    decide_in = decide_in or (lambda inside, _: decide(candidate, inside, now, aging_seconds))
     constraint, placed_nodes = where.constraint, where.placed_nodes
     tried, anywhere = levels_to_try(constraint, where.levels, where.tier_names)
     free, allocatable = contest.free, contest.allocatable
@@ -256,8 +270,8 @@ def place(
             inside = replace(
                 contest, free=groups[value], allocatable=alloc_groups.get(value, ()), positions=None
             )
-            decision = decide(candidate, inside, now, aging_seconds)
             domain = Domain(level, value)
+            decision = decide_in(inside, domain)
             if decision.verdict is Ruling.ADMIT:
                 return Placed(decision, domain)
             if decision.verdict is Ruling.WAIT and first_wait is None:
@@ -267,7 +281,7 @@ def place(
             elif closest is None:
                 closest = (domain, decision)
     if anywhere:
-        return Placed(decide(candidate, contest, now, aging_seconds), None)
+        return Placed(decide_in(contest, None), None)
     if first_wait is not None:
         return first_wait
     return Placed(

@@ -5,13 +5,18 @@
   `highestTierAllowed` or `highestTierName`), resolved against HyperNode
   tiers or the configured levels by app/core/topology.levels_to_try;
 - Kueue's annotations `kueue.x-k8s.io/podset-required-topology` /
-  `podset-preferred-topology` on the PodGroup (any source) or on the pods.
+  `podset-preferred-topology` on the PodGroup (any source) or on the pods;
+- Kueue's podset slices (`podset-slice-required-topology` with
+  `podset-slice-size`, or the JSON list `podset-slice-required-topology-constraints`)
+  and a member's rank (its index label), for gangs made of groups.
 
-app/core/topology/domains.py places a gang given its constraint; this module only reads them.
+app/core/topology/domains.py places a gang given its constraint, app/core/topology/tree.py
+one made of groups; this module only reads them.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -141,3 +146,124 @@ def constraint_of(
     ):
         return constraint
     return pod
+
+
+# ---- Kueue podset slices (app/core/topology/tree.py places them) -----------------------
+
+KUEUE_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
+KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+KUEUE_SLICE_CONSTRAINTS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
+# A pod's rank among its gang's pods, which decides its slice (Kueue's podIndexLabel): the
+# first of these labels the pod carries, after the label its pod-group-pod-index-label names.
+KUEUE_POD_INDEX = "kueue.x-k8s.io/pod-group-pod-index"
+KUEUE_POD_INDEX_LABEL = "kueue.x-k8s.io/pod-group-pod-index-label"
+JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+RANK_LABELS = (KUEUE_POD_INDEX, JOB_COMPLETION_INDEX, KUBEFLOW_REPLICA_INDEX)
+# Kueue's webhook allows at most three layers (TASMultiLayerTopology).
+MAX_SLICE_LAYERS = 3
+
+
+def slices_from_annotations(
+    annotations: Mapping[str, Any] | None, where: str
+) -> tuple[tuple[str, int], ...]:
+    """Kueue's slice layers, outermost first, as (node label key, size); () for none.
+
+    One layer: podset-slice-required-topology with podset-slice-size. Several:
+    the JSON list podset-slice-required-topology-constraints
+    (`[{"topology": <label>, "size": <n>}]`, outermost first, each inner size
+    dividing the one above). Kueue's webhook rules, so a pod it would refuse
+    is refused here too, with the rule in the message.
+    """
+    if not annotations:
+        return ()
+    required = annotations.get(KUEUE_SLICE_REQUIRED)
+    size = annotations.get(KUEUE_SLICE_SIZE)
+    listed = annotations.get(KUEUE_SLICE_CONSTRAINTS)
+    if listed is not None:
+        if required is not None or size is not None:
+            raise TopologyError(
+                f"annotation {KUEUE_SLICE_CONSTRAINTS} on the {where} cannot be combined with "
+                f"{KUEUE_SLICE_REQUIRED} or {KUEUE_SLICE_SIZE}: keep one form"
+            )
+        return _slice_layers(listed, where)
+    if required is None and size is None:
+        return ()
+    if required is None:
+        raise TopologyError(
+            f"annotation {KUEUE_SLICE_SIZE} on the {where} needs {KUEUE_SLICE_REQUIRED} "
+            "(the node label each slice must share)"
+        )
+    if size is None:
+        raise TopologyError(
+            f"annotation {KUEUE_SLICE_REQUIRED} on the {where} needs {KUEUE_SLICE_SIZE} "
+            "(the number of pods per slice)"
+        )
+    return ((_label_key(required, KUEUE_SLICE_REQUIRED, where), _size(size, where)),)
+
+
+def _label_key(value: Any, name: str, where: str) -> str:
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+        raise TopologyError(
+            f"{name}={value!r:.80} on the {where} must be a node label key (e.g. example.com/rack)"
+        )
+    return value
+
+
+def _size(value: Any, where: str, name: str = f"annotation {KUEUE_SLICE_SIZE}") -> int:
+    text = str(value).strip() if isinstance(value, (str, int)) else ""
+    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) < 2**31:
+        raise TopologyError(
+            f"{name}={value!r:.40} on the {where} must be a whole number >= 1 (pods per slice)"
+        )
+    return int(text)
+
+
+def _slice_layers(raw: Any, where: str) -> tuple[tuple[str, int], ...]:
+    name = f"annotation {KUEUE_SLICE_CONSTRAINTS}"
+    try:
+        layers = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError as err:
+        raise TopologyError(
+            f"{name} on the {where} is not valid JSON ({err}); write a list like "
+            '[{"topology": "example.com/block", "size": 8}, '
+            '{"topology": "example.com/rack", "size": 4}]'
+        ) from None
+    if not isinstance(layers, list) or not 1 <= len(layers) <= MAX_SLICE_LAYERS:
+        raise TopologyError(
+            f"{name} on the {where} must be a JSON list of 1 to {MAX_SLICE_LAYERS} "
+            '{"topology": <node label>, "size": <pods>} objects, outermost first'
+        )
+    out: list[tuple[str, int]] = []
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, Mapping):
+            raise TopologyError(f"{name} on the {where}: entry {i} must be an object")
+        key = _label_key(layer.get("topology"), f"{name} [{i}].topology", where)
+        size = _size(layer.get("size"), where, f"{name} [{i}].size")
+        if any(key == k for k, _ in out):
+            raise TopologyError(f"{name} on the {where} names {key} twice")
+        if out and out[-1][1] % size:
+            raise TopologyError(
+                f"{name} on the {where}: size {size} of {key} must divide the size "
+                f"{out[-1][1]} of {out[-1][0]} above it"
+            )
+        out.append((key, size))
+    return tuple(out)
+
+
+def rank_of(labels: Mapping[str, Any] | None, annotations: Mapping[str, Any] | None) -> int | None:
+    """The pod's index in its gang (Kueue's podIndexLabel), None when it carries none.
+
+    An index that is not a whole number counts as none: Kueue's ungater then
+    places such pods greedily, and so do we (they get no slice).
+    """
+    labels = labels or {}
+    named = (annotations or {}).get(KUEUE_POD_INDEX_LABEL)
+    keys = (named, *RANK_LABELS) if isinstance(named, str) and named else RANK_LABELS
+    for key in keys:
+        value = labels.get(key)
+        if value is None and key == JOB_COMPLETION_INDEX:
+            value = (annotations or {}).get(key)
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+    return None

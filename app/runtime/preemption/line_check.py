@@ -67,7 +67,7 @@ class ArbiterLineCheck:
         # admit what it would not.
         after = replace(contest, free=_with_freed(contest.free, freed))
         settings = arbiter.settings
-        decision, _domain = arbiter.topology.decide(
+        decision, _domain, _groups = arbiter.topology.decide(
             gang,
             arbiter.topology.constraint(spec),
             after,

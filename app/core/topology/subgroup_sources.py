@@ -1,0 +1,101 @@
+"""Sub-groups as a group object declares them: Volcano's spec.subGroupPolicy. Pure.
+
+Fields as volcano-sh/apis v1beta1 `SubGroupPolicySpec` has them: `name`,
+`subGroupSize` (default 1), `minSubGroups` (default 0), `labelSelector`,
+`matchLabelKeys` and `networkTopology`. Read as Volcano's scheduler reads
+them (app/core/topology/subgroups.py SubGroupPolicy.path_of): the policies
+in order, the first that takes a pod wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from app.core.placement import Requirement
+from app.core.topology.domains import TopologyError
+from app.core.topology.sources import constraint_from_volcano
+from app.core.topology.subgroups import SubGroupPolicy
+
+_INT32_MAX = 2**31 - 1
+# The label selector operators (metav1.LabelSelectorRequirement).
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def policies_from_volcano(spec: Mapping[str, Any]) -> tuple[SubGroupPolicy, ...]:
+    """spec.subGroupPolicy, () when absent; TopologyError naming the field when unusable."""
+    raw = spec.get("subGroupPolicy")
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise TopologyError("spec.subGroupPolicy must be a list of policies")
+    policies: list[SubGroupPolicy] = []
+    for i, entry in enumerate(raw):
+        where = f"spec.subGroupPolicy[{i}]"
+        if not isinstance(entry, Mapping):
+            raise TopologyError(f"{where} must be an object")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise TopologyError(f"{where}.name must name the policy (its sub-groups are named so)")
+        if any(p.name == name for p in policies):
+            raise TopologyError(f"spec.subGroupPolicy names {name} twice")
+        keys = entry.get("matchLabelKeys") or []
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+            raise TopologyError(f"{where}.matchLabelKeys must be a list of label keys")
+        try:
+            constraint = constraint_from_volcano(entry)
+        except TopologyError as err:
+            raise TopologyError(f"{where}: {str(err).replace('spec.', '', 1)}") from None
+        if constraint is not None:
+            origin = constraint.origin.replace("PodGroup spec.", f"PodGroup {where}.", 1)
+            constraint = replace(constraint, origin=origin)
+        policies.append(
+            SubGroupPolicy(
+                name,
+                _count(entry, "subGroupSize", 1, 1, where),
+                _count(entry, "minSubGroups", 0, 0, where),
+                _selector(entry.get("labelSelector"), where),
+                tuple(keys),
+                constraint,
+            )
+        )
+    return tuple(policies)
+
+
+def _count(entry: Mapping[str, Any], field: str, default: int, minimum: int, where: str) -> int:
+    value = entry.get(field)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _INT32_MAX:
+        raise TopologyError(
+            f"{where}.{field} must be an integer between {minimum} and {_INT32_MAX}, "
+            f"got {value!r:.40}"
+        )
+    return value
+
+
+def _selector(raw: Any, where: str) -> tuple[Requirement, ...]:
+    """A metav1.LabelSelector as requirements (matchLabels are `In` one value)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise TopologyError(f"{where}.labelSelector must be an object")
+    labels = raw.get("matchLabels") or {}
+    expressions = raw.get("matchExpressions") or []
+    if not isinstance(labels, Mapping) or not isinstance(expressions, list):
+        raise TopologyError(
+            f"{where}.labelSelector: matchLabels must map keys to values and "
+            "matchExpressions be a list"
+        )
+    out = [Requirement(str(k), "In", (str(v),)) for k, v in sorted(labels.items())]
+    for expression in expressions:
+        operator = expression.get("operator") if isinstance(expression, Mapping) else None
+        if operator not in _OPERATORS or not isinstance(expression.get("key"), str):
+            raise TopologyError(
+                f"{where}.labelSelector.matchExpressions: each needs a key and an operator "
+                f"of {', '.join(_OPERATORS)}"
+            )
+        values = tuple(str(v) for v in expression.get("values") or ())
+        out.append(Requirement(expression["key"], operator, values))
+    return tuple(out)
