@@ -294,6 +294,7 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
     results.update(await device_rows(nodes, pods, runs))
     # 10 calls a side: with 1,000 gangs in line one call takes seconds at 5,000 nodes.
     results.update(await queue_rows(nodes, pods, min(runs, 10)))
+    results.update(await retry_rows(nodes, pods, min(runs, 20)))
 
     gc.collect()
     tracemalloc.start()
@@ -726,6 +727,10 @@ def queue_cluster(nodes: int, pods: int, queues: int, pending: int) -> QueueClus
                 "namespace": "bench",
                 "uid": f"pg-g{i}",
                 "annotations": {QUEUE_ANNOTATION: f"team-{i % queues}"},
+                # As the API server stamps it (the line orders by it): one a second.
+                "creationTimestamp": time.strftime(
+                    "%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_795_000_000 + i)
+                ),
             },
             "spec": {"minMember": 1},
         }
@@ -863,6 +868,47 @@ async def queue_rows(
     return out
 
 
+async def retry_rows(nodes: int, pods: int, runs: int, pending: int = 1000) -> dict[str, Any]:
+    """A gang turned away, retried by kube-scheduler: decided afresh, and answered again.
+
+    The cluster of `queue_cluster` with `pending` gangs of 4 in line; the gang of 8
+    asks 60 CPU a member, more than any node has free, so it is turned away. A fresh
+    decision packs the line (its kept verdict dropped before each call); a retry with
+    nothing changed is answered from the verdict kept (app/runtime/answers.py).
+    """
+    cluster = queue_cluster(nodes, pods, 1, pending)
+    new = pods // 10 + pending
+    for i in range(8):
+        raw = pod(f"new-{i}", group=f"g{new}")
+        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "60"
+        cluster.state.apply_pod(raw)
+    arbiter, app = queue_arbiter(cluster, [])
+    fresh: list[float] = []
+    async with verbs_client(app) as client:
+        for i in range(runs):
+            arbiter.answers.forget()
+            fresh += await timed(client, "/scheduler/filter", cluster.bodies[i % 2 :], 1)
+        reused = arbiter.answers.reused
+        retried = await timed(client, "/scheduler/filter", cluster.bodies, runs)
+        assert arbiter.answers.reused - reused == runs, "a retry was decided afresh"
+    assert not arbiter.claims, "the gang of 8 x 60 CPU was admitted"
+    out: dict[str, Any] = {
+        "filter_gang_turned_away_fresh": report(
+            f"filter, gang turned away, {pending} in line, afresh", fresh
+        ),
+        "filter_gang_turned_away_retry": report(
+            f"filter, gang turned away, {pending} in line, a retry", retried
+        ),
+    }
+    ratio = (
+        out["filter_gang_turned_away_retry"]["p50_ms"]
+        / out["filter_gang_turned_away_fresh"]["p50_ms"]
+    )
+    out["ratio_filter_p50_retry_vs_fresh"] = ratio
+    print(f"  filter p50 of a retry / of a fresh decision ({pending} in line)   {ratio:6.3f}")
+    return out
+
+
 async def line_sweep(
     nodes: int,
     pods: int,
@@ -955,6 +1001,13 @@ def cli(argv: Sequence[str] | None = None) -> int:
         "CPU-only gang's, same run (the rows make bench runs anyway)",
     )
     parser.add_argument(
+        "--retry-rows",
+        type=int,
+        metavar="N",
+        help="instead of every row, only a turned-away gang's filter decided afresh and retried "
+        "with nothing changed, N gangs in line (the rows make bench runs it with 1,000)",
+    )
+    parser.add_argument(
         "--json", help="also write the figures to this file (make bench: bench/results/)"
     )
     args = parser.parse_args(argv)
@@ -985,6 +1038,11 @@ def cli(argv: Sequence[str] | None = None) -> int:
             "queues": args.line_queues,
             "seconds": took,
             "points": points,
+        }
+    elif args.retry_rows is not None:
+        figures = {
+            **run_info(command.strip()),
+            **asyncio.run(retry_rows(args.nodes, args.pods, min(args.runs, 20), args.retry_rows)),
         }
     elif args.device_rows:
         figures = {

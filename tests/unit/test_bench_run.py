@@ -32,6 +32,14 @@ async def test_queue_rows_admit_the_fresh_gang_also_after_nodes_changed() -> Non
         assert 0 < row["p50_ms"] <= row["p99_ms"]
 
 
+async def test_retry_rows_answer_every_retry_from_the_verdict_kept() -> None:
+    rows = await bench_run.retry_rows(nodes=40, pods=400, runs=4, pending=20)
+    assert rows.pop("ratio_filter_p50_retry_vs_fresh") > 0
+    assert set(rows) == {"filter_gang_turned_away_fresh", "filter_gang_turned_away_retry"}
+    for row in rows.values():
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+
+
 async def test_device_rows_admit_both_gangs_and_count_the_devices() -> None:
     rows = await bench_run.device_rows(nodes=40, pods=400, runs=4)
     assert rows.pop("ratio_filter_p99_devices_vs_cpu") > 0
