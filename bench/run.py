@@ -909,6 +909,82 @@ async def retry_rows(nodes: int, pods: int, runs: int, pending: int = 1000) -> d
     return out
 
 
+class LoopProbe:
+    """The longest the event loop went without running a task that was ready (a step that
+    holds it: every verb and watch event waits that long). A task wakes every millisecond
+    and notes how late it woke."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LoopProbe:
+        self._task = asyncio.create_task(self._watch())
+        await asyncio.sleep(0.005)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.sleep(0.005)
+        assert self._task is not None
+        self._task.cancel()
+
+    async def _watch(self) -> None:
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(0.001)
+            self.longest = max(self.longest, time.perf_counter() - start - 0.001)
+
+    async def held(self, step: Any) -> float:
+        """Run `step` (a coroutine or a plain call's result is awaited if needed); ms held."""
+        self.longest = 0.0
+        result = step()
+        if asyncio.iscoroutine(result):
+            await result
+        await asyncio.sleep(0.005)
+        return self.longest * 1000
+
+
+async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> dict[str, Any]:
+    """The longest any one step holds the event loop, `pending` gangs in line, `queues` queues:
+    a relist of every pod, the first admission (the queues' tally built), one after a node
+    is cordoned, and one with nothing changed but a few pods ended."""
+    cluster = queue_cluster(nodes, pods, queues, pending)
+    state = cluster.state
+    arbiter, app = queue_arbiter(cluster, cluster.queue_specs)
+    relist = [
+        pod(f"r{i}", group=f"g{i // 10}", node_name=f"node-{i % nodes}", version="2")
+        for i in range(pods)
+    ] + [pod(f"w{i}", group=f"g{pods // 10 + i // 4}") for i in range(pending * 4)]
+    relist += [pod(f"new-{i}", group=f"g{pods // 10 + pending}") for i in range(8)]
+    for raw in relist[-8:]:
+        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "40"
+    out: dict[str, float] = {}
+    async with verbs_client(app) as client, LoopProbe() as probe:
+
+        async def admit() -> None:
+            arbiter.claims.clear()
+            arbiter.answers.forget()
+            await timed(client, "/scheduler/filter", cluster.bodies, 1)
+            assert arbiter.claims, "the fresh gang was not admitted"
+
+        def cordon() -> None:
+            raw = node(0)
+            raw["spec"]["unschedulable"] = True
+            state.apply_node(raw)
+
+        out["first_admission"] = await probe.held(admit)
+        out["admission"] = await probe.held(admit)
+        out["node_cordoned"] = await probe.held(cordon)
+        out["admission_after_node"] = await probe.held(admit)
+        out["relist_pods"] = await probe.held(lambda: state.replace_pods(relist))
+        out["admission_after_relist"] = await probe.held(admit)
+    print(f"the event loop held longest, {pending} in line, {queues} queues:")
+    for step, ms in out.items():
+        print(f"  {step.replace('_', ' '):<58} {ms:8.2f} ms")
+    out["longest"] = max(out.values())
+    return {f"loop_held_ms_{k}": v for k, v in out.items()}
+
+
 async def line_sweep(
     nodes: int,
     pods: int,
@@ -1001,6 +1077,13 @@ def cli(argv: Sequence[str] | None = None) -> int:
         "CPU-only gang's, same run (the rows make bench runs anyway)",
     )
     parser.add_argument(
+        "--loop-rows",
+        type=int,
+        metavar="N",
+        help="instead of every row, only the longest any one step holds the event loop, "
+        "N gangs in line and --line-queues queues",
+    )
+    parser.add_argument(
         "--retry-rows",
         type=int,
         metavar="N",
@@ -1038,6 +1121,11 @@ def cli(argv: Sequence[str] | None = None) -> int:
             "queues": args.line_queues,
             "seconds": took,
             "points": points,
+        }
+    elif args.loop_rows is not None:
+        figures = {
+            **run_info(command.strip()),
+            **asyncio.run(loop_rows(args.nodes, args.pods, args.loop_rows, args.line_queues)),
         }
     elif args.retry_rows is not None:
         figures = {

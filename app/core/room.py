@@ -202,5 +202,9 @@ class Room:
         self.free_up(holder.reserved)
 
     def free_up(self, held: Mapping[str, Mapping[str, int]]) -> None:
-        """Capacity held per node is free again (in this room's own copies of those bins)."""
+        """Capacity held per node is free again (in this room's own copies of those bins).
+
+        The packings' memo of full bins holds only while the room shrinks: a new one.
+        """
         give(self.bins, held, index=self._copied(held))
+        self._on_bins = {}
