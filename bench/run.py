@@ -946,8 +946,9 @@ class LoopProbe:
 
 async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> dict[str, Any]:
     """The longest any one step holds the event loop, `pending` gangs in line, `queues` queues:
-    a relist of every pod, the first admission (the queues' tally built), one after a node
-    is cordoned, and one with nothing changed but a few pods ended."""
+    the queues' tally caught up in slices (as the queue status writer does between its
+    ticks), the first admission, one after a node is cordoned, a relist of every pod, the
+    tally caught up again and an admission after it."""
     cluster = queue_cluster(nodes, pods, queues, pending)
     state = cluster.state
     arbiter, app = queue_arbiter(cluster, cluster.queue_specs)
@@ -972,11 +973,15 @@ async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> di
             raw["spec"]["unschedulable"] = True
             state.apply_node(raw)
 
+        book = arbiter.line.queues
+        assert book is not None
+        out["tally_caught_up_in_slices"] = await probe.held(book.catch_up)
         out["first_admission"] = await probe.held(admit)
         out["admission"] = await probe.held(admit)
         out["node_cordoned"] = await probe.held(cordon)
         out["admission_after_node"] = await probe.held(admit)
         out["relist_pods"] = await probe.held(lambda: state.replace_pods(relist))
+        out["tally_caught_up_after_relist"] = await probe.held(book.catch_up)
         out["admission_after_relist"] = await probe.held(admit)
     print(f"the event loop held longest, {pending} in line, {queues} queues:")
     for step, ms in out.items():

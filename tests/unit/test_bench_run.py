@@ -46,11 +46,13 @@ async def test_loop_rows_time_every_step_and_admit_the_fresh_gang() -> None:
     assert set(rows) == {
         f"loop_held_ms_{step}"
         for step in (
+            "tally_caught_up_in_slices",
             "first_admission",
             "admission",
             "node_cordoned",
             "admission_after_node",
             "relist_pods",
+            "tally_caught_up_after_relist",
             "admission_after_relist",
             "longest",
         )

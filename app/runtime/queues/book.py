@@ -117,6 +117,12 @@ class QueueBook:
         """Queues count only once a Queue object exists."""
         return bool(self.specs)
 
+    async def catch_up(self) -> None:
+        """Keep the tally current in slices, the event loop free between them (once queues
+        count): a verb's admission then redoes only what changed since the last slice."""
+        if self.active:
+            await self._tally.catch_up()
+
     def _queues(self) -> dict[str, QueueSpec]:
         queues = dict(self.specs)
         queues.setdefault(DEFAULT_QUEUE, QueueSpec(DEFAULT_QUEUE))
