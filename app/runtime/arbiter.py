@@ -142,6 +142,8 @@ class Arbiter:
             contest.line = queued.line
         constraint = self.topology.constraint(spec, pod.topology)
         aging = self.settings.aging_seconds
+        if spec.key not in self.waiting:  # a fresh gang: behind the whole line, walked before
+            contest.walked = self.line.walked(contest, now, aging)
         decision, domain = self.topology.decide(gang, constraint, contest, now, aging)
         if decision.verdict is not Ruling.ADMIT:
             reclaimed = None
