@@ -301,6 +301,7 @@ async def main(nodes: int, pods: int, waiters: int, runs: int, rounds: int) -> d
     results.update(await device_rows(nodes, pods, runs))
     # 10 calls a side: with 1,000 gangs in line one call takes seconds at 5,000 nodes.
     results.update(await queue_rows(nodes, pods, min(runs, 10)))
+    results.update(await retry_rows(nodes, pods, min(runs, 20)))
 
     gc.collect()
     tracemalloc.start()
@@ -801,6 +802,10 @@ def queue_cluster(nodes: int, pods: int, queues: int, pending: int) -> QueueClus
                 "namespace": "bench",
                 "uid": f"pg-g{i}",
                 "annotations": {QUEUE_ANNOTATION: f"team-{i % queues}"},
+                # As the API server stamps it (the line orders by it): one a second.
+                "creationTimestamp": time.strftime(
+                    "%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_795_000_000 + i)
+                ),
             },
             "spec": {"minMember": 1},
         }
@@ -938,6 +943,128 @@ async def queue_rows(
     return out
 
 
+async def retry_rows(nodes: int, pods: int, runs: int, pending: int = 1000) -> dict[str, Any]:
+    """A gang turned away, retried by kube-scheduler: decided afresh, and answered again.
+
+    The cluster of `queue_cluster` with `pending` gangs of 4 in line; the gang of 8
+    asks 60 CPU a member, more than any node has free, so it is turned away. A fresh
+    decision packs the line (its kept verdict dropped before each call); a retry with
+    nothing changed is answered from the verdict kept (app/runtime/answers.py).
+    """
+    cluster = queue_cluster(nodes, pods, 1, pending)
+    new = pods // 10 + pending
+    for i in range(8):
+        raw = pod(f"new-{i}", group=f"g{new}")
+        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "60"
+        cluster.state.apply_pod(raw)
+    arbiter, app = queue_arbiter(cluster, [])
+    fresh: list[float] = []
+    async with verbs_client(app) as client:
+        for i in range(runs):
+            arbiter.answers.forget()
+            fresh += await timed(client, "/scheduler/filter", cluster.bodies[i % 2 :], 1)
+        reused = arbiter.answers.reused
+        retried = await timed(client, "/scheduler/filter", cluster.bodies, runs)
+        assert arbiter.answers.reused - reused == runs, "a retry was decided afresh"
+    assert not arbiter.claims, "the gang of 8 x 60 CPU was admitted"
+    out: dict[str, Any] = {
+        "filter_gang_turned_away_fresh": report(
+            f"filter, gang turned away, {pending} in line, afresh", fresh
+        ),
+        "filter_gang_turned_away_retry": report(
+            f"filter, gang turned away, {pending} in line, a retry", retried
+        ),
+    }
+    ratio = (
+        out["filter_gang_turned_away_retry"]["p50_ms"]
+        / out["filter_gang_turned_away_fresh"]["p50_ms"]
+    )
+    out["ratio_filter_p50_retry_vs_fresh"] = ratio
+    print(f"  filter p50 of a retry / of a fresh decision ({pending} in line)   {ratio:6.3f}")
+    return out
+
+
+class LoopProbe:
+    """The longest the event loop went without running a task that was ready (a step that
+    holds it: every verb and watch event waits that long). A task wakes every millisecond
+    and notes how late it woke."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LoopProbe:
+        self._task = asyncio.create_task(self._watch())
+        await asyncio.sleep(0.005)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.sleep(0.005)
+        assert self._task is not None
+        self._task.cancel()
+
+    async def _watch(self) -> None:
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(0.001)
+            self.longest = max(self.longest, time.perf_counter() - start - 0.001)
+
+    async def held(self, step: Any) -> float:
+        """Run `step` (a coroutine or a plain call's result is awaited if needed); ms held."""
+        self.longest = 0.0
+        result = step()
+        if asyncio.iscoroutine(result):
+            await result
+        await asyncio.sleep(0.005)
+        return self.longest * 1000
+
+
+async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> dict[str, Any]:
+    """The longest any one step holds the event loop, `pending` gangs in line, `queues` queues:
+    the queues' tally caught up in slices (as the queue status writer does between its
+    ticks), the first admission, one after a node is cordoned, a relist of every pod, the
+    tally caught up again and an admission after it."""
+    cluster = queue_cluster(nodes, pods, queues, pending)
+    state = cluster.state
+    arbiter, app = queue_arbiter(cluster, cluster.queue_specs)
+    relist = [
+        pod(f"r{i}", group=f"g{i // 10}", node_name=f"node-{i % nodes}", version="2")
+        for i in range(pods)
+    ] + [pod(f"w{i}", group=f"g{pods // 10 + i // 4}") for i in range(pending * 4)]
+    relist += [pod(f"new-{i}", group=f"g{pods // 10 + pending}") for i in range(8)]
+    for raw in relist[-8:]:
+        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "40"
+    out: dict[str, float] = {}
+    async with verbs_client(app) as client, LoopProbe() as probe:
+
+        async def admit() -> None:
+            arbiter.claims.clear()
+            arbiter.answers.forget()
+            await timed(client, "/scheduler/filter", cluster.bodies, 1)
+            assert arbiter.claims, "the fresh gang was not admitted"
+
+        def cordon() -> None:
+            raw = node(0)
+            raw["spec"]["unschedulable"] = True
+            state.apply_node(raw)
+
+        book = arbiter.line.queues
+        assert book is not None
+        out["tally_caught_up_in_slices"] = await probe.held(book.catch_up)
+        out["first_admission"] = await probe.held(admit)
+        out["admission"] = await probe.held(admit)
+        out["node_cordoned"] = await probe.held(cordon)
+        out["admission_after_node"] = await probe.held(admit)
+        out["relist_pods"] = await probe.held(lambda: state.replace_pods(relist))
+        out["tally_caught_up_after_relist"] = await probe.held(book.catch_up)
+        out["admission_after_relist"] = await probe.held(admit)
+    print(f"the event loop held longest, {pending} in line, {queues} queues:")
+    for step, ms in out.items():
+        print(f"  {step.replace('_', ' '):<58} {ms:8.2f} ms")
+    out["longest"] = max(out.values())
+    return {f"loop_held_ms_{k}": v for k, v in out.items()}
+
+
 async def line_sweep(
     nodes: int,
     pods: int,
@@ -1036,6 +1163,20 @@ def cli(argv: Sequence[str] | None = None) -> int:
         "to a flat one of 64, same run (the rows make bench runs anyway)",
     )
     parser.add_argument(
+        "--loop-rows",
+        type=int,
+        metavar="N",
+        help="instead of every row, only the longest any one step holds the event loop, "
+        "N gangs in line and --line-queues queues",
+    )
+    parser.add_argument(
+        "--retry-rows",
+        type=int,
+        metavar="N",
+        help="instead of every row, only a turned-away gang's filter decided afresh and retried "
+        "with nothing changed, N gangs in line (the rows make bench runs it with 1,000)",
+    )
+    parser.add_argument(
         "--json", help="also write the figures to this file (make bench: bench/results/)"
     )
     args = parser.parse_args(argv)
@@ -1071,6 +1212,16 @@ def cli(argv: Sequence[str] | None = None) -> int:
         figures = {
             **run_info(command.strip()),
             **asyncio.run(slice_rows(args.nodes, args.pods, args.runs)),
+        }
+    elif args.loop_rows is not None:
+        figures = {
+            **run_info(command.strip()),
+            **asyncio.run(loop_rows(args.nodes, args.pods, args.loop_rows, args.line_queues)),
+        }
+    elif args.retry_rows is not None:
+        figures = {
+            **run_info(command.strip()),
+            **asyncio.run(retry_rows(args.nodes, args.pods, min(args.runs, 20), args.retry_rows)),
         }
     elif args.device_rows:
         figures = {

@@ -17,6 +17,7 @@ Two questions, both without I/O:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -162,6 +163,9 @@ class Admission:
         self._clock = clock
         self.denied: TTLCache[str, Denial] = TTLCache(maxsize, denied_ttl_seconds, timer=clock)
         self.permitted: TTLCache[str, float] = TTLCache(maxsize, denied_ttl_seconds, timer=clock)
+        # Bumped whenever a denial is added or dropped (not when one expires: see
+        # next_expiry): the arbiter reuses a verdict only while it stays put.
+        self.denials_version = 0
 
     def check(
         self, spec: GroupSpec, siblings: PermitVerdict, free: Callable[[], Resources]
@@ -212,10 +216,20 @@ class Admission:
         """Remember a group as failed, so its members are turned away for the TTL."""
         self.permitted.pop(key, None)
         self.denied[key] = Denial(reason, message, self._clock())
+        self.denials_version += 1
 
     def forget(self, key: str) -> None:
-        self.denied.pop(key, None)
+        if self.denied.pop(key, None) is not None:
+            self.denials_version += 1
         self.permitted.pop(key, None)
+
+    def next_expiry(self) -> float:
+        """In how many seconds the first denial standing expires (inf: none stands).
+
+        A denied gang in line is left out of every decision until then.
+        """
+        first = min((d.at for d in self.denied.values()), default=math.inf)
+        return first + self.denied_ttl_seconds - self._clock()
 
     def preemption_blocker(
         self, spec: GroupSpec, siblings: PermitVerdict, total_allocatable: Resources

@@ -131,6 +131,43 @@ class Contest:
     allocatable: Sequence[Bin] = ()
     positions: Mapping[str, int] | None = None
     remainders: Remainders | None = None
+    # The line walked before, kept by the caller between decisions (see Walked).
+    walked: Walked | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Walked:
+    """`line` walked in line order over `free` less the holders' promises, every gang of it
+    that fits set aside and none aged that does not: the room left after them all (`bins`),
+    kept by the caller between calls and redone only from the first gang a change reaches
+    (app/runtime/line_walk.py).
+
+    Good for a decision whose contest has this very `line`, `free` and holders, about a
+    candidate behind every gang of the line: it packs into `bins` at once instead of
+    walking the line again (what a fresh gang's admission cost, one first fit per gang
+    ahead). `last`: the line's last gang in line order (None: the line is empty).
+    """
+
+    line: Sequence[Gang]
+    free: Sequence[Bin]
+    holders: Sequence[Holder]
+    last: Gang | None
+    bins: Sequence[Bin]
+    # The first gang set aside (named when the candidate waits).
+    blocker: tuple[str, int] | None
+
+    def serves(self, candidate: Gang, contest: Contest, now: float, aging_seconds: float) -> bool:
+        """Is the room after the whole line the room this candidate packs into?"""
+        return (
+            self.line is contest.line
+            and self.free is contest.free
+            and self.holders is contest.holders
+            and all(h.key != candidate.key for h in self.holders)
+            and (
+                self.last is None
+                or line_key(self.last, now, aging_seconds) < line_key(candidate, now, aging_seconds)
+            )
+        )
 
 
 def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) -> Decision:
@@ -146,12 +183,18 @@ def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) 
     keeps it out.
     """
     steps = _Steps(candidate, [h for h in contest.holders if h.key != candidate.key])
-    room = Room(
-        contest.free, steps.holders, contest.allocatable, contest.positions, contest.remainders
-    )
-    waiting = steps.behind_line(contest.line, room, now, aging_seconds)
-    if waiting is not None:
-        return waiting
+    walked = contest.walked
+    if walked is not None and walked.serves(candidate, contest, now, aging_seconds):
+        # The line was walked already: every gang of it ahead of the candidate, set aside.
+        room = Room(walked.bins, (), contest.allocatable, contest.positions, contest.remainders)
+        steps.blocker = walked.blocker
+    else:
+        room = Room(
+            contest.free, steps.holders, contest.allocatable, contest.positions, contest.remainders
+        )
+        waiting = steps.behind_line(contest.line, room, now, aging_seconds)
+        if waiting is not None:
+            return waiting
     packing = room.pack(candidate)
     if packing.fits:
         return Decision(Ruling.ADMIT, packing.plan)

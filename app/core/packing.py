@@ -88,7 +88,7 @@ class AllowedBins:
     all 5,000 up front was most of a fresh gang's filter. (Untainted nodes pass unasked.)
     """
 
-    __slots__ = ("_bins", "_found", "_rules", "_scanned", "_untainted_pass")
+    __slots__ = ("_bins", "_found", "_rules", "_scanned", "_untainted_pass", "full")
 
     def __init__(self, placement: Placement | None, bins: Sequence[Bin]) -> None:
         self._rules = rules = placement or ANY_NODE
@@ -96,14 +96,22 @@ class AllowedBins:
         self._bins = bins
         self._found: list[int] = []
         self._scanned = 0
+        # Per member shape (its requests' items): how many of the bins found, from the
+        # first, have no room for it (AllowedNodes says why that lasts).
+        self.full: dict[tuple[tuple[str, int], ...], int] = {}
 
     def __iter__(self) -> Iterator[int]:
+        return self.after(0)
+
+    def after(self, start: int) -> Iterator[int]:
+        """The indexes from the `start`-th allowed bin on."""
         found = self._found
-        yield from found  # those found already, at C speed (and any found meanwhile)
-        k = len(found)
+        yield from found[start:]  # those found already, at C speed (and any found meanwhile)
+        k = max(start, len(found))
         while k < len(found) or self._find_next():
-            yield found[k]
-            k += 1
+            if k < len(found):  # (else read on to the `start`-th)
+                yield found[k]
+                k += 1
 
     def __bool__(self) -> bool:
         return bool(self._found) or self._find_next()
@@ -122,7 +130,12 @@ class AllowedBins:
 
 
 AllowedNodes = dict[Placement | None, AllowedBins]
-"""Per placement rule, the bins it allows: shared by packings over one bin list."""
+"""Per placement rule, the bins it allows: shared by packings over one bin list.
+
+Also where first fit may start for a member shape: the bins before it had no room
+for it. Share one only while the bins' free capacity only shrinks (a caller that
+gives capacity back starts a new one): a bin full for a shape stays full then.
+"""
 
 
 def pack(
@@ -182,11 +195,27 @@ def pack(
 def _first_with_room(
     allowed: AllowedBins, requests: Resources, bins: Sequence[Bin], landed: Mapping[int, Resources]
 ) -> int | None:
-    """The first allowed bin with room for `requests`, as the members placed so far left it."""
-    for i in allowed:
+    """The first allowed bin with room for `requests`, as the members placed so far left it.
+
+    Starts past the bins known full for this shape, and notes how far they now go:
+    a line of thousands of gangs alike fills the nodes from the first, and each
+    packing read every full node again (most of a fresh admission's time).
+    Bins full only as this packing's members left them (`landed`) are not noted:
+    the packing may be dropped.
+    """
+    shape = tuple(requests.items())
+    full = allowed.full
+    # The bins before `known_full` have no room for the shape; `k`: the bin read now.
+    known_full = k = full.get(shape, 0)
+    for i in allowed.after(known_full):
         free = landed.get(i)
         if fits(requests, bins[i].free if free is None else free):
+            full[shape] = known_full
             return i
+        if k == known_full and (free is None or not fits(requests, bins[i].free)):
+            known_full += 1
+        k += 1
+    full[shape] = known_full
     return None
 
 

@@ -128,15 +128,18 @@ class Room:
                 return False
         packing = self.pack(gang)
         if packing.fits:
-            plan = packing.plan
-            take(self.bins, plan, gang.demands, index=self._copied(plan.values()))
-            if self._remainders is not None:
-                self._taken.append(plan.values())
+            self.take(gang, packing.plan)
         else:
             alike = self._shapes(gang)
             if alike is not None:
                 self._failed.add(alike)
         return packing.fits
+
+    def take(self, gang: Gang, plan: Mapping[str, str]) -> None:
+        """The room of `plan` (a packing of `gang` over this room) is the gang's now."""
+        take(self.bins, plan, gang.demands, index=self._copied(plan.values()))
+        if self._remainders is not None:
+            self._taken.append(plan.values())
 
     def may_ever_fit(self, gang: Gang) -> bool:
         """Would the gang fit in the empty cluster? (Yes when the empty cluster is not given.)"""
@@ -202,5 +205,9 @@ class Room:
         self.free_up(holder.reserved)
 
     def free_up(self, held: Mapping[str, Mapping[str, int]]) -> None:
-        """Capacity held per node is free again (in this room's own copies of those bins)."""
+        """Capacity held per node is free again (in this room's own copies of those bins).
+
+        The packings' memo of full bins holds only while the room shrinks: a new one.
+        """
         give(self.bins, held, index=self._copied(held))
+        self._on_bins = {}

@@ -6,7 +6,8 @@ looks first. Every INTERVAL_SECONDS the counts are taken from the queue book
 (app/runtime/queues/book.py) and only a Queue whose status, as the watch shows it,
 differs is patched (`status.state` is left to its owner): a Queue deleted and
 created again under the same name, or edited by hand, is written again.
-Writes are awaited on the event loop, one Queue after the other.
+Writes are awaited on the event loop, one Queue after the other. Between
+ticks the writer keeps the book's tally current in slices (QueueBook.catch_up).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from app.runtime.queues.book import QueueBook
 log = logging.getLogger(__name__)
 
 INTERVAL_SECONDS = 2.0
+# How often the queues' tally is brought up to date in slices between ticks.
+WARM_SECONDS = 0.25
 
 
 class QueueStatusPatch(Protocol):
@@ -59,8 +62,15 @@ class QueueStatusWriter:
                 await task
 
     async def _run(self) -> None:
+        """Tick every interval; meanwhile keep the queues' tally current a slice at a time
+        (every WARM_SECONDS), so that neither a tick nor a verb's admission walks every
+        pod at once on the event loop (after a start or a relist: most of a second)."""
+        steps = max(1, round(self._interval / WARM_SECONDS))
         while True:
-            await asyncio.sleep(self._interval)
+            for _ in range(steps):
+                await self._book.catch_up()
+                await asyncio.sleep(self._interval / steps)
+            await self._book.catch_up()
             await self.tick()
 
     async def tick(self) -> None:

@@ -42,6 +42,7 @@ from app.core.groups import GroupRef, GroupSpec
 from app.core.records import PodRecord
 from app.core.state import ClusterState
 from app.core.topology.domains import Domain, TopologyConstraint, TopologyError
+from app.runtime.answers import Answers
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.claim_release import ClaimRelease
 from app.runtime.claims import Claim, ClaimLedger
@@ -96,9 +97,10 @@ class Arbiter:
             state, admission, self.ledger, self.line, peers.reclaimer, self._clock
         )
         self._reconsider: asyncio.TimerHandle | None = None
-        # group key -> (version, second, verdict): a group's last rejection is
-        # reused while nothing changed (see Revision).
-        self._memo: dict[str, tuple[int, int, Verdict]] = {}
+        # A gang's last rejection, reused while nothing it weighed changed.
+        self.answers = Answers(
+            state, self._revision, admission, self.line, self.ledger, settings.aging_seconds
+        )
 
     @property
     def claims(self) -> dict[str, Claim]:
@@ -123,15 +125,16 @@ class Arbiter:
         self._prune(now)
         if spec.key in self.claims:
             return Verdict(True, FilterReason.HOLDING)
-        memo = self._memo.get(spec.key)
-        if memo is not None and memo[:2] == (self._revision.version, int(now)):
-            return memo[2]
         gang = self.line.gang(spec, pod)
         if gang.need <= 0:
             # Already whole (extra members beyond minMember): nothing to hold.
             return Verdict(True, FilterReason.COMPLETE)
         if short := gang_device_shortfall(gang, self._state.devices, self.ledger.holders):
-            return self._turn_away(spec.key, ref, now, FilterReason.INSUFFICIENT_CAPACITY, short)
+            # Not kept for retries: what the devices' count weighs is not in the stamps.
+            self.line.join(gang.key, ref, now)
+            return Verdict(False, FilterReason.INSUFFICIENT_CAPACITY, short)
+        if (answered := self.answers.recall(gang, now)) is not None:
+            return answered
         contest = self.line.contest(exclude=spec.key)
         queued: Assessment | None = None
         book = self.line.queues
@@ -139,21 +142,26 @@ class Arbiter:
             queue = queue_of(spec, self._state.members(spec.key))
             queued = self.line.assess(gang, queue, contest.line, contest.holders)
             if queued.message is not None:
-                return self._turn_away(spec.key, ref, now, FilterReason.QUEUE_SHARE, queued.message)
+                verdict = Verdict(False, FilterReason.QUEUE_SHARE, queued.message)
+                return self._turn_away(gang, ref, now, verdict)
             contest.line = queued.line
         constraint = self.topology.constraint(spec, pod.topology)
         aging = self.settings.aging_seconds
+        if spec.key not in self.waiting:  # a fresh gang: behind the whole line, walked before
+            contest.walked = self.line.walked(contest, now, aging)
         try:  # TopologyError: slices the gang cannot have
             decision, domain, held = self.topology.decide(
                 gang, constraint, contest, now, aging, spec, pod
             )
         except TopologyError as err:
-            return self._turn_away(spec.key, ref, now, FilterReason.BAD_GROUP, str(err))
+            return self._turn_away(gang, ref, now, Verdict(False, FilterReason.BAD_GROUP, str(err)))
         if decision.verdict is not Ruling.ADMIT:
-            message = decision.message
+            reclaimed = None
             if queued is not None:
-                message += self._reclaims.reclaim(gang, ref, queued, contest.free, contest.holders)
-            return self._turn_away(spec.key, ref, now, _REASONS[decision.verdict], message)
+                reclaimed = self._reclaims.reclaim(gang, ref, queued, contest.free, contest.holders)
+            message = decision.message + (reclaimed or "")
+            verdict = Verdict(False, _REASONS[decision.verdict], message)
+            return self._turn_away(gang, ref, now, verdict, reclaimed is not None)
         self._claim(gang, ref, decision, now, constraint, domain, held)
         self.topology.announce(spec.key, len(decision.plan), pod.key, (constraint, domain, held))
         if self.waker is not None:
@@ -204,14 +212,11 @@ class Arbiter:
         return self.ledger.holders()
 
     def _turn_away(
-        self, key: str, ref: GroupRef, now: float, reason: FilterReason, message: str
+        self, gang: Gang, ref: GroupRef, now: float, verdict: Verdict, paced: bool = False
     ) -> Verdict:
-        """The gang waits in line: remembered for aging, its answer reused while nothing moves."""
-        self.line.join(key, ref, now)
-        verdict = Verdict(False, reason, message)
-        if len(self._memo) > 10_000:
-            self._memo.clear()
-        self._memo[key] = (self._revision.version, int(now), verdict)
+        """The gang waits in line: remembered for aging, its verdict kept for its retries."""
+        self.line.join(gang.key, ref, now)
+        self.answers.keep(gang, self.line.waiting[gang.key].since, verdict, now, paced=paced)
         return verdict
 
     def domain(

@@ -17,7 +17,15 @@ from typing import Any
 from app.core.admission import Admission, wholeness
 from app.core.backfill import Remainders
 from app.core.clock import wall
-from app.core.contention import Contest, Gang, Holder, held_for, order_line, wake_order
+from app.core.contention import (
+    Contest,
+    Gang,
+    Holder,
+    Walked,
+    held_for,
+    order_line,
+    wake_order,
+)
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.core.packing import Bin, Demand
 from app.core.placement import placement_of
@@ -28,6 +36,7 @@ from app.core.topology.domains import TopologyConstraint
 from app.core.topology.subgroups import Slicing
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology
+from app.runtime.line_walk import LineWalk
 from app.runtime.queues.book import Assessment, QueueBook
 from app.runtime.queues.tally import podgroup_created, queue_of
 from app.runtime.revision import Revision
@@ -112,6 +121,8 @@ class Line:
         self._stamp = -1
         # What an aged gang ahead can never use per node, kept between calls.
         self._remainders = Remainders(self._staying_on, state.nodes_changed_since)
+        # The walk of the line a fresh gang is admitted behind, kept between calls.
+        self._walk = LineWalk()
 
     def _staying_on(self, node: str) -> list[Mapping[str, int]]:
         """The requests of the pods on `node` not on their way out (backfill's remainders)."""
@@ -257,6 +268,14 @@ class Line:
             state.allocatable_bins(),
             state.room_positions(),
             self._remainders,
+        )
+
+    def walked(self, contest: Contest, now: float, aging_seconds: float) -> Walked | None:
+        """The room after every gang of `contest.line`, from the walk kept between calls
+        (app/runtime/line_walk.py); for a gang not in line, behind all of them."""
+        assert contest.positions is not None
+        return self._walk.walked(
+            contest.line, contest.free, contest.holders, contest.positions, now, aging_seconds
         )
 
     def assess(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,39 @@ async def test_queue_rows_admit_the_fresh_gang_also_after_nodes_changed() -> Non
     }
     for row in rows.values():
         assert 0 < row["p50_ms"] <= row["p99_ms"]
+
+
+async def test_retry_rows_answer_every_retry_from_the_verdict_kept() -> None:
+    rows = await bench_run.retry_rows(nodes=40, pods=400, runs=4, pending=20)
+    assert rows.pop("ratio_filter_p50_retry_vs_fresh") > 0
+    assert set(rows) == {"filter_gang_turned_away_fresh", "filter_gang_turned_away_retry"}
+    for row in rows.values():
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+
+
+async def test_loop_rows_time_every_step_and_admit_the_fresh_gang() -> None:
+    rows = await bench_run.loop_rows(nodes=40, pods=400, pending=20, queues=3)
+    assert set(rows) == {
+        f"loop_held_ms_{step}"
+        for step in (
+            "tally_caught_up_in_slices",
+            "first_admission",
+            "admission",
+            "node_cordoned",
+            "admission_after_node",
+            "relist_pods",
+            "tally_caught_up_after_relist",
+            "admission_after_relist",
+            "longest",
+        )
+    }
+    assert rows["loop_held_ms_longest"] == max(rows.values()) > 0
+
+
+async def test_the_loop_probe_sees_a_step_that_holds_the_loop() -> None:
+    async with bench_run.LoopProbe() as probe:
+        held = await probe.held(lambda: time.sleep(0.05))
+    assert 40 <= held < 1000
 
 
 async def test_device_rows_admit_both_gangs_and_count_the_devices() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from app.base.metrics import Metrics
@@ -313,6 +314,22 @@ async def test_queue_status_counts_are_written_by_the_leader_only_when_they_chan
     world.book.upsert(queue("team-b"))
     await writer.tick()
     assert [name for name, _ in api.patches[2:]] == ["team-b"]
+
+
+async def test_the_writer_keeps_the_tally_current_between_ticks_and_ticks() -> None:
+    world = World()
+    world.book.replace([queue("team-a")])
+    world.gang("a0", "team-a", bound_on="n0")
+    world.gang("a1", "team-a")
+    api = StatusPatches(world.book)
+    writer = QueueStatusWriter(
+        world.book, world.arbiter.holders, api, lambda: True, interval_seconds=0.05
+    )
+    writer.start()
+    await asyncio.sleep(0.2)
+    await writer.stop()
+    assert [name for name, _ in api.patches] == ["team-a"]
+    assert api.patches[0][1]["pending"] == 1 and api.patches[0][1]["running"] == 1
 
 
 def test_a_younger_gang_does_not_take_the_queue_room_an_older_one_waits_for() -> None:

@@ -174,6 +174,8 @@ operations = st.lists(
         st.tuples(st.just("podgroup"), st.sampled_from(GROUPS), st.integers(1, 3), st.booleans()),
         st.tuples(st.just("drop-podgroup"), st.sampled_from(GROUPS)),
         st.tuples(st.just("tally"), st.booleans()),
+        st.tuples(st.just("slice"), st.integers(1, 3)),
+        st.tuples(st.just("slice"), st.integers(1, 3)),
     ),
     min_size=5,
     max_size=80,
@@ -216,9 +218,41 @@ def test_the_kept_tally_is_the_walked_one(ops: list[tuple[Any, ...]]) -> None:
     tally = QueueTally(state)
     for op in ops:
         apply(state, op)
+        if op[0] == "slice":  # catch_up() in the background, a few gangs at a time
+            tally.catch_up_slice(op[1])
         if op[0] == "tally":
             holders = _holders(state) if op[1] else []
             assert observed(tally, holders) == reference(state, holders)
+    assert observed(tally, []) == reference(state, [])
+
+
+async def test_a_tally_asked_between_slices_is_the_whole_clusters() -> None:
+    """catch_up() a slice at a time, changes and a verb's tally() arriving in between."""
+    state = ClusterState()
+    state.replace_nodes([node(n, cpu="8") for n in NODES])
+    tally = QueueTally(state)
+    for i in range(10):
+        group = GROUPS[i % len(GROUPS)]
+        state.apply_pod(
+            _pod(
+                f"p{i}",
+                group,
+                NODES[i % 2] if i % 3 else "",
+                "Running",
+                cpu=1,
+                second=i,
+                priority=0,
+                deleting=False,
+            )
+        )
+    assert not tally.catch_up_slice(1)  # a slice: one gang redone, the rest left
+    state.apply_pod(
+        _pod("p0", GROUPS[0], "", "Pending", cpu=2, second=0, priority=1, deleting=False)
+    )
+    assert observed(tally, []) == reference(state, [])
+    state.delete_pod("default", "p1")
+    await tally.catch_up(most=1)
+    assert tally.catch_up_slice(1)
     assert observed(tally, []) == reference(state, [])
 
 

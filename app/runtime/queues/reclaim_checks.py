@@ -58,17 +58,20 @@ class ReclaimChecks:
         free: Sequence[Bin],
         holders: Sequence[Holder],
         room: list[Bin] | None = None,
-    ) -> str:
+    ) -> str | None:
         """A gang of a queue below its share does not fit: take room back; what was done.
 
+        None: reclaim does not apply (no reclaimer, or the queue is not below its
+        share); "": the reclaimer was asked and did nothing. What the reclaimer says
+        depends on the clock too (evictions under way expire).
         `room`: free less the holders' promises, when the caller has it already.
         """
         view = queued.views.get(queued.queue)
         book = self._line.queues
         if self._reclaimer is None or view is None or book is None:
-            return ""
+            return None
         if not starving(replace(view, head=request_of(gang)), book.overcommit):
-            return ""
+            return None
         if room is None:
             room = room_left(free, holders)
         text = self._reclaimer.reclaim(gang, ref, queued.queue, queued.views, room, queued.running)

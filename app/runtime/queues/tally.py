@@ -8,6 +8,7 @@ about them yet; they still count as their queue's demand).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -17,6 +18,9 @@ from app.core.queues import DEFAULT_QUEUE, Running
 from app.core.records import GroupNotFound, PodRecord
 from app.core.resources import Resources, add, subtract
 from app.core.state import ClusterState
+
+# Gangs redone per slice of catch_up(): a few milliseconds of the event loop.
+_SLICE = 100
 
 # A gang waiting: (-priority, created, key, what it asks for); sorts in queue order.
 Pending = tuple[int, float, str, Resources]
@@ -72,6 +76,8 @@ class QueueTally:
         self._stamp = -1
         self._schedulable = -1
         self._taking: set[str] = set()
+        # Gangs whose parts changed and are not redone yet (a slice stopped before them).
+        self._todo: set[str] = set()
 
     def tally(self, holders: Sequence[Holder]) -> Tally:
         """The queues now: placed pods and the claims' promises are held, unplaced gangs wait."""
@@ -109,6 +115,33 @@ class QueueTally:
         return capacity
 
     def _catch_up(self) -> None:
+        """Every gang's part current: what changed since, and what a slice left to do."""
+        self._collect()
+        todo = self._todo
+        while todo:
+            self._redo(todo.pop())
+
+    def catch_up_slice(self, most: int) -> bool:
+        """Redo at most `most` of the gangs' parts that changed; True: none is left.
+
+        A tally() between two slices does the rest at once, so it is always the
+        whole cluster's as it is then; slices only take that work off it.
+        """
+        self._collect()
+        todo = self._todo
+        for _ in range(min(most, len(todo))):
+            self._redo(todo.pop())
+        return not todo
+
+    async def catch_up(self, most: int = _SLICE) -> None:
+        """Bring every gang's part up to date, `most` gangs at a time, the event loop free
+        between slices: the first tally after a start or a relist walks every pod, and
+        done at once it held the loop 0.3-0.8 s at 50,000 pods (verbs and watches wait)."""
+        while not self.catch_up_slice(most):  # noqa: ASYNC110 - yields the loop between slices
+            await asyncio.sleep(0)
+
+    def _collect(self) -> None:
+        """Note the gangs whose parts changed since last time (all, when too many to tell)."""
         state = self._state
         stamp, changed = state.groups_changed_since(self._stamp)
         moved: set[str] = set()
@@ -124,9 +157,10 @@ class QueueTally:
         if changed is None:
             self._parts.clear()
             self._allocated, self._on_nodes, self._running, self._pending = {}, {}, {}, {}
-            changed = state.group_keys()
-        for key in moved.union(changed):
-            self._redo(key)
+            self._todo = set(state.group_keys())
+        else:
+            self._todo.update(moved)
+            self._todo.update(changed)
         self._stamp, self._schedulable = stamp, state.schedulable_version
 
     def _gangs_on(self, nodes: set[str]) -> set[str]:

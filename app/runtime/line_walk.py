@@ -1,0 +1,174 @@
+"""The line's walk, kept between decisions and redone only from the first gang a change reaches.
+
+A fresh gang's admission weighs every gang ahead of it: each that fits has
+its room set aside first (backfill, app/core/contention.py), one first fit
+per gang, so with 10,000 gangs in line a fresh admission took hundreds of
+milliseconds while the answer for the gangs ahead had not changed. Here the
+walk of the whole line is kept: per gang its plan and its reach (the last
+node, in the free bins' order, its first fit read: nodes after it played no
+part in where it went). Between two decisions:
+
+- the line is ordered again; the gangs from the first that differs are
+  walked again;
+- the free bins that changed (the state hands out new bins for a node that
+  changed, so a bin that is not the same object changed) reach every gang
+  whose reach is at or past them: the walk is redone from the first such
+  gang, over the room left by the gangs before it (their plans are on nodes
+  before the change, so they are what they were);
+- other holders than last time: walked again from the start.
+
+A gang that does not fit takes nothing and reaches every node (more room
+anywhere may take it next time). Only a walk with no aged gang that does
+not fit is handed out (Walked): such a gang may hold room back for itself
+(app/core/backfill.py), and the decision walks the line itself as before.
+The part walked up to that gang is still kept for the next call.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.core.contention import Gang, Holder, Walked, order_line
+from app.core.packing import Bin
+from app.core.resources import add
+from app.core.room import Room
+
+# A reach past every node: the gang read them all (some member did not fit, or the
+# order of its members depends on the whole cluster's free capacity).
+_EVERYWHERE = sys.maxsize
+
+
+@dataclass(slots=True)
+class _Walk:
+    """The line as last walked: the gangs set aside in order, and the room after them."""
+
+    free: Sequence[Bin]
+    holders: Sequence[Holder]
+    order: list[Gang]
+    plans: list[Mapping[str, str]]
+    reach: list[int]
+    bins: list[Bin]
+
+
+class LineWalk:
+    """The walk of the whole line, kept between decisions (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._walk: _Walk | None = None
+        # How many gangs the last update walked again (tests, bench).
+        self.walked_again = 0
+
+    def walked(
+        self,
+        line: Sequence[Gang],
+        free: Sequence[Bin],
+        holders: Sequence[Holder],
+        positions: Mapping[str, int],
+        now: float,
+        aging_seconds: float,
+    ) -> Walked | None:
+        """The room after every gang of `line` that fits set aside (None: an aged one does
+        not fit)."""
+        order = order_line(line, now, aging_seconds)
+        walk = self._walk
+        start = self._redo_from(walk, order, free, holders)
+        bins = self._room_before(walk, start, free, holders, positions)
+        kept = walk if walk is not None and start > 0 else None
+        plans = kept.plans[:start] if kept is not None else []
+        reach = kept.reach[:start] if kept is not None else []
+        room = Room(bins, (), ())
+        whole = True
+        for gang in order[start:]:
+            packing = room.pack(gang)
+            if packing.fits:
+                room.take(gang, packing.plan)
+                plans.append(packing.plan)
+                reach.append(_reach(gang, packing.plan, packing.unplaced, positions))
+            elif gang.aged(now, aging_seconds):  # it may hold room back: the decision walks
+                whole = False
+                break
+            else:  # it takes nothing; any node with more room may take it next time
+                plans.append({})
+                reach.append(_EVERYWHERE)
+        self.walked_again = len(plans) - start
+        done = order[: len(plans)]
+        self._walk = _Walk(free, holders, done, plans, reach, list(room.bins))
+        if not whole:
+            return None
+        first = next((g for g, plan in zip(done, plans, strict=True) if plan), None)
+        blocker = (first.key, first.priority) if first is not None else None
+        return Walked(line, free, holders, done[-1] if done else None, room.bins, blocker)
+
+    @staticmethod
+    def _redo_from(
+        walk: _Walk | None, order: Sequence[Gang], free: Sequence[Bin], holders: Sequence[Holder]
+    ) -> int:
+        """The first gang of `order` whose place in the walk may have changed."""
+        if walk is None or len(free) != len(walk.free) or list(holders) != list(walk.holders):
+            return 0
+        start = 0
+        for now_gang, then in zip(order, walk.order, strict=False):
+            if now_gang is not then and now_gang != then:
+                break
+            start += 1
+        old = walk.free
+        changed = [p for p in range(len(free)) if free[p] is not old[p]]
+        for p in changed:
+            if free[p].name != old[p].name:
+                return 0
+        if changed:
+            first = changed[0]
+            reach = walk.reach
+            for i in range(start):
+                if reach[i] >= first:
+                    return i
+        return start
+
+    @staticmethod
+    def _room_before(
+        walk: _Walk | None,
+        start: int,
+        free: Sequence[Bin],
+        holders: Sequence[Holder],
+        positions: Mapping[str, int],
+    ) -> list[Bin]:
+        """The room left after the first `start` gangs of the walk, over `free` as it is now."""
+        if walk is None or start == 0:
+            return list(Room(free, holders, (), positions).bins)
+        bins = list(walk.bins)
+        copied: set[int] = set()
+
+        def own(p: int) -> Bin:
+            if p not in copied:
+                b = bins[p]
+                bins[p] = Bin(b.name, dict(b.free), b.labels, b.taints)
+                copied.add(p)
+            return bins[p]
+
+        for gang, plan in zip(walk.order[start:], walk.plans[start:], strict=True):
+            requests = {d.key: d.requests for d in gang.demands}
+            for key, node in plan.items():
+                add(own(positions[node]).free, requests[key])
+        old = walk.free
+        for p in range(len(free)):
+            if free[p] is not old[p]:  # no gang before `start` has a plan there
+                b = free[p]
+                bins[p] = Bin(b.name, dict(b.free), b.labels, b.taints)
+                copied.add(p)
+                for holder in holders:
+                    promised = holder.remaining.get(b.name)
+                    if promised:
+                        add(bins[p].free, {k: -v for k, v in promised.items()})
+        return bins
+
+
+def _reach(
+    gang: Gang, plan: Mapping[str, str], left: Sequence[str], positions: Mapping[str, int]
+) -> int:
+    """The last node (position) the gang's first fit read: where its last member landed."""
+    first = gang.demands[0].requests if gang.demands else None
+    if left or any(d.requests != first for d in gang.demands):
+        return _EVERYWHERE
+    return max((positions[node] for node in plan.values()), default=-1)
