@@ -162,7 +162,7 @@ class Arbiter:
             message = decision.message + (reclaimed or "")
             verdict = Verdict(False, _REASONS[decision.verdict], message)
             return self._turn_away(gang, ref, now, verdict, reclaimed is not None)
-        self._claim(gang, ref, decision, now, constraint, domain, held)
+        self._claim(gang, ref, decision, now, (constraint, domain, held or {}))
         self.topology.announce(spec.key, len(decision.plan), pod.key, (constraint, domain, held))
         if self.waker is not None:
             self.waker.wake(spec.key, exclude_uid=pod.uid)
@@ -178,9 +178,7 @@ class Arbiter:
         ref: GroupRef,
         decision: Decision,
         now: float,
-        constraint: TopologyConstraint | None,
-        domain: Domain | None,
-        groups: Held | None = None,
+        where: tuple[TopologyConstraint | None, Domain | None, Held],
     ) -> None:
         """The gang is admitted: the gangs it takes room from give way, it leaves the line."""
         self._revision.bump()
@@ -188,24 +186,8 @@ class Arbiter:
             self._reclaimer.forget(gang.key)
         for key in decision.release:
             self._release.give_way(key, gang.key, gang.priority)
-        self.claims[gang.key] = Claim(
-            ref=ref,
-            priority=gang.priority,
-            created=gang.created,
-            plan=dict(decision.plan),
-            requests={d.key: d.requests for d in gang.demands},
-            made_at=now,
-            since=self.line.leave(gang.key),
-            baseline={
-                p.key: p.unschedulable_message
-                for p in self._state.members(gang.key)
-                if not p.placed_node
-            },
-            domain=domain,
-            released_others_until=now + _GIVE_WAY_GRACE_SECONDS if decision.release else 0.0,
-            constraint=constraint,
-            groups=groups or {},
-        )
+        grace_until = now + _GIVE_WAY_GRACE_SECONDS if decision.release else 0.0
+        self.ledger.make(gang, ref, decision, self.line.leave(gang.key), where, (now, grace_until))
 
     def holders(self) -> list[Holder]:
         """What every admitted gang holds now (the queue status counts them)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from app.core.admission import wholeness
-from app.core.contention import Holder
+from app.core.contention import Decision, Gang, Holder
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.core.records import GroupNotFound
 from app.core.resources import Resources, add
@@ -85,6 +85,40 @@ class ClaimLedger:
         self._pruned_at = -math.inf
         # Claiming gangs that lost a member since the last prune.
         self._recheck: set[str] = set()
+
+    def make(
+        self,
+        gang: Gang,
+        ref: GroupRef,
+        decision: Decision,
+        since: float | None,
+        where: tuple[TopologyConstraint | None, Domain | None, dict[tuple[str, ...], HeldGroup]],
+        times: tuple[float, float],
+    ) -> Claim:
+        """The gang is admitted as `decision` says, in `where` (constraint, domain, sub-groups'
+        domains): its claim, standing from now. `times`: now, and until when the gangs that
+        gave way for it are not failed fast (see Claim.released_others_until)."""
+        constraint, domain, groups = where
+        now, released_others_until = times
+        self.held[gang.key] = claim = Claim(
+            ref=ref,
+            priority=gang.priority,
+            created=gang.created,
+            plan=dict(decision.plan),
+            requests={d.key: d.requests for d in gang.demands},
+            made_at=now,
+            since=since,
+            baseline={
+                p.key: p.unschedulable_message
+                for p in self._state.members(gang.key)
+                if not p.placed_node
+            },
+            domain=domain,
+            released_others_until=released_others_until,
+            constraint=constraint,
+            groups=groups,
+        )
+        return claim
 
     def end(self, key: str) -> Claim | None:
         """The claim is over (whatever the reason): capacity and the line move."""
