@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from app.core.backfill import Remainders
-from app.core.packing import Bin, Demand, Packing, pack
+from app.core.packing import Bin, Demand, Packing
+from app.core.packing_search import pack_thoroughly
 from app.core.room import Room
 
 
@@ -195,7 +196,7 @@ def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) 
         waiting = steps.behind_line(contest.line, room, now, aging_seconds)
         if waiting is not None:
             return waiting
-    packing = room.pack(candidate)
+    packing = room.pack(candidate, thorough=True)
     if packing.fits:
         return Decision(Ruling.ADMIT, packing.plan)
     if steps.aged is not None:
@@ -269,7 +270,7 @@ class _Steps:
         ):
             room.give_back(holder)
             released.append(holder.key)
-            packing = room.pack(self.candidate)
+            packing = room.pack(self.candidate, thorough=True)
             if packing.fits:
                 return Decision(Ruling.ADMIT, packing.plan, tuple(released)), packing
         return None, packing
@@ -286,7 +287,7 @@ class _Steps:
         unheld = Room(free, (), ())
         for holder in self.holders:
             unheld.free_up(holder.reserved)
-        alone = pack(candidate.demands, unheld.bins, candidate.need)
+        alone = pack_thoroughly(candidate.demands, unheld.bins, candidate.need)
         if not alone.fits:
             return Decision(Ruling.SHORT, message=alone.describe(candidate.key, candidate.demands))
         behind_aged = self.behind_aged()

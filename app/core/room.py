@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from app.core.backfill import Remainders, Shapes, resource_names
 from app.core.packing import AllowedNodes, Bin, Packing, give, pack, take
+from app.core.packing_search import pack_thoroughly
 
 if TYPE_CHECKING:
     from app.core.contention import Gang, Holder
@@ -111,8 +112,13 @@ class Room:
         self._indexed = True
         return self._position.get(node)
 
-    def pack(self, gang: Gang) -> Packing:
-        return pack(gang.demands, self.bins, gang.need, allowed_nodes=self._on_bins)
+    def pack(self, gang: Gang, *, thorough: bool = False) -> Packing:
+        """The gang packed into this room. `thorough`: where first fit says no though the
+        room is there in total, search the other placements (app/core/packing_search.py):
+        for the gang being decided, whose "no" makes it wait; gangs ahead in line are
+        packed by first fit alone (thousands of them, for one decision)."""
+        packer = pack_thoroughly if thorough else pack
+        return packer(gang.demands, self.bins, gang.need, allowed_nodes=self._on_bins)
 
     def _shapes(self, gang: Gang) -> tuple[Shapes, int] | None:
         """The gang's member shapes and need: gangs alike fit alike (None: no memo)."""
@@ -148,7 +154,9 @@ class Room:
         alike = self._shapes(gang)
         known = self._ever.get(alike) if alike is not None else None
         if known is None:
-            known = pack(
+            # Thorough: an aged gang first fit cannot place even on the empty cluster
+            # would otherwise be taken for one that never fits, and hold nothing back.
+            known = pack_thoroughly(
                 gang.demands, self._allocatable, gang.need, allowed_nodes=self._on_allocatable
             ).fits
             if alike is not None:
