@@ -4,9 +4,11 @@ Part of `make test` (in both extender modes, a few minutes each) and run
 alone by `make soak-ci`. Its seeds found, and now hold fixed: a native
 PodGroup whose priority differed from its members' was never scheduled by
 kube-scheduler (seed 2: the soak named no class on the group); a claim stood
-after its gang was deleted until some filter call came (seed 51); and, after
-a watch cut, a pod read for its binding while our watch lagged came back into
-the cache after the watch had seen it deleted.
+after its gang was deleted until some filter call came (seed 51). Once, after
+a watch cut, a pod the API server no longer had stayed in the extender's
+cache: not seen again since, its likely cause is fixed (a pod the bind verb
+read while our watch lagged could land after the watch saw it deleted;
+tests/unit/test_extender.py), and the caches are compared after every fault.
 
 tests/soak/ plays a seeded stream of gangs of every source, plain pods,
 preempting gangs and pods, deletions mid-wait, node changes and faults
