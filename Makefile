@@ -87,8 +87,8 @@ cluster-test: $(STAMP) kube ## only the tests against the real control plane, in
 soak: $(STAMP) kube ## the soak (issue 49) against the real control plane; e.g. SOAK_ARGS="--minutes 30 --seed 3 --burners 2" (python -m tests.soak --help)
 	$(BIN)/python -m tests.soak $(SOAK_ARGS)
 
-soak-ci: $(STAMP) kube ## the soak's short version: fixed seeds, a minute each (not yet in make test: tests/cluster/soak_ci.py says why)
-	$(BIN)/pytest tests/cluster/soak_ci.py -q -ra
+soak-ci: $(STAMP) kube ## the soak's short version alone (part of make test): fixed seeds, a minute each (tests/cluster/test_soak.py)
+	$(BIN)/pytest tests/cluster/test_soak.py -q -ra
 
 demo: $(STAMP) kube ## run the main job: local control plane + extender + example gangs
 	$(BIN)/python hack/demo.py

@@ -13,6 +13,35 @@ from app.core.changes import ChangeLog
 from app.core.records import PodRecord, same_but_version
 from app.core.resources import DEVICE_PREFIX, Resources, add, subtract
 
+# How many deleted pods' uids are remembered: far more than the pod reads the
+# bind verb can have in flight, a few hundred kB at most.
+GONE_KEPT = 10_000
+
+
+class Gone:
+    """The pods lately deleted, for a pod read from the API server while our watch lagged.
+
+    The read's answer may land after the watch's DELETED event, or after a
+    relist that left the pod out: stored then, the pod would stay in the cache
+    for good (no event would ever remove it again). So the uids of the latest
+    GONE_KEPT deletions are kept (also of pods never seen: created and deleted
+    while the watch was cut, only the DELETED event arrives), and the relists
+    are counted: a read in flight across one cannot tell a pod deleted before
+    the list from one created after it.
+    """
+
+    def __init__(self) -> None:
+        self._uids: dict[str, None] = {}  # oldest first
+        self.relists = 0
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._uids
+
+    def add(self, uid: str) -> None:
+        self._uids[uid] = None
+        if len(self._uids) > GONE_KEPT:
+            del self._uids[next(iter(self._uids))]
+
 
 class PodIndex:
     def __init__(self, changes: ChangeLog) -> None:
@@ -36,6 +65,7 @@ class PodIndex:
         # The DRA device resources (devices/...) the non-terminal placed pods' claims take,
         # cluster-wide: what app/core/devices/distinct.py takes from the cluster's devices.
         self.placed_devices: Resources = {}
+        self.gone = Gone()
 
     # ---- changes ---------------------------------------------------------------
 
@@ -58,18 +88,25 @@ class PodIndex:
         self._store(old, new)
 
     def delete(self, key: str, uid: str | None = None) -> None:
+        # Remembered even when the pod was never seen (created and deleted while the
+        # watch was cut, only the DELETED event arrives): a read of it may be on its way.
+        if uid:
+            self.gone.add(uid)
         old = self.pods.get(key)
         if old is None or (uid and old.uid != uid):
             return
+        self.gone.add(old.uid)
         self._store(old, None)
 
     def replace(self, records: Iterable[PodRecord]) -> None:
         """Adopt a fresh list: pods missing from it were deleted while we did not watch."""
+        self.gone.relists += 1
         seen: set[str] = set()
         for record in records:
             self.apply(record)
             seen.add(record.key)
         for key in [k for k in self.pods if k not in seen]:
+            self.gone.add(self.pods[key].uid)
             self._store(self.pods[key], None)
 
     def reserve(self, pod_key: str, node: str) -> None:

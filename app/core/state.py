@@ -62,6 +62,7 @@ class ClusterState:
         # Group sources in use (flags and API discovery); pods naming another are plain pods.
         self.sources: frozenset[str] = ALL_SOURCES
         self._schedulable_version = 0  # see schedulable_version
+        self.gone = self._pods.gone  # pods lately deleted, for a pod read while the watch lagged
 
     # ---- who hears of changes ---------------------------------------------------
 
@@ -196,10 +197,8 @@ class ClusterState:
         return self._bins.allocatable(self.nodes)
 
     def room(self) -> list[Bin]:
-        """What each schedulable node has free once the pods `leaving` it are gone.
-
-        Shared until their node changes: never change these bins, copy the ones to change.
-        """
+        """What each schedulable node has free once the pods `leaving` it are gone; shared
+        until their node changes: never change these bins, copy the ones to change."""
         return self._bins.room(self.nodes, self.leaving.values())
 
     def room_positions(self) -> Mapping[str, int]:

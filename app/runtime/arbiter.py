@@ -247,6 +247,7 @@ class Arbiter:
             and (new is None or not new.counts_as_member)
         ):
             self.ledger.recheck(old.group.key)
+            self._schedule_reconsider()  # no filter call may come to end its claim (issue 49)
         if (
             old is None
             or new is None
@@ -282,7 +283,7 @@ class Arbiter:
     # ---- waking the line -------------------------------------------------------------------
 
     def _schedule_reconsider(self) -> None:
-        if self._reconsider is not None or self.waker is None:
+        if self._reconsider is not None:
             return
         try:
             loop = asyncio.get_running_loop()
@@ -292,6 +293,7 @@ class Arbiter:
 
     def _wake_line(self) -> None:
         self._reconsider = None
+        self._prune(self._clock())  # claims that lost members end now, filter calls or none
         if self.waker is None or not self.waiting:
             return
         for key in self.line.to_wake(self._clock(), self.settings.aging_seconds):

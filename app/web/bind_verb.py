@@ -2,11 +2,15 @@
 
 kube-scheduler may ask to bind a pod our watch has not delivered yet (its
 watch can be ahead of ours): the pod is then read from the API server, and
-adopted into the cluster state, before anything is decided about it.
+adopted into the cluster state, before anything is decided about it; unless
+our watch saw it deleted (or relisted) while the read's answer was on its way
+(a slow API server, a watch cut): adopted then, it would stay in the cache for
+good, no event ever removing it.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
@@ -17,6 +21,8 @@ from app.runtime.gate import PermitGate
 from app.runtime.waiting_room import GateError
 from app.web.verb_context import VerbCore, VerbLinks
 from app.web.wire import BindingArgs, binding_result
+
+log = logging.getLogger(__name__)
 
 
 class PodBinder(Protocol):
@@ -75,6 +81,8 @@ class BindVerb:
         if pod is not None:
             return pod
         # Our watch may lag behind kube-scheduler's: ask the API server.
+        log.info("pod %s not in the cache yet: read from the API server", args.pod_key)
+        relists = state.gone.relists
         raw = await self._api.read_pod(args.pod_namespace, args.pod_name)
         if raw is None:
             raise GateError(f"pod {args.pod_key} not found: it was deleted before binding")
@@ -83,6 +91,19 @@ class BindVerb:
             raise GateError(
                 f"pod {args.pod_key} was recreated (uid {fresh.uid}, scheduler asked to "
                 f"bind {args.pod_uid}); the new pod is scheduled on its own"
+            )
+        # The answer may land after our watch caught up: what the watch says wins, and a
+        # pod it saw deleted (or a relist left out) must not come back into the cache,
+        # where no event would ever remove it again.
+        pod = state.known_pod(args.pod_key, fresh.uid)
+        if pod is not None:
+            return pod
+        if fresh.uid in state.gone:
+            raise GateError(f"pod {args.pod_key} was deleted before binding")
+        if state.gone.relists != relists:
+            raise GateError(
+                f"pod {args.pod_key}: the pod cache was relisted while the pod was read; "
+                "kube-scheduler retries it"
             )
         state.apply_pod(raw)
         return state.pods[args.pod_key]

@@ -3,5 +3,6 @@
 `relay` slows the API server down for chosen clients (a TCP relay that
 delays the bytes it carries), `load` adds CPU-burning loops and API-server
 load, the rest drive the stream and check the invariants. `make soak` runs
-it for a set duration; tests/cluster/soak_ci.py is the short version (`make soak-ci`).
+it for a set duration; tests/cluster/test_soak.py is the short version (in
+`make test`; alone: `make soak-ci`).
 """

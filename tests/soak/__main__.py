@@ -124,11 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stack.enter_context(scheduler_behind(relay.port))
                 stack.enter_context(extender_behind(extender, relay.port))
             report = Soak(kube, extender, namespace, config, relay).run()
+            # Printed before the teardown: a long run's figures must not be lost to a
+            # restart that fails on a busy machine (the extender not ready in time).
+            print(report.render(), flush=True)
+            print(f"logs: {CLUSTER_DIR / 'logs'}", flush=True)
     finally:
         extender.stop()
         local_cluster("down")
-    print(report.render(), flush=True)
-    print(f"logs: {CLUSTER_DIR / 'logs'}", flush=True)
     return 1 if report.violations else 0
 
 

@@ -299,7 +299,10 @@ class Soak:
         elif gang.source is Source.VOLCANO:
             self.kube.create_volcano_podgroup(ns, name, size)
         elif gang.source is Source.NATIVE:
-            self.kube.create_native_podgroup(ns, name, size)
+            # Its members' class: kube-scheduler schedules no member of another priority.
+            self.kube.create_native_podgroup(
+                ns, name, size, priority_class=priority_class(gang.priority)
+            )
 
     def _join(self, body: dict[str, Any], gang: Gang) -> None:
         """Make the pod a member of its gang, the way its source says."""

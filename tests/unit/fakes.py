@@ -7,6 +7,7 @@ test module and no conftest). The cluster tests cover the real API.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from app.base.metrics import Metrics
@@ -56,9 +57,14 @@ class FakePodApi(RecordingBinder):
     def __init__(self, pods: dict[str, dict[str, Any]] | None = None) -> None:
         super().__init__()
         self.pods = pods or {}
+        # Runs while a read's answer is on its way (a watch event overtaking it, say).
+        self.during_read: Callable[[], None] | None = None
 
     async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.pods.get(f"{namespace}/{name}")
+        raw = self.pods.get(f"{namespace}/{name}")
+        if self.during_read is not None:
+            self.during_read()
+        return raw
 
 
 def gauge(metrics: Metrics, name: str, labels: dict[str, str] | None = None) -> float:

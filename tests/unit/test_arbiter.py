@@ -411,3 +411,21 @@ async def test_a_wave_whose_every_binding_failed_ends_its_claim() -> None:
     )
     assert all(isinstance(r, Exception) for r in results)
     assert "default/a" not in world.arbiter.claims
+
+
+async def test_a_claim_whose_gang_is_deleted_ends_without_a_filter_call() -> None:
+    """Found by the soak (seed 51): a preempting gang claimed room, two members were
+    reserved in the gate, then the whole gang was deleted. Its claim stood until the next
+    filter call, and in a quiet cluster none comes: capacity held for a gang that is gone."""
+    world = World()
+    a = world.gang("a", 3, "1")
+    assert world.filter(a, "a-0").reason == FilterReason.CLAIMED
+    waiting = [world.reserve(a, f"a-{i}", f"n{i}") for i in range(2)]
+    await asyncio.sleep(0)
+    for i in range(3):
+        world.state.delete_pod("default", f"a-{i}")
+    world.state.delete_podgroup("default", "a")
+    await asyncio.gather(*waiting, return_exceptions=True)
+    await asyncio.sleep(0.2)  # the line is reconsidered 0.05 s after a change
+    assert world.arbiter.claims == {}
+    assert world.arbiter.snapshot()["claims"] == []

@@ -477,3 +477,36 @@ async def test_volcano_min_task_member_gates_filter_and_bind(
     answers = await asyncio.gather(bind("ps0"), *waiting)
     assert [a.json() for a in answers] == [{"Error": ""}] * 3
     assert sorted(name for name, _ in w.api.bound) == ["ps0", "w0", "w1"]
+
+
+def _overtake(state: ClusterState, how: str) -> None:
+    """What our watch applies while the pod read's answer is still on its way."""
+    if how == "deleted":
+        state.apply_pod(pod("late", group="g"))
+        state.delete_pod("default", "late", "uid-default-late")
+    elif how == "deleted-unseen":
+        # Created and deleted while our watch was cut: only the DELETED event arrives.
+        state.delete_pod("default", "late", "uid-default-late")
+    else:  # a relist taken after the pod was deleted: the watch never saw it
+        state.replace_pods([])
+
+
+@pytest.mark.parametrize("how", ["deleted", "deleted-unseen", "relisted"])
+async def test_a_pod_read_for_binding_never_outlives_its_deletion_in_the_cache(
+    world: tuple[World, httpx.AsyncClient], how: str
+) -> None:
+    """Found by the soak (a slow API server, a watch cut): a pod our watch had not delivered
+    was read for its binding; the read's answer came after the watch's DELETED event (or a
+    relist without it) and brought the pod back into the cache, where it stayed for good."""
+    w, client = world
+    w.state.apply_podgroup(podgroup("g", 2))
+    w.api.pods["default/late"] = pod("late", group="g")
+    w.api.during_read = lambda: _overtake(w.state, how)
+    r = await post(
+        client,
+        "bind",
+        {"PodName": "late", "PodNamespace": "default", "PodUID": "uid-default-late", "Node": "n1"},
+    )
+    assert "late" not in w.state.pods and "default/late" not in w.state.pods
+    assert "deleted" in r.json()["Error"] or "relisted" in r.json()["Error"]
+    assert w.api.bound == []

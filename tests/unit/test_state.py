@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.packing import Bin
+from app.core.pod_index import GONE_KEPT
 from app.core.state import ClusterState
 from tests.unit.builders import cluster, node, pod, podgroup
 
@@ -261,3 +262,19 @@ def test_room_kept_between_calls_equals_room_computed_afresh(
     # Bins handed out earlier are never changed by what came after.
     for bins, seen in handed:
         assert [(b.name, b.free, dict(b.labels)) for b in bins] == seen
+
+
+def test_deleted_pods_are_remembered_latest_first_and_bounded() -> None:
+    """The uids a late pod read is checked against: every deletion's, the oldest forgotten."""
+    state = ClusterState()
+    state.apply_pod(pod("a"))
+    state.delete_pod("default", "a", "uid-default-a")
+    state.delete_pod("default", "never-seen", "uid-x")
+    state.apply_pod(pod("b"))
+    state.replace_pods([])
+    assert all(uid in state.gone for uid in ("uid-default-a", "uid-x", "uid-default-b"))
+    assert state.gone.relists == 1
+    for i in range(GONE_KEPT):
+        state.gone.add(f"u{i}")
+    assert "uid-default-a" not in state.gone
+    assert f"u{GONE_KEPT - 1}" in state.gone
