@@ -291,6 +291,11 @@ class Arbiter:
             return
         self._reconsider = loop.call_later(0.05, self._wake_line)
 
+    @property
+    def reconsidering(self) -> bool:
+        """The line's reconsidering is scheduled and has not run yet (tests wait on it)."""
+        return self._reconsider is not None
+
     def _wake_line(self) -> None:
         self._reconsider = None
         self._prune(self._clock())  # claims that lost members end now, filter calls or none

@@ -105,6 +105,11 @@ class SiblingWaker:
     async def drain(self) -> None:
         await self._touches.drain()
 
+    @property
+    def pending(self) -> int:
+        """Groups whose wake-up is scheduled and has not fired yet (tests wait on it)."""
+        return len(self._scheduled)
+
     def podgroups_appeared(self, keys: Iterable[str]) -> None:
         """PodGroups our watch did not know: wake members turned away as "not found".
 

@@ -7,6 +7,7 @@ test module and no conftest). The cluster tests cover the real API.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -107,3 +108,17 @@ class ExtenderOnState:
             VerbLinks(arbiter=self.arbiter),
             ScoringPolicy(pick_member_node=pick_member_node),
         )
+
+
+async def eventually(check: Callable[[], object], seconds: float = 10.0) -> None:
+    """Until `check()` is true, yielding to the loop; fails after `seconds`.
+
+    For work the code under test does on timers and tasks: a fixed sleep before an
+    assertion is a race on a busy machine (the loop may run the sleep's wake-up
+    before a timer due earlier has done its work).
+    """
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened within {seconds} s: {check}")
+        await asyncio.sleep(0.01)

@@ -19,7 +19,7 @@ from app.runtime.line import Candidate
 from app.runtime.waiting_room import GateError
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
-from tests.unit.fakes import Clock, RecordingBinder
+from tests.unit.fakes import Clock, RecordingBinder, eventually
 
 
 class Released(NullObserver):
@@ -289,6 +289,15 @@ class Touches:
         self.pods.append(name)
 
 
+async def settled(world: World) -> None:
+    """The line's reconsidering ran, the wake-ups it scheduled fired, their touches ended."""
+    waker = world.arbiter.waker
+    assert waker is not None
+    # A change schedules the reconsidering (0.05 s), which schedules wake-ups: wait for both.
+    await eventually(lambda: not world.arbiter.reconsidering and not waker.pending)
+    await waker.drain()
+
+
 async def test_freed_capacity_wakes_the_gangs_in_line_that_now_fit() -> None:
     touches = Touches()
     world = World(touches=touches)
@@ -306,8 +315,7 @@ async def test_freed_capacity_wakes_the_gangs_in_line_that_now_fit() -> None:
     # kube-scheduler retries them now.
     for i in range(3):
         world.state.delete_pod("default", f"a-{i}")
-    await asyncio.sleep(0.1)
-    await waker.drain()
+    await settled(world)
     assert sorted(touches.pods) == ["b-0", "b-1", "b-2"]
 
 
@@ -318,14 +326,12 @@ async def test_a_new_node_wakes_a_gang_that_did_not_fit() -> None:
     for i in range(4):  # kube-scheduler tried each member; each was turned away
         assert world.filter(big, f"big-{i}").reason == FilterReason.INSUFFICIENT_CAPACITY
     assert world.arbiter.waker is not None
-    await asyncio.sleep(0.1)
-    await world.arbiter.waker.drain()
+    await settled(world)
     touches.pods.clear()  # the wake-ups of the members' creation
     for i in range(4):  # kube-scheduler retried the woken members: turned away again
         assert world.filter(big, f"big-{i}").reason == FilterReason.INSUFFICIENT_CAPACITY
     world.state.apply_node(node("n-extra"))
-    await asyncio.sleep(0.1)
-    await world.arbiter.waker.drain()
+    await settled(world)
     assert sorted(touches.pods) == ["big-0", "big-1", "big-2", "big-3"]
     assert world.filter(big, "big-0").reason == FilterReason.CLAIMED
 
@@ -426,6 +432,6 @@ async def test_a_claim_whose_gang_is_deleted_ends_without_a_filter_call() -> Non
         world.state.delete_pod("default", f"a-{i}")
     world.state.delete_podgroup("default", "a")
     await asyncio.gather(*waiting, return_exceptions=True)
-    await asyncio.sleep(0.2)  # the line is reconsidered 0.05 s after a change
+    await eventually(lambda: not world.arbiter.claims)  # reconsidered 0.05 s after a change
     assert world.arbiter.claims == {}
     assert world.arbiter.snapshot()["claims"] == []

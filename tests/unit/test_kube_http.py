@@ -24,6 +24,7 @@ from app.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
 from app.kube.http import AsyncApiClient, uses_proxy
 from app.kube.pods import PodApi
 from tests.tlscerts import make_ca, make_leaf
+from tests.unit.fakes import eventually
 
 
 @dataclass
@@ -133,14 +134,6 @@ def client_for(host: str, **settings: object) -> k8s.Configuration:
     return configuration
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out")
-
-
 async def test_sequential_requests_share_one_keep_alive_connection(start: Start) -> None:
     server = await start()
     api = AsyncApiClient(client_for(f"http://127.0.0.1:{server.port}"))
@@ -154,7 +147,7 @@ async def test_sequential_requests_share_one_keep_alive_connection(start: Start)
     assert orjson.loads(first.body) == {"n": 0}
     assert server.hung_up == 0  # kept alive
     await api.close()
-    await until(lambda: server.hung_up == 1)  # closed with the client
+    await eventually(lambda: server.hung_up == 1)  # closed with the client
     with pytest.raises(Transient, match="the client is closed"):
         await api.request("GET", "/")
 

@@ -14,6 +14,7 @@ from app.web.joined_writes import JoinedWritesProtocol
 from app.web.routes import create_app
 from app.web.verbs_asgi import VerbEndpoint, VerbGuard, VerbRouter
 from app.web.wire import WireError
+from tests.unit.fakes import eventually
 
 LIMIT = 1000
 
@@ -102,14 +103,6 @@ async def response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], b
 
 async def closed(reader: asyncio.StreamReader) -> bool:
     return await asyncio.wait_for(reader.read(), 5) == b""
-
-
-async def eventually(check: Any) -> None:
-    for _ in range(200):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("never happened")
 
 
 async def test_verbs_and_other_routes_share_one_kept_alive_connection(served: Served) -> None:
