@@ -154,7 +154,9 @@ class Extender:
             EXTENDER_PORT,
             self.log_path,
             (*self.BASE_ARGS, *(webhook_args(EXTENDER_PORT) if webhook else ()), *extra_args),
-            timeout=30,
+            # Ready means every watch listed: on a machine as busy as the soak's (burners,
+            # other suites) that took over 30 s; a wait, not a bound the product promises.
+            timeout=90,
         )
         if webhook:
             wait_webhook_marks(k8s.CoreV1Api(api_client(self.kubeconfig)))
