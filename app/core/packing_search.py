@@ -39,15 +39,16 @@ def pack_thoroughly(
 ) -> Packing:
     """pack(), and where it fails though the room is there in total, the search below.
 
-    The answer is first fit's when first fit places the gang, when some member
-    matches no node, when the room is short in total, or when the search runs out
+    The answer is first fit's when first fit places the gang, when too few
+    members match any node, when the room is short in total, or when the search runs out
     of budget: so its "no" and its message are first fit's. `allowed_nodes`: as
     for pack() (first fit's only; the search reads the bins afresh).
     """
     first = pack(demands, bins, need, allowed_nodes=allowed_nodes)
-    if first.fits or first.no_node:
-        return first
     wanted = first.need
+    # Members that match no node are out; the rest may still be enough (need < all).
+    if first.fits or len(demands) - len(first.no_node) < wanted:
+        return first
     if shortfall(_smallest_total(demands, wanted), total_of(b.free for b in bins)):
         return first
     plan = search(demands, bins, wanted)

@@ -136,6 +136,11 @@ _MEMBER = st.tuples(st.integers(1, 6), st.integers(0, 6), st.booleans())
     members=[(5, 0, False), (5, 0, False), (2, 4, False)],
     fewer=0,
 )
+@example(  # a member no node allows, and enough others (first fit took the wrong one)
+    nodes=[(2, 1, 2, "b")],
+    members=[(1, 0, False), (1, 0, False), (1, 0, True), (2, 0, False)],
+    fewer=2,
+)
 def test_the_search_places_exactly_the_gangs_brute_force_can(
     nodes: list[tuple[int, int, int, str]], members: list[tuple[int, int, bool]], fewer: int
 ) -> None:
