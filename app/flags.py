@@ -261,6 +261,13 @@ FLAGS = (
         "MODE",
     ),
     Flag(
+        "lws_gangs",
+        _choice(("on", "off")),
+        "LeaderWorkerSet replicas as gangs (labels leaderworkerset.sigs.k8s.io/name + "
+        "/group-index, annotation /size; the webhook marks their pods): off (default) or on",
+        "MODE",
+    ),
+    Flag(
         "leader_election_lease",
         _namespaced("kube-scheduler's leader-election Lease"),
         "NAMESPACE/NAME of the Lease kube-scheduler's leader election holds: with several "
