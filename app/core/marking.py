@@ -220,7 +220,9 @@ def review_response(
     return answer, "marked"
 
 
-def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
+def member_expression(
+    resource: str = MEMBER_RESOURCE, member_labels: Sequence[str] = ()
+) -> dict[str, str]:
     """CEL of the ValidatingAdmissionPolicy that refuses gang members without the mark.
 
     `isMember` mirrors names_a_group(), `isMarked` mirrors is_marked() for
@@ -232,6 +234,8 @@ def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
     cannot mark it then). The chart and hack/local-cluster carry the same
     expressions (tests/unit/test_marking.py and tests/packaging compare them
     with these; the cluster tests run them in the real kube-apiserver).
+    member_labels: the opt-in sources' labels (the chart's groupSources.lws "on" adds
+    LeaderWorkerSet's name label), after the others.
     """
 
     def member(obj: str) -> str:
@@ -249,6 +253,7 @@ def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
                 *(annotation(a) for a in VOLCANO_GROUP_ANNOTATIONS),
                 f"(has({obj}.spec.schedulingGroup) && has({obj}.spec.schedulingGroup.podGroupName)"
                 f" && {obj}.spec.schedulingGroup.podGroupName != '')",
+                *(label(key) for key in member_labels),
             ]
         )
 

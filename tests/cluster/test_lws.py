@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 
 from app.core.lws import (
     LWS_EXCLUSIVE_ANNOTATION,
@@ -23,22 +25,55 @@ from app.core.lws import (
     LWS_SUBGROUP_INDEX_LABEL,
     LWS_SUBGROUP_SIZE_ANNOTATION,
 )
+from app.core.marking import is_marked, member_expression
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
-from tests.cluster.session import Extender
+from tests.cluster.session import GANG_ONLY, Extender
 from tests.cluster.test_subgroups import BLOCK, RACK, racks, stays_unbound, told
 
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
+def member_condition(kube: Kube, expression: str) -> None:
+    """The gang-member matchCondition of the session's webhook and its policy (deploy/webhook.yaml),
+    as the chart renders it with groupSources.lws on or off."""
+    api: Any = k8s.AdmissionregistrationV1Api(kube.client)
+    op = [
+        {"op": "replace", "path": "/webhooks/0/matchConditions/0/expression", "value": expression}
+    ]
+    api.patch_mutating_webhook_configuration("gang-extender", op)
+    op = [{"op": "replace", "path": "/spec/matchConditions/0/expression", "value": expression}]
+    api.patch_validating_admission_policy("gang-extender-member-mark", op)
+
+
 @pytest.fixture
-def lws_on(extender: Extender) -> Iterator[None]:
-    """The extender with the LWS source on (its webhook then marks LWS pods too)."""
+def lws_on(extender: Extender, kube: Kube, namespace: str) -> Iterator[None]:
+    """The extender with the LWS source on; in gang-only mode the webhook and its policy then
+    take LWS pods as members (the chart's groupSources.lws on), checked on a probe pod."""
     previous = extender.extra_args
     extender.restart(*previous, "--lws-gangs", "on")
+    if GANG_ONLY:
+        member_condition(kube, member_expression(member_labels=(LWS_NAME_LABEL,))["isMember"])
     try:
+        if GANG_ONLY:
+
+            def probe_marked() -> bool:
+                kube.create_pod(namespace, "probe", labels={LWS_NAME_LABEL: "probe"})
+                pod = kube.core.read_namespaced_pod("probe", namespace)
+                kube.core.delete_namespaced_pod("probe", namespace, grace_period_seconds=0)
+                wait_for(
+                    lambda: "probe" not in {p.metadata.name for p in kube.pods(namespace)},
+                    30,
+                    "the probe pod gone",
+                )
+                client: Any = kube.client
+                return is_marked(client.sanitize_for_serialization(pod))
+
+            wait_for(probe_marked, 30, "the webhook marking LWS pods")
         yield
     finally:
+        if GANG_ONLY:
+            member_condition(kube, member_expression()["isMember"])
         extender.restart(*previous)
 
 
