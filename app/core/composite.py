@@ -155,10 +155,7 @@ def composite_gang(
         nodes[leaf.name] = leaf
     if root not in nodes or nodes[root].leaf:
         raise CompositeError(f"CompositePodGroup {root} not found")
-    children: dict[str, list[str]] = {}
-    for node in nodes.values():
-        if node.parent:
-            children.setdefault(node.parent, []).append(node.name)
+    children = _children_of(nodes.values())
     paths: dict[str, Path] = {}
     groups: list[SubGroup] = []
 
@@ -196,6 +193,24 @@ def composite_gang(
         return sum(sorted(minimums)[:count]) if node.minimum is not None else 0
 
     min_member = need(root, (), 1)
+    ordered = tuple(sorted(groups, key=lambda g: (len(g.path), g.path)))
+    return CompositeGang(
+        root, max(min_member, 1), nodes[root].constraint, _tree(ordered, paths, members)
+    )
+
+
+def _children_of(nodes: Iterable[GroupNode]) -> dict[str, list[str]]:
+    children: dict[str, list[str]] = {}
+    for node in nodes:
+        if node.parent:
+            children.setdefault(node.parent, []).append(node.name)
+    return children
+
+
+def _tree(
+    groups: tuple[SubGroup, ...], paths: Mapping[str, Path], members: Iterable[tuple[str, str, str]]
+) -> GangTree:
+    """The tree with each member's path (its leaf's) and the placed members' nodes."""
     member_paths: dict[str, Path] = {}
     placed: list[tuple[Path, str]] = []
     for key, leaf_name, node_name in members:
@@ -205,10 +220,4 @@ def composite_gang(
         member_paths[key] = path
         if node_name:
             placed.append((path, node_name))
-    ordered = tuple(sorted(groups, key=lambda g: (len(g.path), g.path)))
-    return CompositeGang(
-        root,
-        max(min_member, 1),
-        nodes[root].constraint,
-        GangTree(ordered, member_paths, tuple(placed)),
-    )
+    return GangTree(groups, member_paths, tuple(placed))

@@ -107,8 +107,7 @@ class GroupRef:
     source: str = SOURCE_XK8S
     # Volcano: the pod's task (annotation volcano.sh/task-spec), for minTaskMember.
     task: str = ""
-    # An object-less source whose pods declare more than a count (LeaderWorkerSet):
-    # the spec read from the pod's labels and annotations.
+    # LeaderWorkerSet (no object, more than a count): the spec its pod's labels declare.
     spec: GroupSpec | None = field(default=None, compare=False)
 
     @property
@@ -399,28 +398,3 @@ def spec_from_labels(ref: GroupRef) -> GroupSpec:
         return ref.spec
     assert ref.min_available is not None
     return GroupSpec(key=ref.key, min_member=ref.min_available, source=ref.source)
-
-
-def task_shortfall(spec: GroupSpec, tasks: Iterable[str]) -> list[tuple[str, int, int]]:
-    """Volcano minTaskMember: (task, have, need) for every task below its own minimum.
-
-    `tasks` holds one entry per counted member (its task name, "" for none).
-    """
-    if not spec.min_task_member:
-        return []
-    counts: dict[str, int] = {}
-    for task in tasks:
-        counts[task] = counts.get(task, 0) + 1
-    return [
-        (task, counts.get(task, 0), need)
-        for task, need in spec.min_task_member
-        if counts.get(task, 0) < need
-    ]
-
-
-def describe_task_shortfall(spec: GroupSpec, gap: list[tuple[str, int, int]]) -> str:
-    parts = ", ".join(f"task {task}: {have} of {need}" for task, have, need in gap)
-    return (
-        f"cannot find enough sibling pods per task for group {spec.key} (minTaskMember: "
-        f"{parts}); create the missing pods of each task (annotation {VOLCANO_TASK_ANNOTATION})"
-    )

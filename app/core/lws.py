@@ -140,32 +140,37 @@ def lws_gang_of(labels: Mapping[str, str], annotations: Mapping[str, Any]) -> Lw
         if exclusive
         else None
     )
-    policies: tuple[SubGroupPolicy, ...] = ()
-    if LWS_SUBGROUP_SIZE_ANNOTATION in annotations:
-        sub_size = _count(annotations, LWS_SUBGROUP_SIZE_ANNOTATION, name)
-        if sub_size > size:
-            raise LwsLabelError(
-                f"LeaderWorkerSet {name}: annotation {LWS_SUBGROUP_SIZE_ANNOTATION}={sub_size} "
-                f"is larger than the group's size {size} ({LWS_SIZE_ANNOTATION}); LWS's own "
-                "validation allows at most the size"
-            )
-        sub_level = _level(annotations, LWS_SUBGROUP_EXCLUSIVE_ANNOTATION, name)
-        policies = (
-            SubGroupPolicy(
-                SUBGROUP,
-                sub_size,
-                # Every sub-group is whole once the replica is (the gang's minimum is all
-                # of it): no sub-group is held on its own count.
-                0,
-                (),
-                (LWS_SUBGROUP_INDEX_LABEL,),
-                TopologyConstraint(
-                    sub_level,
-                    True,
-                    origin=f"annotation {LWS_SUBGROUP_EXCLUSIVE_ANNOTATION} on the pod",
-                )
-                if sub_level
-                else None,
-            ),
-        )
+    policies = _sub_groups(annotations, name, size)
     return LwsGang(name, index, size, 1 if policy == LEADER_READY else size, constraint, policies)
+
+
+def _sub_groups(annotations: Mapping[str, Any], name: str, size: int) -> tuple[SubGroupPolicy, ...]:
+    """The replica's sub-groups (subgroup-index label), () without a subGroupPolicy."""
+    if LWS_SUBGROUP_SIZE_ANNOTATION not in annotations:
+        return ()
+    sub_size = _count(annotations, LWS_SUBGROUP_SIZE_ANNOTATION, name)
+    if sub_size > size:
+        raise LwsLabelError(
+            f"LeaderWorkerSet {name}: annotation {LWS_SUBGROUP_SIZE_ANNOTATION}={sub_size} "
+            f"is larger than the group's size {size} ({LWS_SIZE_ANNOTATION}); LWS's own "
+            "validation allows at most the size"
+        )
+    sub_level = _level(annotations, LWS_SUBGROUP_EXCLUSIVE_ANNOTATION, name)
+    return (
+        SubGroupPolicy(
+            SUBGROUP,
+            sub_size,
+            # Every sub-group is whole once the replica is (the gang's minimum is all
+            # of it): no sub-group is held on its own count.
+            0,
+            (),
+            (LWS_SUBGROUP_INDEX_LABEL,),
+            TopologyConstraint(
+                sub_level,
+                True,
+                origin=f"annotation {LWS_SUBGROUP_EXCLUSIVE_ANNOTATION} on the pod",
+            )
+            if sub_level
+            else None,
+        ),
+    )
