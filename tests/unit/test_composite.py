@@ -8,10 +8,7 @@ from typing import Any
 import pytest
 
 from app.core.composite import CompositeError, GroupNode, composite_gang, node_from, root_of
-from app.core.contention import Contest, Gang, Ruling
-from app.core.packing import Bin, Demand
-from app.core.topology.domains import Where, levels_to_try
-from app.core.topology.tree import place_tree
+from tests.unit.test_lws import racks, racks_placed
 
 HOST = "kubernetes.io/hostname"
 RACK = "example.com/rack"
@@ -125,31 +122,11 @@ def test_the_tree_places_each_leaf_in_one_rack_inside_the_roots_block() -> None:
     leaves = [pg(f"s{i}", "job", 2, RACK) for i in range(2)]
     members = [(f"ml/p{i}", f"s{i // 2}", "") for i in range(4)]
     gang = composite_gang("job", composites, leaves, members)
-    bins = []
-    for rack, block, count in (("a0", "b0", 3), ("a1", "b0", 1), ("c0", "b1", 2), ("c1", "b1", 2)):
-        for n in range(count):
-            name = f"{rack}-{n}"
-            bins.append(
-                Bin(name, {"cpu": 1000, "pods": 110_000}, {HOST: name, RACK: rack, BLOCK: block})
-            )
-    assert gang.constraint is not None
-    placed = place_tree(
-        Gang(
-            "native:ml/job",
-            0,
-            0.0,
-            tuple(Demand(k, {"cpu": 1000, "pods": 1000}) for k, _, _ in members),
-            4,
-        ),
-        Where(gang.constraint, LEVELS),
-        gang.tree,
-        Contest(bins),
-        0.0,
-        60.0,
-        lambda c: levels_to_try(c, LEVELS),
+    bins = racks(
+        {"a0": 3, "a1": 1, "c0": 2, "c1": 2}, {"a0": "b0", "a1": "b0", "c0": "b1", "c1": "b1"}
     )
-    assert placed.decision.verdict is Ruling.ADMIT, placed.decision.message
-    rack_of = {b.name: b.labels[RACK] for b in bins}
-    where = {k: rack_of[n] for k, n in dict(placed.decision.plan).items()}
+    assert gang.constraint is not None
+    keys = [k for k, _, _ in members]
+    _, where = racks_placed("native:ml/job", keys, gang.tree, gang.constraint, bins)
     assert where["ml/p0"] == where["ml/p1"] and where["ml/p2"] == where["ml/p3"]
     assert {where["ml/p0"], where["ml/p2"]} == {"c0", "c1"}

@@ -26,8 +26,9 @@ from app.core.lws import (
 )
 from app.core.marking import names_a_group
 from app.core.packing import Bin, Demand
-from app.core.topology.domains import Where, levels_to_try
-from app.core.topology.subgroups import GangShape, Member, tree_of
+from app.core.topology.domains import TopologyConstraint, Where, levels_to_try
+from app.core.topology.subgroups import GangShape, GangTree, Member, tree_of
+from app.core.topology.tree import TreePlaced as Placed
 from app.core.topology.tree import place_tree
 
 HOST = "kubernetes.io/hostname"
@@ -130,6 +131,7 @@ def test_exclusive_topology_is_a_required_level_for_the_replica_and_sub_group() 
 
 
 def racks(free: dict[str, int], block_of: dict[str, str]) -> list[Bin]:
+    """Per rack, that many 1-CPU nodes, in the rack's block."""
     bins = []
     for rack, count in free.items():
         for i in range(count):
@@ -137,6 +139,25 @@ def racks(free: dict[str, int], block_of: dict[str, str]) -> list[Bin]:
             labels = {HOST: name, RACK: rack, BLOCK: block_of[rack]}
             bins.append(Bin(name, {"cpu": 1000, "pods": 110_000}, labels))
     return bins
+
+
+def racks_placed(
+    key: str, members: list[str], tree: GangTree, where: TopologyConstraint, bins: list[Bin]
+) -> tuple[Placed, dict[str, str]]:
+    """place_tree() for 1-CPU members: its answer (admitted) and each member's rack."""
+    demands = tuple(Demand(m, {"cpu": 1000, "pods": 1000}) for m in members)
+    placed = place_tree(
+        Gang(key, 0, 0.0, demands, len(members)),
+        Where(where, LEVELS),
+        tree,
+        Contest(bins),
+        0.0,
+        60.0,
+        lambda c: levels_to_try(c, LEVELS),
+    )
+    assert placed.decision.verdict is Ruling.ADMIT, placed.decision.message
+    rack_of = {b.name: b.labels[RACK] for b in bins}
+    return placed, {k: rack_of[n] for k, n in dict(placed.decision.plan).items()}
 
 
 def test_lws_sub_groups_each_land_in_one_rack_inside_the_replicas_block() -> None:
@@ -159,20 +180,7 @@ def test_lws_sub_groups_each_land_in_one_rack_inside_the_replicas_block() -> Non
         {"r0": 3, "r1": 1, "r2": 2, "r3": 2}, {"r0": "b0", "r1": "b0", "r2": "b1", "r3": "b1"}
     )
     assert spec.topology is not None
-    placed = place_tree(
-        Gang(
-            spec.key, 0, 0.0, tuple(Demand(m.key, {"cpu": 1000, "pods": 1000}) for m in members), 4
-        ),
-        Where(spec.topology, LEVELS),
-        tree,
-        Contest(bins),
-        0.0,
-        60.0,
-        lambda c: levels_to_try(c, LEVELS),
-    )
-    assert placed.decision.verdict is Ruling.ADMIT, placed.decision.message
-    rack_of = {b.name: b.labels[RACK] for b in bins}
-    where = {key: rack_of[node] for key, node in dict(placed.decision.plan).items()}
+    placed, where = racks_placed(spec.key, [m.key for m in members], tree, spec.topology, bins)
     assert placed.domain is not None and placed.domain.value == "b1"
     assert where["ml/infer-0-0"] == where["ml/infer-0-1"] != where["ml/infer-0-2"]
     assert where["ml/infer-0-2"] == where["ml/infer-0-3"]
