@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from math import inf
 from typing import Any, TypeVar
 
+from app.base.flag_parsers import namespaced, resource_weights, url_prefix
 from app.core.topology.domains import parse_levels
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -53,44 +54,12 @@ _port = _checked(int, lambda v: 1 <= v <= 65535, "must be a TCP port between 1 a
 _weight = _checked(int, lambda v: 0 <= v <= 100, "must be a whole number between 0 and 100")
 
 
-def _url_prefix(text: str) -> str:
-    prefix = "/" + text.strip().strip("/")
-    if " " in prefix:
-        raise ValueError("must be a URL path such as /scheduler")
-    return "" if prefix == "/" else prefix
-
-
 def _choice(options: Sequence[str]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         value = text.strip().lower()
         if value not in options:
             raise ValueError(f"must be one of {', '.join(options)}")
         return value
-
-    return parse
-
-
-def _resource_weights(text: str) -> tuple[tuple[str, int], ...]:
-    pairs = []
-    for item in text.split(","):
-        name, sep, weight = item.strip().partition("=")
-        if not sep or not name:
-            raise ValueError("must look like cpu=1,memory=1,nvidia.com/gpu=4")
-        try:
-            pairs.append((name.strip(), _weight(weight)))
-        except ValueError:
-            raise ValueError(f"weight of {name.strip()!r} must be a whole number 0..100") from None
-    return tuple(pairs)
-
-
-def _namespaced(what: str) -> Callable[[str], str]:
-    """A parser of NAMESPACE/NAME of `what`."""
-
-    def parse(text: str) -> str:
-        namespace, sep, name = text.strip().partition("/")
-        if not sep or not namespace or not name or "/" in name:
-            raise ValueError(f"must be NAMESPACE/NAME of {what}")
-        return f"{namespace}/{name}"
 
     return parse
 
@@ -126,7 +95,7 @@ FLAGS = (
     Flag("port", _port, "port to listen on", "PORT"),
     Flag(
         "url_prefix",
-        _url_prefix,
+        url_prefix,
         "path prefix of the verbs; must match urlPrefix in KubeSchedulerConfiguration",
         "PATH",
     ),
@@ -206,7 +175,7 @@ FLAGS = (
     Flag("binpack_weight", _weight, "weight of binpack in prioritize's score (0: off)", "N"),
     Flag(
         "binpack_resources",
-        _resource_weights,
+        resource_weights,
         "resources binpack weighs, name=weight,... (Volcano's binpack.<resource>)",
         "LIST",
     ),
@@ -261,8 +230,15 @@ FLAGS = (
         "MODE",
     ),
     Flag(
+        "lws_gangs",
+        _choice(("on", "off")),
+        "LeaderWorkerSet replicas as gangs (labels leaderworkerset.sigs.k8s.io/name + "
+        "/group-index, annotation /size; the webhook marks their pods): off (default) or on",
+        "MODE",
+    ),
+    Flag(
         "leader_election_lease",
-        _namespaced("kube-scheduler's leader-election Lease"),
+        namespaced("kube-scheduler's leader-election Lease"),
         "NAMESPACE/NAME of the Lease kube-scheduler's leader election holds: with several "
         "replicas only the replica whose kube-scheduler holds it writes status, events and "
         "evictions (unset: this process always writes)",
@@ -368,7 +344,7 @@ FLAGS = (
     ),
     Flag(
         "webhook_cert_secret",
-        _namespaced("a Secret"),
+        namespaced("a Secret"),
         "NAMESPACE/NAME of a Secret holding the self-made CA and certificate, so that every "
         "replica serves the same ones (created and renewed by whichever replica comes first)",
         "NS/NAME",

@@ -22,6 +22,7 @@ from app.config import Settings
 from app.core.admission import Admission, WaitPolicy
 from app.core.events import GangEvents
 from app.core.groups import SOURCE_VOLCANO, SOURCE_XK8S, VOLCANO_API
+from app.core.lws import LWS_NAME_LABEL
 from app.core.observer import Observers
 from app.core.preemption.victims import VictimPolicy
 from app.core.scoring import ScoringPolicy
@@ -261,7 +262,11 @@ def build_webhook(
         WebhookApi(requests),
     )
     return (
-        WebhookApp(metrics, settings.webhook_scheduler_names),
+        WebhookApp(
+            metrics,
+            settings.webhook_scheduler_names,
+            (LWS_NAME_LABEL,) if settings.lws_gangs == "on" else (),
+        ),
         certs,
     )
 

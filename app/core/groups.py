@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from app.core.lws import LWS_NAME_LABEL, LwsLabelError, lws_gang_of
 from app.core.resources import QuantityError, Resources, parse_resource_list
 from app.core.topology.domains import TopologyConstraint, TopologyError
 from app.core.topology.sources import constraint_from_native, constraint_from_volcano
@@ -40,6 +41,8 @@ SOURCE_LABELS = "labels"
 SOURCE_VOLCANO = "volcano"
 SOURCE_NATIVE = "native"
 SOURCE_KUEUE = "kueue"
+# LeaderWorkerSet replicas (app/core/lws.py): opt-in (--lws-gangs), so not among ALL_SOURCES.
+SOURCE_LWS = "lws"
 ALL_SOURCES = frozenset({SOURCE_XK8S, SOURCE_LABELS, SOURCE_VOLCANO, SOURCE_NATIVE, SOURCE_KUEUE})
 
 
@@ -104,6 +107,8 @@ class GroupRef:
     source: str = SOURCE_XK8S
     # Volcano: the pod's task (annotation volcano.sh/task-spec), for minTaskMember.
     task: str = ""
+    # LeaderWorkerSet (no object, more than a count): the spec its pod's labels declare.
+    spec: GroupSpec | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:
@@ -152,8 +157,9 @@ def group_ref_of_pod(
     """The group a pod belongs to, from the first enabled source that names one.
 
     Precedence: x-k8s label, native spec.schedulingGroup, Volcano annotation,
-    Kueue pod group, label-only group. A source that is switched off (or whose API the cluster
-    does not serve) is not consulted: its pods are ordinary pods for us.
+    Kueue pod group, LeaderWorkerSet replica (opt-in), label-only group. A source
+    that is switched off (or whose API the cluster does not serve) is not
+    consulted: its pods are ordinary pods for us.
     """
     enabled = frozenset(sources)
     labels = meta.get("labels") or {}
@@ -192,9 +198,29 @@ def group_ref_of_pod(
             )
     if SOURCE_KUEUE in enabled and labels.get(KUEUE_GROUP_LABEL) is not None:
         return _kueue_ref(namespace, labels[KUEUE_GROUP_LABEL], meta.get("annotations") or {})
+    if SOURCE_LWS in enabled and LWS_NAME_LABEL in labels:
+        return _lws_ref(namespace, labels, meta.get("annotations") or {})
     if SOURCE_LABELS in enabled:
         return _light_ref(namespace, labels)
     return None
+
+
+def _lws_ref(namespace: str, labels: Mapping[str, str], annotations: Mapping[str, Any]) -> GroupRef:
+    """A LeaderWorkerSet replica: a gang of its size, its sub-groups and exclusive levels."""
+    try:
+        gang = lws_gang_of(labels, annotations)
+    except LwsLabelError as err:
+        raise GroupLabelError(str(err)) from None
+    assert gang is not None
+    key = group_key(SOURCE_LWS, namespace, gang.group_name)
+    spec = GroupSpec(
+        key=key,
+        min_member=gang.min_member,
+        source=SOURCE_LWS,
+        topology=gang.constraint,
+        sub_group_policy=gang.policies,
+    )
+    return GroupRef(namespace, gang.group_name, gang.min_member, SOURCE_LWS, spec=spec)
 
 
 def _kueue_ref(namespace: str, name: str, annotations: Mapping[str, Any]) -> GroupRef:
@@ -367,30 +393,8 @@ SPEC_READERS = {
 
 
 def spec_from_labels(ref: GroupRef) -> GroupSpec:
+    """An object-less group's spec: the one its pod declared, else its count alone."""
+    if ref.spec is not None:
+        return ref.spec
     assert ref.min_available is not None
     return GroupSpec(key=ref.key, min_member=ref.min_available, source=ref.source)
-
-
-def task_shortfall(spec: GroupSpec, tasks: Iterable[str]) -> list[tuple[str, int, int]]:
-    """Volcano minTaskMember: (task, have, need) for every task below its own minimum.
-
-    `tasks` holds one entry per counted member (its task name, "" for none).
-    """
-    if not spec.min_task_member:
-        return []
-    counts: dict[str, int] = {}
-    for task in tasks:
-        counts[task] = counts.get(task, 0) + 1
-    return [
-        (task, counts.get(task, 0), need)
-        for task, need in spec.min_task_member
-        if counts.get(task, 0) < need
-    ]
-
-
-def describe_task_shortfall(spec: GroupSpec, gap: list[tuple[str, int, int]]) -> str:
-    parts = ", ".join(f"task {task}: {have} of {need}" for task, have, need in gap)
-    return (
-        f"cannot find enough sibling pods per task for group {spec.key} (minTaskMember: "
-        f"{parts}); create the missing pods of each task (annotation {VOLCANO_TASK_ANNOTATION})"
-    )

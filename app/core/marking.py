@@ -57,8 +57,11 @@ JsonPatch = list[dict[str, Any]]
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 
 
-def names_a_group(pod: Mapping[str, Any]) -> bool:
+def names_a_group(pod: Mapping[str, Any], member_labels: Collection[str] = ()) -> bool:
     """Whether the pod names a group through any source, usable or not.
+
+    member_labels: labels of opt-in sources that also make a pod a member
+    (LeaderWorkerSet's name label with --lws-gangs on).
 
     Deliberately broader than app.core.groups.group_ref_of_pod: an empty label
     (which the filter refuses with a message) still marks the pod, so it
@@ -69,6 +72,8 @@ def names_a_group(pod: Mapping[str, Any]) -> bool:
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     if any(label in labels for label in (POD_GROUP_LABEL, LIGHT_NAME_LABEL, KUEUE_GROUP_LABEL)):
+        return True
+    if any(label in labels for label in member_labels):
         return True
     if any(annotation in annotations for annotation in VOLCANO_GROUP_ANNOTATIONS):
         return True
@@ -122,13 +127,15 @@ def _ours(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
     return name in scheduler_names
 
 
-def needs_member_mark(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
+def needs_member_mark(
+    pod: Mapping[str, Any], scheduler_names: Collection[str], member_labels: Collection[str] = ()
+) -> bool:
     """Whether the webhook marks this pod: a pod of a group, of one of our schedulers.
 
     An empty `scheduler_names` means every scheduler, as on the local
     control plane.
     """
-    return _ours(pod, scheduler_names) and names_a_group(pod)
+    return _ours(pod, scheduler_names) and names_a_group(pod, member_labels)
 
 
 def _pointer(token: str) -> str:
@@ -180,7 +187,9 @@ def member_patch(pod: Mapping[str, Any], resource: str = MEMBER_RESOURCE) -> Jso
 
 
 def review_response(
-    review: Mapping[str, Any], scheduler_names: Collection[str] = ()
+    review: Mapping[str, Any],
+    scheduler_names: Collection[str] = (),
+    member_labels: Collection[str] = (),
 ) -> tuple[dict[str, Any], str]:
     """The AdmissionReview answer to a pod CREATE review, and what was done.
 
@@ -201,7 +210,7 @@ def review_response(
     pod = request.get("object")
     if not isinstance(pod, Mapping) or request.get("operation", "CREATE") != "CREATE":
         return answer, "invalid"
-    if not needs_member_mark(pod, scheduler_names):
+    if not needs_member_mark(pod, scheduler_names, member_labels):
         return answer, "skipped"
     ops = member_patch(pod)
     if not ops:
@@ -211,7 +220,9 @@ def review_response(
     return answer, "marked"
 
 
-def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
+def member_expression(
+    resource: str = MEMBER_RESOURCE, member_labels: Sequence[str] = ()
+) -> dict[str, str]:
     """CEL of the ValidatingAdmissionPolicy that refuses gang members without the mark.
 
     `isMember` mirrors names_a_group(), `isMarked` mirrors is_marked() for
@@ -223,6 +234,8 @@ def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
     cannot mark it then). The chart and hack/local-cluster carry the same
     expressions (tests/unit/test_marking.py and tests/packaging compare them
     with these; the cluster tests run them in the real kube-apiserver).
+    member_labels: the opt-in sources' labels (the chart's groupSources.lws "on" adds
+    LeaderWorkerSet's name label), after the others.
     """
 
     def member(obj: str) -> str:
@@ -240,6 +253,7 @@ def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
                 *(annotation(a) for a in VOLCANO_GROUP_ANNOTATIONS),
                 f"(has({obj}.spec.schedulingGroup) && has({obj}.spec.schedulingGroup.podGroupName)"
                 f" && {obj}.spec.schedulingGroup.podGroupName != '')",
+                *(label(key) for key in member_labels),
             ]
         )
 

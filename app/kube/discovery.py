@@ -15,6 +15,7 @@ from app.core.groups import (
     GROUP_APIS,
     SOURCE_KUEUE,
     SOURCE_LABELS,
+    SOURCE_LWS,
     SOURCE_NATIVE,
     SOURCE_VOLCANO,
     SOURCE_XK8S,
@@ -36,6 +37,8 @@ async def discover_sources(requests: Requests, settings: Settings) -> frozenset[
     sources = {SOURCE_LABELS} if settings.label_groups == "on" else set()
     if settings.kueue_pod_groups == "on":
         sources.add(SOURCE_KUEUE)
+    if settings.lws_gangs == "on":
+        sources.add(SOURCE_LWS)
     modes = {
         SOURCE_XK8S: ("--x-k8s-podgroups", settings.x_k8s_podgroups),
         SOURCE_VOLCANO: ("--volcano-podgroups", settings.volcano_podgroups),

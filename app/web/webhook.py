@@ -49,9 +49,16 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 class WebhookApp:
     """The ASGI app kube-apiserver calls: POST /mutate-pods, GET /healthz."""
 
-    def __init__(self, metrics: Metrics, scheduler_names: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        scheduler_names: Collection[str] = (),
+        member_labels: Collection[str] = (),
+    ) -> None:
         self._metrics = metrics
         self._scheduler_names = frozenset(scheduler_names)
+        # Opt-in sources' labels that also make a pod a member (LeaderWorkerSet's).
+        self._member_labels = tuple(member_labels)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -89,7 +96,7 @@ class WebhookApp:
             self._metrics.webhook_reviews.labels(result="invalid").inc()
             await _answer(send, 400, orjson.dumps({"error": f"bad AdmissionReview: {err}"}))
             return
-        answer, result = review_response(review, self._scheduler_names)
+        answer, result = review_response(review, self._scheduler_names, self._member_labels)
         self._metrics.webhook_reviews.labels(result=result).inc()
         if result == "marked":
             request = review.get("request") or {}

@@ -42,7 +42,11 @@ DISABLED_ADMISSION_PLUGINS = ("TaintNodesByCondition",)
 
 # Alpha/beta APIs that a feature gate needs served, so `up --feature-gates
 # GenericWorkload=true` is enough to use Kubernetes' native PodGroups.
-FEATURE_RUNTIME_CONFIG = {"GenericWorkload": "scheduling.k8s.io/v1beta1=true"}
+FEATURE_RUNTIME_CONFIG = {
+    "GenericWorkload": "scheduling.k8s.io/v1beta1=true",
+    # KEP-6012 (1.37 alpha): CompositePodGroup trees (app/core/composite.py).
+    "CompositePodGroup": "scheduling.k8s.io/v1alpha3=true",
+}
 
 
 def component_ports(ports: Ports, name: str) -> tuple[int, ...]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from app.core.lws import LWS_NAME_LABEL
 from app.core.marking import (
     SYSTEM_NAMESPACES,
     member_expression,
@@ -230,3 +231,17 @@ def test_every_verb_has_no_webhook() -> None:
     } & {d["kind"] for d in docs}
     (extender,) = scheduler_config(docs)["extenders"]
     assert "managedResources" not in extender
+
+
+def test_lws_gangs_on_makes_lws_pods_members_in_the_webhook_and_its_policies() -> None:
+    """groupSources.lws on: the flag, and LWS's name label in every isMember expression."""
+    docs = render("--set", "mode=gang-only,extender.groupSources.lws=on")
+    assert "--lws-gangs=on" in container(docs, "gang-extender")["args"]
+    is_member = member_expression(member_labels=(LWS_NAME_LABEL,))["isMember"]
+    webhook = find(docs, "MutatingWebhookConfiguration")["webhooks"][0]
+    assert webhook["matchConditions"][0] == {"name": "gang-member", "expression": is_member}
+    policy = find(docs, "ValidatingAdmissionPolicy")["spec"]
+    assert policy["matchConditions"][0] == webhook["matchConditions"][0]
+    off = render(*GANG_ONLY)
+    assert "--lws-gangs=off" in container(off, "gang-extender")["args"]
+    assert LWS_NAME_LABEL not in str(find(off, "MutatingWebhookConfiguration"))

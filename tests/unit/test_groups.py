@@ -15,17 +15,16 @@ from app.core.groups import (
     GroupRef,
     GroupSpec,
     PodGroupSpecError,
-    describe_task_shortfall,
     group_ref_of,
     group_ref_of_pod,
     spec_from_native,
     spec_from_podgroup,
     spec_from_volcano,
-    task_shortfall,
 )
 from app.core.groups import (
     VOLCANO_TASK_ANNOTATION as VOLCANO_TASK,
 )
+from app.core.task_minimums import describe_task_shortfall, task_shortfall
 
 
 def test_plain_pod_has_no_group() -> None:

@@ -115,7 +115,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* CEL, the same as app/core/marking.py's member_expression() (tests/packaging/test_chart.py compares). */}}
 {{- define "gang-extender.isMember" -}}
-(has(object.metadata.labels) && 'scheduling.x-k8s.io/pod-group' in object.metadata.labels) || (has(object.metadata.labels) && 'pod-group.scheduling.sigs.k8s.io/name' in object.metadata.labels) || (has(object.metadata.labels) && 'kueue.x-k8s.io/pod-group-name' in object.metadata.labels) || (has(object.metadata.annotations) && 'scheduling.k8s.io/group-name' in object.metadata.annotations) || (has(object.metadata.annotations) && 'scheduling.volcano.sh/group-name' in object.metadata.annotations) || (has(object.spec.schedulingGroup) && has(object.spec.schedulingGroup.podGroupName) && object.spec.schedulingGroup.podGroupName != '')
+(has(object.metadata.labels) && 'scheduling.x-k8s.io/pod-group' in object.metadata.labels) || (has(object.metadata.labels) && 'pod-group.scheduling.sigs.k8s.io/name' in object.metadata.labels) || (has(object.metadata.labels) && 'kueue.x-k8s.io/pod-group-name' in object.metadata.labels) || (has(object.metadata.annotations) && 'scheduling.k8s.io/group-name' in object.metadata.annotations) || (has(object.metadata.annotations) && 'scheduling.volcano.sh/group-name' in object.metadata.annotations) || (has(object.spec.schedulingGroup) && has(object.spec.schedulingGroup.podGroupName) && object.spec.schedulingGroup.podGroupName != ''){{- if eq (.Values.extender.groupSources.lws | default "off") "on" }} || (has(object.metadata.labels) && 'leaderworkerset.sigs.k8s.io/name' in object.metadata.labels){{- end }}
 {{- end -}}
 
 {{/* CEL, the same as app/core/marking.py's preemptor_expression(). */}}

@@ -1,0 +1,177 @@
+"""LeaderWorkerSet replicas as gangs against the real kube-scheduler (--lws-gangs on).
+
+No LWS controller runs: the pods are created with exactly the labels and
+annotations LWS's controller and pod webhook put on a replica's leader and
+workers (kubernetes-sigs/lws api/leaderworkerset/v1). Each test brings its
+own 1-CPU nodes in racks (tests/cluster/test_subgroups.py racks()); every
+pod asks for 1 CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from app.core.lws import (
+    LWS_EXCLUSIVE_ANNOTATION,
+    LWS_GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
+    LWS_SIZE_ANNOTATION,
+    LWS_SUBGROUP_EXCLUSIVE_ANNOTATION,
+    LWS_SUBGROUP_INDEX_LABEL,
+    LWS_SUBGROUP_SIZE_ANNOTATION,
+)
+from app.core.marking import is_marked, member_expression
+from hack.clusterkit import wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import GANG_ONLY, Extender
+from tests.cluster.test_subgroups import BLOCK, RACK, racks, stays_unbound, told
+
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def member_condition(kube: Kube, expression: str) -> None:
+    """The gang-member matchCondition of the session's webhook and its policy (deploy/webhook.yaml),
+    as the chart renders it with groupSources.lws on or off."""
+    api: Any = k8s.AdmissionregistrationV1Api(kube.client)
+    op = [
+        {"op": "replace", "path": "/webhooks/0/matchConditions/0/expression", "value": expression}
+    ]
+    api.patch_mutating_webhook_configuration("gang-extender", op)
+    op = [{"op": "replace", "path": "/spec/matchConditions/0/expression", "value": expression}]
+    api.patch_validating_admission_policy("gang-extender-member-mark", op)
+
+
+@pytest.fixture
+def lws_on(extender: Extender, kube: Kube, namespace: str) -> Iterator[None]:
+    """The extender with the LWS source on; in gang-only mode the webhook and its policy then
+    take LWS pods as members (the chart's groupSources.lws on), checked on a probe pod."""
+    previous = extender.extra_args
+    extender.restart(*previous, "--lws-gangs", "on")
+    if GANG_ONLY:
+        member_condition(kube, member_expression(member_labels=(LWS_NAME_LABEL,))["isMember"])
+    try:
+        if GANG_ONLY:
+
+            def probe_marked() -> bool:
+                kube.create_pod(namespace, "probe", labels={LWS_NAME_LABEL: "probe"})
+                pod = kube.core.read_namespaced_pod("probe", namespace)
+                kube.core.delete_namespaced_pod("probe", namespace, grace_period_seconds=0)
+                wait_for(
+                    lambda: "probe" not in {p.metadata.name for p in kube.pods(namespace)},
+                    30,
+                    "the probe pod gone",
+                )
+                client: Any = kube.client
+                return is_marked(client.sanitize_for_serialization(pod))
+
+            wait_for(probe_marked, 30, "the webhook marking LWS pods")
+        yield
+    finally:
+        if GANG_ONLY:
+            member_condition(kube, member_expression()["isMember"])
+        extender.restart(*previous)
+
+
+def lws_pod(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    index: int,
+    worker: int,
+    size: int | str,
+    annotations: dict[str, str] | None = None,
+    subgroup: int | None = None,
+) -> None:
+    """Leader (worker 0, named <set>-<index>) or worker (<set>-<index>-<worker>) of a replica."""
+    labels = {
+        LWS_NAME_LABEL: name,
+        LWS_GROUP_INDEX_LABEL: str(index),
+        WORKER_INDEX: str(worker),
+        "leaderworkerset.sigs.k8s.io/group-key": f"{name}{index}key",
+    }
+    if subgroup is not None:
+        labels[LWS_SUBGROUP_INDEX_LABEL] = str(subgroup)
+    pod_annotations = {LWS_SIZE_ANNOTATION: str(size), **(annotations or {})}
+    if worker:
+        pod_annotations["leaderworkerset.sigs.k8s.io/leader-name"] = f"{name}-{index}"
+    pod_name = f"{name}-{index}" if worker == 0 else f"{name}-{index}-{worker}"
+    kube.create_pod(namespace, pod_name, cpu="1", labels=labels, annotations=pod_annotations)
+
+
+@pytest.mark.usefixtures("lws_on")
+def test_a_leaderworkerset_shaped_pair_of_groups_each_land_whole(
+    kube: Kube, namespace: str
+) -> None:
+    with racks(kube, {"r0": ("b0", 3), "r1": ("b0", 3)}):
+        for worker in range(3):
+            lws_pod(kube, namespace, "infer", 0, worker, 3)
+        for worker in range(2):  # replica 1 one worker short
+            lws_pod(kube, namespace, "infer", 1, worker, 3)
+        bound = kube.wait_bound(namespace, "infer-0", 3)
+        assert sorted(bound) == ["infer-0", "infer-0-1", "infer-0-2"]
+        stays = [p for p in kube.bound(namespace) if p.startswith("infer-1")]
+        assert stays == [], "replica 1 bound below its size"
+        lws_pod(kube, namespace, "infer", 1, 2, 3)
+        assert sorted(kube.wait_bound(namespace, "infer-1", 3)) == [
+            "infer-1",
+            "infer-1-1",
+            "infer-1-2",
+        ]
+
+
+@pytest.mark.usefixtures("lws_on")
+def test_an_exclusive_topology_replica_lands_in_one_rack(kube: Kube, namespace: str) -> None:
+    """Racks of 2 and 3 free: the replica of 3 (exclusive-topology: the rack) takes r1 whole."""
+    with racks(kube, {"r0": ("b0", 2), "r1": ("b0", 3)}) as rack_of:
+        for worker in range(3):
+            lws_pod(kube, namespace, "ex", 0, worker, 3, {LWS_EXCLUSIVE_ANNOTATION: RACK})
+        bound = kube.wait_bound(namespace, "ex-0", 3)
+        assert {rack_of[node] for node in bound.values()} == {"r1"}, bound
+
+
+@pytest.mark.usefixtures("lws_on")
+def test_lws_sub_groups_each_land_in_one_rack_inside_the_replicas_block(
+    kube: Kube, namespace: str
+) -> None:
+    """Size 4 in sub-groups of 2: block b0 has racks of 3 and 1 (4 free, no 2 + 2), b1 racks of
+    2 and 2: the replica goes to b1, each sub-group whole in one rack."""
+    layout = {"a0": ("b0", 3), "a1": ("b0", 1), "c0": ("b1", 2), "c1": ("b1", 2)}
+    with racks(kube, layout) as rack_of:
+        annotations = {
+            LWS_EXCLUSIVE_ANNOTATION: BLOCK,
+            LWS_SUBGROUP_SIZE_ANNOTATION: "2",
+            LWS_SUBGROUP_EXCLUSIVE_ANNOTATION: RACK,
+        }
+        for worker in range(4):
+            lws_pod(kube, namespace, "sg", 0, worker, 4, annotations, subgroup=worker // 2)
+        bound = kube.wait_bound(namespace, "sg-0", 4)
+        first = {rack_of[bound["sg-0"]], rack_of[bound["sg-0-1"]]}
+        second = {rack_of[bound["sg-0-2"]], rack_of[bound["sg-0-3"]]}
+        assert len(first) == 1 and len(second) == 1 and first | second == {"c0", "c1"}, bound
+        event = wait_for(
+            functools.partial(told, kube, namespace, "places its sub-groups"),
+            30,
+            "the TopologyPlaced event naming each sub-group's rack",
+        )
+        assert "subgroup-0 in rack" in event and "subgroup-1 in rack" in event
+
+
+@pytest.mark.usefixtures("lws_on")
+def test_a_size_that_is_not_a_number_holds_the_replica_with_the_fix(
+    kube: Kube, namespace: str
+) -> None:
+    with racks(kube, {"r0": ("b0", 2)}):
+        for worker in range(2):
+            lws_pod(kube, namespace, "bad", 0, worker, "two")
+        kube.wait_for_event(
+            namespace,
+            "bad-0",
+            f"annotation {LWS_SIZE_ANNOTATION} must be a whole number >= 1, got 'two'",
+            what="the FailedScheduling message naming the size annotation",
+        )
+        stays_unbound(kube, namespace)
