@@ -261,6 +261,21 @@ FLAGS = (
         "MODE",
     ),
     Flag(
+        "kai_podgroups",
+        _choice(("auto", "off")),
+        "KAI scheduler PodGroups (scheduling.run.ai/v2alpha2, pod annotation pod-group-name, "
+        "sub-group label kai.scheduler/subgroup-name): auto (used when the API server serves "
+        "them) or off",
+        "MODE",
+    ),
+    Flag(
+        "yunikorn_task_groups",
+        _choice(("on", "off")),
+        "YuniKorn task groups (pod annotations yunikorn.apache.org/task-groups and "
+        "/task-group-name, the gang is one application id): on or off",
+        "MODE",
+    ),
+    Flag(
         "leader_election_lease",
         _namespaced("kube-scheduler's leader-election Lease"),
         "NAMESPACE/NAME of the Lease kube-scheduler's leader election holds: with several "

@@ -17,6 +17,12 @@ preemption never care where a group was declared:
 - `kueue`: Kueue's plain pod groups, no object either: the label
   `kueue.x-k8s.io/pod-group-name` and the annotation
   `kueue.x-k8s.io/pod-group-total-count` (the gang's size) on every pod.
+- `kai`: KAI scheduler's PodGroup (`scheduling.run.ai/v2alpha2`), pods name
+  it with the annotation `pod-group-name` and their sub-group with the label
+  `kai.scheduler/subgroup-name` (app/core/kai.py).
+- `yunikorn`: YuniKorn task groups, no object: the pods of one application
+  id that carry `yunikorn.apache.org/task-groups` or `.../task-group-name`
+  (app/core/yunikorn.py).
 
 This module is the single home of those API coordinates. Everything here is pure.
 """
@@ -27,11 +33,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from app.core.kai import kai_spec
 from app.core.resources import QuantityError, Resources, parse_resource_list
 from app.core.topology.domains import TopologyConstraint, TopologyError
 from app.core.topology.sources import constraint_from_native, constraint_from_volcano
 from app.core.topology.subgroup_sources import policies_from_volcano
-from app.core.topology.subgroups import Slicing, SubGroupPolicy
+from app.core.topology.subgroups import Slicing, SubGroup, SubGroupPolicy, leaf_problem
+from app.core.yunikorn import (
+    TASK_GROUP_NAME_ANNOTATION,
+    TASK_GROUPS_ANNOTATION,
+    TaskGroupsError,
+    app_id_of,
+    task_groups,
+)
 
 _T = TypeVar("_T")
 
@@ -40,7 +54,19 @@ SOURCE_LABELS = "labels"
 SOURCE_VOLCANO = "volcano"
 SOURCE_NATIVE = "native"
 SOURCE_KUEUE = "kueue"
-ALL_SOURCES = frozenset({SOURCE_XK8S, SOURCE_LABELS, SOURCE_VOLCANO, SOURCE_NATIVE, SOURCE_KUEUE})
+SOURCE_KAI = "kai"
+SOURCE_YUNIKORN = "yunikorn"
+ALL_SOURCES = frozenset(
+    {
+        SOURCE_XK8S,
+        SOURCE_LABELS,
+        SOURCE_VOLCANO,
+        SOURCE_NATIVE,
+        SOURCE_KUEUE,
+        SOURCE_KAI,
+        SOURCE_YUNIKORN,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +91,8 @@ VOLCANO_API = GroupApi(
     SOURCE_VOLCANO, "scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", False
 )
 NATIVE_API = GroupApi(SOURCE_NATIVE, "scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True)
-GROUP_APIS = {api.source: api for api in (XK8S_API, VOLCANO_API, NATIVE_API)}
+KAI_API = GroupApi(SOURCE_KAI, "scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", True)
+GROUP_APIS = {api.source: api for api in (XK8S_API, VOLCANO_API, NATIVE_API, KAI_API)}
 
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -75,6 +102,9 @@ VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano
 VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+# KAI: the PodGroup's name (no domain prefix, as KAI's podgrouper writes it) and the sub-group.
+KAI_GROUP_ANNOTATION = "pod-group-name"
+KAI_SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 
 
 class GroupLabelError(ValueError):
@@ -102,8 +132,13 @@ class GroupRef:
     # Set for label-only groups; None when an object holds the spec.
     min_available: int | None = None
     source: str = SOURCE_XK8S
-    # Volcano: the pod's task (annotation volcano.sh/task-spec), for minTaskMember.
+    # Volcano: the pod's task (annotation volcano.sh/task-spec), for minTaskMember;
+    # KAI: its sub-group; YuniKorn: its task group.
     task: str = ""
+    # YuniKorn: the task groups the pod's own annotation declares (None: it carries none),
+    # or why they cannot be used (the gang's oldest declaring member decides, app/core/state.py).
+    roles: tuple[tuple[str, int], ...] | None = None
+    roles_error: str = ""
 
     @property
     def key(self) -> str:
@@ -132,6 +167,8 @@ class GroupSpec:
     slicing: Slicing | None = None
     # Volcano spec.subGroupPolicy (app/core/topology/subgroup_sources.py).
     sub_group_policy: tuple[SubGroupPolicy, ...] = ()
+    # KAI spec.subGroups: the named sub-group tree (app/core/kai.py).
+    sub_groups: tuple[SubGroup, ...] = ()
 
 
 def group_ref_of(namespace: str, labels: Mapping[str, str] | None) -> GroupRef | None:
@@ -152,8 +189,9 @@ def group_ref_of_pod(
     """The group a pod belongs to, from the first enabled source that names one.
 
     Precedence: x-k8s label, native spec.schedulingGroup, Volcano annotation,
-    Kueue pod group, label-only group. A source that is switched off (or whose API the cluster
-    does not serve) is not consulted: its pods are ordinary pods for us.
+    KAI annotation, Kueue pod group, YuniKorn task groups, label-only group. A
+    source that is switched off (or whose API the cluster does not serve) is not
+    consulted: its pods are ordinary pods for us.
     """
     enabled = frozenset(sources)
     labels = meta.get("labels") or {}
@@ -190,8 +228,27 @@ def group_ref_of_pod(
                 source=SOURCE_VOLCANO,
                 task=task if isinstance(task, str) else "",
             )
+    if SOURCE_KAI in enabled:
+        name = (meta.get("annotations") or {}).get(KAI_GROUP_ANNOTATION)
+        if name is not None:
+            if not isinstance(name, str) or not name:
+                raise GroupLabelError(
+                    f"annotation {KAI_GROUP_ANNOTATION} is empty: set it to the name of a KAI "
+                    "PodGroup in the pod's namespace, or remove it"
+                )
+            sub_group = labels.get(KAI_SUBGROUP_LABEL)
+            return GroupRef(
+                namespace,
+                name,
+                source=SOURCE_KAI,
+                task=sub_group if isinstance(sub_group, str) else "",
+            )
     if SOURCE_KUEUE in enabled and labels.get(KUEUE_GROUP_LABEL) is not None:
         return _kueue_ref(namespace, labels[KUEUE_GROUP_LABEL], meta.get("annotations") or {})
+    if SOURCE_YUNIKORN in enabled:
+        ref = _yunikorn_ref(namespace, labels, meta.get("annotations") or {})
+        if ref is not None:
+            return ref
     if SOURCE_LABELS in enabled:
         return _light_ref(namespace, labels)
     return None
@@ -213,6 +270,57 @@ def _kueue_ref(namespace: str, name: str, annotations: Mapping[str, Any]) -> Gro
             f"in the group), got {raw!r:.40}"
         )
     return GroupRef(namespace, name, total, SOURCE_KUEUE)
+
+
+def _yunikorn_ref(
+    namespace: str, labels: Mapping[str, Any], annotations: Mapping[str, Any]
+) -> GroupRef | None:
+    """YuniKorn: a pod with task groups (declared or named) is a member of its app's gang."""
+    declared = annotations.get(TASK_GROUPS_ANNOTATION)
+    task = annotations.get(TASK_GROUP_NAME_ANNOTATION)
+    if declared is None and task is None:
+        return None
+    app = app_id_of(labels, annotations)
+    if app is None:
+        raise GroupLabelError(
+            f"the pod has YuniKorn task groups ({TASK_GROUPS_ANNOTATION} or "
+            f"{TASK_GROUP_NAME_ANNOTATION}) but no application id: set the label "
+            "yunikorn.apache.org/app-id (or applicationId) to the job's id, the same on "
+            "every pod of the gang"
+        )
+    roles: tuple[tuple[str, int], ...] | None = None
+    error = ""
+    if declared is not None:
+        try:
+            roles = task_groups(declared if isinstance(declared, str) else "")
+        except TaskGroupsError as err:
+            error = str(err)
+    return GroupRef(
+        namespace,
+        app,
+        sum(n for _, n in roles) if roles else 0,
+        SOURCE_YUNIKORN,
+        task if isinstance(task, str) else "",
+        roles,
+        error,
+    )
+
+
+def spec_from_yunikorn(key: str, declaring: GroupRef | None) -> GroupSpec:
+    """A YuniKorn gang's rules from the member whose task groups count (PodGroupSpecError)."""
+    if declaring is None or (declaring.roles is None and not declaring.roles_error):
+        raise PodGroupSpecError(
+            f"gang {key}: no member carries the annotation {TASK_GROUPS_ANNOTATION} (the task "
+            "groups and their minMember): add it to the job's first pod, or to every pod"
+        )
+    if declaring.roles is None:
+        raise PodGroupSpecError(f"gang {key}: {declaring.roles_error}")
+    return GroupSpec(
+        key=key,
+        min_member=sum(n for _, n in declaring.roles),
+        source=SOURCE_YUNIKORN,
+        min_task_member=tuple(sorted(declaring.roles)),
+    )
 
 
 def _light_ref(namespace: str, labels: Mapping[str, str]) -> GroupRef | None:
@@ -352,6 +460,21 @@ def spec_from_native(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
     )
 
 
+def spec_from_kai(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
+    """Read a KAI PodGroup (app/core/kai.py): its sub-group tree, each leaf a role."""
+    read = _topology(key, kai_spec, _spec_object(key, spec))
+    return GroupSpec(
+        key=key,
+        min_member=read.min_member,
+        source=SOURCE_KAI,
+        topology=read.topology,
+        min_task_member=read.leaves,
+        sub_groups=read.sub_groups,
+        queue=read.queue,
+        priority_class_name=read.priority_class_name,
+    )
+
+
 def _topology(key: str, reader: Callable[[Mapping[str, Any]], _T], spec: Mapping[str, Any]) -> _T:
     try:
         return reader(spec)
@@ -363,6 +486,7 @@ SPEC_READERS = {
     SOURCE_XK8S: spec_from_podgroup,
     SOURCE_VOLCANO: spec_from_volcano,
     SOURCE_NATIVE: spec_from_native,
+    SOURCE_KAI: spec_from_kai,
 }
 
 
@@ -388,9 +512,41 @@ def task_shortfall(spec: GroupSpec, tasks: Iterable[str]) -> list[tuple[str, int
     ]
 
 
+def role_problem(spec: GroupSpec, member: str, task: str) -> str | None:
+    """Why a member's named role is not one of its gang's (KAI, YuniKorn), None if it is.
+
+    KAI drops such a pod from the job and YuniKorn refuses it; either way the
+    gang could start without it, so every member is told and the gang held.
+    """
+    if spec.sub_groups:
+        return leaf_problem(spec.key, spec.sub_groups, member, task)
+    if spec.source == SOURCE_YUNIKORN and task and all(t != task for t, _ in spec.min_task_member):
+        declared = ", ".join(t for t, _ in spec.min_task_member)
+        return (
+            f"gang {spec.key}: member {member} names task group {task!r} "
+            f"(annotation {TASK_GROUP_NAME_ANNOTATION}), which the gang's "
+            f"{TASK_GROUPS_ANNOTATION} does not declare ({declared})"
+        )
+    return None
+
+
+# Per source: what its per-role minimums are called and where a member names its role.
+_ROLE_WORDS = {
+    SOURCE_KAI: ("sub-group", "subGroups minMember", f"label {KAI_SUBGROUP_LABEL}"),
+    SOURCE_YUNIKORN: (
+        "task group",
+        f"{TASK_GROUPS_ANNOTATION} minMember",
+        f"annotation {TASK_GROUP_NAME_ANNOTATION}",
+    ),
+}
+
+
 def describe_task_shortfall(spec: GroupSpec, gap: list[tuple[str, int, int]]) -> str:
-    parts = ", ".join(f"task {task}: {have} of {need}" for task, have, need in gap)
+    role, field, pointer = _ROLE_WORDS.get(
+        spec.source, ("task", "minTaskMember", f"annotation {VOLCANO_TASK_ANNOTATION}")
+    )
+    parts = ", ".join(f"{role} {task}: {have} of {need}" for task, have, need in gap)
     return (
-        f"cannot find enough sibling pods per task for group {spec.key} (minTaskMember: "
-        f"{parts}); create the missing pods of each task (annotation {VOLCANO_TASK_ANNOTATION})"
+        f"cannot find enough sibling pods per {role} for group {spec.key} ({field}: "
+        f"{parts}); create the missing pods of each {role} ({pointer})"
     )

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from app.core.groups import (
+    KAI_GROUP_ANNOTATION,
     KUEUE_GROUP_LABEL,
     LIGHT_NAME_LABEL,
     POD_GROUP_LABEL,
@@ -41,6 +42,15 @@ from app.core.groups import (
 # Extended resource names need a domain that is not kubernetes.io; this
 # project's annotations already live under gang-extender.dev.
 from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
+from app.core.yunikorn import TASK_GROUP_NAME_ANNOTATION, TASK_GROUPS_ANNOTATION
+
+# The annotations that name a group (Volcano, KAI, YuniKorn task groups): each marks a pod.
+GROUP_ANNOTATIONS = (
+    *VOLCANO_GROUP_ANNOTATIONS,
+    KAI_GROUP_ANNOTATION,
+    TASK_GROUPS_ANNOTATION,
+    TASK_GROUP_NAME_ANNOTATION,
+)
 
 # Zero: kube-scheduler's IsInterested() looks only for the name, and
 # NodeResourcesFit skips a zero request before anything else, where a
@@ -70,7 +80,7 @@ def names_a_group(pod: Mapping[str, Any]) -> bool:
     annotations = meta.get("annotations") or {}
     if any(label in labels for label in (POD_GROUP_LABEL, LIGHT_NAME_LABEL, KUEUE_GROUP_LABEL)):
         return True
-    if any(annotation in annotations for annotation in VOLCANO_GROUP_ANNOTATIONS):
+    if any(annotation in annotations for annotation in GROUP_ANNOTATIONS):
         return True
     group = (pod.get("spec") or {}).get("schedulingGroup")
     return isinstance(group, Mapping) and bool(group.get("podGroupName"))
@@ -237,7 +247,7 @@ def member_expression(resource: str = MEMBER_RESOURCE) -> dict[str, str]:
                 label(POD_GROUP_LABEL),
                 label(LIGHT_NAME_LABEL),
                 label(KUEUE_GROUP_LABEL),
-                *(annotation(a) for a in VOLCANO_GROUP_ANNOTATIONS),
+                *(annotation(a) for a in GROUP_ANNOTATIONS),
                 f"(has({obj}.spec.schedulingGroup) && has({obj}.spec.schedulingGroup.podGroupName)"
                 f" && {obj}.spec.schedulingGroup.podGroupName != '')",
             ]

@@ -175,6 +175,7 @@ _POINTER = {
     SOURCE_XK8S: "the pod's label scheduling.x-k8s.io/pod-group",
     "volcano": "the pod's annotation scheduling.k8s.io/group-name",
     "native": "the pod's spec.schedulingGroup.podGroupName",
+    "kai": "the pod's annotation pod-group-name",
 }
 
 
