@@ -25,7 +25,12 @@ from enum import StrEnum
 from cachetools import TTLCache
 
 from app.core.clock import Clock, monotonic
-from app.core.groups import GroupSpec, task_shortfall
+from app.core.group_rules import (
+    task_shortfall,
+)
+from app.core.groups import (
+    GroupSpec,
+)
 from app.core.resources import Resources, format_resources, shortfall
 
 

@@ -17,12 +17,8 @@ preemption never care where a group was declared:
 - `kueue`: Kueue's plain pod groups, no object either: the label
   `kueue.x-k8s.io/pod-group-name` and the annotation
   `kueue.x-k8s.io/pod-group-total-count` (the gang's size) on every pod.
-- `kai`: KAI scheduler's PodGroup (`scheduling.run.ai/v2alpha2`), pods name
-  it with the annotation `pod-group-name` and their sub-group with the label
-  `kai.scheduler/subgroup-name` (app/core/kai.py).
-- `yunikorn`: YuniKorn task groups, no object: the pods of one application
-  id that carry `yunikorn.apache.org/task-groups` or `.../task-group-name`
-  (app/core/yunikorn.py).
+- `kai`, `yunikorn`: KAI's PodGroup and YuniKorn's task groups (app/core/kai.py,
+  app/core/yunikorn.py; their specs: app/core/role_sources.py).
 
 This module is the single home of those API coordinates. Everything here is pure.
 """
@@ -33,19 +29,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from app.core.kai import kai_spec
+from app.core.kai import KaiPointerError, kai_pointer
 from app.core.resources import QuantityError, Resources, parse_resource_list
 from app.core.topology.domains import TopologyConstraint, TopologyError
 from app.core.topology.sources import constraint_from_native, constraint_from_volcano
 from app.core.topology.subgroup_sources import policies_from_volcano
-from app.core.topology.subgroups import Slicing, SubGroup, SubGroupPolicy, leaf_problem
-from app.core.yunikorn import (
-    TASK_GROUP_NAME_ANNOTATION,
-    TASK_GROUPS_ANNOTATION,
-    TaskGroupsError,
-    app_id_of,
-    task_groups,
-)
+from app.core.topology.subgroups import Slicing, SubGroup, SubGroupPolicy
+from app.core.yunikorn import TaskGroupsError, task_group_member
 
 _T = TypeVar("_T")
 
@@ -56,17 +46,8 @@ SOURCE_NATIVE = "native"
 SOURCE_KUEUE = "kueue"
 SOURCE_KAI = "kai"
 SOURCE_YUNIKORN = "yunikorn"
-ALL_SOURCES = frozenset(
-    {
-        SOURCE_XK8S,
-        SOURCE_LABELS,
-        SOURCE_VOLCANO,
-        SOURCE_NATIVE,
-        SOURCE_KUEUE,
-        SOURCE_KAI,
-        SOURCE_YUNIKORN,
-    }
-)
+ALL_SOURCES = frozenset({SOURCE_XK8S, SOURCE_LABELS, SOURCE_VOLCANO, SOURCE_NATIVE, SOURCE_KUEUE})
+ALL_SOURCES |= {SOURCE_KAI, SOURCE_YUNIKORN}
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +83,6 @@ VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano
 VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-# KAI: the PodGroup's name (no domain prefix, as KAI's podgrouper writes it) and the sub-group.
-KAI_GROUP_ANNOTATION = "pod-group-name"
-KAI_SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 
 
 class GroupLabelError(ValueError):
@@ -135,8 +113,7 @@ class GroupRef:
     # Volcano: the pod's task (annotation volcano.sh/task-spec), for minTaskMember;
     # KAI: its sub-group; YuniKorn: its task group.
     task: str = ""
-    # YuniKorn: the task groups the pod's own annotation declares (None: it carries none),
-    # or why they cannot be used (the gang's oldest declaring member decides, app/core/state.py).
+    # YuniKorn: the task groups its own annotation declares (None: none), or why unusable.
     roles: tuple[tuple[str, int], ...] | None = None
     roles_error: str = ""
 
@@ -189,7 +166,7 @@ def group_ref_of_pod(
     """The group a pod belongs to, from the first enabled source that names one.
 
     Precedence: x-k8s label, native spec.schedulingGroup, Volcano annotation,
-    KAI annotation, Kueue pod group, YuniKorn task groups, label-only group. A
+    Kueue pod group, KAI annotation, YuniKorn task groups, label-only group. A
     source that is switched off (or whose API the cluster does not serve) is not
     consulted: its pods are ordinary pods for us.
     """
@@ -228,27 +205,10 @@ def group_ref_of_pod(
                 source=SOURCE_VOLCANO,
                 task=task if isinstance(task, str) else "",
             )
-    if SOURCE_KAI in enabled:
-        name = (meta.get("annotations") or {}).get(KAI_GROUP_ANNOTATION)
-        if name is not None:
-            if not isinstance(name, str) or not name:
-                raise GroupLabelError(
-                    f"annotation {KAI_GROUP_ANNOTATION} is empty: set it to the name of a KAI "
-                    "PodGroup in the pod's namespace, or remove it"
-                )
-            sub_group = labels.get(KAI_SUBGROUP_LABEL)
-            return GroupRef(
-                namespace,
-                name,
-                source=SOURCE_KAI,
-                task=sub_group if isinstance(sub_group, str) else "",
-            )
     if SOURCE_KUEUE in enabled and labels.get(KUEUE_GROUP_LABEL) is not None:
         return _kueue_ref(namespace, labels[KUEUE_GROUP_LABEL], meta.get("annotations") or {})
-    if SOURCE_YUNIKORN in enabled:
-        ref = _yunikorn_ref(namespace, labels, meta.get("annotations") or {})
-        if ref is not None:
-            return ref
+    if (ref := _role_source_ref(namespace, meta, enabled)) is not None:
+        return ref
     if SOURCE_LABELS in enabled:
         return _light_ref(namespace, labels)
     return None
@@ -272,55 +232,21 @@ def _kueue_ref(namespace: str, name: str, annotations: Mapping[str, Any]) -> Gro
     return GroupRef(namespace, name, total, SOURCE_KUEUE)
 
 
-def _yunikorn_ref(
-    namespace: str, labels: Mapping[str, Any], annotations: Mapping[str, Any]
+def _role_source_ref(
+    namespace: str, meta: Mapping[str, Any], enabled: frozenset[str]
 ) -> GroupRef | None:
-    """YuniKorn: a pod with task groups (declared or named) is a member of its app's gang."""
-    declared = annotations.get(TASK_GROUPS_ANNOTATION)
-    task = annotations.get(TASK_GROUP_NAME_ANNOTATION)
-    if declared is None and task is None:
-        return None
-    app = app_id_of(labels, annotations)
-    if app is None:
-        raise GroupLabelError(
-            f"the pod has YuniKorn task groups ({TASK_GROUPS_ANNOTATION} or "
-            f"{TASK_GROUP_NAME_ANNOTATION}) but no application id: set the label "
-            "yunikorn.apache.org/app-id (or applicationId) to the job's id, the same on "
-            "every pod of the gang"
-        )
-    roles: tuple[tuple[str, int], ...] | None = None
-    error = ""
-    if declared is not None:
-        try:
-            roles = task_groups(declared if isinstance(declared, str) else "")
-        except TaskGroupsError as err:
-            error = str(err)
-    return GroupRef(
-        namespace,
-        app,
-        sum(n for _, n in roles) if roles else 0,
-        SOURCE_YUNIKORN,
-        task if isinstance(task, str) else "",
-        roles,
-        error,
-    )
-
-
-def spec_from_yunikorn(key: str, declaring: GroupRef | None) -> GroupSpec:
-    """A YuniKorn gang's rules from the member whose task groups count (PodGroupSpecError)."""
-    if declaring is None or (declaring.roles is None and not declaring.roles_error):
-        raise PodGroupSpecError(
-            f"gang {key}: no member carries the annotation {TASK_GROUPS_ANNOTATION} (the task "
-            "groups and their minMember): add it to the job's first pod, or to every pod"
-        )
-    if declaring.roles is None:
-        raise PodGroupSpecError(f"gang {key}: {declaring.roles_error}")
-    return GroupSpec(
-        key=key,
-        min_member=sum(n for _, n in declaring.roles),
-        source=SOURCE_YUNIKORN,
-        min_task_member=tuple(sorted(declaring.roles)),
-    )
+    """A KAI PodGroup's or a YuniKorn gang's member (app/core/kai.py, app/core/yunikorn.py)."""
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    try:
+        if SOURCE_KAI in enabled and (kai := kai_pointer(labels, annotations)) is not None:
+            return GroupRef(namespace, kai[0], source=SOURCE_KAI, task=kai[1])
+        if SOURCE_YUNIKORN in enabled and (yk := task_group_member(labels, annotations)):
+            size = sum(n for _, n in yk.roles or ())
+            return GroupRef(namespace, yk.app, size, SOURCE_YUNIKORN, yk.task, *yk[2:])
+    except (KaiPointerError, TaskGroupsError) as err:
+        raise GroupLabelError(str(err)) from None
+    return None
 
 
 def _light_ref(namespace: str, labels: Mapping[str, str]) -> GroupRef | None:
@@ -460,21 +386,6 @@ def spec_from_native(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
     )
 
 
-def spec_from_kai(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
-    """Read a KAI PodGroup (app/core/kai.py): its sub-group tree, each leaf a role."""
-    read = _topology(key, kai_spec, _spec_object(key, spec))
-    return GroupSpec(
-        key=key,
-        min_member=read.min_member,
-        source=SOURCE_KAI,
-        topology=read.topology,
-        min_task_member=read.leaves,
-        sub_groups=read.sub_groups,
-        queue=read.queue,
-        priority_class_name=read.priority_class_name,
-    )
-
-
 def _topology(key: str, reader: Callable[[Mapping[str, Any]], _T], spec: Mapping[str, Any]) -> _T:
     try:
         return reader(spec)
@@ -486,67 +397,4 @@ SPEC_READERS = {
     SOURCE_XK8S: spec_from_podgroup,
     SOURCE_VOLCANO: spec_from_volcano,
     SOURCE_NATIVE: spec_from_native,
-    SOURCE_KAI: spec_from_kai,
 }
-
-
-def spec_from_labels(ref: GroupRef) -> GroupSpec:
-    assert ref.min_available is not None
-    return GroupSpec(key=ref.key, min_member=ref.min_available, source=ref.source)
-
-
-def task_shortfall(spec: GroupSpec, tasks: Iterable[str]) -> list[tuple[str, int, int]]:
-    """Volcano minTaskMember: (task, have, need) for every task below its own minimum.
-
-    `tasks` holds one entry per counted member (its task name, "" for none).
-    """
-    if not spec.min_task_member:
-        return []
-    counts: dict[str, int] = {}
-    for task in tasks:
-        counts[task] = counts.get(task, 0) + 1
-    return [
-        (task, counts.get(task, 0), need)
-        for task, need in spec.min_task_member
-        if counts.get(task, 0) < need
-    ]
-
-
-def role_problem(spec: GroupSpec, member: str, task: str) -> str | None:
-    """Why a member's named role is not one of its gang's (KAI, YuniKorn), None if it is.
-
-    KAI drops such a pod from the job and YuniKorn refuses it; either way the
-    gang could start without it, so every member is told and the gang held.
-    """
-    if spec.sub_groups:
-        return leaf_problem(spec.key, spec.sub_groups, member, task)
-    if spec.source == SOURCE_YUNIKORN and task and all(t != task for t, _ in spec.min_task_member):
-        declared = ", ".join(t for t, _ in spec.min_task_member)
-        return (
-            f"gang {spec.key}: member {member} names task group {task!r} "
-            f"(annotation {TASK_GROUP_NAME_ANNOTATION}), which the gang's "
-            f"{TASK_GROUPS_ANNOTATION} does not declare ({declared})"
-        )
-    return None
-
-
-# Per source: what its per-role minimums are called and where a member names its role.
-_ROLE_WORDS = {
-    SOURCE_KAI: ("sub-group", "subGroups minMember", f"label {KAI_SUBGROUP_LABEL}"),
-    SOURCE_YUNIKORN: (
-        "task group",
-        f"{TASK_GROUPS_ANNOTATION} minMember",
-        f"annotation {TASK_GROUP_NAME_ANNOTATION}",
-    ),
-}
-
-
-def describe_task_shortfall(spec: GroupSpec, gap: list[tuple[str, int, int]]) -> str:
-    role, field, pointer = _ROLE_WORDS.get(
-        spec.source, ("task", "minTaskMember", f"annotation {VOLCANO_TASK_ANNOTATION}")
-    )
-    parts = ", ".join(f"{role} {task}: {have} of {need}" for task, have, need in gap)
-    return (
-        f"cannot find enough sibling pods per {role} for group {spec.key} ({field}: "
-        f"{parts}); create the missing pods of each {role} ({pointer})"
-    )

@@ -32,6 +32,29 @@ from app.core.topology.subgroups import SubGroup
 
 _INT32_MAX = 2**31 - 1
 KAI_SUB_GROUP = "sub-group"
+# The PodGroup's name (no domain prefix, as KAI's podgrouper writes it) and the sub-group.
+KAI_GROUP_ANNOTATION = "pod-group-name"
+KAI_SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
+
+
+class KaiPointerError(ValueError):
+    """A pod's pointer to a KAI PodGroup cannot be used; the message says how to fix it."""
+
+
+def kai_pointer(
+    labels: Mapping[str, Any], annotations: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """(PodGroup name, sub-group) the pod names, None when it names no KAI PodGroup."""
+    name = annotations.get(KAI_GROUP_ANNOTATION)
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise KaiPointerError(
+            f"annotation {KAI_GROUP_ANNOTATION} is empty: set it to the name of a KAI "
+            "PodGroup in the pod's namespace, or remove it"
+        )
+    sub_group = labels.get(KAI_SUBGROUP_LABEL)
+    return name, sub_group if isinstance(sub_group, str) else ""
 
 
 @dataclass(frozen=True, slots=True)

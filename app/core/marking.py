@@ -32,11 +32,13 @@ from typing import Any
 import orjson
 
 from app.core.groups import (
-    KAI_GROUP_ANNOTATION,
     KUEUE_GROUP_LABEL,
     LIGHT_NAME_LABEL,
     POD_GROUP_LABEL,
     VOLCANO_GROUP_ANNOTATIONS,
+)
+from app.core.kai import (
+    KAI_GROUP_ANNOTATION,
 )
 
 # Extended resource names need a domain that is not kubernetes.io; this

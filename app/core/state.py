@@ -21,15 +21,13 @@ from app.core import free_room
 from app.core.changes import ChangeLog, NodeListener, PodListener
 from app.core.devices.book import DeviceBook
 from app.core.devices.records import SelectorEngine
+from app.core.group_rules import spec_from_labels
 from app.core.groups import (
     ALL_SOURCES,
     SOURCE_XK8S,
-    SOURCE_YUNIKORN,
     GroupRef,
     GroupSpec,
     PodGroupSpecError,
-    spec_from_labels,
-    spec_from_yunikorn,
 )
 from app.core.groups import group_key as make_group_key
 from app.core.packing import Bin
@@ -137,24 +135,6 @@ class ClusterState:
     def group_pods(self, group_key: str) -> list[PodRecord]:
         """Every pod labelled into the group, in any phase (members() keeps those that count)."""
         return self._pods.labelled(group_key)
-
-    def _task_groups_of(self, ref: GroupRef) -> GroupRef | None:
-        """YuniKorn: the member whose task-groups annotation counts for the whole gang.
-
-        YuniKorn reads the groups of the first pod it sees; the order pods are
-        seen in is not stable, so here it is the oldest pod of the gang (by
-        creationTimestamp, then name) that carries the annotation, else the
-        pod asking (not delivered yet).
-        """
-        declaring = [
-            p
-            for p in self._pods.labelled(ref.key)
-            if p.group is not None and (p.group.roles is not None or p.group.roles_error)
-        ]
-        if declaring:
-            oldest = min(declaring, key=lambda p: (p.created, p.name))
-            return oldest.group
-        return ref if ref.roles is not None or ref.roles_error else None
 
     def group_keys(self) -> list[str]:
         return self._pods.group_keys()
@@ -312,10 +292,8 @@ class ClusterState:
 
     def group_spec(self, ref: GroupRef) -> GroupSpec:
         """The group's rules; raises GroupNotFound or PodGroupSpecError with a usable message."""
-        if ref.source == SOURCE_YUNIKORN:
-            return spec_from_yunikorn(ref.key, self._task_groups_of(ref))
-        if ref.min_available is not None:
-            return spec_from_labels(ref)
+        if ref.min_available is not None:  # objectless: labels, Kueue, YuniKorn
+            return spec_from_labels(ref, self._pods.labelled)
         record = self.podgroups.get(ref.key)
         if record is None:
             raise GroupNotFound(not_found_message(ref))

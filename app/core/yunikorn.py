@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.core.resources import QuantityError, parse_resource_list
 
@@ -52,6 +52,45 @@ def app_id_of(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> str 
         if isinstance(value, str) and value:
             return value
     return None
+
+
+class TaskGroupMember(NamedTuple):
+    """A pod of a YuniKorn gang: its app id, its task group, the task groups it declares."""
+
+    app: str
+    task: str
+    # None: it declares none; else what its annotation says (or why it cannot be used).
+    roles: tuple[tuple[str, int], ...] | None
+    error: str
+
+
+def task_group_member(
+    labels: Mapping[str, Any], annotations: Mapping[str, Any]
+) -> TaskGroupMember | None:
+    """The pod as a member of its app's gang, None when it has no task groups at all.
+
+    TaskGroupsError when it has task groups but no application id to gather them by.
+    """
+    declared = annotations.get(TASK_GROUPS_ANNOTATION)
+    task = annotations.get(TASK_GROUP_NAME_ANNOTATION)
+    if declared is None and task is None:
+        return None
+    app = app_id_of(labels, annotations)
+    if app is None:
+        raise TaskGroupsError(
+            f"the pod has YuniKorn task groups ({TASK_GROUPS_ANNOTATION} or "
+            f"{TASK_GROUP_NAME_ANNOTATION}) but no application id: set the label "
+            "yunikorn.apache.org/app-id (or applicationId) to the job's id, the same on "
+            "every pod of the gang"
+        )
+    roles: tuple[tuple[str, int], ...] | None = None
+    error = ""
+    if declared is not None:
+        try:
+            roles = task_groups(declared if isinstance(declared, str) else "")
+        except TaskGroupsError as err:
+            error = str(err)
+    return TaskGroupMember(app, task if isinstance(task, str) else "", roles, error)
 
 
 def _field(entry: Mapping[str, Any], name: str) -> Any:

@@ -14,7 +14,9 @@ import logging
 from typing import Any
 
 from app.core.admission import FilterReason
-from app.core.groups import describe_task_shortfall
+from app.core.group_rules import (
+    describe_task_shortfall,
+)
 from app.core.node_choice import (
     SoftTaintedNodes,
     SoftTaints,

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.admission import FilterReason, PermitVerdict, wholeness
+from app.core.group_rules import (
+    role_problem,
+)
 from app.core.groups import (
     SOURCE_YUNIKORN,
     GroupLabelError,
@@ -19,7 +22,6 @@ from app.core.groups import (
     GroupSpec,
     PodGroupSpecError,
     group_ref_of_pod,
-    role_problem,
 )
 from app.core.observer import MemberRef
 from app.core.packing import Demand

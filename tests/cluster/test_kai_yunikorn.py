@@ -11,7 +11,13 @@ from __future__ import annotations
 import functools
 import json
 
-from app.core.groups import KAI_API, KAI_GROUP_ANNOTATION, KAI_SUBGROUP_LABEL
+from app.core.groups import (
+    KAI_API,
+)
+from app.core.kai import (
+    KAI_GROUP_ANNOTATION,
+    KAI_SUBGROUP_LABEL,
+)
 from app.core.yunikorn import TASK_GROUP_NAME_ANNOTATION, TASK_GROUPS_ANNOTATION
 from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import Kube

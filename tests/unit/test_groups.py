@@ -2,6 +2,10 @@ from typing import Any
 
 import pytest
 
+from app.core.group_rules import (
+    describe_task_shortfall,
+    task_shortfall,
+)
 from app.core.groups import (
     ALL_SOURCES,
     LIGHT_MIN_AVAILABLE_LABEL,
@@ -15,13 +19,11 @@ from app.core.groups import (
     GroupRef,
     GroupSpec,
     PodGroupSpecError,
-    describe_task_shortfall,
     group_ref_of,
     group_ref_of_pod,
     spec_from_native,
     spec_from_podgroup,
     spec_from_volcano,
-    task_shortfall,
 )
 from app.core.groups import (
     VOLCANO_TASK_ANNOTATION as VOLCANO_TASK,

@@ -8,18 +8,22 @@ from typing import Any
 import pytest
 
 from app.core.contention import Contest, Gang, Ruling
+from app.core.group_rules import (
+    describe_task_shortfall,
+    role_problem,
+    spec_from_kai,
+    spec_from_yunikorn,
+)
 from app.core.groups import (
-    KAI_GROUP_ANNOTATION,
-    KAI_SUBGROUP_LABEL,
     SOURCE_KAI,
     SOURCE_YUNIKORN,
     GroupRef,
     PodGroupSpecError,
-    describe_task_shortfall,
     group_ref_of_pod,
-    role_problem,
-    spec_from_kai,
-    spec_from_yunikorn,
+)
+from app.core.kai import (
+    KAI_GROUP_ANNOTATION,
+    KAI_SUBGROUP_LABEL,
 )
 from app.core.marking import member_expression, names_a_group
 from app.core.packing import Bin, Demand

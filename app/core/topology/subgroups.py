@@ -13,9 +13,8 @@ constraint, app/core/topology/domains.py); below it are optional sub-groups:
   pods each, in one domain of the policy's own networkTopology;
 - roles (Volcano minTaskMember, YuniKorn task groups): named groups with
   their own minimum and no level of their own;
-- named sub-groups (KAI's PodGroup subGroups, app/core/kai.py): a tree
-  declared by name and parent, each leaf with its own minimum, any node with
-  its own level; a member names its leaf.
+- named sub-groups (KAI's subGroups, app/core/kai.py): a tree by name and
+  parent, each leaf a role, any node with its own level.
 
 A flat gang is a tree of one node (tree_of() says None): domains.place()
 alone places it, as before. A member's *path* names the sub-groups it
@@ -141,8 +140,7 @@ class GangShape:
     slicing: Slicing | None = None
     policies: tuple[SubGroupPolicy, ...] = ()
     roles: tuple[tuple[str, int], ...] = ()
-    # Named sub-groups declared by the group object (KAI), shortest paths first.
-    named: tuple[SubGroup, ...] = ()
+    named: tuple[SubGroup, ...] = ()  # KAI's tree, shortest paths first
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,11 +258,8 @@ def _roles(roles: Sequence[tuple[str, int]], members: Iterable[Member]) -> _Foun
 
 
 def leaf_problem(key: str, named: Sequence[SubGroup], member: str, task: str) -> str | None:
-    """Why a member's sub-group is no leaf of the named tree (None: it is one).
-
-    KAI's scheduler drops such a pod from the job silently (a log warning);
-    here the gang is held and its members are told which pod and name.
-    """
+    """Why a member's sub-group is no leaf of the named tree (None: it is one): KAI drops
+    such a pod silently, here the gang is held and its members are told."""
     leaves = sorted(
         g.path[-1]
         for g in named
@@ -285,10 +280,7 @@ def leaf_problem(key: str, named: Sequence[SubGroup], member: str, task: str) ->
 
 
 def _named(key: str, named: Sequence[SubGroup], members: Iterable[Member]) -> _Found:
-    """KAI: a member's task names its leaf sub-group; the tree is the group object's.
-
-    A member naming no leaf holds the gang (TopologyError, leaf_problem()).
-    """
+    """KAI: a member's task names its leaf (none: TopologyError, leaf_problem())."""
     groups = {g.path: g for g in named}
     leaves = {g.path[-1]: g.path for g in named}
     paths: dict[str, Path] = {}
