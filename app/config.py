@@ -53,6 +53,8 @@ class Settings:
     native_podgroups: str = "auto"
     label_groups: str = "on"
     kueue_pod_groups: str = "on"
+    kai_podgroups: str = "auto"
+    yunikorn_task_groups: str = "on"
     lws_gangs: str = "off"
     leader_election_lease: str | None = None
     leader_identity: str | None = None

@@ -1,9 +1,7 @@
 """Every setting's flag: how its value is parsed, and the help `--help` shows for it.
 
-app/config.py declares the settings (Settings, with their defaults) and loads
-them; this table says, per setting, what text is accepted and why one would
-set it. A parser raises ValueError with the rule the value broke; load()
-adds which flag or variable it came from.
+app/config.py declares and loads the settings; this table says what text each accepts (a parser
+raises ValueError with the rule broken; load() adds the flag or variable) and why to set it.
 """
 
 from __future__ import annotations
@@ -229,6 +227,8 @@ FLAGS = (
         "kueue.x-k8s.io/pod-group-total-count): on or off",
         "MODE",
     ),
+    Flag("kai_podgroups", _choice(("auto", "off")), "KAI PodGroups (v2alpha2): auto/off", "MODE"),
+    Flag("yunikorn_task_groups", _choice(("on", "off")), "YuniKorn task groups: on/off", "MODE"),
     Flag(
         "lws_gangs",
         _choice(("on", "off")),

@@ -25,9 +25,9 @@ from enum import StrEnum
 from cachetools import TTLCache
 
 from app.core.clock import Clock, monotonic
+from app.core.group_rules import task_shortfall
 from app.core.groups import GroupSpec
 from app.core.resources import Resources, format_resources, shortfall
-from app.core.task_minimums import task_shortfall
 
 
 class FilterReason(StrEnum):

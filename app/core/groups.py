@@ -17,24 +17,24 @@ preemption never care where a group was declared:
 - `kueue`: Kueue's plain pod groups, no object either: the label
   `kueue.x-k8s.io/pod-group-name` and the annotation
   `kueue.x-k8s.io/pod-group-total-count` (the gang's size) on every pod.
+- `kai`, `yunikorn`: KAI's PodGroup and YuniKorn's task groups (app/core/kai.py,
+  app/core/yunikorn.py; their specs: app/core/role_sources.py).
 
 This module is the single home of those API coordinates. Everything here is pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
+from app.core.kai import KaiPointerError, kai_pointer
 from app.core.lws import LWS_NAME_LABEL, LwsLabelError, lws_gang_of
-from app.core.resources import QuantityError, Resources, parse_resource_list
-from app.core.topology.domains import TopologyConstraint, TopologyError
-from app.core.topology.sources import constraint_from_native, constraint_from_volcano
-from app.core.topology.subgroup_sources import policies_from_volcano
-from app.core.topology.subgroups import Slicing, SubGroupPolicy
-
-_T = TypeVar("_T")
+from app.core.resources import Resources
+from app.core.topology.domains import TopologyConstraint
+from app.core.topology.subgroups import Slicing, SubGroup, SubGroupPolicy
+from app.core.yunikorn import TaskGroupsError, task_group_member
 
 SOURCE_XK8S = "x-k8s"
 SOURCE_LABELS = "labels"
@@ -43,7 +43,10 @@ SOURCE_NATIVE = "native"
 SOURCE_KUEUE = "kueue"
 # LeaderWorkerSet replicas (app/core/lws.py): opt-in (--lws-gangs), so not among ALL_SOURCES.
 SOURCE_LWS = "lws"
+SOURCE_KAI = "kai"
+SOURCE_YUNIKORN = "yunikorn"
 ALL_SOURCES = frozenset({SOURCE_XK8S, SOURCE_LABELS, SOURCE_VOLCANO, SOURCE_NATIVE, SOURCE_KUEUE})
+ALL_SOURCES |= {SOURCE_KAI, SOURCE_YUNIKORN}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,8 @@ VOLCANO_API = GroupApi(
     SOURCE_VOLCANO, "scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", False
 )
 NATIVE_API = GroupApi(SOURCE_NATIVE, "scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True)
-GROUP_APIS = {api.source: api for api in (XK8S_API, VOLCANO_API, NATIVE_API)}
+KAI_API = GroupApi(SOURCE_KAI, "scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", True)
+GROUP_APIS = {api.source: api for api in (XK8S_API, VOLCANO_API, NATIVE_API, KAI_API)}
 
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -105,8 +109,12 @@ class GroupRef:
     # Set for label-only groups; None when an object holds the spec.
     min_available: int | None = None
     source: str = SOURCE_XK8S
-    # Volcano: the pod's task (annotation volcano.sh/task-spec), for minTaskMember.
+    # Volcano: the pod's task (annotation volcano.sh/task-spec), for minTaskMember;
+    # KAI: its sub-group; YuniKorn: its task group.
     task: str = ""
+    # YuniKorn: the task groups its own annotation declares (None: none), or why unusable.
+    roles: tuple[tuple[str, int], ...] | None = None
+    roles_error: str = ""
     # LeaderWorkerSet (no object, more than a count): the spec its pod's labels declare.
     spec: GroupSpec | None = field(default=None, compare=False)
 
@@ -137,6 +145,8 @@ class GroupSpec:
     slicing: Slicing | None = None
     # Volcano spec.subGroupPolicy (app/core/topology/subgroup_sources.py).
     sub_group_policy: tuple[SubGroupPolicy, ...] = ()
+    # KAI spec.subGroups: the named sub-group tree (app/core/kai.py).
+    sub_groups: tuple[SubGroup, ...] = ()
 
 
 def group_ref_of(namespace: str, labels: Mapping[str, str] | None) -> GroupRef | None:
@@ -157,8 +167,9 @@ def group_ref_of_pod(
     """The group a pod belongs to, from the first enabled source that names one.
 
     Precedence: x-k8s label, native spec.schedulingGroup, Volcano annotation,
-    Kueue pod group, LeaderWorkerSet replica (opt-in), label-only group. A source
-    that is switched off (or whose API the cluster does not serve) is not
+    Kueue pod group, KAI annotation, YuniKorn task groups, LeaderWorkerSet replica
+    (opt-in), label-only group. A source that is switched off (or whose API the
+    cluster does not serve) is not
     consulted: its pods are ordinary pods for us.
     """
     enabled = frozenset(sources)
@@ -198,6 +209,8 @@ def group_ref_of_pod(
             )
     if SOURCE_KUEUE in enabled and labels.get(KUEUE_GROUP_LABEL) is not None:
         return _kueue_ref(namespace, labels[KUEUE_GROUP_LABEL], meta.get("annotations") or {})
+    if (ref := _role_source_ref(namespace, meta, enabled)) is not None:
+        return ref
     if SOURCE_LWS in enabled and LWS_NAME_LABEL in labels:
         return _lws_ref(namespace, labels, meta.get("annotations") or {})
     if SOURCE_LABELS in enabled:
@@ -241,6 +254,23 @@ def _kueue_ref(namespace: str, name: str, annotations: Mapping[str, Any]) -> Gro
     return GroupRef(namespace, name, total, SOURCE_KUEUE)
 
 
+def _role_source_ref(
+    namespace: str, meta: Mapping[str, Any], enabled: frozenset[str]
+) -> GroupRef | None:
+    """A KAI PodGroup's or a YuniKorn gang's member (app/core/kai.py, app/core/yunikorn.py)."""
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    try:
+        if SOURCE_KAI in enabled and (kai := kai_pointer(labels, annotations)) is not None:
+            return GroupRef(namespace, kai[0], source=SOURCE_KAI, task=kai[1])
+        if SOURCE_YUNIKORN in enabled and (yk := task_group_member(labels, annotations)):
+            size = sum(n for _, n in yk.roles or ())
+            return GroupRef(namespace, yk.app, size, SOURCE_YUNIKORN, yk.task, *yk[2:])
+    except (KaiPointerError, TaskGroupsError) as err:
+        raise GroupLabelError(str(err)) from None
+    return None
+
+
 def _light_ref(namespace: str, labels: Mapping[str, str]) -> GroupRef | None:
     name = labels.get(LIGHT_NAME_LABEL)
     if name is None:
@@ -266,135 +296,3 @@ def _light_ref(namespace: str, labels: Mapping[str, str]) -> GroupRef | None:
 
 class PodGroupSpecError(ValueError):
     """A group object whose spec cannot be used."""
-
-
-# The group APIs declare their counts and timeouts as int32.
-_INT32_MAX = 2**31 - 1
-
-
-def _int_field(
-    key: str, spec: Mapping[str, Any], name: str, default: int | None, minimum: int
-) -> int | None:
-    # An explicit null is an absent field, as the API server's defaulting treats it.
-    value = spec.get(name)
-    if value is None:
-        value = default
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _INT32_MAX:
-        raise PodGroupSpecError(
-            f"PodGroup {key}: spec.{name} must be an integer between {minimum} and "
-            f"{_INT32_MAX}, got {value!r:.80}"
-        )
-    return value
-
-
-def _spec_object(key: str, spec: Any) -> Mapping[str, Any]:
-    """The spec as a mapping: absent is empty, anything else but an object is refused."""
-    if spec is None:
-        return {}
-    if not isinstance(spec, Mapping):
-        raise PodGroupSpecError(f"PodGroup {key}: spec must be an object, got {spec!r:.80}")
-    return spec
-
-
-def _min_resources(key: str, spec: Mapping[str, Any]) -> Resources:
-    try:
-        return parse_resource_list(spec.get("minResources"))
-    except QuantityError as err:
-        raise PodGroupSpecError(f"PodGroup {key}: spec.minResources: {err}") from None
-
-
-def spec_from_podgroup(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
-    """Read an x-k8s PodGroup's spec; the CRD schema already validates, this guards old objects.
-
-    scheduleTimeoutSeconds 0 or absent means "the extender's default", as in
-    upstream Coscheduling: mpi-operator and the training-operator write 0
-    when a job sets no timeout.
-    """
-    spec = _spec_object(key, spec)
-    min_member = _int_field(key, spec, "minMember", 1, 1)
-    assert min_member is not None
-    timeout = _int_field(key, spec, "scheduleTimeoutSeconds", None, 0)
-    return GroupSpec(
-        key=key,
-        min_member=min_member,
-        min_resources=_min_resources(key, spec),
-        schedule_timeout_seconds=timeout or None,
-    )
-
-
-def spec_from_volcano(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
-    """Read a Volcano PodGroup's spec (minMember 0 or absent: every pod on its own)."""
-    spec = _spec_object(key, spec)
-    min_member = _int_field(key, spec, "minMember", 1, 0) or 1
-    raw_tasks = spec.get("minTaskMember") or {}
-    if not isinstance(raw_tasks, Mapping):
-        raise PodGroupSpecError(f"PodGroup {key}: spec.minTaskMember must map task names to counts")
-    tasks = []
-    for task, count in sorted(raw_tasks.items()):
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise PodGroupSpecError(
-                f"PodGroup {key}: spec.minTaskMember[{task}] must be an integer >= 0"
-            )
-        if count:
-            tasks.append((str(task), count))
-    queue = spec.get("queue")
-    priority_class = spec.get("priorityClassName")
-    policies = _topology(key, policies_from_volcano, spec)
-    return GroupSpec(
-        key=key,
-        # Volcano's sub-group check needs minSubGroups x subGroupSize pods ready per policy:
-        # the gang never starts (nor the gate binds) with fewer.
-        min_member=max(min_member, sum(p.min_sub_groups * p.size for p in policies)),
-        min_resources=_min_resources(key, spec),
-        source=SOURCE_VOLCANO,
-        topology=_topology(key, constraint_from_volcano, spec),
-        min_task_member=tuple(tasks),
-        sub_group_policy=policies,
-        queue=queue if isinstance(queue, str) and queue else None,
-        priority_class_name=priority_class if isinstance(priority_class, str) else None,
-    )
-
-
-def spec_from_native(key: str, spec: Mapping[str, Any] | None) -> GroupSpec:
-    """Read a native PodGroup: `schedulingPolicy.gang.minCount`; the `basic` policy is no gang."""
-    spec = _spec_object(key, spec)
-    policy = spec.get("schedulingPolicy") or {}
-    gang = policy.get("gang") if isinstance(policy, Mapping) else None
-    topology = _topology(key, constraint_from_native, spec)
-    if not isinstance(gang, Mapping):
-        return GroupSpec(key=key, min_member=1, source=SOURCE_NATIVE, topology=topology)
-    min_count = _int_field(key, gang, "minCount", None, 1)
-    if min_count is None:
-        raise PodGroupSpecError(f"PodGroup {key}: spec.schedulingPolicy.gang.minCount is required")
-    priority_class = spec.get("priorityClassName")
-    return GroupSpec(
-        key=key,
-        min_member=min_count,
-        source=SOURCE_NATIVE,
-        topology=topology,
-        priority_class_name=priority_class if isinstance(priority_class, str) else None,
-    )
-
-
-def _topology(key: str, reader: Callable[[Mapping[str, Any]], _T], spec: Mapping[str, Any]) -> _T:
-    try:
-        return reader(spec)
-    except TopologyError as err:
-        raise PodGroupSpecError(f"PodGroup {key}: {err}") from None
-
-
-SPEC_READERS = {
-    SOURCE_XK8S: spec_from_podgroup,
-    SOURCE_VOLCANO: spec_from_volcano,
-    SOURCE_NATIVE: spec_from_native,
-}
-
-
-def spec_from_labels(ref: GroupRef) -> GroupSpec:
-    """An object-less group's spec: the one its pod declared, else its count alone."""
-    if ref.spec is not None:
-        return ref.spec
-    assert ref.min_available is not None
-    return GroupSpec(key=ref.key, min_member=ref.min_available, source=ref.source)

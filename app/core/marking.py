@@ -37,10 +37,22 @@ from app.core.groups import (
     POD_GROUP_LABEL,
     VOLCANO_GROUP_ANNOTATIONS,
 )
+from app.core.kai import (
+    KAI_GROUP_ANNOTATION,
+)
 
 # Extended resource names need a domain that is not kubernetes.io; this
 # project's annotations already live under gang-extender.dev.
 from app.core.resources import MEMBER_RESOURCE, PREEMPTOR_RESOURCE
+from app.core.yunikorn import TASK_GROUP_NAME_ANNOTATION, TASK_GROUPS_ANNOTATION
+
+# The annotations that name a group (Volcano, KAI, YuniKorn task groups): each marks a pod.
+GROUP_ANNOTATIONS = (
+    *VOLCANO_GROUP_ANNOTATIONS,
+    KAI_GROUP_ANNOTATION,
+    TASK_GROUPS_ANNOTATION,
+    TASK_GROUP_NAME_ANNOTATION,
+)
 
 # Zero: kube-scheduler's IsInterested() looks only for the name, and
 # NodeResourcesFit skips a zero request before anything else, where a
@@ -75,7 +87,7 @@ def names_a_group(pod: Mapping[str, Any], member_labels: Collection[str] = ()) -
         return True
     if any(label in labels for label in member_labels):
         return True
-    if any(annotation in annotations for annotation in VOLCANO_GROUP_ANNOTATIONS):
+    if any(annotation in annotations for annotation in GROUP_ANNOTATIONS):
         return True
     group = (pod.get("spec") or {}).get("schedulingGroup")
     return isinstance(group, Mapping) and bool(group.get("podGroupName"))
@@ -250,7 +262,7 @@ def member_expression(
                 label(POD_GROUP_LABEL),
                 label(LIGHT_NAME_LABEL),
                 label(KUEUE_GROUP_LABEL),
-                *(annotation(a) for a in VOLCANO_GROUP_ANNOTATIONS),
+                *(annotation(a) for a in GROUP_ANNOTATIONS),
                 f"(has({obj}.spec.schedulingGroup) && has({obj}.spec.schedulingGroup.podGroupName)"
                 f" && {obj}.spec.schedulingGroup.podGroupName != '')",
                 *(label(key) for key in member_labels),

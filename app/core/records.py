@@ -16,11 +16,13 @@ from datetime import datetime
 from typing import Any
 
 from app.core.devices.records import PodClaim, pod_claims_of
+from app.core.group_rules import spec_from_kai
+from app.core.group_specs import SPEC_READERS
 from app.core.groups import (
     ALL_SOURCES,
     GROUP_APIS,
+    SOURCE_KAI,
     SOURCE_XK8S,
-    SPEC_READERS,
     GroupLabelError,
     GroupRef,
     GroupSpec,
@@ -171,10 +173,13 @@ def delivered(members: Iterable[PodRecord], uid: str) -> bool:
 # ---- parsing API objects into records --------------------------------------------
 
 
+_READERS = {**SPEC_READERS, SOURCE_KAI: spec_from_kai}
+
 _POINTER = {
     SOURCE_XK8S: "the pod's label scheduling.x-k8s.io/pod-group",
     "volcano": "the pod's annotation scheduling.k8s.io/group-name",
     "native": "the pod's spec.schedulingGroup.podGroupName",
+    "kai": "the pod's annotation pod-group-name",
 }
 
 
@@ -300,7 +305,7 @@ def podgroup_record_from(raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> P
     name = meta.get("name") or ""
     key = group_key(source, namespace, name)
     try:
-        spec: GroupSpec | None = SPEC_READERS[source](key, raw.get("spec"))
+        spec: GroupSpec | None = _READERS[source](key, raw.get("spec"))
         error = None
         if spec is not None and spec.topology is None:
             annotated = constraint_from_annotations(meta.get("annotations"), "PodGroup")

@@ -21,13 +21,13 @@ from app.core import free_room
 from app.core.changes import ChangeLog, NodeListener, PodListener
 from app.core.devices.book import DeviceBook
 from app.core.devices.records import SelectorEngine
+from app.core.group_rules import spec_from_labels
 from app.core.groups import (
     ALL_SOURCES,
     SOURCE_XK8S,
     GroupRef,
     GroupSpec,
     PodGroupSpecError,
-    spec_from_labels,
 )
 from app.core.groups import group_key as make_group_key
 from app.core.packing import Bin
@@ -291,8 +291,8 @@ class ClusterState:
 
     def group_spec(self, ref: GroupRef) -> GroupSpec:
         """The group's rules; raises GroupNotFound or PodGroupSpecError with a usable message."""
-        if ref.min_available is not None:
-            return spec_from_labels(ref)
+        if ref.min_available is not None:  # objectless: labels, Kueue, YuniKorn
+            return spec_from_labels(ref, self._pods.labelled)
         record = self.podgroups.get(ref.key)
         if record is None:
             raise GroupNotFound(not_found_message(ref))

@@ -13,12 +13,14 @@ from app.core.devices.records import API_GROUP as DRA_GROUP
 from app.core.devices.records import API_VERSION as DRA_VERSION
 from app.core.groups import (
     GROUP_APIS,
+    SOURCE_KAI,
     SOURCE_KUEUE,
     SOURCE_LABELS,
     SOURCE_LWS,
     SOURCE_NATIVE,
     SOURCE_VOLCANO,
     SOURCE_XK8S,
+    SOURCE_YUNIKORN,
 )
 from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from app.core.topology import hypernode
@@ -37,12 +39,15 @@ async def discover_sources(requests: Requests, settings: Settings) -> frozenset[
     sources = {SOURCE_LABELS} if settings.label_groups == "on" else set()
     if settings.kueue_pod_groups == "on":
         sources.add(SOURCE_KUEUE)
+    if settings.yunikorn_task_groups == "on":
+        sources.add(SOURCE_YUNIKORN)
     if settings.lws_gangs == "on":
         sources.add(SOURCE_LWS)
     modes = {
         SOURCE_XK8S: ("--x-k8s-podgroups", settings.x_k8s_podgroups),
         SOURCE_VOLCANO: ("--volcano-podgroups", settings.volcano_podgroups),
         SOURCE_NATIVE: ("--native-podgroups", settings.native_podgroups),
+        SOURCE_KAI: ("--kai-podgroups", settings.kai_podgroups),
     }
     for source, (flag, mode) in modes.items():
         api = GROUP_APIS[source]

@@ -84,7 +84,7 @@ class GangTopology:
 
     def applies(self, spec: GroupSpec, pod: Candidate | None) -> bool:
         """Whether the gang has a topology constraint or slices: a whole-gang decision."""
-        if spec.slicing is not None or spec.sub_group_policy:
+        if spec.slicing is not None or spec.sub_group_policy or spec.sub_groups:
             return True
         if pod is not None and pod.slicing is not None:
             return True
@@ -101,7 +101,7 @@ class GangTopology:
             ((p.key, p.slicing) for p in members),
             pod.slicing if pod is not None else None,
         )
-        shape = GangShape(slicing, spec.sub_group_policy, spec.min_task_member)
+        shape = GangShape(slicing, spec.sub_group_policy, spec.min_task_member, spec.sub_groups)
         if shape == GangShape():
             return None
         known = [
@@ -134,6 +134,7 @@ class GangTopology:
             pod.slicing is not None
             or spec.slicing is not None
             or spec.sub_group_policy
+            or spec.sub_groups
             or spec.min_task_member
         ):
             tree = self.tree(spec, pod)

@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from app.core.admission import FilterReason
+from app.core.group_rules import describe_task_shortfall
 from app.core.node_choice import (
     SoftTaintedNodes,
     SoftTaints,
@@ -23,7 +24,6 @@ from app.core.node_choice import (
 )
 from app.core.records import NodeRecord, node_record_from
 from app.core.scoring import NodeScorer
-from app.core.task_minimums import describe_task_shortfall
 from app.core.topology.domains import Domain, TopologyConstraint, domain_message
 from app.core.topology.hypernode import tier_of
 from app.runtime.line import Candidate

@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.admission import FilterReason, PermitVerdict, wholeness
+from app.core.group_rules import (
+    role_problem,
+)
 from app.core.groups import (
+    SOURCE_YUNIKORN,
     GroupLabelError,
     GroupRef,
     GroupSpec,
@@ -102,6 +106,12 @@ class PodViews:
                 problem = GroupProblem(FilterReason.NO_GROUP, str(err))
             except PodGroupSpecError as err:
                 problem = GroupProblem(FilterReason.BAD_GROUP, str(err))
+        if (
+            spec is not None
+            and problem is None
+            and (spec.sub_groups or spec.source == SOURCE_YUNIKORN)
+        ):
+            problem = self._misnamed(spec, ref, f"{namespace}/{meta.get('name') or ''}")
         return PodView(
             namespace,
             meta.get("name") or "",
@@ -113,6 +123,18 @@ class PodViews:
             problem,
             *shape,
         )
+
+    def _misnamed(self, spec: GroupSpec, ref: GroupRef | None, key: str) -> GroupProblem | None:
+        """KAI, YuniKorn: a member (this pod or a sibling) naming a role its gang lacks holds
+        the whole gang, each member told which pod and name (never a start without it)."""
+        named = [(p.key, p.group.task) for p in self._state.members(spec.key) if p.group]
+        if ref is not None:
+            named.append((key, ref.task))
+        for member, task in named:
+            message = role_problem(spec, member, task)
+            if message is not None:
+                return GroupProblem(FilterReason.BAD_GROUP, message)
+        return None
 
     def siblings(self, spec: GroupSpec, ref: GroupRef, uid: str) -> PermitVerdict:
         """The group's existing pods against its minimums (minMember, minTaskMember).

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from app.base.metrics import Metrics
 from app.core.admission import Admission, WaitPolicy
+from app.core.group_specs import spec_from_podgroup
 from app.core.groups import (
     LIGHT_MIN_AVAILABLE_LABEL,
     LIGHT_NAME_LABEL,
@@ -30,7 +31,6 @@ from app.core.groups import (
     GroupLabelError,
     PodGroupSpecError,
     group_ref_of,
-    spec_from_podgroup,
 )
 from app.core.records import podgroup_record_from
 from app.core.resources import QuantityError, parse_resource_list, pod_requests

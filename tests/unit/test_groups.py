@@ -2,6 +2,11 @@ from typing import Any
 
 import pytest
 
+from app.core.group_rules import (
+    describe_task_shortfall,
+    task_shortfall,
+)
+from app.core.group_specs import spec_from_native, spec_from_podgroup, spec_from_volcano
 from app.core.groups import (
     ALL_SOURCES,
     LIGHT_MIN_AVAILABLE_LABEL,
@@ -17,14 +22,10 @@ from app.core.groups import (
     PodGroupSpecError,
     group_ref_of,
     group_ref_of_pod,
-    spec_from_native,
-    spec_from_podgroup,
-    spec_from_volcano,
 )
 from app.core.groups import (
     VOLCANO_TASK_ANNOTATION as VOLCANO_TASK,
 )
-from app.core.task_minimums import describe_task_shortfall, task_shortfall
 
 
 def test_plain_pod_has_no_group() -> None:

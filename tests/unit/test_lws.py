@@ -7,12 +7,12 @@ import re
 import pytest
 
 from app.core.contention import Contest, Gang, Ruling
+from app.core.group_rules import spec_from_labels
 from app.core.groups import (
     ALL_SOURCES,
     SOURCE_LWS,
     GroupLabelError,
     group_ref_of_pod,
-    spec_from_labels,
 )
 from app.core.lws import (
     LWS_EXCLUSIVE_ANNOTATION,
@@ -26,6 +26,7 @@ from app.core.lws import (
 )
 from app.core.marking import names_a_group
 from app.core.packing import Bin, Demand
+from app.core.records import PodRecord
 from app.core.topology.domains import TopologyConstraint, Where, levels_to_try
 from app.core.topology.subgroups import GangShape, GangTree, Member, tree_of
 from app.core.topology.tree import TreePlaced as Placed
@@ -63,7 +64,7 @@ def lws_meta(
 def test_a_replica_is_a_gang_of_its_size_keyed_by_set_and_index() -> None:
     ref = group_ref_of_pod("ml", lws_meta(index=1, worker=2), {}, WITH_LWS)
     assert ref is not None and ref.key == "lws:ml/infer-1" and ref.source == SOURCE_LWS
-    spec = spec_from_labels(ref)
+    spec = spec_from_labels(ref, _no_pods)
     assert spec.min_member == 4 and spec.topology is None and spec.sub_group_policy == ()
 
 
@@ -109,7 +110,7 @@ def test_bad_lws_labels_turn_the_pod_away_with_the_fix(meta: dict[str, object], 
 def test_leader_ready_starts_the_leader_alone_as_lws_volcano_provider_does() -> None:
     meta = lws_meta(annotations={LWS_STARTUP_POLICY_ANNOTATION: "LeaderReady"})
     ref = group_ref_of_pod("ml", meta, {}, WITH_LWS)
-    assert ref is not None and spec_from_labels(ref).min_member == 1
+    assert ref is not None and spec_from_labels(ref, _no_pods).min_member == 1
 
 
 def test_exclusive_topology_is_a_required_level_for_the_replica_and_sub_group() -> None:
@@ -123,7 +124,7 @@ def test_exclusive_topology_is_a_required_level_for_the_replica_and_sub_group() 
     )
     ref = group_ref_of_pod("ml", meta, {}, WITH_LWS)
     assert ref is not None
-    spec = spec_from_labels(ref)
+    spec = spec_from_labels(ref, _no_pods)
     assert spec.topology is not None and spec.topology.key == BLOCK and spec.topology.required
     (policy,) = spec.sub_group_policy
     assert policy.size == 2 and policy.constraint is not None and policy.constraint.key == RACK
@@ -171,7 +172,7 @@ def test_lws_sub_groups_each_land_in_one_rack_inside_the_replicas_block() -> Non
     metas = [lws_meta(worker=w, annotations=annotations, subgroup=w // 2) for w in range(4)]
     ref = group_ref_of_pod("ml", metas[0], {}, WITH_LWS)
     assert ref is not None
-    spec = spec_from_labels(ref)
+    spec = spec_from_labels(ref, _no_pods)
     members = [Member(f"ml/{m['name']}", labels=m["labels"]) for m in metas]  # type: ignore[arg-type]
     tree = tree_of(spec.key, GangShape(policies=spec.sub_group_policy), 4, members)
     assert tree is not None
@@ -193,8 +194,13 @@ def test_leader_excluded_leader_belongs_to_no_sub_group() -> None:
     ]
     ref = group_ref_of_pod("ml", metas[0], {}, WITH_LWS)
     assert ref is not None
-    spec = spec_from_labels(ref)
+    spec = spec_from_labels(ref, _no_pods)
     members = [Member(f"ml/{m['name']}", labels=m["labels"]) for m in metas]  # type: ignore[arg-type]
     tree = tree_of(spec.key, GangShape(policies=spec.sub_group_policy), 3, members)
     assert tree is not None and "ml/infer-0-0" not in tree.paths
     assert tree.paths["ml/infer-0-1"] == ("subgroup-0",)
+
+
+def _no_pods(key: str) -> list[PodRecord]:
+    """The pods of a group by key: an LWS replica's spec is its own pod's, none needed."""
+    return []

@@ -8,7 +8,7 @@ from kubernetes import client as k8s
 from pytest import MonkeyPatch
 
 from app.config import Settings
-from app.core.groups import GROUP_APIS, SOURCE_NATIVE, SOURCE_VOLCANO, SOURCE_XK8S
+from app.core.groups import GROUP_APIS, SOURCE_KAI, SOURCE_NATIVE, SOURCE_VOLCANO, SOURCE_XK8S
 from app.core.state import ClusterState
 from app.runtime.gate import PermitGate
 from app.runtime.watches import reflector_kind
@@ -50,6 +50,7 @@ def test_reflector_kinds_keep_their_metric_labels() -> None:
         SOURCE_XK8S: "podgroups",
         SOURCE_VOLCANO: "volcano-podgroups",
         SOURCE_NATIVE: "native-podgroups",
+        SOURCE_KAI: "kai-podgroups",
     }
 
 

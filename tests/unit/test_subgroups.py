@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.contention import Contest, Gang, Holder, Ruling
+from app.core.group_specs import spec_from_volcano
 from app.core.groups import (
     VOLCANO_GROUP_ANNOTATIONS,
     VOLCANO_TASK_ANNOTATION,
     PodGroupSpecError,
     group_ref_of_pod,
-    spec_from_volcano,
 )
 from app.core.packing import Bin, Demand
 from app.core.topology.domains import TopologyConstraint, TopologyError, Where, levels_to_try

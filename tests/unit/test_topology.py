@@ -5,6 +5,10 @@ from __future__ import annotations
 import pytest
 
 from app.core.contention import Contest, Gang, Holder, Ruling
+from app.core.group_rules import (
+    spec_from_labels,
+)
+from app.core.group_specs import spec_from_native, spec_from_volcano
 from app.core.groups import (
     ALL_SOURCES,
     KUEUE_GROUP_LABEL,
@@ -14,9 +18,6 @@ from app.core.groups import (
     GroupRef,
     PodGroupSpecError,
     group_ref_of_pod,
-    spec_from_labels,
-    spec_from_native,
-    spec_from_volcano,
 )
 from app.core.packing import Bin, Demand
 from app.core.preemption.cheapest_victims import Evictable
@@ -379,7 +380,7 @@ def test_kueue_plain_pod_group_is_a_group_of_its_total_count() -> None:
     ref = group_ref_of_pod("ml", meta, {})
     assert ref == GroupRef("ml", "job", 4, SOURCE_KUEUE)
     assert ref.key == "kueue:ml/job"
-    spec = spec_from_labels(ref)
+    spec = spec_from_labels(ref, lambda _key: [])
     assert (spec.key, spec.min_member, spec.source) == ("kueue:ml/job", 4, SOURCE_KUEUE)
     record = pod_record_from({"metadata": {"namespace": "ml", "name": "p", **meta}, "spec": {}})
     assert record.group == ref and record.topology is not None and record.topology.required

@@ -11,8 +11,10 @@ constraint, app/core/topology/domains.py); below it are optional sub-groups:
 - Volcano subGroupPolicy sub-groups (app/core/topology/subgroup_sources.py):
   one per policy and distinct values of its matchLabelKeys, subGroupSize
   pods each, in one domain of the policy's own networkTopology;
-- roles (Volcano minTaskMember): named groups with their own minimum and no
-  level of their own.
+- roles (Volcano minTaskMember, YuniKorn task groups): named groups with
+  their own minimum and no level of their own;
+- named sub-groups (KAI's subGroups, app/core/kai.py): a tree by name and
+  parent, each leaf a role, any node with its own level.
 
 A flat gang is a tree of one node (tree_of() says None): domains.place()
 alone places it, as before. A member's *path* names the sub-groups it
@@ -138,6 +140,7 @@ class GangShape:
     slicing: Slicing | None = None
     policies: tuple[SubGroupPolicy, ...] = ()
     roles: tuple[tuple[str, int], ...] = ()
+    named: tuple[SubGroup, ...] = ()  # KAI's tree, shortest paths first
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +209,8 @@ def tree_of(
         found = _slices(key, shape.slicing, count, members)
     elif shape.policies:
         found = _policies(shape.policies, members)
+    elif shape.named:
+        found = _named(key, shape.named, members)
     elif shape.roles:
         found = _roles(shape.roles, members)
     else:
@@ -249,6 +254,45 @@ def _roles(roles: Sequence[tuple[str, int]], members: Iterable[Member]) -> _Foun
             paths[member.key] = (member.task,)
             if member.node:
                 placed.append(((member.task,), member.node))
+    return groups, paths, placed
+
+
+def leaf_problem(key: str, named: Sequence[SubGroup], member: str, task: str) -> str | None:
+    """Why a member's sub-group is no leaf of the named tree (None: it is one): KAI drops
+    such a pod silently, here the gang is held and its members are told."""
+    leaves = sorted(
+        g.path[-1]
+        for g in named
+        if not any(o.path[: len(g.path)] == g.path and o.path != g.path for o in named)
+    )
+    if task in leaves:
+        return None
+    if not task:
+        what = "names no sub-group"
+    elif any(g.path[-1] == task for g in named):
+        what = f"names sub-group {task!r}, which has sub-groups of its own"
+    else:
+        what = f"names sub-group {task!r}, which the PodGroup does not declare"
+    return (
+        f"gang {key}: member {member} {what}; set its sub-group label to one of the leaf "
+        f"sub-groups ({', '.join(leaves)})"
+    )
+
+
+def _named(key: str, named: Sequence[SubGroup], members: Iterable[Member]) -> _Found:
+    """KAI: a member's task names its leaf (none: TopologyError, leaf_problem())."""
+    groups = {g.path: g for g in named}
+    leaves = {g.path[-1]: g.path for g in named}
+    paths: dict[str, Path] = {}
+    placed: list[tuple[Path, str]] = []
+    for member in members:
+        problem = leaf_problem(key, named, member.key, member.task)
+        if problem is not None:
+            raise TopologyError(problem)
+        path = leaves[member.task]
+        paths[member.key] = path
+        if member.node:
+            placed.append((path, member.node))
     return groups, paths, placed
 
 
