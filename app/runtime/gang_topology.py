@@ -53,6 +53,32 @@ Held = dict[Path, HeldGroup]
 log = logging.getLogger(__name__)
 
 
+def gang_tree(
+    state: ClusterState, spec: GroupSpec, pod: Candidate | None = None
+) -> GangTree | None:
+    """The gang's sub-groups and its members' paths (with `pod`, if the state lacks it);
+    None for a flat gang. Raises TopologyError for slices the gang cannot have.
+
+    The one reading of a gang's tree: its admission and its preemption plan share it.
+    """
+    members = state.members(spec.key)
+    slicing = slicing_of(
+        spec.slicing,
+        ((p.key, p.slicing) for p in members),
+        pod.slicing if pod is not None else None,
+    )
+    shape = GangShape(slicing, spec.sub_group_policy, spec.min_task_member)
+    if shape == GangShape():
+        return None
+    known = [
+        Member(p.key, p.rank, p.group.task if p.group is not None else "", p.placed_node, p.labels)
+        for p in members
+    ]
+    if pod is not None and not any(m.key == pod.key for m in known):
+        known.append(Member(pod.key, pod.rank, pod.task, "", pod.labels))
+    return tree_of(spec.key, shape, spec.min_member, known)
+
+
 class GangTopology:
     """The topology side of admitting a gang as a whole."""
 
@@ -95,24 +121,7 @@ class GangTopology:
 
         Raises TopologyError for slices the gang cannot have (larger than it).
         """
-        members = self._state.members(spec.key)
-        slicing = slicing_of(
-            spec.slicing,
-            ((p.key, p.slicing) for p in members),
-            pod.slicing if pod is not None else None,
-        )
-        shape = GangShape(slicing, spec.sub_group_policy, spec.min_task_member)
-        if shape == GangShape():
-            return None
-        known = [
-            Member(
-                p.key, p.rank, p.group.task if p.group is not None else "", p.placed_node, p.labels
-            )
-            for p in members
-        ]
-        if pod is not None and not any(m.key == pod.key for m in known):
-            known.append(Member(pod.key, pod.rank, pod.task, "", pod.labels))
-        return tree_of(spec.key, shape, spec.min_member, known)
+        return gang_tree(self._state, spec, pod)
 
     def domain(
         self,
