@@ -11,13 +11,16 @@ cannot preempt at all is told why, once per new reason.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from app.core.admission import wholeness
+from app.core.contention import Gang
 from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin, Demand
-from app.core.preemption.planner import PlanResult, plan, plan_in_domains
+from app.core.preemption.cheapest_victims import Evictable
+from app.core.preemption.planner import Planner, PlanResult, plan, plan_in_domains
+from app.core.preemption.tree_plan import plan_tree
 from app.core.preemption.victim_pool import VictimPool, victim_pool
 from app.core.preemption.victims import Preemptor, VictimPolicy
 from app.core.resources import Resources, add, fits
@@ -25,6 +28,7 @@ from app.core.state import ClusterState
 from app.core.topology.domains import (
     Domain,
     TopologyConstraint,
+    TopologyError,
     by_domain,
     common_domain,
     level_origin,
@@ -32,6 +36,9 @@ from app.core.topology.domains import (
     short_level,
 )
 from app.core.topology.sources import constraint_of
+from app.core.topology.subgroups import GangTree
+from app.core.topology.tree import choose
+from app.runtime.gang_topology import gang_tree
 from app.runtime.preemption.line_check import LineCheck
 from app.runtime.preemption.plan import Answer, Plan, Slot
 from app.runtime.preemption.plan_book import PlanBook
@@ -74,7 +81,15 @@ class PlanMaker:
         now: float,
     ) -> Plan | Answer:
         """The gang's new plan, kept in the book; or the answer when there is nothing to plan."""
-        demands = self._demands(spec, preemptor, own)
+        try:
+            tree = gang_tree(self._state, spec)
+        except TopologyError as error:
+            message = f"gang {spec.key} cannot preempt: {error}"
+            self.refuse(spec.key, message)
+            return Answer([], message)
+        if tree is not None and not tree.groups:
+            tree = None
+        demands = self._demands(spec, preemptor, own, tree)
         bins = self._bins(spec.key, preemptor.priority, demands, offered)
         pool = victim_pool(
             self._state,
@@ -87,12 +102,13 @@ class PlanMaker:
         constraint = constraint_of(
             spec.topology, ((p.key, p.topology) for p in self._state.members(spec.key))
         )
-        domain, result = self._search(spec.key, constraint, demands, bins, pool)
+        within = self._tree_planner(tree) if tree is not None else plan
+        domain, result = self._search(spec.key, constraint, demands, bins, pool, within)
         if result is None:
-            message = self._cannot(spec.key, constraint, len(demands))
+            message = self._cannot(spec.key, constraint, len(demands), tree)
             self.refuse(spec.key, message)
             return Answer([], message)
-        made = self._from_result(ref, preemptor.priority, result, demands, now)
+        made = self._from_result(ref, preemptor.priority, result, demands, now, tree)
         made.domain = domain
         if not made.victims:
             # The members fit without evicting anyone (room being freed, or free
@@ -140,8 +156,35 @@ class PlanMaker:
         self._refused[group_key] = message
         self._observer.preemption_refused(group_key, message)
 
-    def _demands(self, spec: GroupSpec, preemptor: Preemptor, own: Demand) -> list[Demand]:
-        """The members the gang still needs placed, the preemptor first."""
+    def _tree_planner(self, tree: GangTree) -> Planner:
+        """plan_tree() for this gang's tree, its sub-groups' levels as the filter reads them."""
+
+        def within(
+            demands: Sequence[Demand],
+            bins: Sequence[Bin],
+            evictable: Mapping[str, Sequence[Evictable]],
+            budgets: Mapping[str, int] | None,
+        ) -> PlanResult | None:
+            return plan_tree(
+                demands,
+                bins,
+                evictable,
+                budgets,
+                tree,
+                self._levels_to_try,
+                self._state.labels_of,
+            )
+
+        return within
+
+    def _demands(
+        self, spec: GroupSpec, preemptor: Preemptor, own: Demand, tree: GangTree | None = None
+    ) -> list[Demand]:
+        """The members the gang still needs placed, the preemptor first.
+
+        A gang made of groups: each sub-group's shortfall first, as its admission
+        chooses them (tree.choose), so that what is planned can be admitted.
+        """
         members = self._state.members(spec.key)
         placed = len(self._state.placed_members(spec.key))
         missing = max(wholeness(spec, placed).missing, 1)
@@ -153,7 +196,10 @@ class PlanMaker:
             ),
             key=lambda d: (sum(d.requests.values()), d.key),
         )
-        return [own, *others][:missing]
+        if tree is None:
+            return [own, *others][:missing]
+        gang = Gang(spec.key, preemptor.priority, 0.0, (own, *others), missing)
+        return choose(gang, tree)
 
     def _bins(
         self, group_key: str, priority: int, demands: Sequence[Demand], offered: set[str]
@@ -173,16 +219,25 @@ class PlanMaker:
         demands: Sequence[Demand],
         bins: Sequence[Bin],
         pool: VictimPool,
+        within: Planner = plan,
     ) -> tuple[Domain | None, PlanResult | None]:
         if constraint is None:
-            return None, plan(demands, bins, pool.by_node, pool.budgets)
-        return self._plan_in_topology(key, constraint, demands, bins, pool)
+            return None, within(demands, bins, pool.by_node, pool.budgets)
+        return self._plan_in_topology(key, constraint, demands, bins, pool, within)
 
-    def _cannot(self, key: str, constraint: TopologyConstraint | None, missing: int) -> str:
+    def _cannot(
+        self,
+        key: str,
+        constraint: TopologyConstraint | None,
+        missing: int,
+        tree: GangTree | None = None,
+    ) -> str:
         where = ""
+        if tree is not None:
+            where = " with each of its sub-groups whole in one domain of its level"
         if constraint is not None and constraint.required:
             levels = " or ".join(short_level(level) for level in self._levels_to_try(constraint)[0])
-            where = f" in any one {levels} ({constraint.describe()})"
+            where += f" in any one {levels} ({constraint.describe()})"
         return (
             f"gang {key} cannot preempt: its {missing} missing member(s) do not "
             f"fit{where} even after evicting every pod they may evict (lower priority, not "
@@ -205,6 +260,7 @@ class PlanMaker:
         demands: Sequence[Demand],
         bins: Sequence[Bin],
         pool: VictimPool,
+        within: Planner = plan,
     ) -> tuple[Domain | None, PlanResult | None]:
         """The cheapest plan inside one domain, lowest level first; preferred: then anywhere.
 
@@ -223,11 +279,12 @@ class PlanMaker:
                 pool.by_node,
                 pool.budgets,
                 [(value, [b.name for b in members]) for value, members in sorted(groups.items())],
+                within,
             )
             if found is not None:
                 return Domain(level, found[0]), found[1]
         if anywhere:
-            return None, plan(demands, bins, pool.by_node, pool.budgets)
+            return None, within(demands, bins, pool.by_node, pool.budgets)
         return None, None
 
     def _from_result(
@@ -237,8 +294,11 @@ class PlanMaker:
         result: PlanResult,
         demands: Sequence[Demand],
         now: float,
+        tree: GangTree | None = None,
     ) -> Plan:
+        """The plan's slots (a gang made of groups: each for a member of its sub-group)."""
         requests = {d.key: d.requests for d in demands}
+        paths = tree.paths if tree is not None else {}
         slots: list[Slot] = []
         victims: dict[str, tuple[str, str]] = {}
         for planned in result.nodes:
@@ -247,7 +307,14 @@ class PlanMaker:
                 for uid, key in zip(unit.uids, unit.keys, strict=True):
                     victims[uid] = (key, planned.node)
             for i, member in enumerate(planned.members):
-                slots.append(Slot(planned.node, requests[member], uids if i == 0 else ()))
+                slots.append(
+                    Slot(
+                        planned.node,
+                        requests[member],
+                        uids if i == 0 else (),
+                        path=paths.get(member, ()),
+                    )
+                )
         return Plan(
             ref=ref,
             priority=priority,
@@ -256,4 +323,6 @@ class PlanMaker:
             slots=slots,
             victims=victims,
             evictions=result.cost.evictions,
+            paths=dict(paths),
+            groups=dict(result.groups),
         )
