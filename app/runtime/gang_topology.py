@@ -30,18 +30,15 @@ from app.core.topology.domains import (
 )
 from app.core.topology.sources import constraint_of
 from app.core.topology.subgroups import (
-    GangShape,
     GangTree,
     HeldGroup,
-    Member,
     Path,
     groups_message,
     held_groups,
-    slicing_of,
-    tree_of,
 )
 from app.core.topology.tree import place_tree
 from app.runtime.claims import Claim
+from app.runtime.gang_tree import gang_tree
 from app.runtime.revision import Revision
 
 if TYPE_CHECKING:
@@ -51,32 +48,6 @@ Held = dict[Path, HeldGroup]
 """Each constrained sub-group's domain, constraint and members, by path (a claim keeps it)."""
 
 log = logging.getLogger(__name__)
-
-
-def gang_tree(
-    state: ClusterState, spec: GroupSpec, pod: Candidate | None = None
-) -> GangTree | None:
-    """The gang's sub-groups and its members' paths (with `pod`, if the state lacks it);
-    None for a flat gang. Raises TopologyError for slices the gang cannot have.
-
-    The one reading of a gang's tree: its admission and its preemption plan share it.
-    """
-    members = state.members(spec.key)
-    slicing = slicing_of(
-        spec.slicing,
-        ((p.key, p.slicing) for p in members),
-        pod.slicing if pod is not None else None,
-    )
-    shape = GangShape(slicing, spec.sub_group_policy, spec.min_task_member)
-    if shape == GangShape():
-        return None
-    known = [
-        Member(p.key, p.rank, p.group.task if p.group is not None else "", p.placed_node, p.labels)
-        for p in members
-    ]
-    if pod is not None and not any(m.key == pod.key for m in known):
-        known.append(Member(pod.key, pod.rank, pod.task, "", pod.labels))
-    return tree_of(spec.key, shape, spec.min_member, known)
 
 
 class GangTopology:

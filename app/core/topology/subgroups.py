@@ -183,6 +183,20 @@ class GangTree:
                 best = group
         return best
 
+    def shortfall(self, counted: Iterable[str]) -> list[tuple[str, int, int]]:
+        """(sub-group, have, need) for each slice or sub-group below its own minimum among
+        the `counted` member keys (roles are Volcano's minTaskMember, counted by task)."""
+        have: dict[Path, int] = {}
+        for key in counted:
+            path = self.paths.get(key, ())
+            for depth in range(1, len(path) + 1):
+                have[path[:depth]] = have.get(path[:depth], 0) + 1
+        return [
+            (group.describe(), have.get(group.path, 0), group.min_member)
+            for group in self.groups
+            if group.kind != ROLE and have.get(group.path, 0) < group.min_member
+        ]
+
     def constrained(self, path: Path) -> list[SubGroup]:
         """The sub-groups on `path` with a topology constraint, outermost first."""
         return [

@@ -38,7 +38,7 @@ from app.core.topology.domains import (
 from app.core.topology.sources import constraint_of
 from app.core.topology.subgroups import GangTree
 from app.core.topology.tree import choose
-from app.runtime.gang_topology import gang_tree
+from app.runtime.gang_tree import gang_tree
 from app.runtime.preemption.line_check import LineCheck
 from app.runtime.preemption.plan import Answer, Plan, Slot
 from app.runtime.preemption.plan_book import PlanBook
