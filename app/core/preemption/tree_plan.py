@@ -101,18 +101,7 @@ class _TreeSearch:
         self._budgets = budgets
         self._resolve = resolve
         self._labels_of = labels_of or (lambda _node: {})
-        known = {g.path for g in tree.groups}
-        self._children: dict[Path, list[SubGroup]] = {}
-        for group in tree.groups:
-            parent = next(
-                (
-                    group.path[:d]
-                    for d in range(len(group.path) - 1, 0, -1)
-                    if group.path[:d] in known
-                ),
-                (),
-            )
-            self._children.setdefault(parent, []).append(group)
+        self._children = tree.children()
         # path -> the demands whose deepest sub-group is that path (() for the gang's own).
         self._own: dict[Path, list[Demand]] = {}
         for demand in demands:

@@ -183,6 +183,22 @@ class GangTree:
                 best = group
         return best
 
+    def children(self) -> dict[Path, list[SubGroup]]:
+        """Each sub-group's (and the gang's, at ()) sub-groups right below it, in tree order."""
+        known = {g.path for g in self.groups}
+        found: dict[Path, list[SubGroup]] = {}
+        for group in self.groups:
+            parent = next(
+                (
+                    group.path[:d]
+                    for d in range(len(group.path) - 1, 0, -1)
+                    if group.path[:d] in known
+                ),
+                (),
+            )
+            found.setdefault(parent, []).append(group)
+        return found
+
     def shortfall(self, counted: Iterable[str]) -> list[tuple[str, int, int]]:
         """(sub-group, have, need) for each slice or sub-group below its own minimum among
         the `counted` member keys (roles are Volcano's minTaskMember, counted by task)."""

@@ -201,18 +201,7 @@ class _Assigner:
     ) -> None:
         self._labels_of = labels_of
         self._resolve = resolve
-        known = {g.path for g in tree.groups}
-        self._children: dict[Path, list[SubGroup]] = {}
-        for group in tree.groups:
-            parent = next(
-                (
-                    group.path[:d]
-                    for d in range(len(group.path) - 1, 0, -1)
-                    if group.path[:d] in known
-                ),
-                (),
-            )
-            self._children.setdefault(parent, []).append(group)
+        self._children = tree.children()
         self._under: dict[Path, list[Demand]] = {(): list(chosen)}
         for group in tree.groups:
             self._under[group.path] = [
