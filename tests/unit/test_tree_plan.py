@@ -247,3 +247,24 @@ def test_fewest_evictions_over_the_choice_of_racks_matches_brute_force(
         room = next(b for b in bins if b.name == planned.node).free["cpu"]
         room += sum(v.requests["cpu"] for v in planned.victims)
         assert 2000 * len(planned.members) <= room
+
+
+def test_many_pinned_slices_each_go_back_to_their_own_rack() -> None:
+    """13 slices of 2, each with one member placed in its own rack: a kind each (2^13 mixes
+    are too many), each domain then given one kind; every slice planned in its rack."""
+    layout = {f"r{r:02d}": [(0.0, [2.0]), (0.0, [2.0])] for r in range(13)}
+    bins, evictable, rack_of = cluster(layout)
+    members = [
+        Member(f"ml/g-{i}", rank=i, node=f"r{i // 2:02d}-n0" if i % 2 == 0 else "")
+        for i in range(26)
+    ]
+    tree = tree_of("ml/g", GangShape(Slicing(((RACK, 2),), "test")), 26, members)
+    assert tree is not None
+    demands = [Demand(m.key, cpu(2)) for m in members if not m.node]
+    labels = {b.name: dict(b.labels) for b in bins}
+    got = plan_tree(demands, bins, evictable, None, tree, labels_of=labels.__getitem__)
+    assert got is not None and got.cost.evictions == 13
+    for planned in got.nodes:
+        for key in planned.members:
+            rank = int(key.rsplit("-", 1)[1])
+            assert rack_of[planned.node] == f"r{rank // 2:02d}"

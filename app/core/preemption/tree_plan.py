@@ -25,6 +25,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -258,9 +259,7 @@ class _TreeSearch:
         if any(p is None for p in pins):
             return None  # a sub-group's placed members span domains: no one domain holds it
         target = tuple(len(kind) for kind in kinds_list)
-        mixes = sorted(
-            (m for m in itertools.product(*(range(n + 1) for n in target)) if any(m)), key=sum
-        )[:MAX_MIXES]
+        mixes = _mixes(target)
 
         options: dict[str, list[tuple[tuple[int, ...], Cost]]] = {}
         for value, inside in sorted(domains.items()):
@@ -316,6 +315,23 @@ class _TreeSearch:
             for group in concrete:
                 chosen[group.path] = Domain(level, value)
         return _Solved(cost, tuple(nodes), chosen)
+
+
+def _mixes(target: Sequence[int]) -> list[tuple[int, ...]]:
+    """The mixes of sub-groups one domain may be given, the fewest sub-groups first.
+
+    Many kinds (pinned sub-groups are a kind each) would make too many: then each
+    domain is given sub-groups of one kind only (bounded work; may miss the fewest).
+    """
+    if math.prod(n + 1 for n in target) > MAX_MIXES * 16:
+        found = []
+        for i, n in enumerate(target):
+            for count in range(1, n + 1):
+                found.append(tuple(count if j == i else 0 for j in range(len(target))))
+        return sorted(found, key=sum)
+    return sorted(
+        (m for m in itertools.product(*(range(n + 1) for n in target)) if any(m)), key=sum
+    )[:MAX_MIXES]
 
 
 def _take(kinds: Sequence[list[SubGroup]], mix: Sequence[int], taken: list[int]) -> list[SubGroup]:
