@@ -278,26 +278,7 @@ class _TreeSearch:
                 found.append((mix, got.cost))
             if found:
                 options[value] = found
-        cheapest = sorted(options, key=lambda v: (min(c for _, c in options[v]), v))
-        kept = cheapest[: max(MAX_PLAN_NODES, 4 * sum(target))]
-
-        zero = tuple(0 for _ in target)
-        states: dict[tuple[int, ...], tuple[Cost, tuple[tuple[str, tuple[int, ...]], ...]]] = {
-            zero: (FREE, ())
-        }
-        for value in kept:
-            grown = dict(states)
-            for have, (cost, picks) in states.items():
-                for mix, extra in options[value]:
-                    total = tuple(a + b for a, b in zip(have, mix, strict=True))
-                    if any(t > n for t, n in zip(total, target, strict=True)):
-                        continue
-                    new_cost = cost + extra
-                    best = grown.get(total)
-                    if best is None or new_cost < best[0]:
-                        grown[total] = (new_cost, (*picks, (value, mix)))
-            states = grown
-        done = states.get(target)
+        done = _cheapest_picks(options, target)
         if done is None:
             return None
         # The concrete sub-groups of each kind, in path order, to the domains picked.
@@ -305,7 +286,7 @@ class _TreeSearch:
         cost = FREE
         nodes: list[PlannedNode] = []
         chosen: dict[Path, Domain] = {}
-        for value, mix in sorted(done[1]):
+        for value, mix in sorted(done):
             concrete = _take(kinds_list, mix, taken)
             got = self._inside(concrete, _copies(domains[value]))
             assert got is not None  # alike in every way to the mix costed above
@@ -315,6 +296,35 @@ class _TreeSearch:
             for group in concrete:
                 chosen[group.path] = Domain(level, value)
         return _Solved(cost, tuple(nodes), chosen)
+
+
+def _cheapest_picks(
+    options: Mapping[str, Sequence[tuple[tuple[int, ...], Cost]]], target: tuple[int, ...]
+) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    """The knapsack over domains: the (domain, mix) picks reaching `target` at least cost.
+
+    As the planner's over nodes: the cheapest domains for one mix are weighed, enough
+    that any `sum(target)` of them holding a sub-group each make a plan.
+    """
+    cheapest = sorted(options, key=lambda v: (min(c for _, c in options[v]), v))
+    zero = tuple(0 for _ in target)
+    states: dict[tuple[int, ...], tuple[Cost, tuple[tuple[str, tuple[int, ...]], ...]]] = {
+        zero: (FREE, ())
+    }
+    for value in cheapest[: max(MAX_PLAN_NODES, 4 * sum(target))]:
+        grown = dict(states)
+        for have, (cost, picks) in states.items():
+            for mix, extra in options[value]:
+                total = tuple(a + b for a, b in zip(have, mix, strict=True))
+                if any(t > n for t, n in zip(total, target, strict=True)):
+                    continue
+                new_cost = cost + extra
+                best = grown.get(total)
+                if best is None or new_cost < best[0]:
+                    grown[total] = (new_cost, (*picks, (value, mix)))
+        states = grown
+    done = states.get(target)
+    return done[1] if done is not None else None
 
 
 def _mixes(target: Sequence[int]) -> list[tuple[int, ...]]:

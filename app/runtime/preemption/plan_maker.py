@@ -11,14 +11,14 @@ cannot preempt at all is told why, once per new reason.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from functools import partial
 
 from app.core.admission import wholeness
 from app.core.contention import Gang
 from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin, Demand
-from app.core.preemption.cheapest_victims import Evictable
 from app.core.preemption.planner import Planner, PlanResult, plan, plan_in_domains
 from app.core.preemption.tree_plan import plan_tree
 from app.core.preemption.victim_pool import VictimPool, victim_pool
@@ -82,13 +82,9 @@ class PlanMaker:
     ) -> Plan | Answer:
         """The gang's new plan, kept in the book; or the answer when there is nothing to plan."""
         try:
-            tree = gang_tree(self._state, spec)
+            tree, within = self._planner(spec)
         except TopologyError as error:
-            message = f"gang {spec.key} cannot preempt: {error}"
-            self.refuse(spec.key, message)
-            return Answer([], message)
-        if tree is not None and not tree.groups:
-            tree = None
+            return self._refusal(spec.key, f"gang {spec.key} cannot preempt: {error}")
         demands = self._demands(spec, preemptor, own, tree)
         bins = self._bins(spec.key, preemptor.priority, demands, offered)
         pool = victim_pool(
@@ -102,13 +98,12 @@ class PlanMaker:
         constraint = constraint_of(
             spec.topology, ((p.key, p.topology) for p in self._state.members(spec.key))
         )
-        within = self._tree_planner(tree) if tree is not None else plan
         domain, result = self._search(spec.key, constraint, demands, bins, pool, within)
         if result is None:
-            message = self._cannot(spec.key, constraint, len(demands), tree)
-            self.refuse(spec.key, message)
-            return Answer([], message)
-        made = self._from_result(ref, preemptor.priority, result, demands, now, tree)
+            return self._refusal(spec.key, self._cannot(spec.key, constraint, len(demands), tree))
+        made = _from_result(
+            ref, preemptor.priority, result, demands, now, self._book.deadline(now), tree
+        )
         made.domain = domain
         if not made.victims:
             # The members fit without evicting anyone (room being freed, or free
@@ -120,12 +115,11 @@ class PlanMaker:
             )
         waits = self._line_waits(spec, preemptor, own, made)
         if waits is not None:
-            message = (
+            return self._refusal(
+                spec.key,
                 f"gang {spec.key} preempts nothing: evicting {made.evictions} pod(s) would not "
-                f"start it, the line keeps it waiting: {waits}"
+                f"start it, the line keeps it waiting: {waits}",
             )
-            self.refuse(spec.key, message)
-            return Answer([], message)
         self._book.add(made)
         self._refused.pop(spec.key, None)
         where = f" in {domain.describe()} ({level_origin(domain.level)})" if domain else ""
@@ -133,6 +127,21 @@ class PlanMaker:
         log.info(text, extra={"podgroup": spec.key, "pod": preemptor.key, "verb": "preempt"})
         self._observer.preemption_planned(spec.key, text)
         return made
+
+    def _planner(self, spec: GroupSpec) -> tuple[GangTree | None, Planner]:
+        """The gang's tree (None: flat) and the planner for one domain (TopologyError: its
+        slices cannot be read): each sub-group in a domain of its level, as the filter reads it."""
+        tree = gang_tree(self._state, spec)
+        if tree is None or not tree.groups:
+            return None, plan
+        return tree, partial(
+            plan_tree, tree=tree, resolve=self._levels_to_try, labels_of=self._state.labels_of
+        )
+
+    def _refusal(self, group_key: str, message: str) -> Answer:
+        """Nothing to evict: the users are told why (refuse()), and so is the member."""
+        self.refuse(group_key, message)
+        return Answer([], message)
 
     def _line_waits(
         self, spec: GroupSpec, preemptor: Preemptor, own: Demand, made: Plan
@@ -155,27 +164,6 @@ class PlanMaker:
             self._refused.clear()
         self._refused[group_key] = message
         self._observer.preemption_refused(group_key, message)
-
-    def _tree_planner(self, tree: GangTree) -> Planner:
-        """plan_tree() for this gang's tree, its sub-groups' levels as the filter reads them."""
-
-        def within(
-            demands: Sequence[Demand],
-            bins: Sequence[Bin],
-            evictable: Mapping[str, Sequence[Evictable]],
-            budgets: Mapping[str, int] | None,
-        ) -> PlanResult | None:
-            return plan_tree(
-                demands,
-                bins,
-                evictable,
-                budgets,
-                tree,
-                self._levels_to_try,
-                self._state.labels_of,
-            )
-
-        return within
 
     def _demands(
         self, spec: GroupSpec, preemptor: Preemptor, own: Demand, tree: GangTree | None = None
@@ -287,42 +275,43 @@ class PlanMaker:
             return None, within(demands, bins, pool.by_node, pool.budgets)
         return None, None
 
-    def _from_result(
-        self,
-        ref: GroupRef,
-        priority: int,
-        result: PlanResult,
-        demands: Sequence[Demand],
-        now: float,
-        tree: GangTree | None = None,
-    ) -> Plan:
-        """The plan's slots (a gang made of groups: each for a member of its sub-group)."""
-        requests = {d.key: d.requests for d in demands}
-        paths = tree.paths if tree is not None else {}
-        slots: list[Slot] = []
-        victims: dict[str, tuple[str, str]] = {}
-        for planned in result.nodes:
-            uids = tuple(uid for v in planned.victims for uid in v.uids)
-            for unit in planned.victims:
-                for uid, key in zip(unit.uids, unit.keys, strict=True):
-                    victims[uid] = (key, planned.node)
-            for i, member in enumerate(planned.members):
-                slots.append(
-                    Slot(
-                        planned.node,
-                        requests[member],
-                        uids if i == 0 else (),
-                        path=paths.get(member, ()),
-                    )
+
+def _from_result(
+    ref: GroupRef,
+    priority: int,
+    result: PlanResult,
+    demands: Sequence[Demand],
+    now: float,
+    deadline: float,
+    tree: GangTree | None = None,
+) -> Plan:
+    """The plan's slots (a gang made of groups: each for a member of its sub-group)."""
+    requests = {d.key: d.requests for d in demands}
+    paths = tree.paths if tree is not None else {}
+    slots: list[Slot] = []
+    victims: dict[str, tuple[str, str]] = {}
+    for planned in result.nodes:
+        uids = tuple(uid for v in planned.victims for uid in v.uids)
+        for unit in planned.victims:
+            for uid, key in zip(unit.uids, unit.keys, strict=True):
+                victims[uid] = (key, planned.node)
+        for i, member in enumerate(planned.members):
+            slots.append(
+                Slot(
+                    planned.node,
+                    requests[member],
+                    uids if i == 0 else (),
+                    path=paths.get(member, ()),
                 )
-        return Plan(
-            ref=ref,
-            priority=priority,
-            made_at=now,
-            deadline=self._book.deadline(now),
-            slots=slots,
-            victims=victims,
-            evictions=result.cost.evictions,
-            paths=dict(paths),
-            groups=dict(result.groups),
-        )
+            )
+    return Plan(
+        ref=ref,
+        priority=priority,
+        made_at=now,
+        deadline=deadline,
+        slots=slots,
+        victims=victims,
+        evictions=result.cost.evictions,
+        paths=dict(paths),
+        groups=dict(result.groups),
+    )
