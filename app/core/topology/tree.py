@@ -94,7 +94,10 @@ def place_tree(
             return Decision(Ruling.SHORT, message=assigner.why(candidate.key, domain))
         held = tuple(_held_to(d, tree, domains) for d in chosen)
         decision = decide(
-            replace(candidate, demands=held, need=len(held)), inside, now, aging_seconds
+            replace(candidate, demands=held, need=len(held), packer=None),
+            inside,
+            now,
+            aging_seconds,
         )
         if decision.verdict is Ruling.ADMIT:
             admitted.update(domains)
@@ -105,6 +108,19 @@ def place_tree(
         return TreePlaced(decision, None, admitted)
     placed = place(candidate, where, contest, now, aging_seconds, decide_in)
     return TreePlaced(placed.decision, placed.domain, admitted, placed.no_domain)
+
+
+def pack_tree(tree: GangTree, gang: Gang, bins: Sequence[Bin]) -> Packing:
+    """The gang packed as its admission would place it: each sub-group whole in one
+    domain of its level, fullest first (the room other gangs' decisions set aside for
+    it while it waits in line). Levels are the constraints' own node labels."""
+    chosen = choose(gang, tree)
+    labels = {b.name: b.labels for b in bins}
+    room = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in bins]
+    plan = _Assigner(tree, chosen, labels.get, by_key).plan(room)
+    if plan is None:
+        return Packing({}, gang.need, unplaced=tuple(d.key for d in chosen))
+    return Packing(plan, gang.need)
 
 
 def _size(demand: Demand) -> tuple[int, str]:
@@ -218,6 +234,10 @@ class _Assigner:
         self._failed: tuple[SubGroup, list[str]] | None = None
         # The members left over where no sub-group was to blame, and their packing.
         self._short: tuple[Packing, list[Demand]] | None = None
+
+    def plan(self, room: list[Bin]) -> dict[str, str] | None:
+        """The chosen members' nodes, taken from `room`; None when a sub-group fits nowhere."""
+        return self._assign((), room)
 
     def run(self, room: Sequence[Bin]) -> dict[Path, Domain] | None:
         """Each constrained sub-group's domain, None when one fits in none."""
