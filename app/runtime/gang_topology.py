@@ -36,7 +36,7 @@ from app.core.topology.subgroups import (
     groups_message,
     held_groups,
 )
-from app.core.topology.tree import place_tree
+from app.core.topology.tree import Resolve, place_tree
 from app.runtime.claims import Claim
 from app.runtime.gang_tree import gang_tree
 from app.runtime.revision import Revision
@@ -155,16 +155,8 @@ class GangTopology:
         tree = self.tree(spec, pod) if spec is not None else None
         if tree is not None and tree.groups:
             where = self._where(gang.key, constraint) if constraint is not None else None
-            levels = self._state.topology_levels(self.levels)
-            tiers = self._state.hypernodes.tier_names
             placed_tree = place_tree(
-                gang,
-                where,
-                tree,
-                contest,
-                now,
-                aging_seconds,
-                lambda c: levels_to_try(c, levels, tiers),
+                gang, where, tree, contest, now, aging_seconds, self.resolver()
             )
             held = held_groups(tree, placed_tree.groups, placed_tree.decision.plan)
             return placed_tree.decision, placed_tree.domain, held
@@ -172,6 +164,13 @@ class GangTopology:
             return decide(gang, contest, now, aging_seconds), None, {}
         placed = place(gang, self._where(gang.key, constraint), contest, now, aging_seconds)
         return placed.decision, placed.domain, {}
+
+    def resolver(self) -> Resolve:
+        """A sub-group's constraint as the levels to try: the configured ones and the
+        HyperNode tiers the cluster has now (levels_to_try)."""
+        levels = self._state.topology_levels(self.levels)
+        tiers = self._state.hypernodes.tier_names
+        return lambda c: levels_to_try(c, levels, tiers)
 
     def fits_one_domain(self, gang: Gang, constraint: TopologyConstraint, free: list[Bin]) -> bool:
         """fits_one_domain(), remembered while capacity, claims and the line stay the same."""

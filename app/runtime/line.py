@@ -204,7 +204,7 @@ class Line:
             return None
         if tree is None or not any(g.constraint is not None for g in tree.groups):
             return None
-        return partial(pack_tree, tree)
+        return partial(pack_tree, tree, self._topology.resolver())
 
     def gangs(self, exclude: str, free: list[Bin] | None = None) -> list[Gang]:
         """The gangs waiting that may be admitted: in line (any order).

@@ -32,7 +32,7 @@ from app.core.topology.sources import (
     slices_from_annotations,
 )
 from app.core.topology.subgroups import GangShape, GangTree, Member, Slicing, tree_of
-from app.core.topology.tree import choose, pack_tree, place_tree
+from app.core.topology.tree import by_key, choose, pack_tree, place_tree
 
 HOST = "kubernetes.io/hostname"
 RACK = "example.com/rack"
@@ -516,7 +516,7 @@ def test_a_gang_of_slices_ahead_in_line_is_weighed_as_slices() -> None:
     a = replace(a, priority=10)
     flat = place_tree(b, None, b_tree, Contest(bins, line=[a]), 0.0, 60.0)
     assert flat.decision.verdict is Ruling.ADMIT  # what weighing A flat did
-    as_tree = replace(a, packer=partial(pack_tree, a_tree))
+    as_tree = replace(a, packer=partial(pack_tree, a_tree, by_key))
     placed = place_tree(b, None, b_tree, Contest(bins, line=[as_tree]), 0.0, 60.0)
     assert placed.decision.verdict is Ruling.WAIT, placed.decision
     assert "ml/a" in placed.decision.message

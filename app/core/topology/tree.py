@@ -110,14 +110,14 @@ def place_tree(
     return TreePlaced(placed.decision, placed.domain, admitted, placed.no_domain)
 
 
-def pack_tree(tree: GangTree, gang: Gang, bins: Sequence[Bin]) -> Packing:
+def pack_tree(tree: GangTree, resolve: Resolve, gang: Gang, bins: Sequence[Bin]) -> Packing:
     """The gang packed as its admission would place it: each sub-group whole in one
     domain of its level, fullest first (the room other gangs' decisions set aside for
-    it while it waits in line). Levels are the constraints' own node labels."""
+    it while it waits in line)."""
     chosen = choose(gang, tree)
     labels = {b.name: b.labels for b in bins}
     room = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in bins]
-    plan = _Assigner(tree, chosen, labels.get, by_key).plan(room)
+    plan = _Assigner(tree, chosen, labels.get, resolve).plan(room)
     if plan is None:
         return Packing({}, gang.need, unplaced=tuple(d.key for d in chosen))
     return Packing(plan, gang.need)
