@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from cachetools import TTLCache
@@ -28,6 +28,7 @@ from app.core.clock import Clock, monotonic
 from app.core.group_rules import task_shortfall
 from app.core.groups import GroupSpec
 from app.core.resources import Resources, format_resources, shortfall
+from app.core.topology.subgroups import GangTree
 
 
 class FilterReason(StrEnum):
@@ -111,6 +112,9 @@ class PermitVerdict:
     min_member: int
     # Volcano minTaskMember: the tasks still short (empty for other sources).
     task_gap: TaskGap = ()
+    # A gang made of groups: its slices or sub-groups below their own minimum
+    # (GangTree.shortfall: "slice rack-1", have, need).
+    group_gap: TaskGap = ()
 
     @property
     def missing(self) -> int:
@@ -119,8 +123,12 @@ class PermitVerdict:
 
     @property
     def whole(self) -> bool:
-        """minMember members and every task's own minimum: the gang may start."""
-        return self.present >= self.min_member and not self.task_gap
+        """minMember members, every task's and every sub-group's own minimum: it may start."""
+        return self.present >= self.min_member and not self.task_gap and not self.group_gap
+
+    def describe_groups(self) -> str:
+        """The sub-groups still short, for the gate's messages ("" when none is)."""
+        return ", ".join(f"{name}: {have} of {need}" for name, have, need in self.group_gap)
 
 
 def wholeness(
@@ -141,15 +149,22 @@ def permit(
     bound: Mapping[str, str],
     in_flight: Mapping[str, str],
     waiting: Mapping[str, str],
+    tree: GangTree | None = None,
 ) -> PermitVerdict:
     """May the permit gate bind its waiting wave? (Each mapping: pod key -> task.)
 
     Members bound by the API, members whose binding is in flight and members
     waiting in the gate all count, each once: a binding the watch has already
-    echoed is not counted twice.
+    echoed is not counted twice. A gang made of groups (`tree`) is whole only
+    when each slice or sub-group meets its own minimum too: a gang whose
+    minMember is below its sub-groups' total is never bound with a slice short.
     """
     counted = {**bound, **in_flight, **waiting}
-    return wholeness(spec, len(counted), counted.values)
+    verdict = wholeness(spec, len(counted), counted.values)
+    if tree is None:
+        return verdict
+    gap = tuple(tree.shortfall(counted))
+    return replace(verdict, group_gap=gap) if gap else verdict
 
 
 class Admission:

@@ -36,7 +36,7 @@ Nothing here does I/O or reads a clock: callers pass `now`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -70,6 +70,10 @@ class Gang:
     # DRF: the dominant share of the cluster its placed members hold (0 without
     # queues, app/core/queues.py): within a priority, the gang holding less goes first.
     share: float = 0.0
+    # A gang made of groups waiting in line: how its admission would pack it (each
+    # sub-group whole in one domain, app/core/topology/tree.py pack_tree), so a
+    # decision behind it sets aside what it would really take (None: a flat gang).
+    packer: Callable[[Gang, Sequence[Bin]], Packing] | None = field(default=None, compare=False)
 
     def aged(self, now: float, aging_seconds: float) -> bool:
         return self.waiting_since is not None and now - self.waiting_since >= aging_seconds

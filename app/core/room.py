@@ -117,12 +117,14 @@ class Room:
         room is there in total, search the other placements (app/core/packing_search.py):
         for the gang being decided, whose "no" makes it wait; gangs ahead in line are
         packed by first fit alone (thousands of them, for one decision)."""
+        if gang.packer is not None and not thorough:  # a gang made of groups, ahead in line
+            return gang.packer(gang, self.bins)
         packer = pack_thoroughly if thorough else pack
         return packer(gang.demands, self.bins, gang.need, allowed_nodes=self._on_bins)
 
     def _shapes(self, gang: Gang) -> tuple[Shapes, int] | None:
         """The gang's member shapes and need: gangs alike fit alike (None: no memo)."""
-        if self._remainders is None:
+        if self._remainders is None or gang.packer is not None:  # a tree fits as a tree
             return None
         return self._remainders.shapes(gang.demands), gang.need
 

@@ -20,7 +20,7 @@ from app.core.records import GroupNotFound
 from app.core.resources import Resources, add
 from app.core.state import ClusterState
 from app.core.topology.domains import Domain, TopologyConstraint
-from app.core.topology.subgroups import HeldGroup
+from app.core.topology.held import HeldGroup
 from app.runtime.gate import PermitGate
 from app.runtime.revision import Revision
 

@@ -28,20 +28,12 @@ from app.core.topology.domains import (
     place,
     placed_message,
 )
+from app.core.topology.held import HeldGroup, groups_message, held_groups
 from app.core.topology.sources import constraint_of
-from app.core.topology.subgroups import (
-    GangShape,
-    GangTree,
-    HeldGroup,
-    Member,
-    Path,
-    groups_message,
-    held_groups,
-    slicing_of,
-    tree_of,
-)
-from app.core.topology.tree import place_tree
+from app.core.topology.subgroups import GangTree, Path
+from app.core.topology.tree import Resolve, place_tree
 from app.runtime.claims import Claim
+from app.runtime.gang_tree import gang_tree
 from app.runtime.revision import Revision
 
 if TYPE_CHECKING:
@@ -95,24 +87,7 @@ class GangTopology:
 
         Raises TopologyError for slices the gang cannot have (larger than it).
         """
-        members = self._state.members(spec.key)
-        slicing = slicing_of(
-            spec.slicing,
-            ((p.key, p.slicing) for p in members),
-            pod.slicing if pod is not None else None,
-        )
-        shape = GangShape(slicing, spec.sub_group_policy, spec.min_task_member, spec.sub_groups)
-        if shape == GangShape():
-            return None
-        known = [
-            Member(
-                p.key, p.rank, p.group.task if p.group is not None else "", p.placed_node, p.labels
-            )
-            for p in members
-        ]
-        if pod is not None and not any(m.key == pod.key for m in known):
-            known.append(Member(pod.key, pod.rank, pod.task, "", pod.labels))
-        return tree_of(spec.key, shape, spec.min_member, known)
+        return gang_tree(self._state, spec, pod)
 
     def domain(
         self,
@@ -176,16 +151,8 @@ class GangTopology:
         tree = self.tree(spec, pod) if spec is not None else None
         if tree is not None and tree.groups:
             where = self._where(gang.key, constraint) if constraint is not None else None
-            levels = self._state.topology_levels(self.levels)
-            tiers = self._state.hypernodes.tier_names
             placed_tree = place_tree(
-                gang,
-                where,
-                tree,
-                contest,
-                now,
-                aging_seconds,
-                lambda c: levels_to_try(c, levels, tiers),
+                gang, where, tree, contest, now, aging_seconds, self.resolver()
             )
             held = held_groups(tree, placed_tree.groups, placed_tree.decision.plan)
             return placed_tree.decision, placed_tree.domain, held
@@ -193,6 +160,13 @@ class GangTopology:
             return decide(gang, contest, now, aging_seconds), None, {}
         placed = place(gang, self._where(gang.key, constraint), contest, now, aging_seconds)
         return placed.decision, placed.domain, {}
+
+    def resolver(self) -> Resolve:
+        """A sub-group's constraint as the levels to try: the configured ones and the
+        HyperNode tiers the cluster has now (levels_to_try)."""
+        levels = self._state.topology_levels(self.levels)
+        tiers = self._state.hypernodes.tier_names
+        return lambda c: levels_to_try(c, levels, tiers)
 
     def fits_one_domain(self, gang: Gang, constraint: TopologyConstraint, free: list[Bin]) -> bool:
         """fits_one_domain(), remembered while capacity, claims and the line stay the same."""

@@ -165,11 +165,13 @@ class PermitGate:
         group = self._room.groups.get(group_key)
         if group is None or group.waiting.get(waiter.pod_key) is not waiter:
             return
-        present = self._room.permit(group).present
+        verdict = self._room.permit(group)
+        present = verdict.present
         names = ", ".join(sorted(w.name for w in group.waiting.values()))
+        short = f"; sub-groups short: {verdict.describe_groups()}" if verdict.group_gap else ""
         message = (
             f"gang {group_key} timed out after waiting {waited:g}s in the permit gate: "
-            f"{present} of minMember {group.spec.min_member} members were placed "
+            f"{present} of minMember {group.spec.min_member} members were placed{short} "
             f"(waiting: {names}){self._unplaced_reasons(group_key)}; all waiting members "
             "were released"
         )

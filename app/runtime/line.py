@@ -10,8 +10,9 @@ filtered when the watch has not delivered it yet.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from app.core.admission import Admission, wholeness
@@ -27,13 +28,14 @@ from app.core.contention import (
     wake_order,
 )
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
-from app.core.packing import Bin, Demand
+from app.core.packing import Bin, Demand, Packing
 from app.core.placement import placement_of
 from app.core.records import GroupNotFound, PodRecord, delivered
 from app.core.resources import QuantityError, pod_requests
 from app.core.state import ClusterState
-from app.core.topology.domains import TopologyConstraint
+from app.core.topology.domains import TopologyConstraint, TopologyError
 from app.core.topology.subgroups import Slicing
+from app.core.topology.tree import pack_tree
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology
 from app.runtime.line_walk import LineWalk
@@ -186,7 +188,23 @@ class Line:
             need=min(len(demands), placed.missing),
             waiting_since=waiting.since if waiting is not None else None,
             share=share,
+            packer=self._packer(spec, pod, members),
         )
+
+    def _packer(
+        self, spec: GroupSpec, pod: Candidate | None, members: Sequence[PodRecord]
+    ) -> Callable[..., Packing] | None:
+        """A gang made of groups is weighed as a tree by the decisions behind it in line."""
+        declared = spec.slicing or spec.sub_group_policy or (pod is not None and pod.slicing)
+        if not declared and not any(p.slicing is not None for p in members):
+            return None
+        try:
+            tree = self._topology.tree(spec, pod)
+        except TopologyError:
+            return None
+        if tree is None or not any(g.constraint is not None for g in tree.groups):
+            return None
+        return partial(pack_tree, tree, self._topology.resolver())
 
     def gangs(self, exclude: str, free: list[Bin] | None = None) -> list[Gang]:
         """The gangs waiting that may be admitted: in line (any order).

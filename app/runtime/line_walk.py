@@ -168,6 +168,8 @@ def _reach(
     gang: Gang, plan: Mapping[str, str], left: Sequence[str], positions: Mapping[str, int]
 ) -> int:
     """The last node (position) the gang's first fit read: where its last member landed."""
+    if gang.packer is not None:  # a tree weighs every domain (fullest first), not a prefix
+        return _EVERYWHERE
     first = gang.demands[0].requests if gang.demands else None
     if left or any(d.requests != first for d in gang.demands):
         return _EVERYWHERE

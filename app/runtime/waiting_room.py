@@ -19,6 +19,9 @@ from app.core.groups import GroupSpec
 from app.core.observer import MemberRef
 from app.core.records import PodRecord
 from app.core.state import ClusterState
+from app.core.topology.domains import TopologyError
+from app.core.topology.subgroups import GangTree
+from app.runtime.gang_tree import gang_tree
 from app.runtime.gate_settings import GatePolicy, VictimCheck
 from app.runtime.preemption.held_victims import HeldVictims
 
@@ -159,7 +162,24 @@ class WaitingRoom:
     def permit(self, group: GangWait) -> PermitVerdict:
         """The gang rule over the members bound, binding and waiting here."""
         waiting = {key: w.task for key, w in group.waiting.items()}
-        return permit(group.spec, self.bound_members(group.spec.key), group.binding, waiting)
+        return permit(
+            group.spec,
+            self.bound_members(group.spec.key),
+            group.binding,
+            waiting,
+            self._tree(group.spec),
+        )
+
+    def _tree(self, spec: GroupSpec) -> GangTree | None:
+        """The gang's slices or sub-groups, each with its own minimum the gate checks.
+
+        A tree the filter could not read (TopologyError) holds the gang there; the gate
+        then checks minMember alone, as for a flat gang.
+        """
+        try:
+            return gang_tree(self.state, spec)
+        except TopologyError:
+            return None
 
     def release(self, waiter: Waiter, message: str) -> None:
         """Answer the waiter with an error: kube-scheduler forgets the pod, its node is free."""

@@ -1,10 +1,11 @@
 import asyncio
+import dataclasses
 
 import pytest
 
 from app.base.metrics import Metrics
 from app.core.admission import Admission, FilterReason, wholeness
-from app.core.groups import GroupSpec
+from app.core.groups import VOLCANO_API, VOLCANO_GROUP_ANNOTATIONS, GroupSpec
 from app.core.state import ClusterState
 from app.kube.errors import Conflict
 from app.runtime.gate import PermitGate
@@ -237,3 +238,75 @@ async def test_shutdown_answers_held_victims_at_once() -> None:
     gate.release_all("shutting down")
     with pytest.raises(GateError, match="shutting down"):
         await asyncio.wait_for(held, 0.05)
+
+
+async def test_a_gang_of_sub_groups_is_never_bound_with_a_sub_group_below_its_minimum() -> None:
+    """Volcano minMember 2, below its sub-groups' total (two of 2 each): the gate counts each
+    sub-group too. Two members of sub-group worker-0 are minMember, yet worker-1 has none:
+    nobody is bound until worker-1 has its two; a timeout names the sub-group short."""
+    state = ClusterState()
+    state.replace_nodes([node("n1"), node("n2")])
+    state.apply_podgroup(
+        {
+            "apiVersion": VOLCANO_API.api_version,
+            "kind": VOLCANO_API.kind,
+            "metadata": {"name": "big", "namespace": "default", "uid": "pg-big"},
+            "spec": {
+                "minMember": 2,
+                "subGroupPolicy": [
+                    {
+                        "name": "worker",
+                        "subGroupSize": 2,
+                        "minSubGroups": 2,
+                        "matchLabelKeys": ["volcano.sh/partition-id"],
+                    }
+                ],
+            },
+        },
+        VOLCANO_API.source,
+    )
+    for i in range(4):
+        raw = pod(f"w{i}", cpu="100m")
+        raw["metadata"]["annotations"] = {VOLCANO_GROUP_ANNOTATIONS[0]: "big"}
+        raw["metadata"]["labels"]["volcano.sh/partition-id"] = str(i // 2)
+        state.apply_pod(raw)
+    ref = state.pods["default/w0"].group
+    assert ref is not None
+    # The source raises minMember to the sub-groups' total; the gate must not rely on it.
+    spec = dataclasses.replace(state.group_spec(ref), min_member=2)
+    binder = RecordingBinder()
+    gate = PermitGate(state, Admission(3), binder, Metrics())
+    state.add_pod_listener(gate.on_pod_change)
+    first = [
+        asyncio.create_task(gate.admit(state.pods[f"default/w{i}"], "n1", spec, 30))
+        for i in range(2)
+    ]
+    await asyncio.sleep(0.05)
+    assert binder.bound == []  # minMember 2 is met, but not sub-group worker-1's 2
+    third = asyncio.create_task(gate.admit(state.pods["default/w2"], "n2", spec, 30))
+    await asyncio.sleep(0.05)
+    assert binder.bound == []
+    await gate.admit(state.pods["default/w3"], "n2", spec, 30)
+    await asyncio.wait_for(asyncio.gather(*first, third), 1)
+    assert sorted(n for n, _ in binder.bound) == ["w0", "w1", "w2", "w3"]
+
+    # A timeout says which sub-group was short.
+    for i in range(4):
+        state.apply_pod(pod(f"w{i}", group="x"))  # out of the gang
+    for i in range(4, 6):
+        raw = pod(f"w{i}", cpu="100m")
+        raw["metadata"]["annotations"] = {VOLCANO_GROUP_ANNOTATIONS[0]: "big"}
+        raw["metadata"]["labels"]["volcano.sh/partition-id"] = "0"
+        state.apply_pod(raw)
+    for i in range(6, 8):
+        raw = pod(f"w{i}", cpu="100m")
+        raw["metadata"]["annotations"] = {VOLCANO_GROUP_ANNOTATIONS[0]: "big"}
+        raw["metadata"]["labels"]["volcano.sh/partition-id"] = "1"
+        state.apply_pod(raw)
+    waits = [
+        asyncio.create_task(gate.admit(state.pods[f"default/w{i}"], "n1", spec, 0.05))
+        for i in range(4, 6)
+    ]
+    results = await asyncio.gather(*waits, return_exceptions=True)
+    assert all(isinstance(r, GateError) for r in results), results
+    assert "sub-groups short: sub-group worker-1: 0 of 2" in str(results[0])

@@ -6,17 +6,19 @@ import asyncio
 from typing import Any
 
 from app.base.metrics import Metrics
-from app.core.groups import GroupRef
+from app.core.groups import KUEUE_GROUP_LABEL, KUEUE_TOTAL_COUNT_ANNOTATION, GroupRef
 from app.core.observer import NullObserver
 from app.core.packing import Demand
 from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.state import ClusterState
+from app.core.topology.sources import KUEUE_POD_INDEX, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE
 from app.runtime.preemption.plan import PlanPhase
 from app.runtime.preemption.plans import PlanSettings, PreemptionPlans
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
 
+RACK = "example.com/rack"
 TWO_CPU = {"cpu": 2000, "memory": 1024**3 * 1000, "pods": 1000}
 
 
@@ -208,3 +210,57 @@ async def test_deleting_an_unbound_preemption_victim_wakes_the_nominated_preempt
     await asyncio.sleep(0)
     await waker.drain()
     assert touches.pods == ["urgent"]
+
+
+def test_a_gang_of_slices_plans_each_slice_in_one_rack_and_its_members_take_their_own() -> None:
+    """Racks r0 (n1 empty, n2 full) and r1 (n3, n4 full); a Kueue gang of 4 x 2 CPUs in
+    slices of 2 by rack. A flat plan would put 2 members on n1 and the other slice on n2
+    and n3, over two racks; the tree's plan keeps each slice in one rack, and a member
+    is answered only with a slot of its own slice."""
+    state = ClusterState()
+    raws = [node(n) for n in ("n1", "n2", "n3", "n4")]
+    for raw, rack in zip(raws, ("r0", "r0", "r1", "r1"), strict=True):
+        raw["metadata"]["labels"][RACK] = rack
+    state.replace_nodes(raws)
+    for n in ("n2", "n3", "n4"):
+        state.apply_pod(pod(f"big-{n}", node=n, cpu="3"))
+        state.apply_pod(pod(f"small-{n}", node=n, cpu="1"))
+    told = Told()
+    plans = PreemptionPlans(
+        state, VictimPolicy.PROTECT, Metrics(), observer=told, settings=PlanSettings(clock=Clock())
+    )
+    state.add_pod_listener(plans.on_pod_change)
+    for i in range(4):
+        raw = with_priority(pod(f"train-{i}", cpu="2"), 1000)
+        raw["metadata"]["labels"] |= {KUEUE_GROUP_LABEL: "train", KUEUE_POD_INDEX: str(i)}
+        raw["metadata"]["annotations"] = {
+            KUEUE_TOTAL_COUNT_ANNOTATION: "4",
+            KUEUE_SLICE_REQUIRED: RACK,
+            KUEUE_SLICE_SIZE: "2",
+        }
+        state.apply_pod(raw)
+    rack_of = {"n1": "r0", "n2": "r0", "n3": "r1", "n4": "r1"}
+
+    def ask(i: int) -> list[VictimCandidate]:
+        member = state.pods[f"default/train-{i}"]
+        assert member.group is not None
+        spec = state.group_spec(member.group)
+        preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
+        own = Demand(member.key, member.requests, member.placement)
+        offered = [VictimCandidate(n, [], 0) for n in state.nodes]
+        return plans.answer(spec, member.group, preemptor, own, offered).candidates
+
+    ask(2)  # a member of the slice that must evict asks first
+    (made,) = plans.plans.values()
+    assert made.evictions == 2, told.planned
+    for path in {("rack-0",), ("rack-1",)}:
+        racks = {rack_of[s.node] for s in made.slots if s.path == path}
+        assert len(racks) == 1, (path, made.slots)
+        assert made.groups[path].value in racks
+    assert "sub-groups: rack-0 in rack" in told.planned[0]
+    for i in range(4):
+        answer = ask(i)
+        planned = made.groups[made.paths[f"default/train-{i}"]].value
+        mine = [s for s in made.slots if s.member == state.pods[f"default/train-{i}"].uid]
+        assert len(mine) == 1 and rack_of[mine[0].node] == planned
+        assert all(rack_of[c.node] == planned for c in answer)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
@@ -30,7 +32,7 @@ from app.core.topology.sources import (
     slices_from_annotations,
 )
 from app.core.topology.subgroups import GangShape, GangTree, Member, Slicing, tree_of
-from app.core.topology.tree import choose, place_tree
+from app.core.topology.tree import by_key, choose, pack_tree, place_tree
 
 HOST = "kubernetes.io/hostname"
 RACK = "example.com/rack"
@@ -501,3 +503,24 @@ def test_what_is_placed_meets_every_roles_minimum_or_nothing_is_placed(
     per = {m.key: int(roles[m.task][2] * 1000) for m in members}
     for node in used:
         assert sum(per[k] for k, n in plan.items() if n == node) <= free[node]
+
+
+def test_a_gang_of_slices_ahead_in_line_is_weighed_as_slices() -> None:
+    """Racks r0 (4 free) and r1 (3 free). Gang A ahead (priority 10): 2 slices of 2 by rack.
+    Weighed flat, A's first fit takes r0 whole and leaves r1's 3 to B's slice of 2 behind it,
+    admitted, though A itself then finds no rack for its second slice. Weighed as slices
+    (fullest first, as its admission places them): A takes r1 2 and r0 2, and B waits."""
+    bins = racks({"r0": [1] * 4, "r1": [1] * 3})
+    a, a_tree = slices_gang("ml/a", 4, ((RACK, 2),))
+    b, b_tree = slices_gang("ml/b", 2, ((RACK, 2),))
+    a = replace(a, priority=10)
+    flat = place_tree(b, None, b_tree, Contest(bins, line=[a]), 0.0, 60.0)
+    assert flat.decision.verdict is Ruling.ADMIT  # what weighing A flat did
+    as_tree = replace(a, packer=partial(pack_tree, a_tree, by_key))
+    placed = place_tree(b, None, b_tree, Contest(bins, line=[as_tree]), 0.0, 60.0)
+    assert placed.decision.verdict is Ruling.WAIT, placed.decision
+    assert "ml/a" in placed.decision.message
+    # A's own decision, with B behind it, admits A with each slice in one rack.
+    mine = place_tree(a, None, a_tree, Contest(bins, line=[b]), 0.0, 60.0)
+    assert mine.decision.verdict is Ruling.ADMIT
+    assert {d.value for d in mine.groups.values()} == {"r0", "r1"}

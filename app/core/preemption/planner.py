@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.core.packing import Bin, Demand, index_of
@@ -35,6 +35,7 @@ from app.core.preemption.cheapest_victims import (
 )
 from app.core.preemption.eviction_budgets import Budgets
 from app.core.resources import Resources, add, shortfall
+from app.core.topology.domains import Domain
 
 # Nodes the knapsack weighs (the cheapest for one member): any `need` nodes
 # that each hold one member make a plan, so this never loses feasibility.
@@ -56,6 +57,9 @@ class PlannedNode:
 class PlanResult:
     nodes: tuple[PlannedNode, ...]
     cost: Cost
+    # A gang made of groups (app/core/preemption/tree_plan.py): each constrained
+    # sub-group's domain, by its path.
+    groups: Mapping[tuple[str, ...], Domain] = field(default_factory=dict)
 
     @property
     def victims(self) -> list[Evictable]:
@@ -287,18 +291,32 @@ def _assign(
     return tuple(planned)
 
 
+Planner = Callable[
+    [
+        Sequence[Demand],
+        Sequence[Bin],
+        Mapping[str, Sequence[Evictable]],
+        Mapping[str, int] | None,
+    ],
+    "PlanResult | None",
+]
+"""plan(), or a planner with the same inputs (a gang made of groups: tree_plan.plan_tree)."""
+
+
 def plan_in_domains(
     demands: Sequence[Demand],
     bins: Sequence[Bin],
     evictable: Mapping[str, Sequence[Evictable]],
     budgets: Mapping[str, int] | None,
     domains: Sequence[tuple[str, Iterable[str]]],
+    within: Planner = plan,
 ) -> tuple[str, PlanResult] | None:
-    """The cheapest plan() confined to the nodes of one domain, and that domain's name.
+    """The cheapest plan confined to the nodes of one domain, and that domain's name.
 
     domains: (name, its nodes), in the order ties are broken. A topology-aware
     gang preempts inside one rack (block, zone): each domain is planned on its
-    own, and the one whose victims cost least wins.
+    own (by `within`: a gang made of groups plans its sub-groups' domains
+    inside it), and the one whose victims cost least wins.
     """
     best: tuple[str, PlanResult] | None = None
     for name, nodes in domains:
@@ -306,7 +324,7 @@ def plan_in_domains(
         confined = [b for b in bins if b.name in inside]
         if not confined:
             continue
-        result = plan(
+        result = within(
             demands,
             confined,
             {node: units for node, units in evictable.items() if node in inside},

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from app.core.placement import Requirement, requirement_matches
-from app.core.topology.domains import Domain, TopologyConstraint, TopologyError, short_level
+from app.core.topology.domains import TopologyConstraint, TopologyError, short_level
 from app.core.topology.sources import (
     KUEUE_SLICE_CONSTRAINTS,
     KUEUE_SLICE_REQUIRED,
@@ -186,6 +186,36 @@ class GangTree:
                 best = group
         return best
 
+    def children(self) -> dict[Path, list[SubGroup]]:
+        """Each sub-group's (and the gang's, at ()) sub-groups right below it, in tree order."""
+        known = {g.path for g in self.groups}
+        found: dict[Path, list[SubGroup]] = {}
+        for group in self.groups:
+            parent = next(
+                (
+                    group.path[:d]
+                    for d in range(len(group.path) - 1, 0, -1)
+                    if group.path[:d] in known
+                ),
+                (),
+            )
+            found.setdefault(parent, []).append(group)
+        return found
+
+    def shortfall(self, counted: Iterable[str]) -> list[tuple[str, int, int]]:
+        """(sub-group, have, need) for each slice or sub-group below its own minimum among
+        the `counted` member keys (roles are Volcano's minTaskMember, counted by task)."""
+        have: dict[Path, int] = {}
+        for key in counted:
+            path = self.paths.get(key, ())
+            for depth in range(1, len(path) + 1):
+                have[path[:depth]] = have.get(path[:depth], 0) + 1
+        return [
+            (group.describe(), have.get(group.path, 0), group.min_member)
+            for group in self.groups
+            if group.kind != ROLE and have.get(group.path, 0) < group.min_member
+        ]
+
     def constrained(self, path: Path) -> list[SubGroup]:
         """The sub-groups on `path` with a topology constraint, outermost first."""
         return [
@@ -331,52 +361,6 @@ def _policies(policies: Sequence[SubGroupPolicy], members: Iterable[Member]) -> 
             size = policy.size if required else 0
             groups[path] = SubGroup(path, size, policy.constraint, "sub-group")
     return groups, paths, placed
-
-
-class HeldGroup(NamedTuple):
-    """An admitted gang's sub-group: its domain, what asks for it, its members planned there."""
-
-    domain: Domain
-    constraint: TopologyConstraint
-    members: tuple[str, ...] = ()
-    min_member: int = 0
-
-    def to_json(self, path: Path) -> dict[str, object]:
-        """For /debug/gangs."""
-        return {
-            "path": "/".join(path),
-            "domain": self.domain.to_json(),
-            "constraint": self.constraint.describe(),
-            "minMember": self.min_member,
-            "members": list(self.members),
-        }
-
-
-def held_groups(
-    tree: GangTree, domains: Mapping[Path, Domain], plan: Iterable[str]
-) -> dict[Path, HeldGroup]:
-    """Each constrained sub-group's HeldGroup, from the domains given and the members planned."""
-    planned = sorted(plan)
-    held: dict[Path, HeldGroup] = {}
-    for path, domain in domains.items():
-        group = tree.group(path)
-        if group is None or group.constraint is None:
-            continue
-        members = tuple(k for k in planned if tree.paths.get(k, ())[: len(path)] == path)
-        held[path] = HeldGroup(domain, group.constraint, members, group.min_member)
-    return held
-
-
-def groups_message(key: str, groups: Mapping[Path, HeldGroup], limit: int = 8) -> str:
-    """Where each sub-group of an admitted gang went (Event, log), at most `limit` named."""
-    ordered = sorted(groups.items(), key=lambda item: (len(item[0]), item[0]))
-    parts = [f"{path[-1]} in {held.domain.describe()}" for path, held in ordered[:limit]]
-    more = f" and {len(ordered) - limit} more" if len(ordered) > limit else ""
-    origins = sorted({held.constraint.describe() for held in groups.values()})
-    return (
-        f"gang {key} places its sub-groups each whole in one domain: {', '.join(parts)}{more} "
-        f"({'; '.join(origins)})"
-    )
 
 
 class PodShape(NamedTuple):

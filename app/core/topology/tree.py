@@ -94,7 +94,10 @@ def place_tree(
             return Decision(Ruling.SHORT, message=assigner.why(candidate.key, domain))
         held = tuple(_held_to(d, tree, domains) for d in chosen)
         decision = decide(
-            replace(candidate, demands=held, need=len(held)), inside, now, aging_seconds
+            replace(candidate, demands=held, need=len(held), packer=None),
+            inside,
+            now,
+            aging_seconds,
         )
         if decision.verdict is Ruling.ADMIT:
             admitted.update(domains)
@@ -105,6 +108,19 @@ def place_tree(
         return TreePlaced(decision, None, admitted)
     placed = place(candidate, where, contest, now, aging_seconds, decide_in)
     return TreePlaced(placed.decision, placed.domain, admitted, placed.no_domain)
+
+
+def pack_tree(tree: GangTree, resolve: Resolve, gang: Gang, bins: Sequence[Bin]) -> Packing:
+    """The gang packed as its admission would place it: each sub-group whole in one
+    domain of its level, fullest first (the room other gangs' decisions set aside for
+    it while it waits in line)."""
+    chosen = choose(gang, tree)
+    labels = {b.name: b.labels for b in bins}
+    room = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in bins]
+    plan = _Assigner(tree, chosen, labels.get, resolve).plan(room)
+    if plan is None:
+        return Packing({}, gang.need, unplaced=tuple(d.key for d in chosen))
+    return Packing(plan, gang.need)
 
 
 def _size(demand: Demand) -> tuple[int, str]:
@@ -201,18 +217,7 @@ class _Assigner:
     ) -> None:
         self._labels_of = labels_of
         self._resolve = resolve
-        known = {g.path for g in tree.groups}
-        self._children: dict[Path, list[SubGroup]] = {}
-        for group in tree.groups:
-            parent = next(
-                (
-                    group.path[:d]
-                    for d in range(len(group.path) - 1, 0, -1)
-                    if group.path[:d] in known
-                ),
-                (),
-            )
-            self._children.setdefault(parent, []).append(group)
+        self._children = tree.children()
         self._under: dict[Path, list[Demand]] = {(): list(chosen)}
         for group in tree.groups:
             self._under[group.path] = [
@@ -229,6 +234,10 @@ class _Assigner:
         self._failed: tuple[SubGroup, list[str]] | None = None
         # The members left over where no sub-group was to blame, and their packing.
         self._short: tuple[Packing, list[Demand]] | None = None
+
+    def plan(self, room: list[Bin]) -> dict[str, str] | None:
+        """The chosen members' nodes, taken from `room`; None when a sub-group fits nowhere."""
+        return self._assign((), room)
 
     def run(self, room: Sequence[Bin]) -> dict[Path, Domain] | None:
         """Each constrained sub-group's domain, None when one fits in none."""

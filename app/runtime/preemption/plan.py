@@ -15,6 +15,7 @@ from app.core.preemption.victims import VictimCandidate
 from app.core.resources import Resources
 from app.core.state import ClusterState
 from app.core.topology.domains import Domain
+from app.core.topology.subgroups import Path
 
 
 class PlanKind(StrEnum):
@@ -45,6 +46,9 @@ class Slot:
     victims: tuple[str, ...]
     # uid of the member this slot was given to ("" while nobody asked for it).
     member: str = ""
+    # A gang made of groups: the sub-groups of the member it was planned for (only a
+    # member of the same sub-groups takes it, so each lands in its sub-group's domain).
+    path: Path = ()
 
 
 @dataclass(slots=True)
@@ -63,6 +67,10 @@ class Plan:
     # The topology domain every slot is in (None: the gang has no topology constraint).
     domain: Domain | None = None
     kind: PlanKind = PlanKind.PREEMPTION
+    # A gang made of groups: member key -> its sub-groups' path, and each
+    # constrained sub-group's planned domain.
+    paths: dict[str, Path] = field(default_factory=dict)
+    groups: dict[Path, Domain] = field(default_factory=dict)
 
     @property
     def group(self) -> str:
@@ -91,7 +99,13 @@ class Plan:
             )
             for node in sorted(members)
         ]
-        return f"{self.evictions} eviction(s) for {len(self.slots)} member(s): " + "; ".join(parts)
+        text = f"{self.evictions} eviction(s) for {len(self.slots)} member(s): " + "; ".join(parts)
+        if self.groups:
+            ordered = sorted(self.groups.items(), key=lambda item: (len(item[0]), item[0]))
+            text += "; sub-groups: " + ", ".join(
+                f"{path[-1]} in {domain.describe()}" for path, domain in ordered
+            )
+        return text
 
     def to_json(self, now: float) -> dict[str, Any]:
         return {
@@ -107,11 +121,15 @@ class Plan:
                     "node": s.node,
                     "victims": [self.victims[v][0] for v in s.victims],
                     "member": s.member,
+                    "subGroup": "/".join(s.path),
                 }
                 for s in self.slots
             ],
             "reason": self.reason,
             "domain": self.domain.to_json() if self.domain is not None else None,
+            "subGroups": {
+                "/".join(path): domain.to_json() for path, domain in sorted(self.groups.items())
+            },
         }
 
 

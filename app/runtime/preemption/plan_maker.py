@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 
 from app.core.admission import wholeness
+from app.core.contention import Gang
 from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin, Demand
-from app.core.preemption.planner import PlanResult, plan, plan_in_domains
+from app.core.preemption.planner import Planner, PlanResult, plan, plan_in_domains
+from app.core.preemption.tree_plan import plan_tree
 from app.core.preemption.victim_pool import VictimPool, victim_pool
 from app.core.preemption.victims import Preemptor, VictimPolicy
 from app.core.resources import Resources, add, fits
@@ -25,6 +28,7 @@ from app.core.state import ClusterState
 from app.core.topology.domains import (
     Domain,
     TopologyConstraint,
+    TopologyError,
     by_domain,
     common_domain,
     level_origin,
@@ -32,6 +36,9 @@ from app.core.topology.domains import (
     short_level,
 )
 from app.core.topology.sources import constraint_of
+from app.core.topology.subgroups import GangTree
+from app.core.topology.tree import choose
+from app.runtime.gang_tree import gang_tree
 from app.runtime.preemption.line_check import LineCheck
 from app.runtime.preemption.plan import Answer, Plan, Slot
 from app.runtime.preemption.plan_book import PlanBook
@@ -74,7 +81,11 @@ class PlanMaker:
         now: float,
     ) -> Plan | Answer:
         """The gang's new plan, kept in the book; or the answer when there is nothing to plan."""
-        demands = self._demands(spec, preemptor, own)
+        try:
+            tree, within = self._planner(spec)
+        except TopologyError as error:
+            return self._refusal(spec.key, f"gang {spec.key} cannot preempt: {error}")
+        demands = self._demands(spec, preemptor, own, tree)
         bins = self._bins(spec.key, preemptor.priority, demands, offered)
         pool = victim_pool(
             self._state,
@@ -87,12 +98,12 @@ class PlanMaker:
         constraint = constraint_of(
             spec.topology, ((p.key, p.topology) for p in self._state.members(spec.key))
         )
-        domain, result = self._search(spec.key, constraint, demands, bins, pool)
+        domain, result = self._search(spec.key, constraint, demands, bins, pool, within)
         if result is None:
-            message = self._cannot(spec.key, constraint, len(demands))
-            self.refuse(spec.key, message)
-            return Answer([], message)
-        made = self._from_result(ref, preemptor.priority, result, demands, now)
+            return self._refusal(spec.key, self._cannot(spec.key, constraint, len(demands), tree))
+        made = _from_result(
+            ref, preemptor.priority, result, demands, now, self._book.deadline(now), tree
+        )
         made.domain = domain
         if not made.victims:
             # The members fit without evicting anyone (room being freed, or free
@@ -104,12 +115,11 @@ class PlanMaker:
             )
         waits = self._line_waits(spec, preemptor, own, made)
         if waits is not None:
-            message = (
+            return self._refusal(
+                spec.key,
                 f"gang {spec.key} preempts nothing: evicting {made.evictions} pod(s) would not "
-                f"start it, the line keeps it waiting: {waits}"
+                f"start it, the line keeps it waiting: {waits}",
             )
-            self.refuse(spec.key, message)
-            return Answer([], message)
         self._book.add(made)
         self._refused.pop(spec.key, None)
         where = f" in {domain.describe()} ({level_origin(domain.level)})" if domain else ""
@@ -117,6 +127,21 @@ class PlanMaker:
         log.info(text, extra={"podgroup": spec.key, "pod": preemptor.key, "verb": "preempt"})
         self._observer.preemption_planned(spec.key, text)
         return made
+
+    def _planner(self, spec: GroupSpec) -> tuple[GangTree | None, Planner]:
+        """The gang's tree (None: flat) and the planner for one domain (TopologyError: its
+        slices cannot be read): each sub-group in a domain of its level, as the filter reads it."""
+        tree = gang_tree(self._state, spec)
+        if tree is None or not tree.groups:
+            return None, plan
+        return tree, partial(
+            plan_tree, tree=tree, resolve=self._levels_to_try, labels_of=self._state.labels_of
+        )
+
+    def _refusal(self, group_key: str, message: str) -> Answer:
+        """Nothing to evict: the users are told why (refuse()), and so is the member."""
+        self.refuse(group_key, message)
+        return Answer([], message)
 
     def _line_waits(
         self, spec: GroupSpec, preemptor: Preemptor, own: Demand, made: Plan
@@ -140,8 +165,14 @@ class PlanMaker:
         self._refused[group_key] = message
         self._observer.preemption_refused(group_key, message)
 
-    def _demands(self, spec: GroupSpec, preemptor: Preemptor, own: Demand) -> list[Demand]:
-        """The members the gang still needs placed, the preemptor first."""
+    def _demands(
+        self, spec: GroupSpec, preemptor: Preemptor, own: Demand, tree: GangTree | None = None
+    ) -> list[Demand]:
+        """The members the gang still needs placed, the preemptor first.
+
+        A gang made of groups: each sub-group's shortfall first, as its admission
+        chooses them (tree.choose), so that what is planned can be admitted.
+        """
         members = self._state.members(spec.key)
         placed = len(self._state.placed_members(spec.key))
         missing = max(wholeness(spec, placed).missing, 1)
@@ -153,7 +184,10 @@ class PlanMaker:
             ),
             key=lambda d: (sum(d.requests.values()), d.key),
         )
-        return [own, *others][:missing]
+        if tree is None:
+            return [own, *others][:missing]
+        gang = Gang(spec.key, preemptor.priority, 0.0, (own, *others), missing)
+        return choose(gang, tree)
 
     def _bins(
         self, group_key: str, priority: int, demands: Sequence[Demand], offered: set[str]
@@ -173,16 +207,25 @@ class PlanMaker:
         demands: Sequence[Demand],
         bins: Sequence[Bin],
         pool: VictimPool,
+        within: Planner = plan,
     ) -> tuple[Domain | None, PlanResult | None]:
         if constraint is None:
-            return None, plan(demands, bins, pool.by_node, pool.budgets)
-        return self._plan_in_topology(key, constraint, demands, bins, pool)
+            return None, within(demands, bins, pool.by_node, pool.budgets)
+        return self._plan_in_topology(key, constraint, demands, bins, pool, within)
 
-    def _cannot(self, key: str, constraint: TopologyConstraint | None, missing: int) -> str:
+    def _cannot(
+        self,
+        key: str,
+        constraint: TopologyConstraint | None,
+        missing: int,
+        tree: GangTree | None = None,
+    ) -> str:
         where = ""
+        if tree is not None:
+            where = " with each of its sub-groups whole in one domain of its level"
         if constraint is not None and constraint.required:
             levels = " or ".join(short_level(level) for level in self._levels_to_try(constraint)[0])
-            where = f" in any one {levels} ({constraint.describe()})"
+            where += f" in any one {levels} ({constraint.describe()})"
         return (
             f"gang {key} cannot preempt: its {missing} missing member(s) do not "
             f"fit{where} even after evicting every pod they may evict (lower priority, not "
@@ -205,6 +248,7 @@ class PlanMaker:
         demands: Sequence[Demand],
         bins: Sequence[Bin],
         pool: VictimPool,
+        within: Planner = plan,
     ) -> tuple[Domain | None, PlanResult | None]:
         """The cheapest plan inside one domain, lowest level first; preferred: then anywhere.
 
@@ -223,37 +267,51 @@ class PlanMaker:
                 pool.by_node,
                 pool.budgets,
                 [(value, [b.name for b in members]) for value, members in sorted(groups.items())],
+                within,
             )
             if found is not None:
                 return Domain(level, found[0]), found[1]
         if anywhere:
-            return None, plan(demands, bins, pool.by_node, pool.budgets)
+            return None, within(demands, bins, pool.by_node, pool.budgets)
         return None, None
 
-    def _from_result(
-        self,
-        ref: GroupRef,
-        priority: int,
-        result: PlanResult,
-        demands: Sequence[Demand],
-        now: float,
-    ) -> Plan:
-        requests = {d.key: d.requests for d in demands}
-        slots: list[Slot] = []
-        victims: dict[str, tuple[str, str]] = {}
-        for planned in result.nodes:
-            uids = tuple(uid for v in planned.victims for uid in v.uids)
-            for unit in planned.victims:
-                for uid, key in zip(unit.uids, unit.keys, strict=True):
-                    victims[uid] = (key, planned.node)
-            for i, member in enumerate(planned.members):
-                slots.append(Slot(planned.node, requests[member], uids if i == 0 else ()))
-        return Plan(
-            ref=ref,
-            priority=priority,
-            made_at=now,
-            deadline=self._book.deadline(now),
-            slots=slots,
-            victims=victims,
-            evictions=result.cost.evictions,
-        )
+
+def _from_result(
+    ref: GroupRef,
+    priority: int,
+    result: PlanResult,
+    demands: Sequence[Demand],
+    now: float,
+    deadline: float,
+    tree: GangTree | None = None,
+) -> Plan:
+    """The plan's slots (a gang made of groups: each for a member of its sub-group)."""
+    requests = {d.key: d.requests for d in demands}
+    paths = tree.paths if tree is not None else {}
+    slots: list[Slot] = []
+    victims: dict[str, tuple[str, str]] = {}
+    for planned in result.nodes:
+        uids = tuple(uid for v in planned.victims for uid in v.uids)
+        for unit in planned.victims:
+            for uid, key in zip(unit.uids, unit.keys, strict=True):
+                victims[uid] = (key, planned.node)
+        for i, member in enumerate(planned.members):
+            slots.append(
+                Slot(
+                    planned.node,
+                    requests[member],
+                    uids if i == 0 else (),
+                    path=paths.get(member, ()),
+                )
+            )
+    return Plan(
+        ref=ref,
+        priority=priority,
+        made_at=now,
+        deadline=deadline,
+        slots=slots,
+        victims=victims,
+        evictions=result.cost.evictions,
+        paths=dict(paths),
+        groups=dict(result.groups),
+    )

@@ -165,7 +165,12 @@ class PreemptionPlans:
             )
         slot = next((s for s in current.slots if s.member == preemptor.uid), None)
         if slot is None:
-            open_slots = [s for s in current.slots if not s.member and s.requests == own.requests]
+            path = current.paths.get(preemptor.key, ())
+            open_slots = [
+                s
+                for s in current.slots
+                if not s.member and s.requests == own.requests and s.path == path
+            ]
             open_slots.sort(key=lambda s: (not s.victims, s.node))
             if not open_slots:
                 return Answer(
