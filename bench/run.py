@@ -48,6 +48,7 @@ from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
 from app.runtime.line import Waiting
 from app.runtime.queues.book import QueueBook
+from app.runtime.watches import land_pods
 from app.web.extender import GangExtender
 from app.web.routes import create_app
 from app.web.verb_context import VerbCore, VerbLinks
@@ -1055,7 +1056,7 @@ async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> di
         out["admission"] = await probe.held(admit)
         out["node_cordoned"] = await probe.held(cordon)
         out["admission_after_node"] = await probe.held(admit)
-        out["relist_pods"] = await probe.held(lambda: state.replace_pods(relist))
+        out["relist_pods_in_slices"] = await probe.held(lambda: land_pods(state, relist))
         out["tally_caught_up_after_relist"] = await probe.held(book.catch_up)
         out["admission_after_relist"] = await probe.held(admit)
     print(f"the event loop held longest, {pending} in line, {queues} queues:")

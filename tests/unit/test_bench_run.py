@@ -51,7 +51,7 @@ async def test_loop_rows_time_every_step_and_admit_the_fresh_gang() -> None:
             "admission",
             "node_cordoned",
             "admission_after_node",
-            "relist_pods",
+            "relist_pods_in_slices",
             "tally_caught_up_after_relist",
             "admission_after_relist",
             "longest",
