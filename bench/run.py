@@ -1023,7 +1023,8 @@ class LoopProbe:
 async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> dict[str, Any]:
     """The longest any one step holds the event loop, `pending` gangs in line, `queues` queues:
     the queues' tally caught up in slices (as the queue status writer does between its
-    ticks), the first admission, one after a node is cordoned, a relist of every pod, the
+    ticks), the line's gangs built and walked in slices (as the line's warm-up does),
+    the first admission, one after a node is cordoned, a relist of every pod, the
     tally caught up again and an admission after it."""
     cluster = queue_cluster(nodes, pods, queues, pending)
     state = cluster.state
@@ -1052,6 +1053,7 @@ async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> di
         book = arbiter.line.queues
         assert book is not None
         out["tally_caught_up_in_slices"] = await probe.held(book.catch_up)
+        out["line_warmed_in_slices"] = await probe.held(arbiter.warmup.warm)
         out["first_admission"] = await probe.held(admit)
         out["admission"] = await probe.held(admit)
         out["node_cordoned"] = await probe.held(cordon)

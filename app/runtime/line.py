@@ -121,8 +121,9 @@ class Line:
         self._stamp = -1
         # What an aged gang ahead can never use per node, kept between calls.
         self._remainders = Remainders(self._staying_on, state.nodes_changed_since)
-        # The walk of the line a fresh gang is admitted behind, kept between calls.
-        self._walk = LineWalk()
+        # The walk of the line a fresh gang is admitted behind, kept between calls
+        # (warmed ahead in slices by app/runtime/line_warmup.py).
+        self.walk = LineWalk()
 
     def _staying_on(self, node: str) -> list[Mapping[str, int]]:
         """The requests of the pods on `node` not on their way out (backfill's remainders)."""
@@ -225,6 +226,21 @@ class Line:
             line.append(gang)
         return line
 
+    def learn(self, most: int) -> bool:
+        """Build at most `most` gangs in line not known yet, as gangs() would on first sight
+        (a slice of the warm-up, app/runtime/line_warmup.py); True: every one is known."""
+        self._forget_changed()
+        for key, entry in list(self.waiting.items()):
+            known = self._known.get(key)
+            if key in self._ledger.held or (known is not None and known.ref == entry.ref):
+                continue
+            if most <= 0:
+                return False
+            most -= 1
+            if self._learn(key, entry.ref) is None:
+                del self.waiting[key]
+        return True
+
     def _forget_changed(self) -> None:
         """Drop what was known of the gangs whose pods or group object changed since last time."""
         stamp, changed = self._state.groups_changed_since(self._stamp)
@@ -274,7 +290,7 @@ class Line:
         """The room after every gang of `contest.line`, from the walk kept between calls
         (app/runtime/line_walk.py); for a gang not in line, behind all of them."""
         assert contest.positions is not None
-        return self._walk.walked(
+        return self.walk.walked(
             contest.line, contest.free, contest.holders, contest.positions, now, aging_seconds
         )
 
