@@ -1023,9 +1023,9 @@ class LoopProbe:
 async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> dict[str, Any]:
     """The longest any one step holds the event loop, `pending` gangs in line, `queues` queues:
     the queues' tally caught up in slices (as the queue status writer does between its
-    ticks), the line's gangs built and walked in slices (as the line's warm-up does),
-    the first admission, one after a node is cordoned, a relist of every pod, the
-    tally caught up again and an admission after it."""
+    ticks), the line's gangs built and walked in slices (as the line's warm-up does, also
+    after the node change), the first admission, one after a node is cordoned, a relist of
+    every pod, the tally caught up again and an admission after it."""
     cluster = queue_cluster(nodes, pods, queues, pending)
     state = cluster.state
     arbiter, app = queue_arbiter(cluster, cluster.queue_specs)
@@ -1057,6 +1057,7 @@ async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> di
         out["first_admission"] = await probe.held(admit)
         out["admission"] = await probe.held(admit)
         out["node_cordoned"] = await probe.held(cordon)
+        out["line_warmed_after_node"] = await probe.held(arbiter.warmup.warm)
         out["admission_after_node"] = await probe.held(admit)
         out["relist_pods_in_slices"] = await probe.held(lambda: land_pods(state, relist))
         out["tally_caught_up_after_relist"] = await probe.held(book.catch_up)

@@ -50,6 +50,10 @@ class LineWarmup:
         self._aging = aging_seconds
         # What the last whole warm-up rested on: (change stamp, revision); None: none yet.
         self._warmed: tuple[int, int] | None = None
+        # The state's schedulable_version the last walk warmed was over: nodes that came,
+        # went, or were cordoned or uncordoned move every free bin, so the whole line is
+        # walked again (10,000 gangs: a third of a second at once).
+        self._schedulable = -1
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -79,8 +83,12 @@ class LineWarmup:
 
     async def warm(self, most: int = _SLICE) -> None:
         """Build the gangs in line, `most` a slice, and walk the line the same way when no
-        walk of it is kept (after a start, or once the line grew past the walk); nothing
-        to do when nothing changed since the last time."""
+        walk of it is kept (after a start, or once the line grew past the walk) or nodes
+        came, went or were cordoned; nothing to do when nothing changed since the last time.
+
+        Other changes (a pod placed or gone) are left to the next admission: the walk is
+        redone from the first gang they reach, and building the line's contest here at
+        each would hold the loop as long as an admission does."""
         line = self._line
         mark = self._mark(self._warmed[0] if self._warmed is not None else -1)
         if not line.waiting or mark == self._warmed:
@@ -91,8 +99,10 @@ class LineWarmup:
         while not line.learn(most):  # noqa: ASYNC110 - yields the loop between slices
             await asyncio.sleep(0)
         mark = self._mark(mark[0])
-        if line.walk.length < len(line.waiting) // 2:
+        schedulable = self._state.schedulable_version
+        if line.walk.length < len(line.waiting) // 2 or schedulable != self._schedulable:
             await self._walk(most, mark)
+            self._schedulable = schedulable
         self._warmed = mark
 
     async def _walk(self, most: int, mark: tuple[int, int]) -> None:

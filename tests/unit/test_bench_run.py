@@ -51,6 +51,7 @@ async def test_loop_rows_time_every_step_and_admit_the_fresh_gang() -> None:
             "first_admission",
             "admission",
             "node_cordoned",
+            "line_warmed_after_node",
             "admission_after_node",
             "relist_pods_in_slices",
             "tally_caught_up_after_relist",

@@ -283,6 +283,26 @@ async def test_the_warm_up_walks_the_line_once_and_again_only_after_a_change() -
     await warmup.warm(most=2)
     world.state.apply_pod(pod("w4-0", group="w4", cpu="3"))
     await warmup.warm(most=2)
-    assert line._known["default/w4"].gang.demands[0].requests["cpu"] == 3000
+    demands = line._known["default/w4"].gang.demands
+    assert sorted(d.requests["cpu"] for d in demands) == [3000, 4000]
     with_walk, whole, _ = both(world, fresh)
     assert with_walk == whole
+
+
+async def test_after_a_node_is_cordoned_the_warm_up_walks_the_line_again() -> None:
+    """A cordon moves every free bin: the warm-up walks the whole line again, in slices, and
+    the fresh gang's admission then walks nothing again and decides as a whole walk does."""
+    world = World(nodes=6, cpu="8")
+    for i in range(5):
+        gang(world, f"w{i}", 2, "4", i)
+        join(world, f"w{i}")
+    fresh = gang(world, "fresh", 2, "4", 30)
+    await world.arbiter.warmup.warm(most=2)
+    raw = node("n0", cpu="8")
+    raw["spec"]["unschedulable"] = True
+    world.state.apply_node(raw)
+    await world.arbiter.warmup.warm(most=2)
+    line = world.arbiter.line
+    assert line.walk.walked_again == 1  # the last slice of the walk redone from the start
+    with_walk, whole, again = both(world, fresh)
+    assert with_walk == whole and again == 0
