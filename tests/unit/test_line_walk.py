@@ -251,12 +251,17 @@ def test_a_gang_that_did_not_fit_may_fit_after_a_change_past_everyone_else() -> 
     assert with_walk == whole and not with_walk.plan
 
 
-def test_a_line_warmed_in_slices_leaves_the_fresh_gang_nothing_to_walk() -> None:
+def five_in_line() -> tuple[World, GroupSpec]:
+    """Six nodes of 8 CPU, five gangs of 2 x 4 CPU in line, a fresh gang of 2 x 4 CPU."""
     world = World(nodes=6, cpu="8")
     for i in range(5):
         gang(world, f"w{i}", 2, "4", i)
         join(world, f"w{i}")
-    fresh = gang(world, "fresh", 2, "4", 30)
+    return world, gang(world, "fresh", 2, "4", 30)
+
+
+def test_a_line_warmed_in_slices_leaves_the_fresh_gang_nothing_to_walk() -> None:
+    world, fresh = five_in_line()
     line = world.arbiter.line
     assert not line.learn(2) and not line.learn(2) and line.learn(2)  # 5 gangs, 2 a slice
     slices = 1
@@ -268,11 +273,7 @@ def test_a_line_warmed_in_slices_leaves_the_fresh_gang_nothing_to_walk() -> None
 
 
 async def test_the_warm_up_walks_the_line_once_and_again_only_after_a_change() -> None:
-    world = World(nodes=6, cpu="8")
-    for i in range(5):
-        gang(world, f"w{i}", 2, "4", i)
-        join(world, f"w{i}")
-    fresh = gang(world, "fresh", 2, "4", 30)
+    world, fresh = five_in_line()
     warmup = world.arbiter.warmup
     await warmup.warm(most=2)
     line = world.arbiter.line
@@ -292,11 +293,7 @@ async def test_the_warm_up_walks_the_line_once_and_again_only_after_a_change() -
 async def test_after_a_node_is_cordoned_the_warm_up_walks_the_line_again() -> None:
     """A cordon moves every free bin: the warm-up walks the whole line again, in slices, and
     the fresh gang's admission then walks nothing again and decides as a whole walk does."""
-    world = World(nodes=6, cpu="8")
-    for i in range(5):
-        gang(world, f"w{i}", 2, "4", i)
-        join(world, f"w{i}")
-    fresh = gang(world, "fresh", 2, "4", 30)
+    world, fresh = five_in_line()
     await world.arbiter.warmup.warm(most=2)
     raw = node("n0", cpu="8")
     raw["spec"]["unschedulable"] = True
