@@ -167,6 +167,7 @@ class Service:
             self.reflectors.append(watches.lease(election, lease))
         for reflector in self.reflectors:
             reflector.start()
+        rt.arbiter.warmup.start()
 
     async def stop(self) -> None:
         """Answer the gate's waiters, let the work under way finish, then close the clients."""
@@ -177,6 +178,7 @@ class Service:
         await rt.waker.drain()
         await rt.follower.drain()
         await rt.reclaimer.drain()
+        await rt.arbiter.warmup.stop()
         if parts.queue_status is not None:
             await parts.queue_status.stop()
         await parts.writers.status.stop()

@@ -48,6 +48,7 @@ from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
 from app.runtime.line import Waiting
 from app.runtime.queues.book import QueueBook
+from app.runtime.watches import land_pods
 from app.web.extender import GangExtender
 from app.web.routes import create_app
 from app.web.verb_context import VerbCore, VerbLinks
@@ -1022,8 +1023,9 @@ class LoopProbe:
 async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> dict[str, Any]:
     """The longest any one step holds the event loop, `pending` gangs in line, `queues` queues:
     the queues' tally caught up in slices (as the queue status writer does between its
-    ticks), the first admission, one after a node is cordoned, a relist of every pod, the
-    tally caught up again and an admission after it."""
+    ticks), the line's gangs built and walked in slices (as the line's warm-up does, also
+    after the node change), the first admission, one after a node is cordoned, a relist of
+    every pod, the tally caught up again and an admission after it."""
     cluster = queue_cluster(nodes, pods, queues, pending)
     state = cluster.state
     arbiter, app = queue_arbiter(cluster, cluster.queue_specs)
@@ -1051,11 +1053,13 @@ async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> di
         book = arbiter.line.queues
         assert book is not None
         out["tally_caught_up_in_slices"] = await probe.held(book.catch_up)
+        out["line_warmed_in_slices"] = await probe.held(arbiter.warmup.warm)
         out["first_admission"] = await probe.held(admit)
         out["admission"] = await probe.held(admit)
         out["node_cordoned"] = await probe.held(cordon)
+        out["line_warmed_after_node"] = await probe.held(arbiter.warmup.warm)
         out["admission_after_node"] = await probe.held(admit)
-        out["relist_pods"] = await probe.held(lambda: state.replace_pods(relist))
+        out["relist_pods_in_slices"] = await probe.held(lambda: land_pods(state, relist))
         out["tally_caught_up_after_relist"] = await probe.held(book.catch_up)
         out["admission_after_relist"] = await probe.held(admit)
     print(f"the event loop held longest, {pending} in line, {queues} queues:")

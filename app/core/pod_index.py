@@ -7,7 +7,7 @@ verb's lookup costs what it returns, not a pass over every pod.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from app.core.changes import ChangeLog
 from app.core.records import PodRecord, same_but_version
@@ -97,17 +97,6 @@ class PodIndex:
             return
         self.gone.add(old.uid)
         self._store(old, None)
-
-    def replace(self, records: Iterable[PodRecord]) -> None:
-        """Adopt a fresh list: pods missing from it were deleted while we did not watch."""
-        self.gone.relists += 1
-        seen: set[str] = set()
-        for record in records:
-            self.apply(record)
-            seen.add(record.key)
-        for key in [k for k in self.pods if k not in seen]:
-            self.gone.add(self.pods[key].uid)
-            self._store(self.pods[key], None)
 
     def reserve(self, pod_key: str, node: str) -> None:
         """The gate holds the pod on `node`: count its requests there from now on."""

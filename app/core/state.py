@@ -14,6 +14,7 @@ as node labels (app/core/topology/hypernode_labels.py) and DRA devices as resour
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ from app.core.groups import (
 from app.core.groups import group_key as make_group_key
 from app.core.packing import Bin
 from app.core.pod_index import PodIndex
+from app.core.pod_relist import PodRelist
 from app.core.records import (
     GroupNotFound,
     NodeRecord,
@@ -114,8 +116,8 @@ class ClusterState:
         self.devices.delete_pod(f"{namespace}/{name}", uid)
 
     def replace_pods(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        """Adopt a fresh list: pods missing from it were deleted while we did not watch."""
-        self.devices.replace_pods([pod_record_from(raw, self.sources) for raw in objects])
+        """Adopt a fresh list at once (the watches land one in slices: app/core/pod_relist.py)."""
+        PodRelist.of(self, list(objects)).advance(sys.maxsize)
 
     def reserve(self, pod_key: str, node: str) -> None:
         """The gate holds the pod on `node`: count its requests there from now on."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlencode
@@ -53,9 +53,13 @@ class ResourceExpired(Exception):
 
 @dataclass(frozen=True)
 class Sink:
-    """What a reflector does with what it reads; all of it runs on the event loop."""
+    """What a reflector does with what it reads; all of it runs on the event loop.
 
-    replace: Callable[[list[Mapping[str, Any]]], None]
+    `replace` may return an awaitable: a large list landed in slices, the loop free
+    between them; the watch starts once it is done.
+    """
+
+    replace: Callable[[list[Mapping[str, Any]]], Awaitable[None] | None]
     upsert: Callable[[Mapping[str, Any]], None]
     delete: Callable[[Mapping[str, Any]], None]
     count: Callable[[], int]
@@ -197,7 +201,9 @@ class Reflector:
             if not token:
                 self.resource_version = meta.get("resourceVersion") or ""
                 break
-        self._sink.replace(items)
+        landing = self._sink.replace(items)
+        if landing is not None:
+            await landing
         self._synced = True
         self._last_error = None
         self._last_event = monotonic()

@@ -49,6 +49,7 @@ from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology, Held
 from app.runtime.gate import PermitGate
 from app.runtime.line import Candidate, Line, Waiting
+from app.runtime.line_warmup import LineWarmup
 from app.runtime.queues.book import Assessment
 from app.runtime.queues.reclaim_checks import ReclaimChecks
 from app.runtime.queues.tally import queue_of
@@ -100,6 +101,10 @@ class Arbiter:
         # A gang's last rejection, reused while nothing it weighed changed.
         self.answers = Answers(
             state, self._revision, admission, self.line, self.ledger, settings.aging_seconds
+        )
+        # The line's gangs built and its walk done ahead, in slices (started by the service).
+        self.warmup = LineWarmup(
+            state, self.line, self._revision, self._clock, settings.aging_seconds
         )
 
     @property

@@ -11,17 +11,21 @@ gets its own domain inside the gang's, and a member is held to its own.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from app.base.metrics import Metrics
 from app.core.contention import Contest, Decision, Gang, decide
 from app.core.groups import GroupSpec
 from app.core.observer import GangObserver
-from app.core.packing import Bin
+from app.core.packing import Bin, Packing
+from app.core.records import PodRecord
 from app.core.state import ClusterState
 from app.core.topology.domains import (
     Domain,
     TopologyConstraint,
+    TopologyError,
     Where,
     fits_one_domain,
     levels_to_try,
@@ -31,7 +35,7 @@ from app.core.topology.domains import (
 from app.core.topology.held import HeldGroup, groups_message, held_groups
 from app.core.topology.sources import constraint_of
 from app.core.topology.subgroups import GangTree, Path
-from app.core.topology.tree import Resolve, place_tree
+from app.core.topology.tree import Resolve, pack_tree, place_tree
 from app.runtime.claims import Claim
 from app.runtime.gang_tree import gang_tree
 from app.runtime.revision import Revision
@@ -160,6 +164,22 @@ class GangTopology:
             return decide(gang, contest, now, aging_seconds), None, {}
         placed = place(gang, self._where(gang.key, constraint), contest, now, aging_seconds)
         return placed.decision, placed.domain, {}
+
+    def packer(
+        self, spec: GroupSpec, pod: Candidate | None, members: Sequence[PodRecord]
+    ) -> Callable[..., Packing] | None:
+        """How the decisions behind a gang in line weigh it: a gang made of groups as a tree
+        (each slice whole in one domain), else None (first fit, as any gang)."""
+        declared = spec.slicing or spec.sub_group_policy or (pod is not None and pod.slicing)
+        if not declared and not any(p.slicing is not None for p in members):
+            return None
+        try:
+            tree = self.tree(spec, pod)
+        except TopologyError:
+            return None
+        if tree is None or not any(g.constraint is not None for g in tree.groups):
+            return None
+        return partial(pack_tree, tree, self.resolver())
 
     def resolver(self) -> Resolve:
         """A sub-group's constraint as the levels to try: the configured ones and the

@@ -10,9 +10,8 @@ filtered when the watch has not delivered it yet.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 from app.core.admission import Admission, wholeness
@@ -28,14 +27,13 @@ from app.core.contention import (
     wake_order,
 )
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
-from app.core.packing import Bin, Demand, Packing
+from app.core.packing import Bin, Demand
 from app.core.placement import placement_of
 from app.core.records import GroupNotFound, PodRecord, delivered
 from app.core.resources import QuantityError, pod_requests
 from app.core.state import ClusterState
-from app.core.topology.domains import TopologyConstraint, TopologyError
+from app.core.topology.domains import TopologyConstraint
 from app.core.topology.subgroups import Slicing
-from app.core.topology.tree import pack_tree
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology
 from app.runtime.line_walk import LineWalk
@@ -123,8 +121,9 @@ class Line:
         self._stamp = -1
         # What an aged gang ahead can never use per node, kept between calls.
         self._remainders = Remainders(self._staying_on, state.nodes_changed_since)
-        # The walk of the line a fresh gang is admitted behind, kept between calls.
-        self._walk = LineWalk()
+        # The walk of the line a fresh gang is admitted behind, kept between calls
+        # (warmed ahead in slices by app/runtime/line_warmup.py).
+        self.walk = LineWalk()
 
     def _staying_on(self, node: str) -> list[Mapping[str, int]]:
         """The requests of the pods on `node` not on their way out (backfill's remainders)."""
@@ -188,23 +187,8 @@ class Line:
             need=min(len(demands), placed.missing),
             waiting_since=waiting.since if waiting is not None else None,
             share=share,
-            packer=self._packer(spec, pod, members),
+            packer=self._topology.packer(spec, pod, members),
         )
-
-    def _packer(
-        self, spec: GroupSpec, pod: Candidate | None, members: Sequence[PodRecord]
-    ) -> Callable[..., Packing] | None:
-        """A gang made of groups is weighed as a tree by the decisions behind it in line."""
-        declared = spec.slicing or spec.sub_group_policy or (pod is not None and pod.slicing)
-        if not declared and not any(p.slicing is not None for p in members):
-            return None
-        try:
-            tree = self._topology.tree(spec, pod)
-        except TopologyError:
-            return None
-        if tree is None or not any(g.constraint is not None for g in tree.groups):
-            return None
-        return partial(pack_tree, tree, self._topology.resolver())
 
     def gangs(self, exclude: str, free: list[Bin] | None = None) -> list[Gang]:
         """The gangs waiting that may be admitted: in line (any order).
@@ -242,6 +226,21 @@ class Line:
                 self._queue_of[key] = known.queue
             line.append(gang)
         return line
+
+    def learn(self, most: int) -> bool:
+        """Build at most `most` gangs in line not known yet, as gangs() would on first sight
+        (a slice of the warm-up, app/runtime/line_warmup.py); True: every one is known."""
+        self._forget_changed()
+        for key, entry in list(self.waiting.items()):
+            known = self._known.get(key)
+            if key in self._ledger.held or (known is not None and known.ref == entry.ref):
+                continue
+            if most <= 0:
+                return False
+            most -= 1
+            if self._learn(key, entry.ref) is None:
+                del self.waiting[key]
+        return True
 
     def _forget_changed(self) -> None:
         """Drop what was known of the gangs whose pods or group object changed since last time."""
@@ -292,7 +291,7 @@ class Line:
         """The room after every gang of `contest.line`, from the walk kept between calls
         (app/runtime/line_walk.py); for a gang not in line, behind all of them."""
         assert contest.positions is not None
-        return self._walk.walked(
+        return self.walk.walked(
             contest.line, contest.free, contest.holders, contest.positions, now, aging_seconds
         )
 

@@ -59,6 +59,15 @@ class LineWalk:
         self._walk: _Walk | None = None
         # How many gangs the last update walked again (tests, bench).
         self.walked_again = 0
+        # The last line ordered, as (line, now, aging, order): a warm-up's slices hand the
+        # same line again and again, and ordering 10,000 gangs each slice cost more than
+        # the slice's walk.
+        self._ordered: tuple[Sequence[Gang], float, float, list[Gang]] | None = None
+
+    @property
+    def length(self) -> int:
+        """How many gangs the kept walk has walked (0: none kept)."""
+        return len(self._walk.order) if self._walk is not None else 0
 
     def walked(
         self,
@@ -71,7 +80,37 @@ class LineWalk:
     ) -> Walked | None:
         """The room after every gang of `line` that fits set aside (None: an aged one does
         not fit)."""
-        order = order_line(line, now, aging_seconds)
+        return self._walked(line, free, holders, positions, now, aging_seconds, sys.maxsize)[0]
+
+    def warm(
+        self,
+        line: Sequence[Gang],
+        free: Sequence[Bin],
+        holders: Sequence[Holder],
+        positions: Mapping[str, int],
+        now: float,
+        aging_seconds: float,
+        most: int,
+    ) -> bool:
+        """Walk at most `most` more gangs of `line` and keep the walk (the next decision
+        goes on from it); True: nothing is left to walk (the whole line, or up to an aged
+        gang that does not fit). A warm-up calls it a slice at a time, the event loop free
+        between: the first decision after a start, a relist or a node change walked the
+        whole line at once (10,000 gangs: a third of a second and more)."""
+        return self._walked(line, free, holders, positions, now, aging_seconds, most)[1]
+
+    def _walked(
+        self,
+        line: Sequence[Gang],
+        free: Sequence[Bin],
+        holders: Sequence[Holder],
+        positions: Mapping[str, int],
+        now: float,
+        aging_seconds: float,
+        most: int,
+    ) -> tuple[Walked | None, bool]:
+        """walked(), stopping after `most` gangs walked again; and whether it went to the end."""
+        order = self._order(line, now, aging_seconds)
         walk = self._walk
         start = self._redo_from(walk, order, free, holders)
         bins = self._room_before(walk, start, free, holders, positions)
@@ -79,8 +118,11 @@ class LineWalk:
         plans = kept.plans[:start] if kept is not None else []
         reach = kept.reach[:start] if kept is not None else []
         room = Room(bins, (), ())
-        whole = True
+        whole = finished = True
         for gang in order[start:]:
+            if len(plans) - start >= most:  # a slice's worth: the rest another time
+                whole = finished = False
+                break
             packing = room.pack(gang)
             if packing.fits:
                 room.take(gang, packing.plan)
@@ -96,10 +138,20 @@ class LineWalk:
         done = order[: len(plans)]
         self._walk = _Walk(free, holders, done, plans, reach, list(room.bins))
         if not whole:
-            return None
+            return None, finished
         first = next((g for g, plan in zip(done, plans, strict=True) if plan), None)
         blocker = (first.key, first.priority) if first is not None else None
-        return Walked(line, free, holders, done[-1] if done else None, room.bins, blocker)
+        walked = Walked(line, free, holders, done[-1] if done else None, room.bins, blocker)
+        return walked, True
+
+    def _order(self, line: Sequence[Gang], now: float, aging_seconds: float) -> list[Gang]:
+        """order_line(), reused while the very same line (not a copy) is handed in again."""
+        kept = self._ordered
+        if kept is not None and kept[0] is line and kept[1:3] == (now, aging_seconds):
+            return kept[3]
+        order = order_line(line, now, aging_seconds)
+        self._ordered = (line, now, aging_seconds, order)
+        return order
 
     @staticmethod
     def _redo_from(

@@ -11,7 +11,7 @@ expect.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -21,6 +21,7 @@ from app.core.devices.records import API_GROUP as DRA_GROUP
 from app.core.devices.records import API_VERSION as DRA_VERSION
 from app.core.devices.records import PLURALS as DRA_PLURALS
 from app.core.groups import GROUP_APIS, SOURCE_XK8S, GroupApi, group_key
+from app.core.pod_relist import PodRelist
 from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from app.core.state import ClusterState
 from app.core.topology import hypernode
@@ -33,6 +34,10 @@ from app.runtime.wakeup import SiblingWaker
 # applied at once this long after its first event: relabelling every node
 # takes ~0.2 s at 5,000 nodes (BENCHMARKS.md).
 _HYPERNODE_SETTLE_SECONDS = 0.5
+
+# Pods landed per slice of a relist: a few milliseconds of the event loop each (a relist
+# of 90,000 pods at once held it 2.7 s, BENCHMARKS.md).
+_RELIST_SLICE = 200
 
 
 def reflector_kind(api: GroupApi) -> str:
@@ -110,11 +115,25 @@ def _name(obj: Mapping[str, Any]) -> tuple[str, str]:
     return meta.get("namespace") or "", meta.get("name") or ""
 
 
+async def land_pods(
+    state: ClusterState, objects: Sequence[Mapping[str, Any]], most: int = _RELIST_SLICE
+) -> None:
+    """Adopt a fresh list of pods `most` at a time, the event loop free between slices:
+    verbs answer meanwhile from a state that loses and double-counts no pod
+    (app/core/state.PodRelist says what they see)."""
+    relist = PodRelist.of(state, objects)
+    while not relist.advance(most):  # noqa: ASYNC110 - yields the loop between slices
+        await asyncio.sleep(0)
+
+
 def _pod_sink(state: ClusterState) -> Sink:
     def delete(obj: Mapping[str, Any]) -> None:
         state.delete_pod(*_name(obj), (obj.get("metadata") or {}).get("uid"))
 
-    return Sink(state.replace_pods, state.apply_pod, delete, lambda: len(state.pods))
+    def replace(objects: list[Mapping[str, Any]]) -> Awaitable[None]:
+        return land_pods(state, objects)
+
+    return Sink(replace, state.apply_pod, delete, lambda: len(state.pods))
 
 
 def _node_sink(state: ClusterState) -> Sink:

@@ -47,11 +47,13 @@ async def test_loop_rows_time_every_step_and_admit_the_fresh_gang() -> None:
         f"loop_held_ms_{step}"
         for step in (
             "tally_caught_up_in_slices",
+            "line_warmed_in_slices",
             "first_admission",
             "admission",
             "node_cordoned",
+            "line_warmed_after_node",
             "admission_after_node",
-            "relist_pods",
+            "relist_pods_in_slices",
             "tally_caught_up_after_relist",
             "admission_after_relist",
             "longest",

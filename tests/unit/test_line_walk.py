@@ -48,7 +48,15 @@ def both(world: World, fresh: GroupSpec) -> tuple[Decision, Decision, int]:
     walked = line.walked(contest, now, _AGING)
     with_walk = decide(candidate, replace(contest, walked=walked), now, _AGING)
     without = decide(candidate, replace(contest, walked=None), now, _AGING)
-    return with_walk, without, line._walk.walked_again
+    return with_walk, without, line.walk.walked_again
+
+
+def warm_slice(world: World, most: int) -> bool:
+    """One slice of the warm-up's walk (app/runtime/line_warmup.py) over the line as it is."""
+    line = world.arbiter.line
+    c = line.contest(exclude="")
+    assert c.positions is not None
+    return line.walk.warm(c.line, c.free, c.holders, c.positions, world.clock.now, _AGING, most)
 
 
 def test_only_the_gangs_a_change_reaches_are_walked_again() -> None:
@@ -78,7 +86,9 @@ def test_only_the_gangs_a_change_reaches_are_walked_again() -> None:
 
 @st.composite
 def _ops(draw: st.DrawFn) -> list[tuple[str, int, int]]:
-    kind = st.sampled_from(["run", "run", "end", "join", "join", "leave", "node", "tick", "claim"])
+    kind = st.sampled_from(
+        ["run", "run", "end", "join", "join", "leave", "node", "tick", "claim", "warm", "learn"]
+    )
     return draw(st.lists(st.tuples(kind, st.integers(0, 5), st.integers(1, 4)), max_size=30))
 
 
@@ -122,6 +132,12 @@ def test_a_fresh_gang_is_decided_as_a_walk_of_the_whole_line_decides(
             world.clock.now += 25 * b  # ages gangs in line (aging 60 s)
         elif kind == "claim" and key not in world.arbiter.claims:
             world.filter(GroupSpec(key, gangs[a % len(names)][0]), f"{name}-0")
+        elif kind == "warm":  # a slice of the warm-up: `b` more gangs walked ahead
+            warm_slice(world, b)
+        elif kind == "learn":
+            world.arbiter.line.learn(b)
+        if kind in ("warm", "learn") and a % 2:
+            continue  # the next change comes before a decision: the walk warmed goes stale
         with_walk, whole, _ = both(world, fresh)
         assert with_walk == whole, (kind, a, b)
 
@@ -233,3 +249,57 @@ def test_a_gang_that_did_not_fit_may_fit_after_a_change_past_everyone_else() -> 
     free = [*free[:2], Bin("n2", {"cpu": 6})]  # w0 fits there now, before the fresh gang
     with_walk, whole = _walked(walk, [w0, w1], free, fresh)
     assert with_walk == whole and not with_walk.plan
+
+
+def five_in_line() -> tuple[World, GroupSpec]:
+    """Six nodes of 8 CPU, five gangs of 2 x 4 CPU in line, a fresh gang of 2 x 4 CPU."""
+    world = World(nodes=6, cpu="8")
+    for i in range(5):
+        gang(world, f"w{i}", 2, "4", i)
+        join(world, f"w{i}")
+    return world, gang(world, "fresh", 2, "4", 30)
+
+
+def test_a_line_warmed_in_slices_leaves_the_fresh_gang_nothing_to_walk() -> None:
+    world, fresh = five_in_line()
+    line = world.arbiter.line
+    assert not line.learn(2) and not line.learn(2) and line.learn(2)  # 5 gangs, 2 a slice
+    slices = 1
+    while not warm_slice(world, 2):
+        slices += 1
+    assert slices == 3 and line.walk.length == 5
+    with_walk, whole, again = both(world, fresh)
+    assert with_walk == whole and again == 0
+
+
+async def test_the_warm_up_walks_the_line_once_and_again_only_after_a_change() -> None:
+    world, fresh = five_in_line()
+    warmup = world.arbiter.warmup
+    await warmup.warm(most=2)
+    line = world.arbiter.line
+    assert line.walk.length == 5 and set(line._known) == {f"default/w{i}" for i in range(5)}
+    with_walk, whole, again = both(world, fresh)
+    assert with_walk == whole and again == 0
+    # Nothing changed: nothing done. A gang's pod changed: it is built again, ahead.
+    await warmup.warm(most=2)
+    world.state.apply_pod(pod("w4-0", group="w4", cpu="3"))
+    await warmup.warm(most=2)
+    demands = line._known["default/w4"].gang.demands
+    assert sorted(d.requests["cpu"] for d in demands) == [3000, 4000]
+    with_walk, whole, _ = both(world, fresh)
+    assert with_walk == whole
+
+
+async def test_after_a_node_is_cordoned_the_warm_up_walks_the_line_again() -> None:
+    """A cordon moves every free bin: the warm-up walks the whole line again, in slices, and
+    the fresh gang's admission then walks nothing again and decides as a whole walk does."""
+    world, fresh = five_in_line()
+    await world.arbiter.warmup.warm(most=2)
+    raw = node("n0", cpu="8")
+    raw["spec"]["unschedulable"] = True
+    world.state.apply_node(raw)
+    await world.arbiter.warmup.warm(most=2)
+    line = world.arbiter.line
+    assert line.walk.walked_again == 1  # the last slice of the walk redone from the start
+    with_walk, whole, again = both(world, fresh)
+    assert with_walk == whole and again == 0

@@ -268,3 +268,28 @@ async def test_reconnect_resumes_from_the_last_event_without_a_list() -> None:
         await reflector.stop()
     # Stopped: no task left, and stopping again is harmless.
     await reflector.stop()
+
+
+async def test_a_list_landed_in_slices_is_all_in_before_the_watch_starts() -> None:
+    """A sink may land a list in slices (the pods' does): the reflector waits for the last
+    slice, the loop free meanwhile, and is synced and watching only after it."""
+    api = ScriptedApi(pages=[listing(["a", "b", "c"], "5")], watches=[[HANG]])
+    cache = Cache()
+    during: list[tuple[bool, int]] = []
+
+    async def in_slices(items: list[Mapping[str, Any]]) -> None:
+        cache.lists += 1
+        for item in items:
+            during.append((reflector.synced, len(api.calls)))
+            cache.objects[item["metadata"]["name"]] = item["metadata"]["resourceVersion"]
+            await asyncio.sleep(0)
+
+    sink = Sink(in_slices, cache.upsert, cache.delete, lambda: len(cache.objects))
+    reflector = Reflector(Collection("things", "/t"), sink, api, Metrics())
+    try:
+        await run_until(reflector, lambda: api.opened == 1, "the watch")
+        assert during == [(False, 1)] * 3  # not synced, no watch asked, while landing
+        assert cache.objects == {"a": "5", "b": "5", "c": "5"} and reflector.synced
+        assert [kind for kind, _ in api.calls] == ["list", "watch"]
+    finally:
+        await reflector.stop()

@@ -127,11 +127,9 @@ class DeviceBook:
         if known and key not in self._pods.pods:
             self._refresh_pods(self.pod_gone(key))
 
-    def replace_pods(self, records: list[PodRecord]) -> None:
-        """A fresh list: the pods it left out are gone; every device pod is counted again."""
-        for record in records:
-            self.pod(record)
-        self._pods.replace(records)
+    def relisted(self) -> None:
+        """A fresh list of pods has landed (pod by pod, app/core/state.PodRelist): every
+        device pod is counted again, with every claim's users as the list has them."""
         for key in [k for k in self._device_pods if k not in self._pods.pods]:
             self.pod_gone(key)
         self._refresh_pods(self._device_pods)

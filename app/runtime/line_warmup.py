@@ -1,0 +1,120 @@
+"""The line warmed ahead of the verbs, a slice at a time: its gangs built and its walk done.
+
+A fresh gang's admission stands behind the whole line: it needs every gang
+in line built from its members (app/runtime/line.py) and the line walked
+(app/runtime/line_walk.py), both kept between calls. After a start, a relist
+or a node change nothing of it is kept, and the first admission built and
+walked 10,000 gangs at once: most of a second of the event loop every verb
+and watch waited for (BENCHMARKS.md). The warm-up does that work in slices
+of a few milliseconds, the loop free between them, soon after anything it
+rests on changes; an admission that comes first finishes the work itself,
+exactly as before (the kept walk is redone from the first gang a change
+reaches, so a walk warmed over inputs that changed since is only wasted,
+never wrong).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from app.core.clock import Clock
+from app.core.state import ClusterState
+from app.runtime.line import Line
+from app.runtime.revision import Revision
+
+log = logging.getLogger(__name__)
+
+# Gangs built or walked per slice: a few milliseconds of the event loop.
+_SLICE = 100
+# How often the warm-up looks whether anything changed.
+WARM_SECONDS = 0.25
+
+
+class LineWarmup:
+    """Keeps the line's gangs and walk current in slices (see the module docstring)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        line: Line,
+        revision: Revision,
+        clock: Clock,
+        aging_seconds: float,
+    ) -> None:
+        self._state = state
+        self._line = line
+        self._revision = revision
+        self._clock = clock
+        self._aging = aging_seconds
+        # What the last whole warm-up rested on: (change stamp, revision); None: none yet.
+        self._warmed: tuple[int, int] | None = None
+        # The state's schedulable_version the last walk warmed was over: nodes that came,
+        # went, or were cordoned or uncordoned move every free bin, so the whole line is
+        # walked again (10,000 gangs: a third of a second at once).
+        self._schedulable = -1
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="line-warmup")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.warm()
+            except Exception:  # logged; the verbs do the work themselves meanwhile
+                log.exception("warming the line failed", extra={"verb": None})
+            await asyncio.sleep(WARM_SECONDS)
+
+    def _mark(self, since: int) -> tuple[int, int]:
+        """The state's change stamp (pods, nodes, groups) and the arbiter's revision: what a
+        warm-up rests on. `since`: a stamp seen before (the changes after it are skipped)."""
+        stamp, _ = self._state.groups_changed_since(since)
+        return stamp, self._revision.version
+
+    async def warm(self, most: int = _SLICE) -> None:
+        """Build the gangs in line, `most` a slice, and walk the line the same way when no
+        walk of it is kept (after a start, or once the line grew past the walk) or nodes
+        came, went or were cordoned; nothing to do when nothing changed since the last time.
+
+        Other changes (a pod placed or gone) are left to the next admission: the walk is
+        redone from the first gang they reach, and building the line's contest here at
+        each would hold the loop as long as an admission does."""
+        line = self._line
+        mark = self._mark(self._warmed[0] if self._warmed is not None else -1)
+        if not line.waiting or mark == self._warmed:
+            return
+        book = line.queues
+        if book is not None:
+            await book.catch_up()  # the tally a queued line is judged by, in slices too
+        while not line.learn(most):  # noqa: ASYNC110 - yields the loop between slices
+            await asyncio.sleep(0)
+        mark = self._mark(mark[0])
+        schedulable = self._state.schedulable_version
+        if line.walk.length < len(line.waiting) // 2 or schedulable != self._schedulable:
+            await self._walk(most, mark)
+            self._schedulable = schedulable
+        self._warmed = mark
+
+    async def _walk(self, most: int, mark: tuple[int, int]) -> None:
+        """The line walked ahead, `most` gangs a slice, over the contest a fresh gang's
+        admission would weigh (its queue's verdict on each gang aside)."""
+        line = self._line
+        contest = line.contest(exclude="")
+        if line.queues is not None:
+            contest.line = line.assess(None, "", contest.line, contest.holders).line
+        c, positions, now = contest, contest.positions, self._clock()
+        assert positions is not None
+        while not line.walk.warm(c.line, c.free, c.holders, positions, now, self._aging, most):
+            await asyncio.sleep(0)
+            if self._mark(mark[0]) != mark:
+                return  # what it walks over changed: the next round starts afresh
