@@ -262,6 +262,7 @@ class AsyncApiClient:
         on_open: Callable[[], None] = lambda: None,
         timeout_seconds: float,
         connect_timeout_seconds: float = 10,
+        idle_seconds: float | None = None,
     ) -> None:
         """GET `path` (a watch) and hand each line of the answer to `on_line`, on the loop.
 
@@ -270,7 +271,10 @@ class AsyncApiClient:
         `on_line` raised, the ApiError of a status other than 200, or
         Transient when the connection fails, breaks off, or the answer has
         not begun within `connect_timeout_seconds` or ended `timeout_seconds`
-        after that. Cancelling the call closes the connection.
+        after that, or nothing arrived for `idle_seconds` (a peer gone
+        without closing the connection: the API server sends a watch with
+        bookmarks allowed one a minute at least). Cancelling the call closes
+        the connection.
         """
         headers = self._headers(None)
         try:
@@ -286,7 +290,12 @@ class AsyncApiClient:
                     raise error_for(response.status, response.reason, await response.read())
             on_open()
             async with asyncio.timeout(timeout_seconds):
-                await _stream(response, on_line)
+                await _stream(response, on_line, idle_seconds)
+        except _Silent:
+            raise Transient(
+                f"API server {self._name} sent nothing on the watch of {path} for "
+                f"{idle_seconds:g}s (no event, no bookmark): a dead connection, watching again"
+            ) from None
         except TimeoutError:
             raise Transient(
                 f"API server {self._name} did not answer or end the watch of {path} in time"
@@ -354,16 +363,31 @@ class AsyncApiClient:
 WATCH_SLICE_SECONDS = 0.0005
 
 
-async def _stream(response: aiohttp.ClientResponse, on_line: LineHandler) -> None:
+class _Silent(Exception):
+    """No byte of a watch for its idle limit."""
+
+
+async def _stream(
+    response: aiohttp.ClientResponse, on_line: LineHandler, idle_seconds: float | None
+) -> None:
     """Each line of the answer to `on_line` as its chunk arrives; the last one at the end.
 
     One chunk can carry dozens of pod events (a burst of bindings): applied
     in one go they would hold a filter call that arrived meanwhile for
     milliseconds, and kube-scheduler waits for it. So the loop is given back
-    every WATCH_SLICE_SECONDS; the events are still applied in order.
+    every WATCH_SLICE_SECONDS; the events are still applied in order. No
+    chunk for `idle_seconds` raises _Silent.
     """
     lines = LineBuffer()
-    async for chunk in response.content.iter_any():
+    chunks = response.content.iter_any().__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(idle_seconds):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            break
+        except TimeoutError:
+            raise _Silent from None
         batch = lines.feed(chunk)
         until = monotonic() + WATCH_SLICE_SECONDS
         for line in batch:

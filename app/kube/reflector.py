@@ -42,6 +42,9 @@ class ReflectorSettings:
     page_size: int = 500
     # The API server ends a watch after this long; the reflector then watches again.
     watch_timeout_seconds: int = 300
+    # A watch that carries nothing this long (no event, and none of the bookmarks the API
+    # server sends a minute apart) is a dead connection: watch again from the last version.
+    watch_idle_seconds: float = 150
     list_timeout_seconds: float = 60
     # The longest wait before retrying a failed list or watch (doubling from 0.5 s).
     max_backoff_seconds: float = 30.0
@@ -76,6 +79,7 @@ class ListWatch(Requests, Protocol):
         on_open: Callable[[], None] = ...,
         timeout_seconds: float,
         connect_timeout_seconds: float = 10,
+        idle_seconds: float | None = None,
     ) -> None: ...
 
 
@@ -227,8 +231,9 @@ class Reflector:
                 path,
                 self._on_line,
                 on_open=self._opened,
-                # The server's own timeout ends the watch; ours only catches a silent peer.
+                # The server's own timeout ends the watch; ours only catch a silent peer.
                 timeout_seconds=timeout + 30,
+                idle_seconds=self.settings.watch_idle_seconds,
             )
         )
         try:

@@ -9,6 +9,12 @@ a watch cut, a pod the API server no longer had stayed in the extender's
 cache: not seen again since, its likely cause is fixed (a pod the bind verb
 read while our watch lagged could land after the watch saw it deleted;
 tests/unit/test_extender.py), and the caches are compared after every fault.
+Once in CI (seed 2, every-verb), the last gangs got no PodScheduled message
+in 30 s: kube-scheduler heard nothing for 45 s after an API server restart.
+The relay had left its side of a connection open when the server reset its
+own (a half-open connection that client-go's HTTP/2 ping ends after 45 s):
+the relay now breaks both sides (tests/unit/test_soak_tools.py), and the
+extender's watches end one silent for 150 s (tests/unit/test_kube_watch.py).
 
 tests/soak/ plays a seeded stream of gangs of every source, plain pods,
 preempting gangs and pods, deletions mid-wait, node changes and faults

@@ -18,7 +18,7 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 
@@ -134,38 +134,61 @@ class SlowRelay:
             return
         self.stats.connections += 1
         self._writers.update((writer, up_writer))
-        try:
-            await asyncio.gather(
-                self._pipe(reader, up_writer, downstream=False),
-                self._pipe(up_reader, writer, downstream=True),
-            )
-        finally:
+
+        def abort_both() -> None:
+            # A reset on one side resets the other, as a direct connection would show it: a
+            # client left open here would wait on a dead API server until its own health
+            # check (client-go's HTTP/2 ping, 45 s) gave up.
             for w in (writer, up_writer):
                 self._writers.discard(w)
                 w.transport.abort()
 
+        try:
+            await asyncio.gather(
+                self._pipe(reader, up_writer, abort_both, downstream=False),
+                self._pipe(up_reader, writer, abort_both, downstream=True),
+            )
+        finally:
+            abort_both()
+
     async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, downstream: bool
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        abort_both: Callable[[], None],
+        *,
+        downstream: bool,
     ) -> None:
-        """Forward chunks in order, each at (time read + its delay), never before the previous."""
-        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        """Forward chunks in order, each at (time read + its delay), never before the previous.
+
+        A clean end (EOF) is passed on as a half-close; a broken side breaks
+        the whole connection, both sides at once: a failed write at once, a
+        reset read after what was read before it is delivered (None marks it).
+        """
+        queue: asyncio.Queue[tuple[float, bytes | None]] = asyncio.Queue()
 
         async def send() -> None:
-            while True:
-                due, data = await queue.get()
-                if not data:
-                    with contextlib.suppress(OSError):
-                        writer.write_eof()
-                    return
-                wait = due - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                writer.write(data)
-                await writer.drain()
-                if downstream:
-                    self.stats.bytes_down += len(data)
-                else:
-                    self.stats.bytes_up += len(data)
+            try:
+                while True:
+                    due, data = await queue.get()
+                    wait = due - time.monotonic()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                    if data is None:
+                        abort_both()
+                        return
+                    if not data:
+                        with contextlib.suppress(OSError):
+                            writer.write_eof()
+                        return
+                    writer.write(data)
+                    await writer.drain()
+                    if downstream:
+                        self.stats.bytes_down += len(data)
+                    else:
+                        self.stats.bytes_up += len(data)
+            except (OSError, ConnectionError):
+                abort_both()
 
         sender = asyncio.ensure_future(send())
         last_due = 0.0
@@ -177,9 +200,10 @@ class SlowRelay:
                 queue.put_nowait((last_due, data))
                 if not data:
                     break
-            await sender
         except (OSError, ConnectionError):
-            pass
+            queue.put_nowait((last_due, None))
+        try:
+            await sender
         finally:
             sender.cancel()
 

@@ -248,6 +248,31 @@ async def test_no_answer_in_time_is_transient() -> None:
     listener2.close()
 
 
+async def test_a_watch_silent_for_its_idle_limit_is_transient() -> None:
+    """A peer gone without closing (a half-open connection) is noticed within idle_seconds,
+    not after the whole watch's timeout: bytes that keep coming keep it open."""
+    script: list[Step] = [HEAD]
+    for i in range(6):
+        script += [chunk(event("ADDED", f"p{i}", str(i))), Pause(0.1)]
+    talking = WatchServer([*script, END])
+    silent = WatchServer([HEAD, chunk(event("ADDED", "a", "1")), Pause(10)])
+    apis = []
+    for server in (talking, silent):
+        listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        apis.append((AsyncApiClient(k8s.Configuration(host=f"http://127.0.0.1:{port}")), listener))
+    seen: list[bytes] = []
+    await apis[0][0].watch("/w", seen.append, timeout_seconds=5, idle_seconds=0.4)
+    assert len(seen) == 6  # 0.6 s in all, never 0.4 s without a byte
+    start = time.monotonic()
+    with pytest.raises(Transient, match=r"sent nothing on the watch of /w for 0\.3s"):
+        await apis[1][0].watch("/w", seen.append, timeout_seconds=5, idle_seconds=0.3)
+    assert time.monotonic() - start < 2
+    for api, listener in apis:
+        await api.close()
+        listener.close()
+
+
 async def test_a_burst_of_events_in_one_chunk_gives_the_event_loop_back_between_them(
     serve: Serve,
 ) -> None:

@@ -78,6 +78,7 @@ class ScriptedApi:
         on_open: Callable[[], None] = lambda: None,
         timeout_seconds: float,
         connect_timeout_seconds: float = 10,
+        idle_seconds: float | None = None,
     ) -> None:
         self._record("watch", path)
         if not self.watches:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -110,3 +111,43 @@ def test_a_cut_drops_every_connection(echo: int) -> None:
                     raise ConnectionResetError("closed")
                 time.sleep(0.05)
     assert relay.stats.cut == 2
+
+
+@pytest.fixture
+def resetting() -> Iterator[int]:
+    """A loopback server that echoes one chunk, then resets the connection (RST, not FIN),
+    as a killed API server does to a connection with a request it had not read."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        conn.sendall(conn.recv(4096))
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_a_reset_server_side_breaks_the_client_side_at_once(resetting: int) -> None:
+    """Not a half-open client: kube-scheduler left waiting on a dead connection heard
+    nothing for 45 s (client-go's HTTP/2 health check) and scheduled on a stale view."""
+    with (
+        slow_relay(resetting, down=Delay(0.01, 0.01), up=Delay(), max_seconds=30) as relay,
+        socket.create_connection(("127.0.0.1", relay.port), timeout=5) as client,
+    ):
+        client.sendall(b"x")
+        assert _read(client, 1) == b"x"
+        start = time.monotonic()
+        try:
+            ended = client.recv(1) == b""
+        except TimeoutError:
+            pytest.fail("the client's side stayed open 5 s after the server reset its side")
+        except ConnectionResetError:
+            ended = True
+        assert ended
+        assert time.monotonic() - start < 2
