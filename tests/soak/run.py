@@ -60,7 +60,7 @@ from tests.soak.stream import (
     Step,
     steps,
 )
-from tests.soak.world import Gang, Monitor, World, caches_diff
+from tests.soak.world import Gang, Monitor, Snapshot, World, caches_diff
 
 HIGH_CLASS = "soak-high"
 # How long a pending member may go without showing why it waits.
@@ -146,9 +146,13 @@ def gangs_debug(url: str) -> dict[str, Any]:
 
 
 def debug_text(url: str, limit: int = 4000) -> str:
-    """/debug/gangs for a violation: the line, claims and plans first, the group list last."""
+    """/debug/gangs for a violation: the gate, plans and claims first, the group list last.
+
+    The gate first: members held there are room kube-scheduler counts as taken (it
+    assumed them) and the oracle does not (they are not bound).
+    """
     doc = gangs_debug(url)
-    order = ("contention", "preemptionPlans", "gate", "denied", "permitted", "groups")
+    order = ("gate", "preemptionPlans", "denied", "contention", "permitted", "groups")
     ordered = {k: doc[k] for k in order if k in doc} | doc
     return json.dumps(ordered)[:limit]
 
@@ -510,12 +514,29 @@ class Soak:
             if time.monotonic() > deadline:
                 break
             time.sleep(1)
-        names = ", ".join(f"{g.name} ({g.step}; {need} eviction(s))" for g, need in fitting)
+        snap = self.world.snapshot()
+        names = ", ".join(
+            f"{g.name} ({g.step}; {need} eviction(s); {self._reason(g, snap)})"
+            for g, need in fitting
+        )
         self.world.violation(
             f"seed {self.config.seed}, {self.current}: not placed within "
             f"{self.config.live_seconds:g}s though they fit: {names}; /debug/gangs: "
             f"{debug_text(self.extender.url)}"
         )
+
+    @staticmethod
+    def _reason(gang: Gang, snap: Snapshot) -> str:
+        """kube-scheduler's last word on the gang's first unplaced member."""
+        for name in gang.pods:
+            pod = snap.pods.get(name)
+            if pod is None or pod.spec.node_name:
+                continue
+            for condition in pod.status.conditions or []:
+                if condition.type == "PodScheduled":
+                    return f"{name}: {(condition.message or condition.reason or '')[:300]}"
+            return f"{name}: not tried yet"
+        return "every member placed"
 
     def _pending_say_why(self) -> None:
         """Every pending gang that never fits says why: each unplaced member has a reason.
