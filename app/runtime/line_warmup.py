@@ -16,9 +16,9 @@ never wrong).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
+from app.base.tasks import Periodic
 from app.core.clock import Clock
 from app.core.state import ClusterState
 from app.runtime.line import Line
@@ -54,26 +54,20 @@ class LineWarmup:
         # went, or were cordoned or uncordoned move every free bin, so the whole line is
         # walked again (10,000 gangs: a third of a second at once).
         self._schedulable = -1
-        self._task: asyncio.Task[None] | None = None
+        # A failed warm-up is logged; the verbs do the work themselves meanwhile.
+        self._loop = Periodic(
+            self.warm,
+            WARM_SECONDS,
+            name="line-warmup",
+            logger=log,
+            failure="warming the line failed",
+        )
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="line-warmup")
+        self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.warm()
-            except Exception:  # logged; the verbs do the work themselves meanwhile
-                log.exception("warming the line failed", extra={"verb": None})
-            await asyncio.sleep(WARM_SECONDS)
+        await self._loop.stop()
 
     def _mark(self, since: int) -> tuple[int, int]:
         """The state's change stamp (pods, nodes, groups) and the arbiter's revision: what a
