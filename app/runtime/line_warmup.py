@@ -69,11 +69,10 @@ class LineWarmup:
     async def stop(self) -> None:
         await self._loop.stop()
 
-    def _mark(self, since: int) -> tuple[int, int]:
+    def _mark(self) -> tuple[int, int]:
         """The state's change stamp (pods, nodes, groups) and the arbiter's revision: what a
-        warm-up rests on. `since`: a stamp seen before (the changes after it are skipped)."""
-        stamp, _ = self._state.groups_changed_since(since)
-        return stamp, self._revision.version
+        warm-up rests on."""
+        return self._state.change_stamp, self._revision.version
 
     async def warm(self, most: int = _SLICE) -> None:
         """Build the gangs in line, `most` a slice, and walk the line the same way when no
@@ -84,7 +83,7 @@ class LineWarmup:
         redone from the first gang they reach, and building the line's contest here at
         each would hold the loop as long as an admission does."""
         line = self._line
-        mark = self._mark(self._warmed[0] if self._warmed is not None else -1)
+        mark = self._mark()
         if not line.waiting or mark == self._warmed:
             return
         book = line.queues
@@ -92,7 +91,7 @@ class LineWarmup:
             await book.catch_up()  # the tally a queued line is judged by, in slices too
         while not line.learn(most):  # noqa: ASYNC110 - yields the loop between slices
             await asyncio.sleep(0)
-        mark = self._mark(mark[0])
+        mark = self._mark()
         schedulable = self._state.schedulable_version
         if line.walk.length < len(line.waiting) // 2 or schedulable != self._schedulable:
             await self._walk(most, mark)
@@ -110,5 +109,5 @@ class LineWarmup:
         assert positions is not None
         while not line.walk.warm(c.line, c.free, c.holders, positions, now, self._aging, most):
             await asyncio.sleep(0)
-            if self._mark(mark[0]) != mark:
+            if self._mark() != mark:
                 return  # what it walks over changed: the next round starts afresh
