@@ -1,6 +1,11 @@
 """Sub-groups as a group object declares them: Volcano's spec.subGroupPolicy. Pure.
 
-Fields as volcano-sh/apis v1beta1 `SubGroupPolicySpec` has them: `name`,
+Also the checks every declared list of named sub-groups shares (Volcano's
+spec.subGroupPolicy here, KAI's spec.subGroups in app/core/kai.py): a
+list, of objects, each named once, counts that are int32s
+(`named_entries`, `int32_count`), so both say a mistake the same way.
+
+Volcano's fields as volcano-sh/apis v1beta1 `SubGroupPolicySpec` has them: `name`,
 `subGroupSize` (default 1), `minSubGroups` (default 0), `labelSelector`,
 `matchLabelKeys` and `networkTopology`. Read as Volcano's scheduler reads
 them (app/core/topology/subgroups.py SubGroupPolicy.path_of): the policies
@@ -9,7 +14,7 @@ in order, the first that takes a pod wins.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -23,23 +28,56 @@ _INT32_MAX = 2**31 - 1
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
-def policies_from_volcano(spec: Mapping[str, Any]) -> tuple[SubGroupPolicy, ...]:
-    """spec.subGroupPolicy, () when absent; TopologyError naming the field when unusable."""
-    raw = spec.get("subGroupPolicy")
+def named_entries(
+    spec: Mapping[str, Any], field: str, *, not_a_list: str, not_an_object: str, unnamed: str
+) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """spec[field]'s entries in order, as (where, name, entry); nothing when it is absent.
+
+    TopologyError when it is not a list (`not_a_list`), an entry is not an object
+    (`not_an_object`) or has no name (`unnamed`), or a name comes twice; `where` is
+    "spec.<field>[i]", and the two entry messages are templates of it ("{where} must
+    ..."), so each source keeps its own words. The caller checks the rest of each entry
+    as it comes: the first mistake in the list is the one reported.
+    """
+    raw = spec.get(field)
     if not raw:
-        return ()
+        return
     if not isinstance(raw, list):
-        raise TopologyError("spec.subGroupPolicy must be a list of policies")
-    policies: list[SubGroupPolicy] = []
+        raise TopologyError(not_a_list)
+    seen: set[str] = set()
     for i, entry in enumerate(raw):
-        where = f"spec.subGroupPolicy[{i}]"
+        where = f"spec.{field}[{i}]"
         if not isinstance(entry, Mapping):
-            raise TopologyError(f"{where} must be an object")
+            raise TopologyError(not_an_object.format(where=where))
         name = entry.get("name")
         if not isinstance(name, str) or not name:
-            raise TopologyError(f"{where}.name must name the policy (its sub-groups are named so)")
-        if any(p.name == name for p in policies):
-            raise TopologyError(f"spec.subGroupPolicy names {name} twice")
+            raise TopologyError(unnamed.format(where=where))
+        if name in seen:
+            raise TopologyError(f"spec.{field} names {name} twice")
+        seen.add(name)
+        yield where, name, entry
+
+
+def int32_count(value: Any, where: str, minimum: int) -> int:
+    """`value` when it is an integer from `minimum` to int32's largest, else TopologyError
+    naming `where` (a bool is not a count)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _INT32_MAX:
+        raise TopologyError(
+            f"{where} must be an integer between {minimum} and {_INT32_MAX}, got {value!r:.40}"
+        )
+    return value
+
+
+def policies_from_volcano(spec: Mapping[str, Any]) -> tuple[SubGroupPolicy, ...]:
+    """spec.subGroupPolicy, () when absent; TopologyError naming the field when unusable."""
+    policies: list[SubGroupPolicy] = []
+    for where, name, entry in named_entries(
+        spec,
+        "subGroupPolicy",
+        not_a_list="spec.subGroupPolicy must be a list of policies",
+        not_an_object="{where} must be an object",
+        unnamed="{where}.name must name the policy (its sub-groups are named so)",
+    ):
         keys = entry.get("matchLabelKeys") or []
         if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
             raise TopologyError(f"{where}.matchLabelKeys must be a list of label keys")
@@ -65,14 +103,7 @@ def policies_from_volcano(spec: Mapping[str, Any]) -> tuple[SubGroupPolicy, ...]
 
 def _count(entry: Mapping[str, Any], field: str, default: int, minimum: int, where: str) -> int:
     value = entry.get(field)
-    if value is None:
-        return default
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _INT32_MAX:
-        raise TopologyError(
-            f"{where}.{field} must be an integer between {minimum} and {_INT32_MAX}, "
-            f"got {value!r:.40}"
-        )
-    return value
+    return default if value is None else int32_count(value, f"{where}.{field}", minimum)
 
 
 def _selector(raw: Any, where: str) -> tuple[Requirement, ...]:
