@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.topology.domains import TopologyConstraint, TopologyError
-from app.core.topology.subgroup_sources import int32_count, named_entries
+from app.core.topology.subgroup_sources import ListWords, int32_count, named_entries
 from app.core.topology.subgroups import SubGroup
 
 KAI_SUB_GROUP = "sub-group"
@@ -114,14 +114,13 @@ def _count(value: Any, where: str, default: int) -> int:
 def _tree(spec: Mapping[str, Any]) -> tuple[tuple[SubGroup, ...], tuple[tuple[str, int], ...]]:
     """spec.subGroups as tree nodes (path from the top) and its leaves' minimums (both
     empty without sub-groups)."""
+    words = ListWords(
+        "spec.subGroups must be a list of sub-groups",
+        "{where} must be an object (name, minMember, parent)",
+        "{where}.name must name the sub-group (its pods' label value)",
+    )
     entries: dict[str, tuple[str | None, int, TopologyConstraint | None]] = {}
-    for where, name, entry in named_entries(
-        spec,
-        "subGroups",
-        not_a_list="spec.subGroups must be a list of sub-groups",
-        not_an_object="{where} must be an object (name, minMember, parent)",
-        unnamed="{where}.name must name the sub-group (its pods' label value)",
-    ):
+    for where, name, entry in named_entries(spec, "subGroups", words):
         parent = entry.get("parent")
         if parent is not None and (not isinstance(parent, str) or not parent):
             raise TopologyError(f"{where}.parent must name another sub-group, got {parent!r:.40}")

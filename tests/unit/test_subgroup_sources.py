@@ -7,7 +7,12 @@ import pytest
 
 from app.core.kai import kai_spec
 from app.core.topology.domains import TopologyError
-from app.core.topology.subgroup_sources import int32_count, named_entries, policies_from_volcano
+from app.core.topology.subgroup_sources import (
+    ListWords,
+    int32_count,
+    named_entries,
+    policies_from_volcano,
+)
 
 
 def entries(spec: dict[str, Any]) -> list[tuple[str, str, Any]]:
@@ -15,9 +20,11 @@ def entries(spec: dict[str, Any]) -> list[tuple[str, str, Any]]:
         named_entries(
             spec,
             "parts",
-            not_a_list="spec.parts must be a list of parts",
-            not_an_object="{where} must be an object",
-            unnamed="{where}.name must name the part",
+            ListWords(
+                "spec.parts must be a list of parts",
+                "{where} must be an object",
+                "{where}.name must name the part",
+            ),
         )
     )
 
@@ -49,11 +56,7 @@ def test_an_entry_is_checked_by_its_caller_before_the_next_entry_is_read() -> No
     seen: list[str] = []
     with pytest.raises(TopologyError, match=r"spec.parts\[1\] must be an object"):
         for _, name, _ in named_entries(
-            {"parts": [{"name": "a"}, 7]},
-            "parts",
-            not_a_list="",
-            not_an_object="{where} must be an object",
-            unnamed="",
+            {"parts": [{"name": "a"}, 7]}, "parts", ListWords("", "{where} must be an object", "")
         ):
             seen.append(name)
     assert seen == ["a"]

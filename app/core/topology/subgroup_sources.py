@@ -3,7 +3,7 @@
 Also the checks every declared list of named sub-groups shares (Volcano's
 spec.subGroupPolicy here, KAI's spec.subGroups in app/core/kai.py): a
 list, of objects, each named once, counts that are int32s
-(`named_entries`, `int32_count`), so both say a mistake the same way.
+(`named_entries`, `int32_count`), so both check them one way, each in its own words.
 
 Volcano's fields as volcano-sh/apis v1beta1 `SubGroupPolicySpec` has them: `name`,
 `subGroupSize` (default 1), `minSubGroups` (default 0), `labelSelector`,
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.core.placement import Requirement
 from app.core.topology.domains import TopologyError
@@ -28,30 +28,37 @@ _INT32_MAX = 2**31 - 1
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
+class ListWords(NamedTuple):
+    """A source's own words for a declared list's mistakes: the entry's are templates of
+    `{where}` ("spec.<field>[i]"), so the message names the entry."""
+
+    not_a_list: str
+    not_an_object: str
+    unnamed: str
+
+
 def named_entries(
-    spec: Mapping[str, Any], field: str, *, not_a_list: str, not_an_object: str, unnamed: str
+    spec: Mapping[str, Any], field: str, words: ListWords
 ) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     """spec[field]'s entries in order, as (where, name, entry); nothing when it is absent.
 
-    TopologyError when it is not a list (`not_a_list`), an entry is not an object
-    (`not_an_object`) or has no name (`unnamed`), or a name comes twice; `where` is
-    "spec.<field>[i]", and the two entry messages are templates of it ("{where} must
-    ..."), so each source keeps its own words. The caller checks the rest of each entry
-    as it comes: the first mistake in the list is the one reported.
+    TopologyError in the source's `words` when it is not a list, an entry is not an
+    object or has no name; naming the name when it comes twice. The caller checks the
+    rest of each entry as it comes: the first mistake in the list is the one reported.
     """
     raw = spec.get(field)
     if not raw:
         return
     if not isinstance(raw, list):
-        raise TopologyError(not_a_list)
+        raise TopologyError(words.not_a_list)
     seen: set[str] = set()
     for i, entry in enumerate(raw):
         where = f"spec.{field}[{i}]"
         if not isinstance(entry, Mapping):
-            raise TopologyError(not_an_object.format(where=where))
+            raise TopologyError(words.not_an_object.format(where=where))
         name = entry.get("name")
         if not isinstance(name, str) or not name:
-            raise TopologyError(unnamed.format(where=where))
+            raise TopologyError(words.unnamed.format(where=where))
         if name in seen:
             raise TopologyError(f"spec.{field} names {name} twice")
         seen.add(name)
@@ -70,14 +77,13 @@ def int32_count(value: Any, where: str, minimum: int) -> int:
 
 def policies_from_volcano(spec: Mapping[str, Any]) -> tuple[SubGroupPolicy, ...]:
     """spec.subGroupPolicy, () when absent; TopologyError naming the field when unusable."""
+    words = ListWords(
+        "spec.subGroupPolicy must be a list of policies",
+        "{where} must be an object",
+        "{where}.name must name the policy (its sub-groups are named so)",
+    )
     policies: list[SubGroupPolicy] = []
-    for where, name, entry in named_entries(
-        spec,
-        "subGroupPolicy",
-        not_a_list="spec.subGroupPolicy must be a list of policies",
-        not_an_object="{where} must be an object",
-        unnamed="{where}.name must name the policy (its sub-groups are named so)",
-    ):
+    for where, name, entry in named_entries(spec, "subGroupPolicy", words):
         keys = entry.get("matchLabelKeys") or []
         if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
             raise TopologyError(f"{where}.matchLabelKeys must be a list of label keys")
