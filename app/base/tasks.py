@@ -1,15 +1,20 @@
-"""A set of background tasks that a component starts and lets finish at shutdown.
+"""Background work: a set of tasks let finish at shutdown, and a step repeated every N seconds.
 
 asyncio keeps only weak references to running tasks: a task nobody holds
 may be collected half-way. The gate (binding waves), wake-up (touches) and
 the preemption follower (evictions) each start such fire-and-forget work
-from synchronous listeners, and must wait for it before the process exits.
+from synchronous listeners, and must wait for it before the process exits
+(TaskSet). The line's warm-up, the Queue status writer and the PodGroup
+status reconciler each repeat one step on a period until shutdown
+(Periodic).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 
@@ -36,3 +41,55 @@ class TaskSet:
         """
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+class Periodic:
+    """Runs `step` at once and then again `seconds` after each run ends, until stop().
+
+    A step that raises is logged with its traceback (`failure` on `logger`,
+    the owner's logger, so the line names who failed) and the next run comes
+    on time: one bad turn must not end the loop silently, since nothing else
+    would start it again. start() twice runs one loop; stop() cancels the
+    loop and waits until it has ended, so nothing of it runs after.
+    """
+
+    def __init__(
+        self,
+        step: Callable[[], Awaitable[None]],
+        seconds: float,
+        *,
+        name: str,
+        logger: logging.Logger,
+        failure: str,
+    ) -> None:
+        self._step = step
+        self._seconds = seconds
+        self._name = name
+        self._log = logger
+        self._failure = failure
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
+    def start(self) -> None:
+        """Start the loop on the running event loop; nothing when it runs already."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+
+    async def stop(self) -> None:
+        """Cancel the loop and wait for it to end; nothing when it does not run."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._step()
+            except Exception:  # logged; the next run comes on time
+                self._log.exception(self._failure)
+            await asyncio.sleep(self._seconds)

@@ -72,6 +72,11 @@ class ChangeLog:
     def add_node_listener(self, listener: NodeListener) -> None:
         self._node_listeners.append(listener)
 
+    @property
+    def stamp(self) -> int:
+        """The stamp of the newest change (node or group): what *_changed_since name now."""
+        return self._stamp
+
     def nodes_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
         """(the stamp now, the nodes changed after `stamp`); None: too many to tell, assume all."""
         if stamp == self._stamp:
@@ -118,3 +123,38 @@ class ChangeLog:
     def nodes_changed(self) -> None:
         for listener in self._node_listeners:
             listener()
+
+
+class ChangeReader:
+    """What the owner of a ChangeLog (ClusterState) offers the components that read it:
+    listeners, and stamps that say what changed since. Kept apart from the owner so that
+    its class keeps to the cluster's records."""
+
+    def __init__(self, changes: ChangeLog) -> None:
+        self._changes = changes
+
+    def add_pod_listener(self, listener: PodListener) -> None:
+        self._changes.add_pod_listener(listener)
+
+    def add_node_listener(self, listener: NodeListener) -> None:
+        """Called after any node was added, changed or removed."""
+        self._changes.add_node_listener(listener)
+
+    def nodes_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
+        """(the stamp now, the nodes changed after `stamp`); None: too many to tell, assume all."""
+        return self._changes.nodes_changed_since(stamp)
+
+    def group_stamp(self, group_key: str) -> int:
+        """Changes whenever a member of the group changes (0: it has none)."""
+        return self._changes.group_stamp(group_key)
+
+    def groups_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
+        """As nodes_changed_since, for groups: their pods or their group object changed."""
+        return self._changes.groups_changed_since(stamp)
+
+    @property
+    def change_stamp(self) -> int:
+        """The stamp of the newest change to pods, nodes or groups (the first of what
+        nodes_changed_since and groups_changed_since answer now): a reader that keeps it
+        knows whether anything changed since, without reading what."""
+        return self._changes.stamp

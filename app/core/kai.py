@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.topology.domains import TopologyConstraint, TopologyError
+from app.core.topology.subgroup_sources import ListWords, int32_count, named_entries
 from app.core.topology.subgroups import SubGroup
 
-_INT32_MAX = 2**31 - 1
 KAI_SUB_GROUP = "sub-group"
 # The PodGroup's name (no domain prefix, as KAI's podgrouper writes it) and the sub-group.
 KAI_GROUP_ANNOTATION = "pod-group-name"
@@ -74,7 +74,7 @@ class KaiSpec:
 def kai_spec(spec: Mapping[str, Any]) -> KaiSpec:
     """Read the spec; TopologyError naming the field when it cannot be used."""
     min_member = _count(spec.get("minMember"), "spec.minMember", 1)
-    tree, leaves = _tree(spec.get("subGroups"))
+    tree, leaves = _tree(spec)
     queue = spec.get("queue")
     priority = spec.get("priorityClassName")
     return KaiSpec(
@@ -108,31 +108,19 @@ def constraint_from_kai(raw: Any, where: str) -> TopologyConstraint | None:
 
 def _count(value: Any, where: str, default: int) -> int:
     """An int32 count; 0 or absent reads as `default` (KAI: max(minMember, 1))."""
-    if value is None:
-        return default
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT32_MAX:
-        raise TopologyError(
-            f"{where} must be an integer between 0 and {_INT32_MAX}, got {value!r:.40}"
-        )
-    return max(value, default)
+    return default if value is None else max(int32_count(value, where, 0), default)
 
 
-def _tree(raw: Any) -> tuple[tuple[SubGroup, ...], tuple[tuple[str, int], ...]]:
-    """spec.subGroups as tree nodes (path from the top) and its leaves' minimums."""
-    if not raw:
-        return (), ()
-    if not isinstance(raw, list):
-        raise TopologyError("spec.subGroups must be a list of sub-groups")
+def _tree(spec: Mapping[str, Any]) -> tuple[tuple[SubGroup, ...], tuple[tuple[str, int], ...]]:
+    """spec.subGroups as tree nodes (path from the top) and its leaves' minimums (both
+    empty without sub-groups)."""
+    words = ListWords(
+        "spec.subGroups must be a list of sub-groups",
+        "{where} must be an object (name, minMember, parent)",
+        "{where}.name must name the sub-group (its pods' label value)",
+    )
     entries: dict[str, tuple[str | None, int, TopologyConstraint | None]] = {}
-    for i, entry in enumerate(raw):
-        where = f"spec.subGroups[{i}]"
-        if not isinstance(entry, Mapping):
-            raise TopologyError(f"{where} must be an object (name, minMember, parent)")
-        name = entry.get("name")
-        if not isinstance(name, str) or not name:
-            raise TopologyError(f"{where}.name must name the sub-group (its pods' label value)")
-        if name in entries:
-            raise TopologyError(f"spec.subGroups names {name} twice")
+    for where, name, entry in named_entries(spec, "subGroups", words):
         parent = entry.get("parent")
         if parent is not None and (not isinstance(parent, str) or not parent):
             raise TopologyError(f"{where}.parent must name another sub-group, got {parent!r:.40}")

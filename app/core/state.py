@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from app.core import free_room
-from app.core.changes import ChangeLog, NodeListener, PodListener
+from app.core.changes import ChangeLog, ChangeReader
 from app.core.devices.book import DeviceBook
 from app.core.devices.records import SelectorEngine
 from app.core.group_rules import spec_from_labels
@@ -52,9 +52,9 @@ from app.core.topology.hypernode_labels import HyperNodeLabels
 __all__ = ["ClusterState"]
 
 
-class ClusterState:
+class ClusterState(ChangeReader):
     def __init__(self, selectors: SelectorEngine | None = None) -> None:
-        self._changes = ChangeLog()
+        super().__init__(ChangeLog())
         self._pods = PodIndex(self._changes)
         self._hypernodes = HyperNodeLabels()
         self.nodes: dict[str, NodeRecord] = {}
@@ -66,26 +66,7 @@ class ClusterState:
         self._schedulable_version = 0  # see schedulable_version
         self.gone = self._pods.gone  # pods lately deleted, for a pod read while the watch lagged
 
-    # ---- who hears of changes ---------------------------------------------------
-
-    def add_pod_listener(self, listener: PodListener) -> None:
-        self._changes.add_pod_listener(listener)
-
-    def add_node_listener(self, listener: NodeListener) -> None:
-        """Called after any node was added, changed or removed."""
-        self._changes.add_node_listener(listener)
-
-    def nodes_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
-        """(the stamp now, the nodes changed after `stamp`); None: too many to tell, assume all."""
-        return self._changes.nodes_changed_since(stamp)
-
-    def group_stamp(self, group_key: str) -> int:
-        """Changes whenever a member of the group changes (0: it has none)."""
-        return self._changes.group_stamp(group_key)
-
-    def groups_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
-        """As nodes_changed_since, for groups: their pods or their group object changed."""
-        return self._changes.groups_changed_since(stamp)
+    # ---- who hears of changes: ChangeReader (listeners, stamps) -------------------------
 
     @property
     def schedulable_version(self) -> int:

@@ -12,12 +12,11 @@ ticks the writer keeps the book's tally current in slices (QueueBook.catch_up).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from app.base.tasks import Periodic
 from app.core.contention import Holder
 from app.kube.errors import ApiError
 from app.runtime.queues.book import QueueBook
@@ -47,31 +46,34 @@ class QueueStatusWriter:
         self._holders = holders
         self._api = api
         self._is_leader = is_leader
-        self._interval = interval_seconds
-        self._task: asyncio.Task[None] | None = None
+        # Between ticks the tally is kept current a slice at a time (every WARM_SECONDS), so
+        # that neither a tick nor a verb's admission walks every pod at once on the event
+        # loop (after a start or a relist: most of a second): a tick every `_steps` turns.
+        self._steps = max(1, round(interval_seconds / WARM_SECONDS))
+        self._turns = 0
+        self._loop = Periodic(
+            self._turn,
+            interval_seconds / self._steps,
+            name="queue-status",
+            logger=log,
+            failure="Queue status upkeep failed",
+        )
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="queue-status")
+        self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
 
-    async def _run(self) -> None:
-        """Tick every interval; meanwhile keep the queues' tally current a slice at a time
-        (every WARM_SECONDS), so that neither a tick nor a verb's admission walks every
-        pod at once on the event loop (after a start or a relist: most of a second)."""
-        steps = max(1, round(self._interval / WARM_SECONDS))
-        while True:
-            for _ in range(steps):
-                await self._book.catch_up()
-                await asyncio.sleep(self._interval / steps)
-            await self._book.catch_up()
+    async def _turn(self) -> None:
+        """Catch the tally up; once `_steps` turns (sleeps) have passed since the last tick
+        (or the start), tick too and catch up again after the tick's writes."""
+        await self._book.catch_up()
+        self._turns += 1
+        if self._turns > self._steps:
+            self._turns = 1
             await self.tick()
+            await self._book.catch_up()
 
     async def tick(self) -> None:
         """Patch every Queue whose status shows other counts than the book's."""

@@ -19,8 +19,6 @@ API calls are app/kube/status.py.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import logging
 import math
@@ -28,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.base.metrics import Metrics
-from app.base.tasks import TaskSet
+from app.base.tasks import Periodic, TaskSet
 from app.core.clock import Clock, wall
 from app.core.group_views import GroupViews
 from app.core.observer import MemberRef, NullObserver
@@ -106,29 +104,28 @@ class PodGroupStatus(NullObserver):
         self.groups: dict[str, GroupView] = {}
         self._dirty: set[str] = set()
         self._next_resync = -math.inf
-        self._task: asyncio.Task[None] | None = None
+        self._ticks = Periodic(
+            self._reconcile,
+            settings.tick_seconds,
+            name="podgroup-status",
+            logger=log,
+            failure="PodGroup status reconcile failed",
+        )
         self._writes = TaskSet()
 
     # ---- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._ticks.start()
 
     async def stop(self) -> None:
         """Stop ticking; let writes in flight finish (app/ops/writes.py)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._ticks.stop()
         await finish_writes(self._writes, "PodGroup statuses")
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                self.reconcile()
-            except Exception:
-                log.exception("PodGroup status reconcile failed")
-            await asyncio.sleep(self._settings.tick_seconds)
+    async def _reconcile(self) -> None:
+        """One tick of the loop (reconcile() is synchronous; its writes are spawned)."""
+        self.reconcile()
 
     # ---- observer: reports only mark groups dirty -----------------------------------------
 

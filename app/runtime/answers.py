@@ -25,7 +25,6 @@ forgets the verdict, whether it mattered or not).
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, replace
 
 from app.core.admission import Admission, Verdict
@@ -130,7 +129,7 @@ class Answers:
         self._answers[gang.key] = _Answer(
             self._revision.version,
             self._admission.denials_version,
-            self._stamp_now(),
+            self._state.change_stamp,
             gang,
             until,
             verdict,
@@ -149,9 +148,3 @@ class Answers:
             (w.since + aging for w in self._line.waiting.values() if now - w.since < aging),
             default=math.inf,
         )
-
-    def _stamp_now(self) -> int:
-        """The state's newest change stamp, without reading its log: nothing changed after
-        a stamp no change has reached yet, and the answer names the stamp now."""
-        stamp, _ = self._state.groups_changed_since(sys.maxsize)
-        return stamp

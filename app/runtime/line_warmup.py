@@ -16,9 +16,9 @@ never wrong).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
+from app.base.tasks import Periodic
 from app.core.clock import Clock
 from app.core.state import ClusterState
 from app.runtime.line import Line
@@ -54,32 +54,25 @@ class LineWarmup:
         # went, or were cordoned or uncordoned move every free bin, so the whole line is
         # walked again (10,000 gangs: a third of a second at once).
         self._schedulable = -1
-        self._task: asyncio.Task[None] | None = None
+        # A failed warm-up is logged; the verbs do the work themselves meanwhile.
+        self._loop = Periodic(
+            self.warm,
+            WARM_SECONDS,
+            name="line-warmup",
+            logger=log,
+            failure="warming the line failed",
+        )
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="line-warmup")
+        self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.warm()
-            except Exception:  # logged; the verbs do the work themselves meanwhile
-                log.exception("warming the line failed", extra={"verb": None})
-            await asyncio.sleep(WARM_SECONDS)
-
-    def _mark(self, since: int) -> tuple[int, int]:
+    def _mark(self) -> tuple[int, int]:
         """The state's change stamp (pods, nodes, groups) and the arbiter's revision: what a
-        warm-up rests on. `since`: a stamp seen before (the changes after it are skipped)."""
-        stamp, _ = self._state.groups_changed_since(since)
-        return stamp, self._revision.version
+        warm-up rests on."""
+        return self._state.change_stamp, self._revision.version
 
     async def warm(self, most: int = _SLICE) -> None:
         """Build the gangs in line, `most` a slice, and walk the line the same way when no
@@ -90,7 +83,7 @@ class LineWarmup:
         redone from the first gang they reach, and building the line's contest here at
         each would hold the loop as long as an admission does."""
         line = self._line
-        mark = self._mark(self._warmed[0] if self._warmed is not None else -1)
+        mark = self._mark()
         if not line.waiting or mark == self._warmed:
             return
         book = line.queues
@@ -98,7 +91,7 @@ class LineWarmup:
             await book.catch_up()  # the tally a queued line is judged by, in slices too
         while not line.learn(most):  # noqa: ASYNC110 - yields the loop between slices
             await asyncio.sleep(0)
-        mark = self._mark(mark[0])
+        mark = self._mark()
         schedulable = self._state.schedulable_version
         if line.walk.length < len(line.waiting) // 2 or schedulable != self._schedulable:
             await self._walk(most, mark)
@@ -116,5 +109,5 @@ class LineWarmup:
         assert positions is not None
         while not line.walk.warm(c.line, c.free, c.holders, positions, now, self._aging, most):
             await asyncio.sleep(0)
-            if self._mark(mark[0]) != mark:
+            if self._mark() != mark:
                 return  # what it walks over changed: the next round starts afresh

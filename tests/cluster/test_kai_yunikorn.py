@@ -8,7 +8,6 @@ tests/cluster/crds/scheduling.run.ai_podgroups.yaml.
 
 from __future__ import annotations
 
-import functools
 import json
 
 from app.core.groups import (
@@ -19,9 +18,9 @@ from app.core.kai import (
     KAI_SUBGROUP_LABEL,
 )
 from app.core.yunikorn import TASK_GROUP_NAME_ANNOTATION, TASK_GROUPS_ANNOTATION
-from hack.clusterkit import create_group, wait_for
+from hack.clusterkit import create_group
 from tests.cluster.kube import Kube
-from tests.cluster.test_subgroups import RACK, racks, stays_unbound, told
+from tests.cluster.racks import RACK, one_rack, racks, stays_unbound, topology_placed
 
 
 def in_rack() -> dict[str, str]:
@@ -61,15 +60,11 @@ def test_kai_sub_groups_each_required_in_a_rack_land_each_whole_in_one(
         )
         kai_pods(kube, namespace, "infer", {"a": 3, "b": 3})
         bound = kube.wait_bound(namespace, "infer-", 6)
-        # Each sub-group in one rack (unpacking fails if one straddles two).
-        (first,) = {rack_of[bound[f"infer-a-{i}"]] for i in range(3)}
-        (second,) = {rack_of[bound[f"infer-b-{i}"]] for i in range(3)}
+        # Each sub-group in one rack (one_rack fails if one straddles two).
+        first = one_rack(bound, rack_of, (f"infer-a-{i}" for i in range(3)))
+        second = one_rack(bound, rack_of, (f"infer-b-{i}" for i in range(3)))
         assert first != second, bound
-        event = wait_for(
-            functools.partial(told, kube, namespace, "places its sub-groups"),
-            30,
-            "the TopologyPlaced event naming each sub-group's rack",
-        )
+        event = topology_placed(kube, namespace)
         assert f"a in rack {first}" in event and f"b in rack {second}" in event
 
 

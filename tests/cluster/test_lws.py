@@ -3,13 +3,12 @@
 No LWS controller runs: the pods are created with exactly the labels and
 annotations LWS's controller and pod webhook put on a replica's leader and
 workers (kubernetes-sigs/lws api/leaderworkerset/v1). Each test brings its
-own 1-CPU nodes in racks (tests/cluster/test_subgroups.py racks()); every
+own 1-CPU nodes in racks (tests/cluster/racks.py racks()); every
 pod asks for 1 CPU.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,8 +27,8 @@ from app.core.lws import (
 from app.core.marking import is_marked, member_expression
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
+from tests.cluster.racks import BLOCK, RACK, one_rack, racks, stays_unbound, topology_placed
 from tests.cluster.session import GANG_ONLY, Extender
-from tests.cluster.test_subgroups import BLOCK, RACK, racks, stays_unbound, told
 
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
@@ -150,14 +149,10 @@ def test_lws_sub_groups_each_land_in_one_rack_inside_the_replicas_block(
         for worker in range(4):
             lws_pod(kube, namespace, "sg", 0, worker, 4, annotations, subgroup=worker // 2)
         bound = kube.wait_bound(namespace, "sg-0", 4)
-        first = {rack_of[bound["sg-0"]], rack_of[bound["sg-0-1"]]}
-        second = {rack_of[bound["sg-0-2"]], rack_of[bound["sg-0-3"]]}
-        assert len(first) == 1 and len(second) == 1 and first | second == {"c0", "c1"}, bound
-        event = wait_for(
-            functools.partial(told, kube, namespace, "places its sub-groups"),
-            30,
-            "the TopologyPlaced event naming each sub-group's rack",
-        )
+        first = one_rack(bound, rack_of, ("sg-0", "sg-0-1"))
+        second = one_rack(bound, rack_of, ("sg-0-2", "sg-0-3"))
+        assert {first, second} == {"c0", "c1"}, bound
+        event = topology_placed(kube, namespace)
         assert "subgroup-0 in rack" in event and "subgroup-1 in rack" in event
 
 

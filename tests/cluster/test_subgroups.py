@@ -7,11 +7,8 @@ for 1 CPU, so a rack of n nodes has room for n members.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -32,26 +29,18 @@ from app.core.topology.sources import (
 )
 from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import Kube
+from tests.cluster.racks import (
+    BLOCK,
+    RACK,
+    racks,
+    slice_racks,
+    stays_unbound,
+    told,
+    topology_placed,
+)
 from tests.cluster.session import Extender
 
-RACK = "example.com/rack"
-BLOCK = "example.com/block"
 PARTITION = "volcano.sh/partition-id"
-
-
-@contextlib.contextmanager
-def racks(kube: Kube, layout: dict[str, tuple[str, int]]) -> Iterator[dict[str, str]]:
-    """Per rack (its block, its number of 1-CPU nodes): the nodes; yields node -> rack."""
-    rack_of: dict[str, str] = {}
-    with kube.nodes_of_its_own() as created:
-        for rack, (block, count) in layout.items():
-            for n in range(count):
-                name = f"sub-{rack}-n{n}"
-                kube.create_node(name, "1")
-                created.append(name)
-                kube.label_node(name, {RACK: rack, BLOCK: block})
-                rack_of[name] = rack
-        yield rack_of
 
 
 def kueue_gang(
@@ -68,39 +57,13 @@ def kueue_gang(
         )
 
 
-def told(kube: Kube, namespace: str, text: str, pod: str | None = None) -> str | None:
-    return next((e for e in kube.events(namespace, pod) if text in e), None)
-
-
-def stays_unbound(kube: Kube, namespace: str, seconds: float = 3.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert not kube.bound(namespace)
-        time.sleep(0.3)
-
-
-def slice_racks(
-    bound: dict[str, str], rack_of: dict[str, str], prefix: str, size: int
-) -> list[str]:
-    """The one rack each slice of `size` consecutive ranks landed in (fails if it straddles)."""
-    out = []
-    for first in range(0, len(bound), size):
-        (rack,) = {rack_of[bound[f"{prefix}{i}"]] for i in range(first, first + size)}
-        out.append(rack)
-    return out
-
-
 def test_slices_of_three_on_racks_of_four_land_three_and_three(kube: Kube, namespace: str) -> None:
     with racks(kube, {"r0": ("b0", 4), "r1": ("b0", 4)}) as rack_of:
         kueue_gang(kube, namespace, "train", 6, {KUEUE_SLICE_REQUIRED: RACK, KUEUE_SLICE_SIZE: "3"})
         bound = kube.wait_bound(namespace, "train-", 6)
         first, second = slice_racks(bound, rack_of, "train-", 3)
         assert first != second, bound
-        event = wait_for(
-            functools.partial(told, kube, namespace, "places its sub-groups"),
-            30,
-            "the TopologyPlaced event naming each slice's rack",
-        )
+        event = topology_placed(kube, namespace)
         assert f"rack-0 in rack {first}" in event and f"rack-1 in rack {second}" in event
 
 
@@ -229,11 +192,7 @@ def test_volcano_sub_groups_of_three_on_racks_of_four_land_three_and_three(
             bound = kube.wait_bound(namespace, "job-", 6)
             first, second = slice_racks(bound, rack_of, "job-", 3)
             assert first != second, bound
-            event = wait_for(
-                functools.partial(told, kube, namespace, "places its sub-groups"),
-                30,
-                "the TopologyPlaced event naming each sub-group's rack",
-            )
+            event = topology_placed(kube, namespace)
             assert f"worker-0 in rack {first}" in event and f"worker-1 in rack {second}" in event
         finally:
             extender.restart(*previous)

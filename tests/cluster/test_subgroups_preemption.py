@@ -17,7 +17,7 @@ from app.core.topology.domains import HOSTNAME
 from app.core.topology.sources import KUEUE_POD_INDEX, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE
 from hack.clusterkit import wait_for
 from tests.cluster.kube import HIGH, LOW, Kube
-from tests.cluster.test_subgroups import RACK, racks, slice_racks
+from tests.cluster.racks import RACK, racks, slice_racks
 
 pytestmark = pytest.mark.usefixtures("priorities")
 

@@ -34,10 +34,9 @@ from app.core.topology.domains import HOSTNAME, ZONE
 from app.core.topology.sources import KUEUE_PREFERRED, KUEUE_REQUIRED
 from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import Kube
+from tests.cluster.racks import BLOCK, RACK, create_labelled_nodes, told
 from tests.cluster.session import Extender
 
-RACK = "example.com/rack"
-BLOCK = "example.com/block"
 LEVELS = f"{HOSTNAME},{RACK},{BLOCK},{ZONE}"
 LOW, HIGH = "topology-test-low", "topology-test-high"
 
@@ -60,26 +59,22 @@ def domains(bound: dict[str, str], level: str) -> set[str]:
 def racks(kube: Kube, extender: Extender) -> Iterator[list[str]]:
     """The 16 labelled nodes (the session's cordoned), and the extender with the levels."""
     previous = extender.extra_args
+    names = [
+        node_name(z, b, r, n)
+        for z in range(2)
+        for b in range(2)
+        for r in range(2)
+        for n in range(2)
+    ]
     with kube.nodes_of_its_own() as created:
         try:
-            for z in range(2):
-                for b in range(2):
-                    for r in range(2):
-                        for n in range(2):
-                            name = node_name(z, b, r, n)
-                            kube.create_node(name, "2")
-                            created.append(name)
-                            kube.label_node(name, dict(labels_of(name)))
+            create_labelled_nodes(kube, created, {name: labels_of(name) for name in names}, "2")
             extender.restart(*previous, "--topology-levels", LEVELS)
             kube.ensure_priority_class(LOW, 100)
             kube.ensure_priority_class(HIGH, 1000)
             yield created
         finally:
             extender.restart(*previous)
-
-
-def told(kube: Kube, namespace: str, text: str) -> str | None:
-    return next((e for e in kube.events(namespace) if text in e), None)
 
 
 def pin(kube: Kube, namespace: str, name: str, node: str, cpu: str, priority: str) -> None:

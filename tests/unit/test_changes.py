@@ -42,3 +42,12 @@ def test_groups_changed_since_names_the_groups_or_says_too_many() -> None:
         log.group_touched(name)
     assert log.groups_changed_since(1) == (6, None)  # "b" fell out of the log
     assert log.groups_changed_since(2) == (6, ["e", "d", "c"])
+
+
+def test_the_stamp_is_what_a_reader_of_either_log_is_told_now() -> None:
+    log = ChangeLog()
+    assert log.stamp == 0
+    log.group_touched("default/g")
+    log.node_touched("n0")
+    assert log.stamp == 2
+    assert log.groups_changed_since(0)[0] == log.nodes_changed_since(0)[0] == log.stamp

@@ -1,6 +1,11 @@
 """Sub-groups as a group object declares them: Volcano's spec.subGroupPolicy. Pure.
 
-Fields as volcano-sh/apis v1beta1 `SubGroupPolicySpec` has them: `name`,
+Also the checks every declared list of named sub-groups shares (Volcano's
+spec.subGroupPolicy here, KAI's spec.subGroups in app/core/kai.py): a
+list, of objects, each named once, counts that are int32s
+(`named_entries`, `int32_count`), so both check them one way, each in its own words.
+
+Volcano's fields as volcano-sh/apis v1beta1 `SubGroupPolicySpec` has them: `name`,
 `subGroupSize` (default 1), `minSubGroups` (default 0), `labelSelector`,
 `matchLabelKeys` and `networkTopology`. Read as Volcano's scheduler reads
 them (app/core/topology/subgroups.py SubGroupPolicy.path_of): the policies
@@ -9,9 +14,9 @@ in order, the first that takes a pod wins.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.core.placement import Requirement
 from app.core.topology.domains import TopologyError
@@ -23,23 +28,62 @@ _INT32_MAX = 2**31 - 1
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
-def policies_from_volcano(spec: Mapping[str, Any]) -> tuple[SubGroupPolicy, ...]:
-    """spec.subGroupPolicy, () when absent; TopologyError naming the field when unusable."""
-    raw = spec.get("subGroupPolicy")
+class ListWords(NamedTuple):
+    """A source's own words for a declared list's mistakes: the entry's are templates of
+    `{where}` ("spec.<field>[i]"), so the message names the entry."""
+
+    not_a_list: str
+    not_an_object: str
+    unnamed: str
+
+
+def named_entries(
+    spec: Mapping[str, Any], field: str, words: ListWords
+) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """spec[field]'s entries in order, as (where, name, entry); nothing when it is absent.
+
+    TopologyError in the source's `words` when it is not a list, an entry is not an
+    object or has no name; naming the name when it comes twice. The caller checks the
+    rest of each entry as it comes: the first mistake in the list is the one reported.
+    """
+    raw = spec.get(field)
     if not raw:
-        return ()
+        return
     if not isinstance(raw, list):
-        raise TopologyError("spec.subGroupPolicy must be a list of policies")
-    policies: list[SubGroupPolicy] = []
+        raise TopologyError(words.not_a_list)
+    seen: set[str] = set()
     for i, entry in enumerate(raw):
-        where = f"spec.subGroupPolicy[{i}]"
+        where = f"spec.{field}[{i}]"
         if not isinstance(entry, Mapping):
-            raise TopologyError(f"{where} must be an object")
+            raise TopologyError(words.not_an_object.format(where=where))
         name = entry.get("name")
         if not isinstance(name, str) or not name:
-            raise TopologyError(f"{where}.name must name the policy (its sub-groups are named so)")
-        if any(p.name == name for p in policies):
-            raise TopologyError(f"spec.subGroupPolicy names {name} twice")
+            raise TopologyError(words.unnamed.format(where=where))
+        if name in seen:
+            raise TopologyError(f"spec.{field} names {name} twice")
+        seen.add(name)
+        yield where, name, entry
+
+
+def int32_count(value: Any, where: str, minimum: int) -> int:
+    """`value` when it is an integer from `minimum` to int32's largest, else TopologyError
+    naming `where` (a bool is not a count)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _INT32_MAX:
+        raise TopologyError(
+            f"{where} must be an integer between {minimum} and {_INT32_MAX}, got {value!r:.40}"
+        )
+    return value
+
+
+def policies_from_volcano(spec: Mapping[str, Any]) -> tuple[SubGroupPolicy, ...]:
+    """spec.subGroupPolicy, () when absent; TopologyError naming the field when unusable."""
+    words = ListWords(
+        "spec.subGroupPolicy must be a list of policies",
+        "{where} must be an object",
+        "{where}.name must name the policy (its sub-groups are named so)",
+    )
+    policies: list[SubGroupPolicy] = []
+    for where, name, entry in named_entries(spec, "subGroupPolicy", words):
         keys = entry.get("matchLabelKeys") or []
         if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
             raise TopologyError(f"{where}.matchLabelKeys must be a list of label keys")
@@ -65,14 +109,7 @@ def policies_from_volcano(spec: Mapping[str, Any]) -> tuple[SubGroupPolicy, ...]
 
 def _count(entry: Mapping[str, Any], field: str, default: int, minimum: int, where: str) -> int:
     value = entry.get(field)
-    if value is None:
-        return default
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _INT32_MAX:
-        raise TopologyError(
-            f"{where}.{field} must be an integer between {minimum} and {_INT32_MAX}, "
-            f"got {value!r:.40}"
-        )
-    return value
+    return default if value is None else int32_count(value, f"{where}.{field}", minimum)
 
 
 def _selector(raw: Any, where: str) -> tuple[Requirement, ...]:

@@ -1,0 +1,84 @@
+"""Racks and blocks of labelled fake nodes, and what a placement test reads back from them.
+
+The cluster tests of topology, sub-groups, KAI, LWS and their preemption
+each bring their own nodes (the session's are cordoned meanwhile), labelled
+with a rack and a block, and then ask which rack a gang's pods landed in
+and what the extender told about it. One copy of that lives here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Iterable, Iterator, Mapping
+
+from hack.clusterkit import wait_for
+from tests.cluster.kube import Kube
+
+RACK = "example.com/rack"
+BLOCK = "example.com/block"
+
+
+def create_labelled_nodes(
+    kube: Kube, created: list[str], labels: Mapping[str, Mapping[str, str]], cpu: str
+) -> None:
+    """Each node of `labels` (node -> its labels) made with `cpu`, labelled, and added to
+    `created` (Kube.nodes_of_its_own deletes those afterwards) as soon as it exists."""
+    for name, its_labels in labels.items():
+        kube.create_node(name, cpu)
+        created.append(name)
+        kube.label_node(name, dict(its_labels))
+
+
+@contextlib.contextmanager
+def racks(kube: Kube, layout: dict[str, tuple[str, int]]) -> Iterator[dict[str, str]]:
+    """Per rack (its block, its number of 1-CPU nodes): the nodes; yields node -> rack."""
+    rack_of = {
+        f"sub-{rack}-n{n}": rack for rack, (_, count) in layout.items() for n in range(count)
+    }
+    labels = {name: {RACK: rack, BLOCK: layout[rack][0]} for name, rack in rack_of.items()}
+    with kube.nodes_of_its_own() as created:
+        create_labelled_nodes(kube, created, labels, "1")
+        yield rack_of
+
+
+def one_rack(bound: Mapping[str, str], rack_of: Mapping[str, str], pods: Iterable[str]) -> str:
+    """The one rack `pods` (bound: pod -> node) landed in; fails if they straddle racks."""
+    pods = list(pods)
+    landed = {rack_of[bound[pod]] for pod in pods}
+    assert len(landed) == 1, f"{pods} straddle racks {sorted(landed)}: {dict(bound)}"
+    return landed.pop()
+
+
+def slice_racks(
+    bound: dict[str, str], rack_of: dict[str, str], prefix: str, size: int
+) -> list[str]:
+    """The one rack each slice of `size` consecutive ranks landed in (fails if it straddles)."""
+    return [
+        one_rack(bound, rack_of, (f"{prefix}{i}" for i in range(first, first + size)))
+        for first in range(0, len(bound), size)
+    ]
+
+
+def told(kube: Kube, namespace: str, text: str, pod: str | None = None) -> str | None:
+    """The first event of the namespace (or of `pod`) whose text holds `text`."""
+    return next((e for e in kube.events(namespace, pod) if text in e), None)
+
+
+def topology_placed(kube: Kube, namespace: str) -> str:
+    """The TopologyPlaced event that names the domain each sub-group (slice) took (30 s)."""
+    event: str = wait_for(
+        functools.partial(told, kube, namespace, "places its sub-groups"),
+        30,
+        "the TopologyPlaced event naming each sub-group's domain",
+    )
+    return event
+
+
+def stays_unbound(kube: Kube, namespace: str, seconds: float = 3.0) -> None:
+    """No pod of the namespace is bound for `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert not kube.bound(namespace)
+        time.sleep(0.3)
