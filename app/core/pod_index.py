@@ -66,6 +66,9 @@ class PodIndex:
         # cluster-wide: what app/core/devices/distinct.py takes from the cluster's devices.
         self.placed_devices: Resources = {}
         self.gone = Gone()
+        # group key -> keys of its members the API has bound (counts_as_member, nodeName
+        # set): the gate counts them at each member's arrival, so in what they number.
+        self._bound: dict[str, set[str]] = {}
 
     # ---- changes ---------------------------------------------------------------
 
@@ -186,12 +189,20 @@ class PodIndex:
                 del self._requested[node]
 
     def _index(self, pod: PodRecord, sign: int) -> None:
+        group = pod.group
         if sign < 0:
             self.leaving.pop(pod.key, None)
             self.nominated.pop(pod.key, None)
-        elif pod.terminal:
+            if group is not None and (bound := self._bound.get(group.key)) is not None:
+                bound.discard(pod.key)
+                if not bound:
+                    del self._bound[group.key]
             return
-        elif pod.placed_node:
+        if group is not None and pod.node_name and pod.counts_as_member:
+            self._bound.setdefault(group.key, set()).add(pod.key)
+        if pod.terminal:
+            return
+        if pod.placed_node:
             if pod.deleting or pod.preempted:
                 self.leaving[pod.key] = pod
         elif pod.nominated_node:
@@ -211,6 +222,10 @@ class PodIndex:
     def group_keys(self) -> list[str]:
         """The groups that have pods."""
         return list(self._members)
+
+    def bound_members(self, group_key: str) -> list[PodRecord]:
+        """Members the API has bound (not those only reserved in the gate)."""
+        return [self.pods[k] for k in self._bound.get(group_key, ())]
 
     def placed_members(self, group_key: str) -> list[PodRecord]:
         """Members holding a node now: bound by the API or reserved in the gate."""

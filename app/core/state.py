@@ -127,6 +127,10 @@ class ClusterState(ChangeReader):
         """Members holding a node now: bound by the API or reserved in the gate."""
         return self._pods.placed_members(group_key)
 
+    def bound_members(self, group_key: str) -> list[PodRecord]:
+        """Members the API has bound (not those only reserved in the gate)."""
+        return self._pods.bound_members(group_key)
+
     def pod_by_uid(self, uid: str) -> PodRecord | None:
         return self._pods.pod_by_uid(uid)
 

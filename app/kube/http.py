@@ -46,11 +46,8 @@ from kubernetes.client.rest import should_bypass_proxies
 from yarl import URL
 
 from app import __version__
-from app.core.clock import monotonic
 from app.kube.errors import Transient, error_for
-
-LineHandler = Callable[[bytes], None]
-"""Called on the loop with each line of a watch, in order; what it raises ends the watch."""
+from app.kube.watch_stream import LineHandler, WatchSilent, stream_lines
 
 _USER_AGENT = f"gang-extender/{__version__}"
 _WATCH_CHUNK = 65536
@@ -97,29 +94,6 @@ def ssl_context(configuration: k8s.Configuration) -> ssl.SSLContext:
     if configuration.cert_file:
         context.load_cert_chain(configuration.cert_file, configuration.key_file)
     return context
-
-
-class LineBuffer:
-    """A watch's answer, read in chunks, cut into its lines (one JSON event each).
-
-    Blank lines (the API server's keep-alives) are dropped.
-    """
-
-    def __init__(self) -> None:
-        self._pending = b""
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """The lines `data` completes; a partial last line waits for the next chunk."""
-        if b"\n" not in data:
-            self._pending += data
-            return []
-        *lines, self._pending = (self._pending + data).split(b"\n")
-        return [line for line in lines if line.strip()]
-
-    def rest(self) -> list[bytes]:
-        """The last line when the answer ended without a newline after it."""
-        rest, self._pending = self._pending, b""
-        return [rest] if rest.strip() else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,8 +264,8 @@ class AsyncApiClient:
                     raise error_for(response.status, response.reason, await response.read())
             on_open()
             async with asyncio.timeout(timeout_seconds):
-                await _stream(response, on_line, idle_seconds)
-        except _Silent:
+                await stream_lines(response.content, on_line, idle_seconds)
+        except WatchSilent:
             raise Transient(
                 f"API server {self._name} sent nothing on the watch of {path} for "
                 f"{idle_seconds:g}s (no event, no bookmark): a dead connection, watching again"
@@ -357,46 +331,6 @@ class AsyncApiClient:
                 if attempt == 2 or not _reused.get():
                     raise
         raise AssertionError("unreachable")
-
-
-# The longest a watch's events hold the event loop before waiting verbs get a turn.
-WATCH_SLICE_SECONDS = 0.0005
-
-
-class _Silent(Exception):
-    """No byte of a watch for its idle limit."""
-
-
-async def _stream(
-    response: aiohttp.ClientResponse, on_line: LineHandler, idle_seconds: float | None
-) -> None:
-    """Each line of the answer to `on_line` as its chunk arrives; the last one at the end.
-
-    One chunk can carry dozens of pod events (a burst of bindings): applied
-    in one go they would hold a filter call that arrived meanwhile for
-    milliseconds, and kube-scheduler waits for it. So the loop is given back
-    every WATCH_SLICE_SECONDS; the events are still applied in order. No
-    chunk for `idle_seconds` raises _Silent.
-    """
-    lines = LineBuffer()
-    chunks = response.content.iter_any().__aiter__()
-    while True:
-        try:
-            async with asyncio.timeout(idle_seconds):
-                chunk = await anext(chunks)
-        except StopAsyncIteration:
-            break
-        except TimeoutError:
-            raise _Silent from None
-        batch = lines.feed(chunk)
-        until = monotonic() + WATCH_SLICE_SECONDS
-        for line in batch:
-            on_line(line)
-            if monotonic() > until:
-                await asyncio.sleep(0)
-                until = monotonic() + WATCH_SLICE_SECONDS
-    for line in lines.rest():
-        on_line(line)
 
 
 def _why(err: BaseException) -> str:

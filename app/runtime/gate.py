@@ -50,6 +50,8 @@ __all__ = ["PermitGate"]
 log = logging.getLogger(__name__)
 
 _MAX_REASONS = 5
+# Waiting members a timeout message names (kubectl describe shows it on each of them).
+_MAX_NAMES = 20
 
 
 class PermitGate:
@@ -165,9 +167,12 @@ class PermitGate:
         group = self._room.groups.get(group_key)
         if group is None or group.waiting.get(waiter.pod_key) is not waiter:
             return
-        verdict = self._room.permit(group)
+        verdict = self._room.permit(group, gaps=True)
         present = verdict.present
-        names = ", ".join(sorted(w.name for w in group.waiting.values()))
+        waiting = sorted(w.name for w in group.waiting.values())
+        names = ", ".join(waiting[:_MAX_NAMES])
+        if len(waiting) > _MAX_NAMES:
+            names += f" and {len(waiting) - _MAX_NAMES} more"
         short = f"; sub-groups short: {verdict.describe_groups()}" if verdict.group_gap else ""
         message = (
             f"gang {group_key} timed out after waiting {waited:g}s in the permit gate: "

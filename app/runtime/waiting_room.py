@@ -155,20 +155,24 @@ class WaitingRoom:
         """Members the API has bound: pod key -> task."""
         return {
             p.key: p.group.task if p.group is not None else ""
-            for p in self.state.members(group_key)
-            if p.node_name
+            for p in self.state.bound_members(group_key)
         }
 
-    def permit(self, group: GangWait) -> PermitVerdict:
-        """The gang rule over the members bound, binding and waiting here."""
+    def permit(self, group: GangWait, *, gaps: bool = False) -> PermitVerdict:
+        """The gang rule over the members bound, binding and waiting here.
+
+        Each member's arrival asks it: what it costs must not grow with the gang
+        (2,000 arrivals would cost 2,000 times the gang). So the sub-groups'
+        own minimums (the gang's tree, read from every member) are weighed only
+        once minMember are present, or when `gaps` asks for them (a message).
+        """
+        spec = group.spec
         waiting = {key: w.task for key, w in group.waiting.items()}
-        return permit(
-            group.spec,
-            self.bound_members(group.spec.key),
-            group.binding,
-            waiting,
-            self._tree(group.spec),
-        )
+        bound = self.bound_members(spec.key)
+        verdict = permit(spec, bound, group.binding, waiting)
+        if verdict.missing and not gaps:
+            return verdict  # not whole whatever the sub-groups hold
+        return permit(spec, bound, group.binding, waiting, self._tree(spec))
 
     def _tree(self, spec: GroupSpec) -> GangTree | None:
         """The gang's slices or sub-groups, each with its own minimum the gate checks.

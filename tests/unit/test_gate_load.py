@@ -11,10 +11,13 @@ import asyncio
 import threading
 import tracemalloc
 
+import pytest
+
 from app.base.metrics import Metrics
 from app.core.admission import Admission
 from app.core.groups import GroupSpec
 from app.core.state import ClusterState
+from app.runtime import waiting_room
 from app.runtime.gate import PermitGate
 from app.runtime.waiting_room import GateError
 from tests.unit.builders import node, pod
@@ -73,3 +76,32 @@ async def test_filling_the_gate_opens_it_once_for_everyone() -> None:
         "gang_extender_gang_admissions_total", {"result": "admitted"}
     )
     assert admitted == 1
+
+
+async def test_a_members_arrival_costs_no_pass_over_its_gang(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each arrival asks the gate whether the gang is whole: reading the gang's tree (a
+    pass over every member) then would make 2,000 arrivals cost 2,000 x 2,000 (they once
+    took over 60 s under load, and the gate's wait ran out before the gang was whole)."""
+    reads: list[str] = []
+
+    def counted(state: ClusterState, spec: GroupSpec, pod: object = None) -> None:
+        reads.append(spec.key)
+
+    monkeypatch.setattr(waiting_room, "gang_tree", counted)
+    state = ClusterState()
+    state.replace_nodes([node("n1", cpu="100000", pods="10000")])
+    for i in range(200):
+        state.apply_pod(pod(f"w{i}", group="big", cpu="10m"))
+    binder = RecordingBinder()
+    gate = PermitGate(state, Admission(3), binder, Metrics())
+    state.add_pod_listener(gate.on_pod_change)
+    spec = GroupSpec("default/big", 200)
+    waits = []
+    for i in range(200):
+        waits.append(asyncio.create_task(gate.admit(state.pods[f"default/w{i}"], "n1", spec, 60)))
+        await asyncio.sleep(0)
+    await asyncio.wait_for(asyncio.gather(*waits), 10)
+    assert len(binder.bound) == 200
+    assert len(reads) <= 3, f"the gang's tree was read {len(reads)} times for 200 arrivals"

@@ -18,7 +18,8 @@ import pytest
 from kubernetes import client as k8s
 
 from app.kube.errors import Gone, NotFound, Transient
-from app.kube.http import WATCH_SLICE_SECONDS, AsyncApiClient
+from app.kube.http import AsyncApiClient
+from app.kube.watch_stream import WATCH_SLICE_SECONDS
 
 
 class Pause:

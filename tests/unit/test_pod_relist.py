@@ -84,6 +84,7 @@ def _view(state: ClusterState) -> dict[str, Any]:
         "free without g": state.free_resources("default/g"),
         "members": sorted(p.key for p in state.members("default/g")),
         "leaving": sorted(state.leaving),
+        "bound": sorted(p.key for p in state.bound_members("default/g")),
         "requested": {n: dict(state.requested_on(n)) for n in _NODES},
         "on": {n: sorted(p.key for p in state.pods_on(n)) for n in _NODES},
         "pods": cache_snapshot(state)["pods"],

@@ -256,6 +256,10 @@ def test_room_kept_between_calls_equals_room_computed_afresh(
         assert _bins(kept) == _bins(fresh)
         for group in (None, "default/g"):
             assert kept.free_resources(group) == _free_summed_afresh(fresh, group)
+        # The gate's count of bound members (kept by the change) against the members read.
+        assert sorted(p.key for p in kept.bound_members("default/g")) == sorted(
+            p.key for p in fresh.members("default/g") if p.node_name
+        )
         bins = kept.room()
         assert dict(kept.room_positions()) == {b.name: i for i, b in enumerate(bins)}
         handed.append((bins, [(b.name, dict(b.free), dict(b.labels)) for b in bins]))
