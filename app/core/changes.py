@@ -72,6 +72,11 @@ class ChangeLog:
     def add_node_listener(self, listener: NodeListener) -> None:
         self._node_listeners.append(listener)
 
+    @property
+    def stamp(self) -> int:
+        """Bumped by every change of a node, a pod's place or a group."""
+        return self._stamp
+
     def nodes_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
         """(the stamp now, the nodes changed after `stamp`); None: too many to tell, assume all."""
         if stamp == self._stamp:

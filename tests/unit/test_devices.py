@@ -26,6 +26,7 @@ from app.core.devices.records import (
 from app.core.devices.report import device_snapshot
 from app.core.devices.shortfall import gang_device_shortfall
 from app.core.packing import Demand
+from app.core.packing_search import pack_thoroughly
 from app.core.preemption.cheapest_victims import Evictable
 from app.core.preemption.planner import plan
 from app.core.queues import queue_from
@@ -653,3 +654,72 @@ def test_a_gang_asking_a_missing_class_is_held_with_its_name(state: ClusterState
         "gang default/g is held: its members cannot be given devices: "
         "DeviceClass nope.example.com not found"
     )
+
+
+# ---- a pool for many nodes in the bins a gang is packed into (app/core/devices/shared.py)
+
+
+def _rack_state() -> ClusterState:
+    """n1 and n2 in rack r1 share its nodeSelector pool of 4; n3 is outside the rack."""
+    cluster = ClusterState(CelEngine())
+    for name in ("n1", "n2", "n3"):
+        raw = node(name)
+        if name != "n3":
+            raw["metadata"]["labels"]["rack"] = "r1"
+        cluster.apply_node(raw)
+    cluster.devices.apply(CLASSES, device_class())
+    selector = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+        ]
+    }
+    cluster.devices.apply(SLICES, resource_slice("rack", selector=selector))
+    cluster.devices.apply(TEMPLATES, template("three", requests_of(3)))
+    return cluster
+
+
+def _rack_claim(name: str, devices: int) -> dict[str, Any]:
+    raw = claim(name, requests_of(devices))
+    results = [
+        {"request": "gpu", "driver": DRIVER, "pool": "rack", "device": f"gpu-{i}"}
+        for i in range(devices)
+    ]
+    raw["status"] = {"allocation": {"devices": {"results": results}}}
+    return raw
+
+
+def test_the_bins_of_the_nodes_a_pool_serves_share_it_so_a_gang_takes_it_once() -> None:
+    state = _rack_state()
+    bins = {b.name: b for b in state.room()}
+    assert bins["n1"].free[GPU] == bins["n2"].free[GPU] == 4000
+    assert bins["n1"].pools == bins["n2"].pools and len(bins["n1"].pools) == 1
+    assert bins["n3"].pools == ()
+    for i in range(2):
+        state.apply_pod(gpu_pod(f"m{i}", template_name="three"))
+    demands = [Demand(f"default/m{i}", state.pods[f"default/m{i}"].requests) for i in range(2)]
+    room = state.room()
+    # 3 + 3 of the rack's 4: each node alone would take a member.
+    assert not pack_thoroughly(demands, room).fits
+    assert pack_thoroughly(demands[:1], room).fits
+    assert not pack_thoroughly(demands, state.allocatable_bins()).fits
+
+
+def test_a_pool_s_devices_held_by_a_placed_pod_are_taken_from_it_for_every_node() -> None:
+    """A pod on n1 holds 2 of the rack's 4: n2 (showing 4) may take 2, not 3."""
+    state = _rack_state()
+    state.devices.apply(CLAIMS, _rack_claim("held", 2))
+    state.apply_pod(gpu_pod("holder", claim_name="held", node="n1"))
+    bins = {b.name: b for b in state.room()}
+    assert bins["n2"].free[GPU] == 4000 and bins["n1"].free[GPU] == 2000
+    (rack,) = bins["n2"].pools
+    assert rack.free == {GPU: 2000} and rack.used_on == {"n1": {GPU: 2000}}
+    state.apply_pod(gpu_pod("m0", template_name="three"))
+    demand = Demand("default/m0", state.pods["default/m0"].requests)
+    assert not pack_thoroughly([demand], state.room()).fits
+    assert pack_thoroughly([demand], state.allocatable_bins()).fits  # the empty cluster
+    # The holder finishes: its claim is released (the driver deallocates it) and the
+    # pool is whole again, for n2 as for n1.
+    state.apply_pod(gpu_pod("holder", claim_name="held", node="n1", phase="Succeeded"))
+    state.devices.apply(CLAIMS, claim("held", requests_of(2)))
+    assert pack_thoroughly([demand], state.room()).fits
+

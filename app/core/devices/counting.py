@@ -28,7 +28,9 @@ group), so two requests cannot both count the same free device.
 A pool published for several nodes (nodeSelector, allNodes) is offered in full
 to each node it selects, as a pod on any of them may take all of it;
 app/core/devices/distinct.py counts it once for the cluster, which the
-whole-gang check holds a gang's devices to (app/core/devices/shortfall.py).
+whole-gang check holds a gang's devices to (app/core/devices/shortfall.py),
+and a packing draws on it once for all of a gang's members
+(app/core/devices/shared.py, app/core/shared_pools.py).
 
 Not checked (say so in docs/dra.md): constraints (matchAttribute), device
 taints; kube-scheduler's DynamicResources plugin still decides the exact devices.
@@ -36,6 +38,7 @@ taints; kube-scheduler's DynamicResources plugin still decides the exact devices
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
@@ -218,6 +221,19 @@ class DeviceModel:
                 for resource in counted:
                     _add(need, resource, 1)
                 self._also_held(request.device_class, counted, (driver, pool, device_name), need)
+
+    def held_of(self, claim: ClaimRecord, pool: tuple[str, str]) -> Resources:
+        """What the claim's allocated devices of one pool hold, counted as its users ask
+        (app/core/devices/shared.py): selector sets first met here are not kept."""
+        results = tuple(r for r in claim.allocated if (r[1], r[2]) == pool)
+        if not results:
+            return {}
+        signatures, groups = set(self.signatures), self._groups
+        need: Resources = {}
+        self._claim_demand(dataclasses.replace(claim, allocated=results), need)
+        if len(self.signatures) != len(signatures):
+            self.signatures, self._groups = signatures, groups
+        return need
 
     def _also_held(
         self, device_class: str, counted: list[str], names: tuple[str, str, str], need: Resources
