@@ -24,7 +24,7 @@ from app.core.devices.records import (
     slice_from,
 )
 from app.core.devices.report import device_snapshot
-from app.core.devices.shortfall import gang_device_shortfall
+from app.core.devices.shortfall import ShortfallMemo, gang_device_shortfall
 from app.core.packing import Demand
 from app.core.packing_search import pack_thoroughly
 from app.core.preemption.cheapest_victims import Evictable
@@ -723,3 +723,37 @@ def test_a_pool_s_devices_held_by_a_placed_pod_are_taken_from_it_for_every_node(
     state.devices.apply(CLAIMS, claim("held", requests_of(2)))
     assert pack_thoroughly([demand], state.room()).fits
 
+
+def test_a_gang_s_device_shortfall_is_kept_for_retries_until_the_devices_change(
+    state: ClusterState,
+) -> None:
+    memo = ShortfallMemo()
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    for i in range(3):
+        state.apply_pod(gpu_pod(f"m{i}", template_name="two"))
+    gang = _gang(state, "default/train", [f"default/m{i}" for i in range(3)], 3)
+    stamps = (state.group_stamp(gang.key), 7)
+    first = memo.of(gang, state.devices, list, stamps)
+    assert (
+        first
+        == "gang default/train needs 6 devices of class gpu.example.com, 4 free in the cluster"
+    )
+    assert memo.of(gang, state.devices, list, stamps) == first
+    assert memo.computed == 1  # the retry reused it
+    # More devices published: worked out again, and the gang now fits.
+    state.devices.apply(SLICES, resource_slice("n2-gpus", "n2"))
+    assert memo.of(gang, state.devices, list, stamps) is None
+    assert memo.computed == 2
+    # A device pod placed elsewhere takes devices: worked out again.
+    state.devices.apply(TEMPLATES, template("four", requests_of(4)))
+    state.apply_pod(gpu_pod("other", template_name="four", node="n2"))
+    assert memo.of(gang, state.devices, list, stamps) == first
+    assert memo.computed == 3
+    # The arbiter's revision (a claim promised devices) or the gang's stamp moved.
+    memo.of(gang, state.devices, list, (stamps[0], 8))
+    memo.of(gang, state.devices, list, (stamps[0] + 1, 8))
+    assert memo.computed == 5
+    # A different gang under the same key (a member not delivered yet) is not the kept one.
+    assert memo.of(replace(gang, need=2), state.devices, list, (stamps[0] + 1, 8)) is None
+    assert memo.computed == 6
