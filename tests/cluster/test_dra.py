@@ -324,8 +324,8 @@ def test_a_cel_selector_counts_only_the_devices_it_matches(
         devices.pod(f"wide-{i}", "wide", "big-memory")
     wait_for(
         lambda: any(
-            f"needs 10 devices of class {devices.device_class} passing its requests' "
-            "selectors, 8 free in the cluster" in e
+            f"needs 10 devices of class {devices.device_class}, 8 free in the cluster "
+            "(devices passing its requests' selectors)" in e
             for i in range(5)
             for e in kube.events(namespace, f"wide-{i}")
         ),

@@ -24,7 +24,7 @@ from app.core.devices.records import (
     slice_from,
 )
 from app.core.devices.report import device_snapshot
-from app.core.devices.shortfall import ShortfallMemo, gang_device_shortfall
+from app.core.devices.shortfall import ShortfallMemo, device_shortfall, gang_device_shortfall
 from app.core.packing import Demand
 from app.core.packing_search import pack_thoroughly
 from app.core.preemption.cheapest_victims import Evictable
@@ -757,3 +757,21 @@ def test_a_gang_s_device_shortfall_is_kept_for_retries_until_the_devices_change(
     # A different gang under the same key (a member not delivered yet) is not the kept one.
     assert memo.of(replace(gang, need=2), state.devices, list, (stamps[0] + 1, 8)) is None
     assert memo.computed == 6
+
+
+def test_a_shortfall_reads_in_the_issue_s_words_with_the_selectors_after() -> None:
+    """ "gang <ns>/<name> needs N devices of class <class>, M free in the cluster" first,
+    whichever count is short; what the selectors add comes after it."""
+    big = selector_resource(DRIVER, ('device.capacity["x"].memory >= 40',))
+    members = [Demand(f"m{i}", {GPU: 2000, big: 2000}) for i in range(3)]
+    assert (
+        device_shortfall("ml/train", members, 3, {GPU: 8000, big: 4000})
+        == "gang ml/train needs 6 devices of class gpu.example.com, 4 free in the cluster "
+        "(devices passing its requests' selectors)"
+    )
+    assert (
+        device_shortfall("ml/train", members, 3, {GPU: 4000, big: 2000})
+        == "gang ml/train needs 6 devices of class gpu.example.com, 4 free in the cluster; "
+        "6 devices of class gpu.example.com passing its requests' selectors needed, 2 free"
+    )
+    assert device_shortfall("ml/train", members, 2, {GPU: 4000, big: 4000}) is None

@@ -47,21 +47,25 @@ def device_shortfall(
             f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
         )
         return f"gang {key} is held: its members cannot be given devices: {shown}"
-    short = []
+    short: list[tuple[bool, str, int, int]] = []
     for resource in resources:
         wanted = least_need(demands, need, resource) // 1000
         have = free.get(resource, 0) // 1000
         if wanted > have:
             device_class, _sep, digest = resource[len(DEVICE_PREFIX) :].partition("/")
-            which = " passing its requests' selectors" if digest else ""
-            short.append((digest != "", f"{wanted} devices of class {device_class}{which}, {have}"))
+            short.append((digest != "", device_class, wanted, have))
     if not short:
         return None
     # The class's own count first: it reads best; selector counts when only they are short.
     short.sort()
-    return f"gang {key} needs {short[0][1]} free in the cluster" + "".join(
-        f"; {text} free" for _digest, text in short[1:2]
-    )
+    selected, device_class, wanted, have = short[0]
+    text = f"gang {key} needs {wanted} devices of class {device_class}, {have} free in the cluster"
+    if selected:
+        text += " (devices passing its requests' selectors)"
+    for selected, device_class, wanted, have in short[1:2]:
+        which = " passing its requests' selectors" if selected else ""
+        text += f"; {wanted} devices of class {device_class}{which} needed, {have} free"
+    return text
 
 
 def gang_device_shortfall(
