@@ -23,7 +23,7 @@ from app.core.devices.records import (
     selector_resource,
     slice_from,
 )
-from app.core.devices.report import device_snapshot
+from app.core.devices.report import device_counts, device_snapshot
 from app.core.devices.shortfall import ShortfallMemo, device_shortfall, gang_device_shortfall
 from app.core.packing import Demand
 from app.core.packing_search import pack_thoroughly
@@ -34,7 +34,7 @@ from app.core.resources import format_resources
 from app.core.state import ClusterState
 from app.ops.device_metrics import DeviceCollector
 from app.runtime.device_cel import CelEngine
-from tests.unit.builders import node, pod
+from tests.unit.builders import node, pod, podgroup
 
 DRIVER = "gpu.example.com"
 GPU = class_resource(DRIVER)
@@ -775,3 +775,26 @@ def test_a_shortfall_reads_in_the_issue_s_words_with_the_selectors_after() -> No
         "6 devices of class gpu.example.com passing its requests' selectors needed, 2 free"
     )
     assert device_shortfall("ml/train", members, 2, {GPU: 4000, big: 4000}) is None
+
+
+def test_devices_allocated_claims_hold_for_gangs_waiting_in_line_are_held_waiting(
+    state: ClusterState,
+) -> None:
+    """Gang "train" waits in line; kube-scheduler allocated 2 devices to its member m0's
+    claim before the gang was turned away, and m1 shares that claim (counted once). m2's
+    claim is not allocated: it holds nothing. A gang not in line is not counted."""
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.apply_podgroup(podgroup("train", 3))
+    state.devices.apply(CLAIMS, claim("m0-gpu", requests_of(2), allocated=2))
+    state.devices.apply(CLAIMS, claim("m2-gpu", requests_of(2)))
+    state.apply_pod(gpu_pod("m0", claim_name="m0-gpu", group="train"))
+    state.apply_pod(gpu_pod("m1", claim_name="m0-gpu", group="train"))
+    state.apply_pod(gpu_pod("m2", claim_name="m2-gpu", group="train"))
+    labels = {"device_class": DRIVER, "state": "held_waiting"}
+    registry = CollectorRegistry()
+    registry.register(DeviceCollector(state, list, lambda: ["default/train"]))
+    assert registry.get_sample_value("gang_extender_devices", labels) == 2
+    assert device_counts(state, (), ["default/other"])[DRIVER]["held_waiting"] == 0
+    # Placed in the gate, m0 counts once, as a member waiting in the gate.
+    state.reserve("default/m0", "n1")
+    assert device_counts(state, (), ["default/train"])[DRIVER]["held_waiting"] == 2

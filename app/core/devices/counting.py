@@ -222,10 +222,11 @@ class DeviceModel:
                     _add(need, resource, 1)
                 self._also_held(request.device_class, counted, (driver, pool, device_name), need)
 
-    def held_of(self, claim: ClaimRecord, pool: tuple[str, str]) -> Resources:
-        """What the claim's allocated devices of one pool hold, counted as its users ask
-        (app/core/devices/shared.py): selector sets first met here are not kept."""
-        results = tuple(r for r in claim.allocated if (r[1], r[2]) == pool)
+    def held_of(self, claim: ClaimRecord, pool: tuple[str, str] | None = None) -> Resources:
+        """What the claim's allocated devices (of one pool, or all) hold, counted as its
+        users ask (app/core/devices/shared.py, report.py): selector sets first met here
+        are not kept."""
+        results = tuple(r for r in claim.allocated if pool is None or (r[1], r[2]) == pool)
         if not results:
             return {}
         signatures, groups = set(self.signatures), self._groups
