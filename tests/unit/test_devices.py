@@ -798,3 +798,50 @@ def test_devices_allocated_claims_hold_for_gangs_waiting_in_line_are_held_waitin
     # Placed in the gate, m0 counts once, as a member waiting in the gate.
     state.reserve("default/m0", "n1")
     assert device_counts(state, (), ["default/train"])[DRIVER]["held_waiting"] == 2
+
+
+def _room_on(state: ClusterState, name: str) -> dict[str, int]:
+    return next(b.free for b in state.room() if b.name == name)
+
+
+def test_a_device_taken_by_a_claim_is_not_free_to_its_extended_resource_nor_back() -> None:
+    """n1's 4 devices back the class's extendedResourceName: a pod asking 2 by claim and
+    one asking example.com/gpu: 2 take all 4; nothing more fits, by either name."""
+    state = ClusterState(CelEngine())
+    state.apply_node(node("n1"))
+    state.devices.apply(CLASSES, device_class(extended="example.com/gpu"))
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    state.apply_pod(gpu_pod("by-claim", template_name="two", node="n1"))
+    extended = pod("by-name", node="n1")
+    extended["spec"]["containers"][0]["resources"]["requests"]["example.com/gpu"] = "2"
+    state.apply_pod(extended)
+    free = _room_on(state, "n1")
+    assert free.get("example.com/gpu", 0) == 0  # 2 by claim, 2 by name: all 4
+    state.apply_pod(gpu_pod("another", template_name="two"))
+    another = Demand("default/another", state.pods["default/another"].requests)
+    assert not pack_thoroughly([another], state.room()).fits
+    # The claim pod's own container requests are kept beside its devices.
+    assert state.pods["default/another"].requests["example.com/gpu"] == 2000
+    # The claim pod goes: its 2 devices are free by either name again.
+    state.delete_pod("default", "by-claim")
+    assert _room_on(state, "n1")["example.com/gpu"] == 2000
+    assert pack_thoroughly([another], state.room()).fits
+
+
+def test_a_pod_asking_both_ways_adds_up_and_stays_so_when_recounted() -> None:
+    state = ClusterState(CelEngine())
+    state.apply_node(node("n1"))
+    state.devices.apply(CLASSES, device_class(extended="example.com/gpu"))
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    both = gpu_pod("both", template_name="two")
+    both["spec"]["containers"][0]["resources"]["requests"]["example.com/gpu"] = "1"
+    state.apply_pod(both)
+    assert state.pods["default/both"].requests["example.com/gpu"] == 3000
+    for _ in range(2):  # the class changes: every device pod is counted anew
+        state.devices.apply(CLASSES, device_class(extended="example.com/gpu"))
+        assert state.pods["default/both"].requests["example.com/gpu"] == 3000
+    state.devices.apply(CLASSES, device_class())  # no longer backs the name
+    assert state.pods["default/both"].requests["example.com/gpu"] == 1000
+    assert state.pods["default/both"].requests[GPU] == 2000

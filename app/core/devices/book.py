@@ -32,7 +32,7 @@ from app.core.devices.records import (
 from app.core.devices.shared import SharedPools, placed_claims
 from app.core.pod_index import PodIndex
 from app.core.records import NodeRecord, PodRecord
-from app.core.resources import DEVICE_PREFIX, Resources
+from app.core.resources import DEVICE_PREFIX, Resources, add, subtract
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,25 @@ def _key(raw: Mapping[str, Any], namespaced: bool) -> str:
     meta = raw.get("metadata") or {}
     name = str(meta.get("name") or "")
     return f"{meta.get('namespace') or 'default'}/{name}" if namespaced else name
+
+
+def _with_demand(requests: Resources, demand: Resources) -> Resources:
+    """The pod's own requests with its claims' `demand` added (an extended resource
+    name a class backs may be in both: the container's and the claims' add up)."""
+    merged = dict(requests)
+    add(merged, demand)
+    return merged
+
+
+def _extras(demand: Resources) -> Resources:
+    return {k: v for k, v in demand.items() if not k.startswith(DEVICE_PREFIX)}
+
+
+def _without_demand(record: PodRecord) -> Resources:
+    """The pod's requests as its containers ask, without what its claims added."""
+    base = {k: v for k, v in record.requests.items() if not k.startswith(DEVICE_PREFIX)}
+    subtract(base, record.claim_extras)
+    return base
 
 
 def _store(table: dict[str, Any], kind: str, key: str, raw: Mapping[str, Any] | None) -> None:
@@ -211,7 +230,8 @@ class DeviceBook:
         signatures = len(self.model.signatures)
         demand = self._demand(record)
         if demand:
-            record.requests = {**record.requests, **demand}
+            record.requests = _with_demand(record.requests, demand)
+            record.claim_extras = _extras(demand)
         if len(self.model.signatures) != signatures:
             # A selector set first asked for: count it on every node, and on the pods
             # whose allocated devices it covers.
@@ -329,10 +349,12 @@ class DeviceBook:
             record = self._pods.pods.get(key)
             if record is None:
                 continue
-            base = {k: v for k, v in record.requests.items() if not k.startswith(DEVICE_PREFIX)}
-            requests = {**base, **self._demand(record)}
+            demand = self._demand(record)
+            requests = _with_demand(_without_demand(record), demand)
             if requests != record.requests:
-                self._pods.apply(dataclasses.replace(record, requests=requests))
+                extras = _extras(demand)
+                record = dataclasses.replace(record, requests=requests, claim_extras=extras)
+                self._pods.apply(record)
 
     def _with_offer(self, record: NodeRecord) -> Resources:
         base = self._base.get(record.name, record.allocatable)

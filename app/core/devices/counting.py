@@ -10,7 +10,9 @@ them without paths of their own:
   (`devices/<class>`), and per selector set some request uses, those that
   pass it too (`devices/<class>/<digest>`); a DeviceClass with
   `extendedResourceName` also offers its devices under that name, unless
-  the node advertises the name itself (a device plugin);
+  the node advertises the name itself (a device plugin), and a claim of the
+  class asks that name too, so a device is taken once whichever way a pod
+  asks for it;
 - a pod asks what its claims ask: per request `count` devices (`All`: as
   many as the node with most matching devices has), `firstAvailable` the
   first alternative the cluster has enough devices for; a claim that several
@@ -292,10 +294,15 @@ class DeviceModel:
         why): the API server compiles every selector when the object is created and
         refuses one that does not compile, so such a one is a CEL feature we lack.
         """
-        if request.device_class not in self.classes:
+        known = self.classes.get(request.device_class)
+        if known is None:
             return [missing_resource(f"DeviceClass {request.device_class or '(none)'} not found")]
         selectors = tuple(request.selectors)
-        resources = [class_resource(request.device_class)]
+        # A class backing an extended resource: its nodes offer the same devices under
+        # that name too, so a claim takes them there as well (first: [-1] stays the
+        # narrowest), and a pod asking the name cannot count them again.
+        extended = [known.extended_resource] if known.extended_resource else []
+        resources = [*extended, class_resource(request.device_class)]
         if selectors and all(self.selectors.compiles(text) for text in selectors):
             # Which groups it is in depends on the devices published: recounted with them.
             self.used_offers = True
