@@ -242,16 +242,22 @@ def _gap(
     left: Sequence[Demand], bins: Sequence[Bin], landed: Mapping[int, Resources], draws: PoolDraws
 ) -> Resources:
     """What the members `left` to place lack: in the aggregate (each shared device pool
-    counted once), else the first one's need."""
+    counted once), else the first one's need on the nodes it may go to."""
     after = [b.with_free(landed[i]) if i in landed else b for i, b in enumerate(bins)]
     if any(b.pools for b in bins):
         total = draws.counted_once(bins, [b.free for b in after])
+        # A pooled bin has its own devices and what its pools have left, not their offer.
+        after = [
+            b.with_free(draws.room(i, b, b.free)) if b.pools else b for i, b in enumerate(after)
+        ]
     else:
         total = total_of(b.free for b in after)
     gap = shortfall(total_of(d.requests for d in left), total)
     if not gap:
         # Enough in total but fragmented: name the first member's need.
-        gap = _largest_gap(left[0].requests, after)
+        rules = left[0].placement or ANY_NODE
+        allowed = [b for b in after if rules.allows(b.name, b.labels, b.taints)]
+        gap = _largest_gap(left[0].requests, allowed or after)
     return gap
 
 

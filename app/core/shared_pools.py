@@ -127,6 +127,16 @@ class PoolDraws:
             add(total, {r: self.left(pool, r) for r in pool.offer})
         return total
 
+    def room(self, i: int, b: Bin, free: Mapping[str, int]) -> Resources:
+        """Bin `i`'s `free` with each pooled resource at most its own devices left and
+        what its pools have left (for a message: what a member there may still take)."""
+        local = self.local(i, b)
+        room = dict(free)
+        for resource, own in local.items():
+            shared = sum(self.left(p, resource) for p in b.pools)
+            room[resource] = min(room.get(resource, 0), own + shared)
+        return room
+
     def save(self, i: int, b: Bin) -> Saved:
         """What draw() on bin `i` may change, to put back with restore() (the search)."""
         local = self._local.get(i)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from app.core.packing import Bin, Demand, pack
 from app.core.packing_search import pack_thoroughly, search
+from app.core.placement import Placement
 from app.core.shared_pools import SharedPool
 
 GPU = "devices/gpu.example.com"
@@ -181,3 +182,17 @@ def test_the_message_counts_the_pool_once() -> None:
     assert packing.describe("ml/train", gang).endswith(
         "short by 2 device(s) of class gpu.example.com"
     )
+
+
+def test_a_member_short_on_the_nodes_it_may_go_to_is_told_what_the_pool_lacks() -> None:
+    """Members for rack r1 (n1, n2 share a pool of 4); n3 outside has 4 of its own: the
+    cluster has 8, but the second member of 3 finds 1 left in the pool, short by 2."""
+    rack = _pool(4)
+    bins = [_bin("n1", 0, (rack,)), _bin("n2", 0, (rack,)), _bin("n3", 4, ())]
+    for b in bins[:2]:
+        b.labels = {"rack": "r1"}
+    in_rack = Placement(node_selector=(("rack", "r1"),))
+    gang = [Demand(d.key, d.requests, in_rack) for d in _members([3, 3])]
+    packing = pack_thoroughly(gang, bins)
+    assert not packing.fits
+    assert packing.shortfall == {GPU: 2000}
