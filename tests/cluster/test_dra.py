@@ -560,6 +560,17 @@ def _bound_on(kube: Kube, namespace: str, prefix: str) -> dict[str, str]:
     return {p: n for p, n in kube.bound(namespace).items() if p.startswith(prefix)}
 
 
+def _pool_in_caches(extender: Extender, devices: Devices, name: str) -> Any:
+    """The pool as the extender's /debug/caches shows it, once it does."""
+
+    def seen() -> Any:
+        with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=5) as response:
+            pools = json.loads(response.read())["devices"]["pools"]
+        return pools.get(f"{devices.driver}/{name}")
+
+    return wait_for(seen, 10, f"the extender's caches showing the pool {name}")
+
+
 def test_a_pool_for_all_nodes_counts_once_for_the_gang(
     kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
 ) -> None:
@@ -569,12 +580,7 @@ def test_a_pool_for_all_nodes_counts_once_for_the_gang(
     devices, _nodes = gpu_nodes
     devices.publish_shared("fabric", 4)
 
-    def free_in_caches() -> Any:
-        with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=5) as response:
-            seen = json.loads(response.read())["devices"]
-        return seen["pools"].get(f"{devices.driver}/fabric")
-
-    pool = wait_for(free_in_caches, 10, "the extender's caches showing the shared pool")
+    pool = _pool_in_caches(extender, devices, "fabric")
     assert pool["node"] == "all nodes" and pool["devices"] == 4, pool
     devices.template("four-gpus", 4)
     kube.create_podgroup(namespace, "wide", 4)
@@ -607,15 +613,10 @@ def test_a_gang_on_two_nodes_sharing_a_pool_is_not_promised_it_twice(
     devices, nodes = gpu_nodes
     rack = {RACK: "r1"}
     for node in nodes[2:]:
-        kube.label_node(node, rack)
+        kube.label_node(node, {RACK: "r1"})
     devices.publish_shared("rack-r1", 4, rack)
 
-    def pool_in_caches() -> Any:
-        with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=5) as response:
-            seen = json.loads(response.read())["devices"]
-        return seen["pools"].get(f"{devices.driver}/rack-r1")
-
-    pool = wait_for(pool_in_caches, 10, "the extender's caches showing the rack's pool")
+    pool = _pool_in_caches(extender, devices, "rack-r1")
     assert pool["node"] == "node selector" and pool["devices"] == 4, pool
     devices.template("three-gpus", 3)
     kube.create_podgroup(namespace, "wide", 2)

@@ -10,6 +10,7 @@ serving it.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -95,6 +96,22 @@ def _feasible(
     return True
 
 
+def _fits_nodes(
+    placed: Iterable[tuple[int, int]],
+    cpu: list[int],
+    own: list[int],
+    served: list[list[int]],
+    free: list[int],
+) -> bool:
+    """Members (devices, node) placed: each node's slots and the devices beyond its own."""
+    load: dict[int, int] = {}
+    used: dict[int, int] = {}
+    for gpus, node in placed:
+        load[node] = load.get(node, 0) + gpus
+        used[node] = used.get(node, 0) + 1
+    return all(used[n] <= cpu[n] for n in used) and _feasible(load, own, served, free)
+
+
 def _placeable(
     gpus: list[int],
     cpu: list[int],
@@ -105,34 +122,10 @@ def _placeable(
 ) -> bool:
     """Brute force: a node (or none) per member, each node's CPU and devices enough."""
     for choice in itertools.product(range(-1, len(own)), repeat=len(gpus)):
-        if sum(1 for c in choice if c >= 0) < wanted:
-            continue
-        load: dict[int, int] = {}
-        used: dict[int, int] = {}
-        for g, c in zip(gpus, choice, strict=True):
-            if c >= 0:
-                load[c] = load.get(c, 0) + g
-                used[c] = used.get(c, 0) + 1
-        if all(used[c] <= cpu[c] for c in used) and _feasible(load, own, served, free):
+        placed = [(g, c) for g, c in zip(gpus, choice, strict=True) if c >= 0]
+        if len(placed) >= wanted and _fits_nodes(placed, cpu, own, served, free):
             return True
     return False
-
-
-def _valid(
-    plan: dict[str, str],
-    gpus: list[int],
-    cpu: list[int],
-    own: list[int],
-    served: list[list[int]],
-    free: list[int],
-) -> bool:
-    load: dict[int, int] = {}
-    used: dict[int, int] = {}
-    for key, node in plan.items():
-        i = int(node[1:])
-        load[i] = load.get(i, 0) + gpus[int(key[1:])]
-        used[i] = used.get(i, 0) + 1
-    return all(used[c] <= cpu[c] for c in used) and _feasible(load, own, served, free)
 
 
 _NODE = st.tuples(st.integers(0, 3), st.integers(1, 2), st.sets(st.integers(0, 1), max_size=2))
@@ -168,7 +161,8 @@ def test_the_packings_never_promise_a_pool_twice_and_the_search_is_exact_for_one
     thorough = pack_thoroughly(gang, bins, wanted)
     for packing in (first, thorough):
         if packing.fits:
-            assert _valid(packing.plan, gpus, cpu, own, served, free)
+            placed = [(gpus[int(k[1:])], int(n[1:])) for k, n in packing.plan.items()]
+            assert _fits_nodes(placed, cpu, own, served, free)
     if all(len(s) <= 1 for s in served):
         assert thorough.fits == _placeable(gpus, cpu, own, served, free, wanted)
 
