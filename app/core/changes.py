@@ -74,7 +74,7 @@ class ChangeLog:
 
     @property
     def stamp(self) -> int:
-        """Bumped by every change of a node, a pod's place or a group."""
+        """The stamp of the newest change (node or group): what *_changed_since name now."""
         return self._stamp
 
     def nodes_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:

@@ -163,7 +163,7 @@ class DeviceBook:
         # The pools published for many nodes, as the bins carry them (shared.py).
         self.shared = SharedPools(
             self.model,
-            lambda: (self.version, changes.stamp),
+            lambda: (self.model.slices_version, self.version, changes.stamp),
             lambda: placed_claims(self.model, pods, self._device_pods),
         )
 

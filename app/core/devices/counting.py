@@ -87,6 +87,8 @@ class DeviceModel:
         self.users: dict[str, set[str]] = {}
         # Set by demand() when the count depended on the nodes' offers (All, firstAvailable).
         self.used_offers = False
+        # Bumped by slices_changed (app/core/devices/shared.py reads the pools anew).
+        self.slices_version = 0
         # (driver, pool, device) -> the device, in the newest generation (None: build anew).
         self._index: dict[tuple[str, str, str], Device] | None = None
 
@@ -104,6 +106,7 @@ class DeviceModel:
         anew, and which selector sets overlap is found anew."""
         self._index = None
         self._groups = None
+        self.slices_version += 1
 
     def groups(self, device_class: str) -> list[tuple[tuple[str, ...], ...]]:
         """The class's groups of selector sets to count together (each of 2 sets or more).
@@ -224,20 +227,6 @@ class DeviceModel:
                     _add(need, resource, 1)
                 self._also_held(request.device_class, counted, (driver, pool, device_name), need)
 
-    def held_of(self, claim: ClaimRecord, pool: tuple[str, str] | None = None) -> Resources:
-        """What the claim's allocated devices (of one pool, or all) hold, counted as its
-        users ask (app/core/devices/shared.py, report.py): selector sets first met here
-        are not kept."""
-        results = tuple(r for r in claim.allocated if pool is None or (r[1], r[2]) == pool)
-        if not results:
-            return {}
-        signatures, groups = set(self.signatures), self._groups
-        need: Resources = {}
-        self._claim_demand(dataclasses.replace(claim, allocated=results), need)
-        if len(self.signatures) != len(signatures):
-            self.signatures, self._groups = signatures, groups
-        return need
-
     def _also_held(
         self, device_class: str, counted: list[str], names: tuple[str, str, str], need: Resources
     ) -> None:
@@ -317,6 +306,23 @@ class DeviceModel:
                 if selectors in group
             )
         return resources
+
+
+def held_of(
+    model: DeviceModel, claim: ClaimRecord, pool: tuple[str, str] | None = None
+) -> Resources:
+    """What the claim's allocated devices (of one pool, or all) hold, counted as its
+    users ask (app/core/devices/shared.py, report.py): selector sets first met here
+    are not kept."""
+    results = tuple(r for r in claim.allocated if pool is None or (r[1], r[2]) == pool)
+    if not results:
+        return {}
+    signatures, groups = set(model.signatures), model._groups
+    need: Resources = {}
+    model._claim_demand(dataclasses.replace(claim, allocated=results), need)
+    if len(model.signatures) != len(signatures):
+        model.signatures, model._groups = signatures, groups
+    return need
 
 
 def unique_devices(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from app.core.devices.counting import held_of
 from app.core.resources import DEVICE_PREFIX, MISSING_PREFIX, Resources
 from app.core.state import ClusterState
 
@@ -87,7 +88,7 @@ def _held_in_line(state: ClusterState, waiting: Iterable[str]) -> Iterator[Resou
                 seen.add(claim.key)
                 users = (state.pods.get(k) for k in model.users.get(claim.key, ()))
                 if not any(user is not None and user.placed_node for user in users):
-                    yield model.held_of(claim)  # (a placed user counts it: gate or node)
+                    yield held_of(model, claim)  # (a placed user counts it: gate or node)
 
 
 def device_snapshot(state: ClusterState) -> dict[str, Any]:

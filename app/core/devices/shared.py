@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Set
 
-from app.core.devices.counting import DeviceModel
+from app.core.devices.counting import DeviceModel, held_of
 from app.core.devices.distinct import own_labels
 from app.core.devices.records import ClaimRecord, SliceRecord
 from app.core.pod_index import PodIndex
@@ -29,15 +29,16 @@ class SharedPools:
     def __init__(
         self,
         model: DeviceModel,
-        version: Callable[[], tuple[int, int]],
+        version: Callable[[], tuple[int, int, int]],
         placed_users: Callable[[], Iterable[tuple[PodRecord, ClaimRecord]]],
     ) -> None:
-        """`version`: the book's and the change log's stamp (a pod placed or gone);
-        `placed_users`: each placed pod with each allocated claim counted on it."""
+        """`version`: the slices' (the model's slices_version), the book's and the change
+        log's stamp (a pod placed or gone); `placed_users`: each placed pod with each
+        allocated claim counted on it."""
         self._model = model
         self._version = version
         self._placed_users = placed_users
-        self._seen = (-1, -1)
+        self._seen = (-1, -1, -1)
         # (driver, pool) -> its object now, and one for the empty cluster (nothing held).
         self._pools: dict[tuple[str, str], SharedPool] = {}
         self._empty: dict[tuple[str, str], SharedPool] = {}
@@ -67,7 +68,7 @@ class SharedPools:
         if version == self._seen:
             return
         model = self._model
-        if version[0] != self._seen[0]:  # the devices changed, not only where pods are
+        if version[0] != self._seen[0]:  # the slices or classes changed
             self._slices = {}
             for s in model.newest_slices():
                 if not s.node:
@@ -90,12 +91,12 @@ class SharedPools:
         for claim in model.claims.values():
             for key in {(driver, pool) for _r, driver, pool, _d in claim.allocated}:
                 if key in self._pools:
-                    subtract(self._pools[key].free, model.held_of(claim, key))
+                    subtract(self._pools[key].free, held_of(model, claim, key))
         for pod, claim in self._placed_users():
             for key in {(driver, pool) for _r, driver, pool, _d in claim.allocated}:
                 if key in self._pools:
                     used = self._pools[key].used_on.setdefault(pod.placed_node, {})
-                    add(used, model.held_of(claim, key))
+                    add(used, held_of(model, claim, key))
         for pool in self._pools.values():
             pool.free = {r: max(0, v) for r, v in pool.free.items()}
 
