@@ -241,24 +241,28 @@ def _first_with_room(
 def _gap(
     left: Sequence[Demand], bins: Sequence[Bin], landed: Mapping[int, Resources], draws: PoolDraws
 ) -> Resources:
-    """What the members `left` to place lack: in the aggregate (each shared device pool
-    counted once), else the first one's need on the nodes it may go to."""
+    """What the members `left` to place lack: in the aggregate, else the first one's need.
+
+    With shared device pools, each pool counts once in the aggregate, and the first
+    member's need is read on the nodes it may go to, each at its own devices and what
+    its pools have left (their offer shows on every node they serve).
+    """
     after = [b.with_free(landed[i]) if i in landed else b for i, b in enumerate(bins)]
-    if any(b.pools for b in bins):
-        total = draws.counted_once(bins, [b.free for b in after])
-        # A pooled bin has its own devices and what its pools have left, not their offer.
-        after = [
-            b.with_free(draws.room(i, b, b.free)) if b.pools else b for i, b in enumerate(after)
-        ]
-    else:
-        total = total_of(b.free for b in after)
-    gap = shortfall(total_of(d.requests for d in left), total)
-    if not gap:
+    if not any(b.pools for b in bins):
+        gap = shortfall(total_of(d.requests for d in left), total_of(b.free for b in after))
         # Enough in total but fragmented: name the first member's need.
-        rules = left[0].placement or ANY_NODE
-        allowed = [b for b in after if rules.allows(b.name, b.labels, b.taints)]
-        gap = _largest_gap(left[0].requests, allowed or after)
-    return gap
+        return gap or _largest_gap(left[0].requests, after)
+    total = draws.counted_once(bins, [b.free for b in after])
+    gap = shortfall(total_of(d.requests for d in left), total)
+    if gap:
+        return gap
+    rules = left[0].placement or ANY_NODE
+    allowed = [
+        b.with_free(draws.room(i, b, b.free)) if b.pools else b
+        for i, b in enumerate(after)
+        if rules.allows(b.name, b.labels, b.taints)
+    ]
+    return _largest_gap(left[0].requests, allowed or after)
 
 
 def _largest_first(demands: Sequence[Demand], bins: Sequence[Bin]) -> list[Demand]:
