@@ -173,7 +173,8 @@ def build_components(
     lead = leadership(settings)
     writers = build_writers(settings, cluster, clients, lead.leader)
     runtime = build_runtime(settings, cluster, clients.pods, lead.leader, writers.observer)
-    cluster.metrics.registry.register(DeviceCollector(state, runtime.arbiter.holders))
+    waiting = runtime.arbiter.line.waiting
+    cluster.metrics.registry.register(DeviceCollector(state, runtime.arbiter.holders, waiting.keys))
     queue_status = None
     if settings.gang_feasibility:
         queue_status = QueueStatusWriter(

@@ -7,11 +7,32 @@ rule. Both skip nodes marked unschedulable: nothing new lands there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from app.core.packing import Bin
 from app.core.records import NodeRecord, PodRecord
 from app.core.resources import Resources, add, subtract
+from app.core.shared_pools import SharedPool
+
+
+class NodeChanges(Protocol):
+    def nodes_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
+        """The stamp now, and the nodes changed since `stamp` (None: too many, all)."""
+        ...
+
+
+class PoolSource(Protocol):
+    """The device pools published for many nodes (app/core/devices/shared.py): the
+    same objects in every bin of the nodes they serve, brought up to date in place."""
+
+    def refresh(self) -> None:
+        """Count the pools anew if the devices changed."""
+        ...
+
+    def for_node(self, record: NodeRecord, *, empty: bool = False) -> tuple[SharedPool, ...]:
+        """The pools the node may use (`empty`: as in the empty cluster)."""
+        ...
 
 
 def total_allocatable(nodes: Iterable[NodeRecord]) -> Resources:
@@ -38,10 +59,13 @@ class FreeRoom:
     def __init__(
         self,
         requested: Mapping[str, Resources],
-        changed_since: Callable[[int], tuple[int, list[str] | None]],
+        changes: NodeChanges,
+        pools: PoolSource | None = None,
     ) -> None:
+        """`changes`: the state's ChangeLog; `pools`: the device book's shared pools."""
         self._requested = requested
-        self._changed_since = changed_since
+        self._pools = pools
+        self._changed_since = changes.nodes_changed_since
         # Schedulable node -> its bins, in node order; where each is in that order.
         self._free: dict[str, Bin] = {}
         self._allocatable: dict[str, Bin] = {}
@@ -67,7 +91,7 @@ class FreeRoom:
                 b = out[i]
                 free = dict(b.free)
                 add(free, pod.requests)
-                out[i] = Bin(b.name, free, b.labels, b.taints)
+                out[i] = b.with_free(free)
         return out
 
     def allocatable(self, nodes: Mapping[str, NodeRecord]) -> list[Bin]:
@@ -106,11 +130,13 @@ class FreeRoom:
         return total
 
     def _catch_up(self, nodes: Mapping[str, NodeRecord]) -> None:
+        if self._pools is not None:
+            self._pools.refresh()  # what the bins' shared pools hold, as the devices are now
         stamp, changed = self._changed_since(self._stamp)
         if changed is None or self._stamp < 0:
             schedulable = [n for n in nodes.values() if not n.unschedulable]
             self._free = {n.name: self._free_bin(n) for n in schedulable}
-            self._allocatable = {n.name: _allocatable_bin(n) for n in schedulable}
+            self._allocatable = {n.name: self._allocatable_bin(n) for n in schedulable}
             self._position = {name: i for i, name in enumerate(self._free)}
             self._left = {n.name: self._left_on(n) for n in schedulable}
             self._total = {}
@@ -121,7 +147,7 @@ class FreeRoom:
                 node = nodes.get(name)
                 if node is not None and name in self._free:
                     self._free[name] = self._free_bin(node)
-                    self._allocatable[name] = _allocatable_bin(node)
+                    self._allocatable[name] = self._allocatable_bin(node)
                     subtract(self._total, self._left[name])
                     self._left[name] = left = self._left_on(node)
                     add(self._total, left)
@@ -133,11 +159,14 @@ class FreeRoom:
     def _free_bin(self, node: NodeRecord) -> Bin:
         free = dict(node.allocatable)
         subtract(free, self._requested.get(node.name, _NOTHING))
-        return Bin(node.name, free, node.labels, node.taints)
+        return Bin(node.name, free, node.labels, node.taints, self._pools_of(node))
 
+    def _allocatable_bin(self, node: NodeRecord) -> Bin:
+        pools = self._pools_of(node, empty=True)
+        return Bin(node.name, node.allocatable, node.labels, node.taints, pools)
 
-def _allocatable_bin(node: NodeRecord) -> Bin:
-    return Bin(node.name, node.allocatable, node.labels, node.taints)
+    def _pools_of(self, node: NodeRecord, *, empty: bool = False) -> tuple[SharedPool, ...]:
+        return () if self._pools is None else self._pools.for_node(node, empty=empty)
 
 
 _NOTHING: Resources = {}

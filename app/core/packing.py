@@ -27,6 +27,7 @@ from app.core.resources import (
     subtract,
     total_of,
 )
+from app.core.shared_pools import PoolDraws, SharedPool
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,13 @@ class Bin:
     free: Resources
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
+    # Device pools published for many nodes that this node may use: `free` shows each
+    # in full, a packing draws on each once for all its bins (app/core/shared_pools.py).
+    pools: tuple[SharedPool, ...] = ()
+
+    def with_free(self, free: Resources) -> Bin:
+        """This node's bin with `free` (a copy to change: its labels, taints, pools kept)."""
+        return Bin(self.name, free, self.labels, self.taints, self.pools)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +177,7 @@ def pack(
     plan: dict[str, str] = {}
     left: list[Demand] = []
     no_node: list[str] = []
+    draws = PoolDraws()
     for demand in order:
         if len(plan) >= wanted:
             break
@@ -179,7 +188,7 @@ def pack(
             no_node.append(demand.key)
             left.append(demand)
             continue
-        target = _first_with_room(allowed, demand.requests, bins, landed)
+        target = _first_with_room(allowed, demand.requests, bins, landed, draws)
         if target is None:
             left.append(demand)
             continue
@@ -187,21 +196,28 @@ def pack(
         if free is None:
             free = landed[target] = dict(bins[target].free)
         subtract(free, demand.requests)
+        if bins[target].pools:
+            draws.draw(target, bins[target], demand.requests)
         plan[demand.key] = bins[target].name
-    gap = _gap(left[: wanted - len(plan)], bins, landed) if len(plan) < wanted and left else {}
+    short = left[: wanted - len(plan)] if len(plan) < wanted else []
+    gap = _gap(short, bins, landed, draws) if short else {}
     return Packing(plan, wanted, tuple(d.key for d in left), gap, tuple(no_node))
 
 
 def _first_with_room(
-    allowed: AllowedBins, requests: Resources, bins: Sequence[Bin], landed: Mapping[int, Resources]
+    allowed: AllowedBins,
+    requests: Resources,
+    bins: Sequence[Bin],
+    landed: Mapping[int, Resources],
+    draws: PoolDraws,
 ) -> int | None:
     """The first allowed bin with room for `requests`, as the members placed so far left it.
 
     Starts past the bins known full for this shape, and notes how far they now go:
     a line of thousands of gangs alike fills the nodes from the first, and each
     packing read every full node again (most of a fresh admission's time).
-    Bins full only as this packing's members left them (`landed`) are not noted:
-    the packing may be dropped.
+    Bins full only as this packing's members left them (`landed`, and what they drew
+    from shared pools: `draws`) are not noted: the packing may be dropped.
     """
     shape = tuple(requests.items())
     full = allowed.full
@@ -209,26 +225,44 @@ def _first_with_room(
     known_full = k = full.get(shape, 0)
     for i in allowed.after(known_full):
         free = landed.get(i)
-        if fits(requests, bins[i].free if free is None else free):
+        b = bins[i]
+        if fits(requests, b.free if free is None else free) and (
+            not b.pools or draws.fits(i, b, requests)
+        ):
             full[shape] = known_full
             return i
-        if k == known_full and (free is None or not fits(requests, bins[i].free)):
+        if k == known_full and ((free is None and not b.pools) or not fits(requests, b.free)):
             known_full += 1
         k += 1
     full[shape] = known_full
     return None
 
 
-def _gap(left: Sequence[Demand], bins: Sequence[Bin], landed: Mapping[int, Resources]) -> Resources:
-    """What the members `left` to place lack: in the aggregate, else the first one's need."""
-    after = [
-        Bin(b.name, landed[i], b.labels, b.taints) if i in landed else b for i, b in enumerate(bins)
-    ]
-    gap = shortfall(total_of(d.requests for d in left), total_of(b.free for b in after))
-    if not gap:
+def _gap(
+    left: Sequence[Demand], bins: Sequence[Bin], landed: Mapping[int, Resources], draws: PoolDraws
+) -> Resources:
+    """What the members `left` to place lack: in the aggregate, else the first one's need.
+
+    With shared device pools, each pool counts once in the aggregate, and the first
+    member's need is read on the nodes it may go to, each at its own devices and what
+    its pools have left (their offer shows on every node they serve).
+    """
+    after = [b.with_free(landed[i]) if i in landed else b for i, b in enumerate(bins)]
+    if not any(b.pools for b in bins):
+        gap = shortfall(total_of(d.requests for d in left), total_of(b.free for b in after))
         # Enough in total but fragmented: name the first member's need.
-        gap = _largest_gap(left[0].requests, after)
-    return gap
+        return gap or _largest_gap(left[0].requests, after)
+    total = draws.counted_once(bins, [b.free for b in after])
+    gap = shortfall(total_of(d.requests for d in left), total)
+    if gap:
+        return gap
+    rules = left[0].placement or ANY_NODE
+    allowed = [
+        b.with_free(draws.room(i, b, b.free)) if b.pools else b
+        for i, b in enumerate(after)
+        if rules.allows(b.name, b.labels, b.taints)
+    ]
+    return _largest_gap(left[0].requests, allowed or after)
 
 
 def _largest_first(demands: Sequence[Demand], bins: Sequence[Bin]) -> list[Demand]:

@@ -12,7 +12,8 @@ placements before the answer is "no".
 It is bounded, since it runs on the event loop: it gives up after
 SEARCH_BUDGET bins looked at (a few milliseconds), answering as first fit did,
 and leaves gangs of more than MAX_SEARCH_MEMBERS members to place to first fit.
-Bins alike (same room, labels and taints) are tried once per member, and
+Bins alike (same room, labels, taints and shared device pools) are tried once
+per member, and
 members alike go to bins in order, so the common cases (many identical nodes,
 members of one shape) end long before the budget.
 """
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 
 from app.core.packing import AllowedBins, AllowedNodes, Bin, Demand, Packing, pack
 from app.core.resources import Resources, fits, shortfall, subtract, total_of
+from app.core.shared_pools import PoolDraws, Saved
 
 # Bins looked at before the search gives up (about 1-2 us each).
 SEARCH_BUDGET = 4000
@@ -65,6 +67,49 @@ def _smallest_total(demands: Sequence[Demand], wanted: int) -> Resources:
     return out
 
 
+class _Trial:
+    """The bins as the members placed so far left them: room, and shared pools drawn on."""
+
+    __slots__ = ("_bins", "_draws", "_free", "_labels")
+
+    def __init__(self, bins: Sequence[Bin]) -> None:
+        self._bins = bins
+        self._free: dict[int, Resources] = {}
+        self._labels: dict[int, tuple[tuple[str, str], ...]] = {}
+        self._draws = PoolDraws()  # what the members placed took of shared device pools
+
+    def room(self, i: int) -> Resources:
+        return self._free[i] if i in self._free else self._bins[i].free
+
+    def fits(self, i: int, requests: Resources) -> bool:
+        b = self._bins[i]
+        return fits(requests, self.room(i)) and (not b.pools or self._draws.fits(i, b, requests))
+
+    def signature(self, i: int) -> tuple[object, ...]:
+        """Bins alike: a member tried on one needs no try on the other."""
+        b = self._bins[i]
+        if i not in self._labels:
+            self._labels[i] = tuple(sorted(b.labels.items()))
+        pools = self._draws.signature(i, b)
+        return (tuple(sorted(self.room(i).items())), self._labels[i], b.taints, pools)
+
+    def put(self, i: int, requests: Resources) -> tuple[Resources, Saved | None]:
+        """Place `requests` on bin `i`; what undo() needs to take them off again."""
+        b = self._bins[i]
+        before = self.room(i)
+        self._free[i] = after = dict(before)
+        subtract(after, requests)
+        saved = self._draws.save(i, b) if b.pools else None
+        if saved is not None:
+            self._draws.draw(i, b, requests)
+        return before, saved
+
+    def undo(self, i: int, token: tuple[Resources, Saved | None]) -> None:
+        self._free[i], saved = token
+        if saved is not None:
+            self._draws.restore(saved)
+
+
 def search(
     demands: Sequence[Demand], bins: Sequence[Bin], wanted: int, budget: int = SEARCH_BUDGET
 ) -> dict[str, str] | None:
@@ -74,18 +119,9 @@ def search(
     largest = _largest(bins)
     order = sorted(demands, key=lambda d: (-sum(_shares(d.requests, largest)), d.key))
     allowed = {d.placement: AllowedBins(d.placement, bins) for d in order}
-    free: dict[int, Resources] = {}
-    labels: dict[int, tuple[tuple[str, str], ...]] = {}
+    trial = _Trial(bins)
     plan: dict[str, int] = {}
     spent = 0
-
-    def room(i: int) -> Resources:
-        return free[i] if i in free else bins[i].free
-
-    def signature(i: int) -> tuple[object, ...]:
-        if i not in labels:
-            labels[i] = tuple(sorted(bins[i].labels.items()))
-        return (tuple(sorted(room(i).items())), labels[i], bins[i].taints)
 
     def place(k: int, placed: int, floor: int) -> bool:
         nonlocal spent
@@ -102,20 +138,18 @@ def search(
             spent += 1
             if spent > budget:
                 return False
-            if not fits(demand.requests, room(i)):
+            if not trial.fits(i, demand.requests):
                 continue
-            sig = signature(i)
+            sig = trial.signature(i)
             if sig in tried:
                 continue
             tried.add(sig)
-            before = room(i)
-            free[i] = after = dict(before)
-            subtract(after, demand.requests)
+            token = trial.put(i, demand.requests)
             plan[demand.key] = i
             if place(k + 1, placed + 1, position):
                 return True
             del plan[demand.key]
-            free[i] = before
+            trial.undo(i, token)
             if spent > budget:
                 return False
         # Or leave this member out, when fewer than all are wanted.

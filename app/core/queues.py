@@ -343,7 +343,7 @@ def choose_victims(
     lowest priority first, then the most recently created; then the fewest:
     a victim whose room turns out not to be needed is spared again.
     """
-    bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in free]
+    bins = [b.with_free(dict(b.free)) for b in free]
     index = index_of(bins)
     allocated = {n: dict(v.allocated) for n, v in views.items()}
     chosen: list[Running] = []
@@ -365,7 +365,7 @@ def choose_victims(
         return None
     # The fewest: spare any victim the gang fits without, latest chosen first.
     for gang in reversed(chosen[:-1]):
-        trial = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in bins]
+        trial = [b.with_free(dict(b.free)) for b in bins]
         give(trial, {n: {r: -v for r, v in amounts.items()} for n, amounts in gang.held.items()})
         if pack(demands, trial, need).fits:
             bins = trial

@@ -105,6 +105,9 @@ class PodRecord:
     # Its DRA claims (spec.resourceClaims): what they ask is in `requests`
     # (app/core/devices/book.py).
     claims: tuple[PodClaim, ...] = ()
+    # What the claims added to `requests` beside devices/...: the extended resource
+    # names their classes back (taken off again when the claims are counted anew).
+    claim_extras: Resources = field(default_factory=dict, compare=False)
 
     # "namespace/name", made once with the record: the index looks a pod up by it a
     # dozen times per watch event, and every index then shares this one string.

@@ -95,7 +95,7 @@ class Room:
                 i = self._index(own, node)
                 if i is not None:
                     b = own[i]
-                    own[i] = copies[node] = Bin(b.name, dict(b.free), b.labels, b.taints)
+                    own[i] = copies[node] = b.with_free(dict(b.free))
         return copies
 
     def _index(self, own: list[Bin], node: str) -> int | None:

@@ -60,7 +60,7 @@ class ClusterState(ChangeReader):
         self.nodes: dict[str, NodeRecord] = {}
         self.podgroups: dict[str, PodGroupRecord] = {}
         self.devices = DeviceBook(self._pods, self._changes, lambda: self.nodes, selectors)
-        self._bins = free_room.FreeRoom(self._pods.requested, self._changes.nodes_changed_since)
+        self._bins = free_room.FreeRoom(self._pods.requested, self._changes, self.devices.shared)
         # Group sources in use (flags and API discovery); pods naming another are plain pods.
         self.sources: frozenset[str] = ALL_SOURCES
         self._schedulable_version = 0  # see schedulable_version

@@ -2,8 +2,9 @@
 
 `gang_extender_devices{device_class, state}`: per DeviceClass, the devices the
 schedulable nodes offer (allocatable), those free, and those waiting gangs hold
-(held_waiting: members waiting in the permit gate, and what the line promised
-to admitted gangs' members not placed yet); counted at scrape time, so
+(held_waiting: members waiting in the permit gate, what the line promised
+to admitted gangs' members not placed yet, and what allocated claims hold for
+the members of gangs waiting in line); counted at scrape time, so
 they cost nothing between scrapes. `gang_extender_device_selectors_by_class`:
 CEL selectors our engine cannot evaluate, whose requests are counted by class.
 Device classes are few and named by the cluster's administrators: a bounded label.
@@ -34,7 +35,8 @@ DEVICES = Family(
     "gang_extender_devices",
     "DRA devices per DeviceClass: offered by schedulable nodes (allocatable), free, "
     "and held by waiting gangs (held_waiting): by members waiting in the permit gate, "
-    "and promised to admitted gangs' members not placed yet.",
+    "promised to admitted gangs' members not placed yet, and by allocated claims of "
+    "members of gangs waiting in line.",
     ("device_class", "state"),
 )
 SELECTORS_BY_CLASS = Family(
@@ -48,16 +50,24 @@ STATES = ("allocatable", "free", "held_waiting")
 
 
 class DeviceCollector(Collector):
-    def __init__(self, state: ClusterState, holders: Callable[[], Iterable[Holder]] = list) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        holders: Callable[[], Iterable[Holder]] = list,
+        waiting: Callable[[], Iterable[str]] = list,
+    ) -> None:
         """`holders`: the gangs the line admitted (Arbiter.holders): the devices promised
-        to their members not placed yet are held by waiting gangs too."""
+        to their members not placed yet are held by waiting gangs too; `waiting`: the
+        group keys of the gangs in line (their members' allocated claims hold devices)."""
         self._state = state
         self._holders = holders
+        self._waiting = waiting
 
     def collect(self) -> Iterator[Metric]:
         devices = GaugeMetricFamily(DEVICES.name, DEVICES.help, labels=list(DEVICES.labels))
         promised = [r for h in self._holders() for r in h.remaining.values()]
-        for device_class, row in device_counts(self._state, promised).items():
+        counts = device_counts(self._state, promised, self._waiting())
+        for device_class, row in counts.items():
             for state in STATES:
                 devices.add_metric([device_class, state], row[state])
         yield devices

@@ -37,7 +37,7 @@ from typing import Any
 
 from app.core.admission import Admission, FilterReason, Verdict
 from app.core.contention import Decision, Gang, Holder, Ruling
-from app.core.devices.shortfall import gang_device_shortfall
+from app.core.devices.shortfall import ShortfallMemo
 from app.core.groups import GroupRef, GroupSpec
 from app.core.records import PodRecord
 from app.core.state import ClusterState
@@ -88,6 +88,7 @@ class Arbiter:
         self.waker = peers.waker
         self._reclaimer = peers.reclaimer
         self._revision = Revision()
+        self.shortfalls = ShortfallMemo()  # the gangs' device shortfalls, kept for retries
         self.ledger = ClaimLedger(state, self._revision, gate, wait_seconds)
         self.topology = GangTopology(
             state, settings.levels, self._revision, peers.metrics, peers.observer
@@ -134,8 +135,8 @@ class Arbiter:
         if gang.need <= 0:
             # Already whole (extra members beyond minMember): nothing to hold.
             return Verdict(True, FilterReason.COMPLETE)
-        if short := gang_device_shortfall(gang, self._state.devices, self.ledger.holders):
-            # Not kept for retries: what the devices' count weighs is not in the stamps.
+        stamps = (self._state.group_stamp(gang.key), self._revision.version)
+        if short := self.shortfalls.of(gang, self._state.devices, self.ledger.holders, stamps):
             self.line.join(gang.key, ref, now)
             return Verdict(False, FilterReason.INSUFFICIENT_CAPACITY, short)
         if (answered := self.answers.recall(gang, now)) is not None:

@@ -87,9 +87,14 @@ class Devices:
         )
         self.slices.append(name)
 
-    def publish_shared(self, name: str, count: int) -> None:
-        """A pool every node may use (allNodes), as a driver of network-attached devices."""
+    def publish_shared(self, name: str, count: int, labels: dict[str, str] | None = None) -> None:
+        """A pool every node may use (allNodes), or those with `labels` (nodeSelector), as
+        a driver of network-attached devices."""
         slice_name = f"{name}-{self.namespace}"[:63]
+        serves: dict[str, Any] = {"allNodes": True}
+        if labels:
+            terms = [{"key": k, "operator": "In", "values": [v]} for k, v in labels.items()]
+            serves = {"nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": terms}]}}
         self.kube.custom.create_cluster_custom_object(
             GROUP,
             VERSION,
@@ -100,7 +105,7 @@ class Devices:
                 "metadata": {"name": slice_name},
                 "spec": {
                     "driver": self.driver,
-                    "allNodes": True,
+                    **serves,
                     "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
                     "devices": [{"name": f"shared-{i}"} for i in range(count)],
                 },
@@ -135,6 +140,7 @@ class Devices:
         volcano: bool = False,
         priority_class: str | None = None,
         node: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> None:
         body = self.kube.pod_body(
             name,
@@ -145,6 +151,8 @@ class Devices:
         )
         if node is not None:
             body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        if labels is not None:
+            body["spec"]["nodeSelector"] = labels
         body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
         body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
         if exit_after is not None:
@@ -324,8 +332,8 @@ def test_a_cel_selector_counts_only_the_devices_it_matches(
         devices.pod(f"wide-{i}", "wide", "big-memory")
     wait_for(
         lambda: any(
-            f"needs 10 devices of class {devices.device_class} passing its requests' "
-            "selectors, 8 free in the cluster" in e
+            f"needs 10 devices of class {devices.device_class}, 8 free in the cluster "
+            "(devices passing its requests' selectors)" in e
             for i in range(5)
             for e in kube.events(namespace, f"wide-{i}")
         ),
@@ -552,6 +560,17 @@ def _bound_on(kube: Kube, namespace: str, prefix: str) -> dict[str, str]:
     return {p: n for p, n in kube.bound(namespace).items() if p.startswith(prefix)}
 
 
+def _pool_in_caches(extender: Extender, devices: Devices, name: str) -> Any:
+    """The pool as the extender's /debug/caches shows it, once it does."""
+
+    def seen() -> Any:
+        with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=5) as response:
+            pools = json.loads(response.read())["devices"]["pools"]
+        return pools.get(f"{devices.driver}/{name}")
+
+    return wait_for(seen, 10, f"the extender's caches showing the pool {name}")
+
+
 def test_a_pool_for_all_nodes_counts_once_for_the_gang(
     kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
 ) -> None:
@@ -561,12 +580,7 @@ def test_a_pool_for_all_nodes_counts_once_for_the_gang(
     devices, _nodes = gpu_nodes
     devices.publish_shared("fabric", 4)
 
-    def free_in_caches() -> Any:
-        with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=5) as response:
-            seen = json.loads(response.read())["devices"]
-        return seen["pools"].get(f"{devices.driver}/fabric")
-
-    pool = wait_for(free_in_caches, 10, "the extender's caches showing the shared pool")
+    pool = _pool_in_caches(extender, devices, "fabric")
     assert pool["node"] == "all nodes" and pool["devices"] == 4, pool
     devices.template("four-gpus", 4)
     kube.create_podgroup(namespace, "wide", 4)
@@ -586,3 +600,52 @@ def test_a_pool_for_all_nodes_counts_once_for_the_gang(
         assert not devices.allocated("wide-"), "the gang holds devices"
         assert not _bound(kube, namespace, "wide-")
         time.sleep(0.5)
+
+
+def test_a_gang_on_two_nodes_sharing_a_pool_is_not_promised_it_twice(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """dra-2 and dra-3 (rack r1) share a nodeSelector pool of 4; dra-0 and dra-1 have 4
+    each of their own (12 in the cluster). A gang of 2 x 3 devices that must run in r1
+    fits the cluster's count, and each r1 node shows the pool's 4, but the pool has 4:
+    not admitted, holds nothing, and told the devices it lacks there. A gang of
+    2 x 2 in r1 runs whole, one member on each node or both on one."""
+    devices, nodes = gpu_nodes
+    rack = {RACK: "r1"}
+    for node in nodes[2:]:
+        kube.label_node(node, {RACK: "r1"})
+    devices.publish_shared("rack-r1", 4, rack)
+
+    pool = _pool_in_caches(extender, devices, "rack-r1")
+    assert pool["node"] == "node selector" and pool["devices"] == 4, pool
+    devices.template("three-gpus", 3)
+    kube.create_podgroup(namespace, "wide", 2)
+    for i in range(2):
+        devices.pod(f"wide-{i}", "wide", "three-gpus", labels=rack)
+    wanted = f"short by 2 device(s) of class {devices.device_class}"
+    message = wait_for(
+        lambda: next(
+            (e for i in range(2) for e in kube.events(namespace, f"wide-{i}") if wanted in e),
+            None,
+        ),
+        30,
+        "the gang told the rack's pool lacks 2 devices",
+    )
+    assert f"gang {namespace}/wide needs 2 more member(s) placed at once" in message, message
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert not devices.allocated("wide-"), "the gang holds devices of the pool"
+        assert not _bound(kube, namespace, "wide-")
+        time.sleep(0.5)
+    kube.delete_pods_now(namespace)
+    devices.template("two-gpus", 2)
+    kube.create_podgroup(namespace, "fits", 2)
+    for i in range(2):
+        devices.pod(f"fits-{i}", "fits", "two-gpus", labels=rack)
+    bound = wait_for(
+        lambda: (b := _bound_on(kube, namespace, "fits-")) and len(b) == 2 and b,
+        60,
+        "the gang of 2 x 2 bound whole in the rack",
+    )
+    assert set(bound.values()) <= set(nodes[2:]), bound
+    assert {pool for pool, _device in devices.allocated("fits-")} == {"rack-r1"}

@@ -435,3 +435,32 @@ async def test_a_claim_whose_gang_is_deleted_ends_without_a_filter_call() -> Non
     await eventually(lambda: not world.arbiter.claims)  # reconsidered 0.05 s after a change
     assert world.arbiter.claims == {}
     assert world.arbiter.snapshot()["claims"] == []
+
+
+async def test_a_retried_gang_short_of_devices_is_not_counted_again_until_they_change() -> None:
+    from tests.unit import test_devices as dra
+
+    world = World()
+    devices = world.state.devices
+    devices.apply(dra.CLASSES, dra.device_class())
+    devices.apply(dra.SLICES, dra.resource_slice("n0-gpus", "n0"))
+    devices.apply(dra.TEMPLATES, dra.template("two", dra.requests_of(2)))
+    world.state.apply_podgroup(podgroup("train", 3))
+    for i in range(3):
+        world.state.apply_pod(
+            dra.gpu_pod(f"train-{i}", template_name="two", group="train", cpu="1")
+        )
+    spec = GroupSpec("default/train", 3)
+    memo = world.arbiter.shortfalls
+    verdict = world.filter(spec, "train-0")
+    assert verdict.reason == FilterReason.INSUFFICIENT_CAPACITY
+    assert verdict.message.startswith(
+        "gang default/train needs 6 devices of class gpu.example.com, 4 free in the cluster"
+    )
+    world.filter(spec, "train-1")  # (joining the line moved the revision: counted again)
+    computed = memo.computed
+    assert world.filter(spec, "train-2").message == verdict.message
+    assert memo.computed == computed  # the retry reused it
+    devices.apply(dra.SLICES, dra.resource_slice("n1-gpus", "n1"))
+    assert world.filter(spec, "train-0").reason == FilterReason.CLAIMED
+    assert memo.computed == computed + 1

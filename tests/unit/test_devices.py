@@ -23,9 +23,10 @@ from app.core.devices.records import (
     selector_resource,
     slice_from,
 )
-from app.core.devices.report import device_snapshot
-from app.core.devices.shortfall import gang_device_shortfall
+from app.core.devices.report import device_counts, device_snapshot
+from app.core.devices.shortfall import ShortfallMemo, device_shortfall, gang_device_shortfall
 from app.core.packing import Demand
+from app.core.packing_search import pack_thoroughly
 from app.core.preemption.cheapest_victims import Evictable
 from app.core.preemption.planner import plan
 from app.core.queues import queue_from
@@ -33,7 +34,7 @@ from app.core.resources import format_resources
 from app.core.state import ClusterState
 from app.ops.device_metrics import DeviceCollector
 from app.runtime.device_cel import CelEngine
-from tests.unit.builders import node, pod
+from tests.unit.builders import node, pod, podgroup
 
 DRIVER = "gpu.example.com"
 GPU = class_resource(DRIVER)
@@ -653,3 +654,194 @@ def test_a_gang_asking_a_missing_class_is_held_with_its_name(state: ClusterState
         "gang default/g is held: its members cannot be given devices: "
         "DeviceClass nope.example.com not found"
     )
+
+
+# ---- a pool for many nodes in the bins a gang is packed into (app/core/devices/shared.py)
+
+
+def _rack_state() -> ClusterState:
+    """n1 and n2 in rack r1 share its nodeSelector pool of 4; n3 is outside the rack."""
+    cluster = ClusterState(CelEngine())
+    for name in ("n1", "n2", "n3"):
+        raw = node(name)
+        if name != "n3":
+            raw["metadata"]["labels"]["rack"] = "r1"
+        cluster.apply_node(raw)
+    cluster.devices.apply(CLASSES, device_class())
+    selector = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+        ]
+    }
+    cluster.devices.apply(SLICES, resource_slice("rack", selector=selector))
+    cluster.devices.apply(TEMPLATES, template("three", requests_of(3)))
+    return cluster
+
+
+def _rack_claim(name: str, devices: int) -> dict[str, Any]:
+    raw = claim(name, requests_of(devices))
+    results = [
+        {"request": "gpu", "driver": DRIVER, "pool": "rack", "device": f"gpu-{i}"}
+        for i in range(devices)
+    ]
+    raw["status"] = {"allocation": {"devices": {"results": results}}}
+    return raw
+
+
+def test_the_bins_of_the_nodes_a_pool_serves_share_it_so_a_gang_takes_it_once() -> None:
+    state = _rack_state()
+    bins = {b.name: b for b in state.room()}
+    assert bins["n1"].free[GPU] == bins["n2"].free[GPU] == 4000
+    assert bins["n1"].pools == bins["n2"].pools and len(bins["n1"].pools) == 1
+    assert bins["n3"].pools == ()
+    for i in range(2):
+        state.apply_pod(gpu_pod(f"m{i}", template_name="three"))
+    demands = [Demand(f"default/m{i}", state.pods[f"default/m{i}"].requests) for i in range(2)]
+    room = state.room()
+    # 3 + 3 of the rack's 4: each node alone would take a member.
+    assert not pack_thoroughly(demands, room).fits
+    assert pack_thoroughly(demands[:1], room).fits
+    assert not pack_thoroughly(demands, state.allocatable_bins()).fits
+
+
+def test_a_pool_s_devices_held_by_a_placed_pod_are_taken_from_it_for_every_node() -> None:
+    """A pod on n1 holds 2 of the rack's 4: n2 (showing 4) may take 2, not 3."""
+    state = _rack_state()
+    state.devices.apply(CLAIMS, _rack_claim("held", 2))
+    state.apply_pod(gpu_pod("holder", claim_name="held", node="n1"))
+    bins = {b.name: b for b in state.room()}
+    assert bins["n2"].free[GPU] == 4000 and bins["n1"].free[GPU] == 2000
+    (rack,) = bins["n2"].pools
+    assert rack.free == {GPU: 2000} and rack.used_on == {"n1": {GPU: 2000}}
+    state.apply_pod(gpu_pod("m0", template_name="three"))
+    demand = Demand("default/m0", state.pods["default/m0"].requests)
+    assert not pack_thoroughly([demand], state.room()).fits
+    assert pack_thoroughly([demand], state.allocatable_bins()).fits  # the empty cluster
+    # The holder finishes: its claim is released (the driver deallocates it) and the
+    # pool is whole again, for n2 as for n1.
+    state.apply_pod(gpu_pod("holder", claim_name="held", node="n1", phase="Succeeded"))
+    state.devices.apply(CLAIMS, claim("held", requests_of(2)))
+    assert pack_thoroughly([demand], state.room()).fits
+
+
+def test_a_gang_s_device_shortfall_is_kept_for_retries_until_the_devices_change(
+    state: ClusterState,
+) -> None:
+    memo = ShortfallMemo()
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    for i in range(3):
+        state.apply_pod(gpu_pod(f"m{i}", template_name="two"))
+    gang = _gang(state, "default/train", [f"default/m{i}" for i in range(3)], 3)
+    stamps = (state.group_stamp(gang.key), 7)
+    first = memo.of(gang, state.devices, list, stamps)
+    assert (
+        first
+        == "gang default/train needs 6 devices of class gpu.example.com, 4 free in the cluster"
+    )
+    assert memo.of(gang, state.devices, list, stamps) == first
+    assert memo.computed == 1  # the retry reused it
+    # More devices published: worked out again, and the gang now fits.
+    state.devices.apply(SLICES, resource_slice("n2-gpus", "n2"))
+    assert memo.of(gang, state.devices, list, stamps) is None
+    assert memo.computed == 2
+    # A device pod placed elsewhere takes devices: worked out again.
+    state.devices.apply(TEMPLATES, template("four", requests_of(4)))
+    state.apply_pod(gpu_pod("other", template_name="four", node="n2"))
+    assert memo.of(gang, state.devices, list, stamps) == first
+    assert memo.computed == 3
+    # The arbiter's revision (a claim promised devices) or the gang's stamp moved.
+    memo.of(gang, state.devices, list, (stamps[0], 8))
+    memo.of(gang, state.devices, list, (stamps[0] + 1, 8))
+    assert memo.computed == 5
+    # A different gang under the same key (a member not delivered yet) is not the kept one.
+    assert memo.of(replace(gang, need=2), state.devices, list, (stamps[0] + 1, 8)) is None
+    assert memo.computed == 6
+
+
+def test_a_shortfall_reads_in_the_issue_s_words_with_the_selectors_after() -> None:
+    """ "gang <ns>/<name> needs N devices of class <class>, M free in the cluster" first,
+    whichever count is short; what the selectors add comes after it."""
+    big = selector_resource(DRIVER, ('device.capacity["x"].memory >= 40',))
+    members = [Demand(f"m{i}", {GPU: 2000, big: 2000}) for i in range(3)]
+    assert (
+        device_shortfall("ml/train", members, 3, {GPU: 8000, big: 4000})
+        == "gang ml/train needs 6 devices of class gpu.example.com, 4 free in the cluster "
+        "(devices passing its requests' selectors)"
+    )
+    assert (
+        device_shortfall("ml/train", members, 3, {GPU: 4000, big: 2000})
+        == "gang ml/train needs 6 devices of class gpu.example.com, 4 free in the cluster; "
+        "6 devices of class gpu.example.com passing its requests' selectors needed, 2 free"
+    )
+    assert device_shortfall("ml/train", members, 2, {GPU: 4000, big: 4000}) is None
+
+
+def test_devices_allocated_claims_hold_for_gangs_waiting_in_line_are_held_waiting(
+    state: ClusterState,
+) -> None:
+    """Gang "train" waits in line; kube-scheduler allocated 2 devices to its member m0's
+    claim before the gang was turned away, and m1 shares that claim (counted once). m2's
+    claim is not allocated: it holds nothing. A gang not in line is not counted."""
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.apply_podgroup(podgroup("train", 3))
+    state.devices.apply(CLAIMS, claim("m0-gpu", requests_of(2), allocated=2))
+    state.devices.apply(CLAIMS, claim("m2-gpu", requests_of(2)))
+    state.apply_pod(gpu_pod("m0", claim_name="m0-gpu", group="train"))
+    state.apply_pod(gpu_pod("m1", claim_name="m0-gpu", group="train"))
+    state.apply_pod(gpu_pod("m2", claim_name="m2-gpu", group="train"))
+    labels = {"device_class": DRIVER, "state": "held_waiting"}
+    registry = CollectorRegistry()
+    registry.register(DeviceCollector(state, list, lambda: ["default/train"]))
+    assert registry.get_sample_value("gang_extender_devices", labels) == 2
+    assert device_counts(state, (), ["default/other"])[DRIVER]["held_waiting"] == 0
+    # Placed in the gate, m0 counts once, as a member waiting in the gate.
+    state.reserve("default/m0", "n1")
+    assert device_counts(state, (), ["default/train"])[DRIVER]["held_waiting"] == 2
+
+
+def _room_on(state: ClusterState, name: str) -> dict[str, int]:
+    return next(b.free for b in state.room() if b.name == name)
+
+
+def test_a_device_taken_by_a_claim_is_not_free_to_its_extended_resource_nor_back() -> None:
+    """n1's 4 devices back the class's extendedResourceName: a pod asking 2 by claim and
+    one asking example.com/gpu: 2 take all 4; nothing more fits, by either name."""
+    state = ClusterState(CelEngine())
+    state.apply_node(node("n1"))
+    state.devices.apply(CLASSES, device_class(extended="example.com/gpu"))
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    state.apply_pod(gpu_pod("by-claim", template_name="two", node="n1"))
+    extended = pod("by-name", node="n1")
+    extended["spec"]["containers"][0]["resources"]["requests"]["example.com/gpu"] = "2"
+    state.apply_pod(extended)
+    free = _room_on(state, "n1")
+    assert free.get("example.com/gpu", 0) == 0  # 2 by claim, 2 by name: all 4
+    state.apply_pod(gpu_pod("another", template_name="two"))
+    another = Demand("default/another", state.pods["default/another"].requests)
+    assert not pack_thoroughly([another], state.room()).fits
+    # The claim pod's own container requests are kept beside its devices.
+    assert state.pods["default/another"].requests["example.com/gpu"] == 2000
+    # The claim pod goes: its 2 devices are free by either name again.
+    state.delete_pod("default", "by-claim")
+    assert _room_on(state, "n1")["example.com/gpu"] == 2000
+    assert pack_thoroughly([another], state.room()).fits
+
+
+def test_a_pod_asking_both_ways_adds_up_and_stays_so_when_recounted() -> None:
+    state = ClusterState(CelEngine())
+    state.apply_node(node("n1"))
+    state.devices.apply(CLASSES, device_class(extended="example.com/gpu"))
+    state.devices.apply(SLICES, resource_slice("n1-gpus", "n1"))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    both = gpu_pod("both", template_name="two")
+    both["spec"]["containers"][0]["resources"]["requests"]["example.com/gpu"] = "1"
+    state.apply_pod(both)
+    assert state.pods["default/both"].requests["example.com/gpu"] == 3000
+    for _ in range(2):  # the class changes: every device pod is counted anew
+        state.devices.apply(CLASSES, device_class(extended="example.com/gpu"))
+        assert state.pods["default/both"].requests["example.com/gpu"] == 3000
+    state.devices.apply(CLASSES, device_class())  # no longer backs the name
+    assert state.pods["default/both"].requests["example.com/gpu"] == 1000
+    assert state.pods["default/both"].requests[GPU] == 2000

@@ -29,9 +29,10 @@ from app.core.devices.records import (
     slice_from,
     template_from,
 )
+from app.core.devices.shared import SharedPools, placed_claims
 from app.core.pod_index import PodIndex
 from app.core.records import NodeRecord, PodRecord
-from app.core.resources import DEVICE_PREFIX, Resources
+from app.core.resources import DEVICE_PREFIX, Resources, add, subtract
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,50 @@ def _key(raw: Mapping[str, Any], namespaced: bool) -> str:
     return f"{meta.get('namespace') or 'default'}/{name}" if namespaced else name
 
 
+def _with_demand(requests: Resources, demand: Resources) -> Resources:
+    """The pod's own requests with its claims' `demand` added (an extended resource
+    name a class backs may be in both: the container's and the claims' add up)."""
+    merged = dict(requests)
+    add(merged, demand)
+    return merged
+
+
+def _extras(demand: Resources) -> Resources:
+    return {k: v for k, v in demand.items() if not k.startswith(DEVICE_PREFIX)}
+
+
+def _without_demand(record: PodRecord) -> Resources:
+    """The pod's requests as its containers ask, without what its claims added."""
+    base = {k: v for k, v in record.requests.items() if not k.startswith(DEVICE_PREFIX)}
+    subtract(base, record.claim_extras)
+    return base
+
+
+def _store(table: dict[str, Any], kind: str, key: str, raw: Mapping[str, Any] | None) -> None:
+    """Parse `raw` into `table` (None: forget the key); what cannot be read is left out."""
+    if raw is None:
+        table.pop(key, None)
+        return
+    parse: Callable[[Mapping[str, Any]], Any] = {
+        SLICES: slice_from,
+        CLASSES: class_from,
+        CLAIMS: claim_from,
+        TEMPLATES: lambda r: template_from(r)[1],
+    }[kind]
+    try:
+        record = parse(raw)
+    except (TypeError, ValueError, AttributeError, KeyError) as err:
+        # The API server validates these objects; one that still cannot be read is
+        # left out (as if absent: its pods wait, told what is missing), never fatal.
+        log.warning("%s %s is unreadable and left out: %s", kind, key, err)
+        table.pop(key, None)
+        return
+    table[key] = record
+    error = getattr(record, "error", "") or getattr(getattr(record, "spec", None), "error", "")
+    if error:
+        log.warning("%s", error)
+
+
 class DeviceBook:
     def __init__(
         self,
@@ -112,17 +157,30 @@ class DeviceBook:
         self._newest: dict[str, list[Any]] | None = None  # node ("" = pools for many) -> slices
         # The cluster's devices counted once each (app/core/devices/distinct.py).
         self.distinct = DistinctDevices(self.model, nodes, pods)
+        # Bumped by every change that may move a device count: a DRA object, a node, a
+        # pod with claims (what is counted from the book is counted again after one).
+        self.version = 0
+        # The pools published for many nodes, as the bins carry them (shared.py).
+        self.shared = SharedPools(
+            self.model,
+            lambda: (self.model.slices_version, self.version, changes.stamp),
+            lambda: placed_claims(self.model, pods, self._device_pods),
+        )
 
     # ---- pods and nodes on their way into the state -----------------------------------
 
     def store_pod(self, record: PodRecord) -> None:
         """Store the pod (its device demand added); recount the users of claims it shares."""
+        if record.claims or record.key in self._device_pods:
+            self.version += 1
         others = self.pod(record)
         self._pods.apply(record)
         self._refresh_pods(others)
 
     def delete_pod(self, key: str, uid: str | None) -> None:
         known = key in self._pods.pods
+        if key in self._device_pods:
+            self.version += 1
         self._pods.delete(key, uid)
         if known and key not in self._pods.pods:
             self._refresh_pods(self.pod_gone(key))
@@ -130,12 +188,14 @@ class DeviceBook:
     def relisted(self) -> None:
         """A fresh list of pods has landed (pod by pod, app/core/state.PodRelist): every
         device pod is counted again, with every claim's users as the list has them."""
+        self.version += 1
         for key in [k for k in self._device_pods if k not in self._pods.pods]:
             self.pod_gone(key)
         self._refresh_pods(self._device_pods)
 
     def node(self, record: NodeRecord) -> NodeRecord:
         """The node's record with the devices it is offered added to its allocatable."""
+        self.version += 1
         self.distinct.node_changed(self._nodes().get(record.name), record)
         self._base[record.name] = record.allocatable
         record.allocatable = self._with_offer(record)
@@ -143,12 +203,14 @@ class DeviceBook:
 
     def replace_nodes(self, records: Iterable[NodeRecord]) -> list[NodeRecord]:
         """A fresh list of nodes: each with its devices; those it left out are forgotten."""
+        self.version += 1
         self._base.clear()
         self.model.offered.clear()
         self.distinct.invalidate()
         return [self.node(record) for record in records]
 
     def node_gone(self, name: str) -> None:
+        self.version += 1
         self.distinct.invalidate()
         self._base.pop(name, None)
         self.model.offered.pop(name, None)
@@ -168,7 +230,8 @@ class DeviceBook:
         signatures = len(self.model.signatures)
         demand = self._demand(record)
         if demand:
-            record.requests = {**record.requests, **demand}
+            record.requests = _with_demand(record.requests, demand)
+            record.claim_extras = _extras(demand)
         if len(self.model.signatures) != signatures:
             # A selector set first asked for: count it on every node, and on the pods
             # whose allocated devices it covers.
@@ -199,22 +262,25 @@ class DeviceBook:
 
     def apply(self, kind: str, raw: Mapping[str, Any]) -> None:
         self.watching = True
+        self.version += 1
         key = _key(raw, kind in (CLAIMS, TEMPLATES))
         old = self._table(kind).get(key)
-        self._store(kind, key, raw)
+        _store(self._table(kind), kind, key, raw)
         self._refresh(kind, key, old)
 
     def delete(self, kind: str, raw: Mapping[str, Any]) -> None:
+        self.version += 1
         key = _key(raw, kind in (CLAIMS, TEMPLATES))
         old = self._table(kind).get(key)
-        self._store(kind, key, None)
+        _store(self._table(kind), kind, key, None)
         self._refresh(kind, key, old)
 
     def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
         self.watching = True
+        self.version += 1
         self._table(kind).clear()
         for raw in objects:
-            self._store(kind, _key(raw, kind in (CLAIMS, TEMPLATES)), raw)
+            _store(self._table(kind), kind, _key(raw, kind in (CLAIMS, TEMPLATES)), raw)
         self._refresh(kind, None, None)
 
     def _table(self, kind: str) -> dict[str, Any]:
@@ -226,30 +292,6 @@ class DeviceBook:
             TEMPLATES: model.templates,
         }
         return tables[kind]
-
-    def _store(self, kind: str, key: str, raw: Mapping[str, Any] | None) -> None:
-        table = self._table(kind)
-        if raw is None:
-            table.pop(key, None)
-            return
-        parse: Callable[[Mapping[str, Any]], Any] = {
-            SLICES: slice_from,
-            CLASSES: class_from,
-            CLAIMS: claim_from,
-            TEMPLATES: lambda r: template_from(r)[1],
-        }[kind]
-        try:
-            record = parse(raw)
-        except (TypeError, ValueError, AttributeError, KeyError) as err:
-            # The API server validates these objects; one that still cannot be read is
-            # left out (as if absent: its pods wait, told what is missing), never fatal.
-            log.warning("%s %s is unreadable and left out: %s", kind, key, err)
-            table.pop(key, None)
-            return
-        table[key] = record
-        error = getattr(record, "error", "") or getattr(getattr(record, "spec", None), "error", "")
-        if error:
-            log.warning("%s", error)
 
     def _refresh(self, kind: str, key: str | None, old: Any) -> None:
         """Recompute what the change bears on (key None: a fresh list, everything).
@@ -307,10 +349,12 @@ class DeviceBook:
             record = self._pods.pods.get(key)
             if record is None:
                 continue
-            base = {k: v for k, v in record.requests.items() if not k.startswith(DEVICE_PREFIX)}
-            requests = {**base, **self._demand(record)}
+            demand = self._demand(record)
+            requests = _with_demand(_without_demand(record), demand)
             if requests != record.requests:
-                self._pods.apply(dataclasses.replace(record, requests=requests))
+                extras = _extras(demand)
+                record = dataclasses.replace(record, requests=requests, claim_extras=extras)
+                self._pods.apply(record)
 
     def _with_offer(self, record: NodeRecord) -> Resources:
         base = self._base.get(record.name, record.allocatable)

@@ -10,7 +10,9 @@ them without paths of their own:
   (`devices/<class>`), and per selector set some request uses, those that
   pass it too (`devices/<class>/<digest>`); a DeviceClass with
   `extendedResourceName` also offers its devices under that name, unless
-  the node advertises the name itself (a device plugin);
+  the node advertises the name itself (a device plugin), and a claim of the
+  class asks that name too, so a device is taken once whichever way a pod
+  asks for it;
 - a pod asks what its claims ask: per request `count` devices (`All`: as
   many as the node with most matching devices has), `firstAvailable` the
   first alternative the cluster has enough devices for; a claim that several
@@ -28,7 +30,9 @@ group), so two requests cannot both count the same free device.
 A pool published for several nodes (nodeSelector, allNodes) is offered in full
 to each node it selects, as a pod on any of them may take all of it;
 app/core/devices/distinct.py counts it once for the cluster, which the
-whole-gang check holds a gang's devices to (app/core/devices/shortfall.py).
+whole-gang check holds a gang's devices to (app/core/devices/shortfall.py),
+and a packing draws on it once for all of a gang's members
+(app/core/devices/shared.py, app/core/shared_pools.py).
 
 Not checked (say so in docs/dra.md): constraints (matchAttribute), device
 taints; kube-scheduler's DynamicResources plugin still decides the exact devices.
@@ -36,6 +40,7 @@ taints; kube-scheduler's DynamicResources plugin still decides the exact devices
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
@@ -82,6 +87,8 @@ class DeviceModel:
         self.users: dict[str, set[str]] = {}
         # Set by demand() when the count depended on the nodes' offers (All, firstAvailable).
         self.used_offers = False
+        # Bumped by slices_changed (app/core/devices/shared.py reads the pools anew).
+        self.slices_version = 0
         # (driver, pool, device) -> the device, in the newest generation (None: build anew).
         self._index: dict[tuple[str, str, str], Device] | None = None
 
@@ -99,6 +106,7 @@ class DeviceModel:
         anew, and which selector sets overlap is found anew."""
         self._index = None
         self._groups = None
+        self.slices_version += 1
 
     def groups(self, device_class: str) -> list[tuple[tuple[str, ...], ...]]:
         """The class's groups of selector sets to count together (each of 2 sets or more).
@@ -275,10 +283,15 @@ class DeviceModel:
         why): the API server compiles every selector when the object is created and
         refuses one that does not compile, so such a one is a CEL feature we lack.
         """
-        if request.device_class not in self.classes:
+        known = self.classes.get(request.device_class)
+        if known is None:
             return [missing_resource(f"DeviceClass {request.device_class or '(none)'} not found")]
         selectors = tuple(request.selectors)
-        resources = [class_resource(request.device_class)]
+        # A class backing an extended resource: its nodes offer the same devices under
+        # that name too, so a claim takes them there as well (first: [-1] stays the
+        # narrowest), and a pod asking the name cannot count them again.
+        extended = [known.extended_resource] if known.extended_resource else []
+        resources = [*extended, class_resource(request.device_class)]
         if selectors and all(self.selectors.compiles(text) for text in selectors):
             # Which groups it is in depends on the devices published: recounted with them.
             self.used_offers = True
@@ -293,6 +306,23 @@ class DeviceModel:
                 if selectors in group
             )
         return resources
+
+
+def held_of(
+    model: DeviceModel, claim: ClaimRecord, pool: tuple[str, str] | None = None
+) -> Resources:
+    """What the claim's allocated devices (of one pool, or all) hold, counted as its
+    users ask (app/core/devices/shared.py, report.py): selector sets first met here
+    are not kept."""
+    results = tuple(r for r in claim.allocated if pool is None or (r[1], r[2]) == pool)
+    if not results:
+        return {}
+    signatures, groups = set(model.signatures), model._groups
+    need: Resources = {}
+    model._claim_demand(dataclasses.replace(claim, allocated=results), need)
+    if len(model.signatures) != len(signatures):
+        model.signatures, model._groups = signatures, groups
+    return need
 
 
 def unique_devices(

@@ -91,6 +91,10 @@ class DistinctDevices:
         self._offer = (signatures, offer)
         return offer
 
+    def placed(self) -> Mapping[str, int]:
+        """The devices placed pods' claims take, per resource (a running sum)."""
+        return self._pods.placed_devices
+
     def free(self, promised: Iterable[Mapping[str, int]] = ()) -> Resources:
         """offer() less what placed pods' claims take and `promised` (devices of gangs
         admitted but not placed yet): the devices free in the cluster, each once."""

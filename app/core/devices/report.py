@@ -3,17 +3,19 @@
 Pure: reads ClusterState. Per DeviceClass, how many devices the schedulable
 nodes offer, how many the pods placed there take (bound, or held in the
 permit gate), how many are free, and how many waiting gangs hold (members
-waiting in the gate, and what the line promised to admitted gangs' members
-not placed yet); per pool, the generation counted and its devices; what could
-not be read (slices with duplicate names, selectors counted by class alone).
+waiting in the gate, what the line promised to admitted gangs' members not
+placed yet, and what allocated claims hold for gangs waiting in line); per
+pool, the generation counted and its devices; what could not be read (slices
+with duplicate names, selectors counted by class alone).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from app.core.resources import DEVICE_PREFIX, MISSING_PREFIX
+from app.core.devices.counting import held_of
+from app.core.resources import DEVICE_PREFIX, MISSING_PREFIX, Resources
 from app.core.state import ClusterState
 
 
@@ -26,13 +28,18 @@ def _class_of(resource: str) -> str | None:
 
 
 def device_counts(
-    state: ClusterState, promised: Iterable[Mapping[str, int]] = ()
+    state: ClusterState,
+    promised: Iterable[Mapping[str, int]] = (),
+    waiting: Iterable[str] = (),
 ) -> dict[str, dict[str, int]]:
     """Class -> {allocatable, requested, free, held_waiting}, in whole devices.
 
-    held_waiting: the devices of members waiting in the permit gate, and
-    `promised`, what the line holds for admitted gangs' members not placed yet
-    (app/runtime/claims.py: each holder's remaining, per node).
+    held_waiting: the devices of members waiting in the permit gate; `promised`,
+    what the line holds for admitted gangs' members not placed yet
+    (app/runtime/claims.py: each holder's remaining, per node); and the devices
+    allocated claims hold for the unplaced members of the gangs `waiting` in line
+    (group keys: a claim kube-scheduler allocated before the gang was turned away
+    holds its devices until it is deallocated), each claim once.
     """
     counts: dict[str, dict[str, int]] = {}
 
@@ -58,9 +65,30 @@ def device_counts(
     for requests in promised:
         for resource, amount in requests.items():
             bump(resource, "held_waiting", amount)
+    for requests in _held_in_line(state, waiting):
+        for resource, amount in requests.items():
+            bump(resource, "held_waiting", amount)
     for row in counts.values():
         row["free"] = max(0, row["allocatable"] - row["requested"])
     return dict(sorted(counts.items()))
+
+
+def _held_in_line(state: ClusterState, waiting: Iterable[str]) -> Iterator[Resources]:
+    """What the allocated claims of the unplaced members of gangs in line hold, each once."""
+    model = state.devices.model
+    seen: set[str] = set()
+    for group_key in waiting:
+        for pod in state.members(group_key):
+            if pod.placed_node:  # in the gate (counted above) or bound (requested)
+                continue
+            for pod_claim in pod.claims:
+                claim = model.claims.get(f"{pod.namespace}/{pod_claim.claim}")
+                if claim is None or not claim.allocated or claim.key in seen:
+                    continue
+                seen.add(claim.key)
+                users = (state.pods.get(k) for k in model.users.get(claim.key, ()))
+                if not any(user is not None and user.placed_node for user in users):
+                    yield held_of(model, claim)  # (a placed user counts it: gate or node)
 
 
 def device_snapshot(state: ClusterState) -> dict[str, Any]:

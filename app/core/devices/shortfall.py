@@ -47,21 +47,25 @@ def device_shortfall(
             f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
         )
         return f"gang {key} is held: its members cannot be given devices: {shown}"
-    short = []
+    short: list[tuple[bool, str, int, int]] = []
     for resource in resources:
         wanted = least_need(demands, need, resource) // 1000
         have = free.get(resource, 0) // 1000
         if wanted > have:
             device_class, _sep, digest = resource[len(DEVICE_PREFIX) :].partition("/")
-            which = " passing its requests' selectors" if digest else ""
-            short.append((digest != "", f"{wanted} devices of class {device_class}{which}, {have}"))
+            short.append((digest != "", device_class, wanted, have))
     if not short:
         return None
     # The class's own count first: it reads best; selector counts when only they are short.
     short.sort()
-    return f"gang {key} needs {short[0][1]} free in the cluster" + "".join(
-        f"; {text} free" for _digest, text in short[1:2]
-    )
+    selected, device_class, wanted, have = short[0]
+    text = f"gang {key} needs {wanted} devices of class {device_class}, {have} free in the cluster"
+    if selected:
+        text += " (devices passing its requests' selectors)"
+    for selected, device_class, wanted, have in short[1:2]:
+        which = " passing its requests' selectors" if selected else ""
+        text += f"; {wanted} devices of class {device_class}{which} needed, {have} free"
+    return text
 
 
 def gang_device_shortfall(
@@ -85,3 +89,55 @@ def gang_device_shortfall(
         for requests in holder.remaining.values()
     ]
     return device_shortfall(gang.key, gang.demands, gang.need, book.distinct.free(promised))
+
+
+class ShortfallMemo:
+    """gang_device_shortfall per gang, kept while nothing it weighs moved.
+
+    kube-scheduler retries every pending member on cluster events, and each
+    retry asks first whether the gang's devices exist (before the arbiter's
+    cheap recall of its last answer). The answer is reused while the device
+    book's version (slices, classes, claims, nodes, pods with claims), the
+    devices placed pods take, the gang's own change stamp (its members, its
+    PodGroup), the arbiter's revision (the claims that promise devices) and
+    the gang itself are as they were.
+    """
+
+    __slots__ = ("_kept", "computed")
+
+    def __init__(self) -> None:
+        # Gang key -> (what it weighed, the answer).
+        self._kept: dict[str, tuple[tuple[object, ...], str | None]] = {}
+        self.computed = 0  # how many times it was worked out (tests)
+
+    def of(
+        self,
+        gang: Gang,
+        book: DeviceBook,
+        holders: Callable[[], Iterable[Holder]],
+        stamps: tuple[int, int],
+    ) -> str | None:
+        """gang_device_shortfall(gang, book, holders); `stamps`: the gang's change stamp
+        and the arbiter's revision."""
+        if not book.watching:
+            return None
+        placed = book.distinct.placed()
+        # The gang as the shortfall reads it (a member the watch has not delivered yet
+        # may be in its demands: the stamp alone would miss it).
+        key = (
+            book.version,
+            tuple(sorted(placed.items())),
+            *stamps,
+            gang.priority,
+            gang.need,
+            gang.demands,
+        )
+        kept = self._kept.get(gang.key)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        self.computed += 1
+        short = gang_device_shortfall(gang, book, holders)
+        if len(self._kept) >= 10_000:  # gangs come and go: start again past it
+            self._kept.clear()
+        self._kept[gang.key] = (key, short)
+        return short

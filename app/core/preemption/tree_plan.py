@@ -354,7 +354,7 @@ def _take(kinds: Sequence[list[SubGroup]], mix: Sequence[int], taken: list[int])
 
 
 def _copies(bins: Iterable[Bin]) -> list[Bin]:
-    return [Bin(b.name, dict(b.free), b.labels, b.taints) for b in bins]
+    return [b.with_free(dict(b.free)) for b in bins]
 
 
 def _demand_signature(demand: Demand) -> tuple[tuple[tuple[str, int], ...], Placement | None]:
@@ -381,7 +381,7 @@ def _room_left(
     pool = {node: list(units) for node, units in evictable.items()}
     for b in bins:
         if b.name not in used:
-            left.append(Bin(b.name, dict(b.free), b.labels, b.taints))
+            left.append(b.with_free(dict(b.free)))
             continue
         members, victims = used[b.name]
         free: Resources = dict(b.free)
@@ -394,7 +394,7 @@ def _room_left(
             free.clear()
         else:
             subtract(free, need)
-        left.append(Bin(b.name, free, b.labels, b.taints))
+        left.append(b.with_free(free))
         gone = {v.uids for v in victims}
         pool[b.name] = [u for u in pool.get(b.name, []) if u.uids not in gone]
     return left, pool

@@ -116,7 +116,7 @@ def pack_tree(tree: GangTree, resolve: Resolve, gang: Gang, bins: Sequence[Bin])
     it while it waits in line)."""
     chosen = choose(gang, tree)
     labels = {b.name: b.labels for b in bins}
-    room = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in bins]
+    room = [b.with_free(dict(b.free)) for b in bins]
     plan = _Assigner(tree, chosen, labels.get, resolve).plan(room)
     if plan is None:
         return Packing({}, gang.need, unplaced=tuple(d.key for d in chosen))
@@ -241,7 +241,7 @@ class _Assigner:
 
     def run(self, room: Sequence[Bin]) -> dict[Path, Domain] | None:
         """Each constrained sub-group's domain, None when one fits in none."""
-        bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in room]
+        bins = [b.with_free(dict(b.free)) for b in room]
         if self._assign((), bins) is None:
             return None
         return self.domains
@@ -289,7 +289,7 @@ class _Assigner:
                 order = fullest_first(groups, total_of(d.requests for d in demands))
             for value in order:
                 inside = groups[value]
-                trial = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in inside]
+                trial = [b.with_free(dict(b.free)) for b in inside]
                 plan = self._assign(child.path, trial)
                 if plan is None:
                     continue

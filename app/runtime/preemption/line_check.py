@@ -87,5 +87,5 @@ def _with_freed(free: Sequence[Bin], freed: Mapping[str, Resources]) -> list[Bin
             continue
         room = dict(b.free)
         add(room, extra)
-        bins.append(Bin(b.name, room, b.labels, b.taints))
+        bins.append(b.with_free(room))
     return bins

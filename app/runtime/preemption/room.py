@@ -22,7 +22,7 @@ class PreemptionRoom:
     def bins(self, group_key: str, priority: int) -> list[Bin]:
         """Free room per node for gang `group_key` at `priority`."""
         # Copies: the state's bins are shared (app/core/free_room.py), these are changed.
-        bins = [Bin(b.name, dict(b.free), b.labels, b.taints) for b in self._state.room()]
+        bins = [b.with_free(dict(b.free)) for b in self._state.room()]
         by_node = index_of(bins)
         for pod in self._state.nominated.values():
             if pod.priority >= priority and (pod.group is None or pod.group.key != group_key):

@@ -1,0 +1,159 @@
+"""Devices one pool offers many nodes, counted once however many bins show them. Pure.
+
+A ResourceSlice with spec.nodeSelector or spec.allNodes publishes a pool a
+pod on any of several nodes may take devices from, so every node it serves
+offers the whole pool in its allocatable (app/core/devices/counting.py). A
+packing that read each bin on its own would let a gang's members on two
+nodes take the pool twice over. So a bin also names the shared pools that
+serve it (`Bin.pools`, the same SharedPool object in each), and a packing
+draws a member's devices first from what is the node's own and then from
+its pools, each pool's free devices once for all the gang's members
+(PoolDraws). Bins with no pools (node-local devices only) cost nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from app.core.resources import Resources, add
+
+if TYPE_CHECKING:
+    from app.core.packing import Bin
+
+_NOTHING: Mapping[str, int] = {}
+
+# What draw() on one bin may change: (bin index, its own devices left, each pool's taken).
+Saved = tuple[int, Resources | None, tuple[tuple["SharedPool", Resources], ...]]
+
+
+@dataclass(eq=False, slots=True)
+class SharedPool:
+    """One pool published for many nodes. Compared and hashed by identity: every bin it
+    serves holds this one object (app/core/devices/shared.py keeps it up to date)."""
+
+    name: str  # driver/pool
+    # The device resources the pool offers: what each node it serves shows in full.
+    offer: Resources = field(default_factory=dict)
+    # offer less what allocated claims hold of it, whichever node their pods are on.
+    free: Resources = field(default_factory=dict)
+    # Node -> what the claims counted on pods placed there hold of the pool (the part
+    # of the node's requested that came from the pool, not from its own devices).
+    used_on: dict[str, Resources] = field(default_factory=dict)
+
+
+class PoolDraws:
+    """What one packing took from the shared pools, and from each pooled bin's own devices.
+
+    A bin's own devices left are its free less what its pools offer it (plus what
+    its placed pods hold of them): the devices only it may use. A member takes
+    from those first, then from its bin's pools in order; the pools' free devices
+    are drawn once for the whole packing.
+    """
+
+    __slots__ = ("_local", "_taken")
+
+    def __init__(self) -> None:
+        # Bin index -> its own devices left, per resource its pools offer.
+        self._local: dict[int, Resources] = {}
+        # Pool -> what this packing took of it.
+        self._taken: dict[SharedPool, Resources] = {}
+
+    def local(self, i: int, b: Bin) -> Resources:
+        """Bin `i`'s own devices left (`b`: the bin as the packing was given it)."""
+        local = self._local.get(i)
+        if local is None:
+            shown: Resources = {}
+            for pool in b.pools:
+                used = pool.used_on.get(b.name, _NOTHING)
+                for resource, amount in pool.offer.items():
+                    shown[resource] = shown.get(resource, 0) + amount - used.get(resource, 0)
+            local = self._local[i] = {
+                r: max(0, b.free.get(r, 0) - amount) for r, amount in shown.items()
+            }
+        return local
+
+    def left(self, pool: SharedPool, resource: str) -> int:
+        """What the pool has left of `resource` for this packing."""
+        return pool.free.get(resource, 0) - self._taken.get(pool, _NOTHING).get(resource, 0)
+
+    def fits(self, i: int, b: Bin, requests: Mapping[str, int]) -> bool:
+        """Whether the devices of `requests` beyond bin `i`'s own are left in its pools."""
+        local = self.local(i, b)
+        for resource, amount in requests.items():
+            own = local.get(resource)
+            if (
+                own is not None
+                and amount > own
+                and amount - own > sum(self.left(p, resource) for p in b.pools)
+            ):
+                return False
+        return True
+
+    def draw(self, i: int, b: Bin, requests: Mapping[str, int]) -> None:
+        """Take `requests` (fits() said yes): own devices first, then the pools in order."""
+        local = self.local(i, b)
+        for resource, amount in requests.items():
+            own = local.get(resource)
+            if own is None:
+                continue
+            mine = min(amount, own)
+            local[resource] = own - mine
+            rest = amount - mine
+            for pool in b.pools:
+                if rest <= 0:
+                    break
+                got = min(rest, self.left(pool, resource))
+                if got > 0:
+                    taken = self._taken.setdefault(pool, {})
+                    taken[resource] = taken.get(resource, 0) + got
+                    rest -= got
+
+    def counted_once(self, bins: Sequence[Bin], free: Sequence[Mapping[str, int]]) -> Resources:
+        """The total of `free` (each bin's, as the packing left it) with every shared pool
+        counted once: a pooled bin gives its own devices left, each pool what it has left."""
+        total: Resources = {}
+        pools: dict[SharedPool, None] = {}
+        for i, (b, left) in enumerate(zip(bins, free, strict=True)):
+            if not b.pools:
+                add(total, left)
+                continue
+            local = self.local(i, b)
+            add(total, {r: v for r, v in left.items() if r not in local})
+            add(total, local)
+            pools.update(dict.fromkeys(b.pools))
+        for pool in pools:
+            add(total, {r: self.left(pool, r) for r in pool.offer})
+        return total
+
+    def room(self, i: int, b: Bin, free: Mapping[str, int]) -> Resources:
+        """Bin `i`'s `free` with each pooled resource at most its own devices left and
+        what its pools have left (for a message: what a member there may still take)."""
+        local = self.local(i, b)
+        room = dict(free)
+        for resource, own in local.items():
+            shared = sum(self.left(p, resource) for p in b.pools)
+            room[resource] = min(room.get(resource, 0), own + shared)
+        return room
+
+    def save(self, i: int, b: Bin) -> Saved:
+        """What draw() on bin `i` may change, to put back with restore() (the search)."""
+        local = self._local.get(i)
+        taken = tuple((p, dict(self._taken.get(p, _NOTHING))) for p in b.pools)
+        return i, None if local is None else dict(local), taken
+
+    def restore(self, saved: Saved) -> None:
+        i, local, taken = saved
+        if local is None:
+            self._local.pop(i, None)
+        else:
+            self._local[i] = local
+        for pool, amounts in taken:
+            self._taken[pool] = amounts
+
+    def signature(self, i: int, b: Bin) -> tuple[object, ...]:
+        """What makes two pooled bins alike for the search: the pools, and own devices left."""
+        if not b.pools:
+            return ()
+        return (tuple(map(id, b.pools)), tuple(sorted(self.local(i, b).items())))
