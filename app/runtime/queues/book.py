@@ -16,8 +16,10 @@ memory.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from app.base.metrics import Metrics
@@ -36,9 +38,9 @@ from app.core.queues import (
     queue_from,
 )
 from app.core.records import PodRecord
-from app.core.resources import Resources, add, format_resources
+from app.core.resources import Resources, add, format_resources, subtract
 from app.core.state import ClusterState
-from app.runtime.queues.tally import Pending, QueueTally
+from app.runtime.queues.tally import Pending, Place, QueueLine, QueueTally, Shape, shape_of
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,10 @@ class QueueBook:
         self.last: dict[str, QueueView] = {}
         # group key -> (the gang in line, what it asks for): see _request_of.
         self._asks: dict[str, tuple[Gang, Resources]] = {}
+        # The last verdict on a line: (the line, its verdicts per (queue, shape), the gangs
+        # let in): see _admitted.
+        self._allowed: tuple[Sequence[tuple[Gang, str]], dict[Asked, bool], list[Gang]] | None
+        self._allowed = None
 
     # ---- the reflector's sink ------------------------------------------------------
 
@@ -141,33 +147,33 @@ class QueueBook:
     ) -> Assessment:
         """May `candidate` (of `queue`) be admitted, and which gangs of `line` may?
 
-        Without a candidate (waking the line) only the line is judged.
+        Without a candidate (waking the line) only the line is judged. Each queue's
+        gangs waiting are read from the tally's kept sums (QueueLine), the claims and the
+        candidate counted on top: nothing here walks every gang in line, except the
+        verdict on `line` when it or a verdict changed since the last call.
         """
         queues = self._queues()
-        tally = self._tally.tally(holders)
-        capacity, allocated, running = tally.capacity, tally.allocated, tally.running
+        capacity, held, lines = self._tally.lines()
+        out = _Apart(candidate, queue, lines)
+        allocated: dict[str, Resources] = {n: dict(v) for n, v in held.items()}
+        for holder in holders:
+            name = self._tally.queue_of_holder(holder.key)
+            for amounts in holder.remaining.values():
+                add(allocated.setdefault(name, {}), amounts)
+            out.claimed(holder.key)
         requests: dict[str, Resources] = {n: dict(v) for n, v in allocated.items()}
-        if candidate is not None:
-            # The candidate waits too (its queue may be the one others give way
-            # to); counted once, with what it asks for now.
-            mine = tally.pending.setdefault(queue, [])
-            mine[:] = [w for w in mine if w[2] != candidate.key]
-            mine.append(
-                (-candidate.priority, candidate.created, candidate.key, request_of(candidate))
-            )
-        for name, gangs in tally.pending.items():
-            for waiting in gangs:
-                add(requests.setdefault(name, {}), waiting[-1])
+        for name in {*lines, *([queue] if candidate is not None else [])}:
+            add(requests.setdefault(name, {}), out.asked(name))
         deserved = deserved_shares(queues, requests, capacity)
         views: dict[str, QueueView] = {}
         for name, spec in queues.items():
-            mine = sorted(tally.pending.get(name, ()), key=lambda w: w[:3])
+            first = out.first(name)
             views[name] = QueueView(
                 spec,
                 allocated.get(name, {}),
                 deserved[name],
-                mine[0][-1] if mine else None,
-                len(mine),
+                first[3] if first is not None else None,
+                out.count(name),
             )
         self._publish(views)
         message: str | None = None
@@ -179,9 +185,28 @@ class QueueBook:
                 f"Queue (scheduling.volcano.sh/v1beta1) or name another, the gang waits until then"
             )
         else:
-            message = self._in_turn(candidate, queue, tally.pending.get(queue, ()), views, capacity)
-        allowed = admitted(line, views, capacity, self.overcommit, self._request_of)
-        return Assessment(views, capacity, message, allowed, queue, list(running.values()))
+            message = self._in_turn(candidate, queue, out, views, capacity)
+        allowed = self._admitted(line, views, capacity)
+        return Assessment(views, capacity, message, allowed, queue, self._tally.running(holders))
+
+    def _admitted(
+        self, line: Sequence[tuple[Gang, str]], views: Mapping[str, QueueView], capacity: Resources
+    ) -> list[Gang]:
+        """admitted(), the last answer handed again (the same list) while `line` is the very
+        same object and each of its queues' verdicts on each shape asked is what it was:
+        the line's walk (app/runtime/line_walk.py) then knows it at once."""
+        kept = self._allowed
+        if kept is not None and kept[0] is line:
+            verdicts = {
+                asked: enqueue(asked[0], dict(asked[1]), views, capacity, self.overcommit) is None
+                for asked in kept[1]
+            }
+            if verdicts == kept[1]:
+                return kept[2]
+        verdicts = {}
+        allowed = admitted(line, views, capacity, self.overcommit, self._request_of, verdicts)
+        self._allowed = (line, verdicts, allowed)
+        return allowed
 
     def _request_of(self, gang: Gang) -> Resources:
         """request_of(gang), kept while the line hands out the same Gang (it rebuilds only
@@ -199,7 +224,7 @@ class QueueBook:
         self,
         candidate: Gang,
         queue: str,
-        pending: Sequence[Pending],
+        waiting: _Apart,
         views: Mapping[str, QueueView],
         capacity: Resources,
     ) -> str | None:
@@ -207,30 +232,38 @@ class QueueBook:
 
         The gangs ahead of it in its own queue (priority, then age) that the
         queue would admit come first: a younger gang must not take the
-        queue's last room while an older one waits for it.
+        queue's last room while an older one waits for it. Counted per shape
+        of what they ask for (one verdict each), not gang by gang.
         """
         request = request_of(candidate)
         alone = enqueue(queue, request, views, capacity, self.overcommit)
         if alone is not None:
             return f"gang {candidate.key} waits in its queue: {alone}"
         mine = (-candidate.priority, candidate.created, candidate.key)
-        ahead = [
-            w
-            for w in pending
-            if w[:3] < mine
-            # A gang larger than the whole cluster never runs: it holds no one back.
-            and all(v <= capacity.get(r, 0) for r, v in w[3].items() if r in capacity)
-            and enqueue(queue, w[3], views, capacity, self.overcommit) is None
-        ]
+        line = waiting.lines.get(queue)
         together = dict(request)
-        for waiting in ahead:
-            add(together, waiting[3])
+        ahead = 0
+        takes: set[Shape] = set()
+        for shape, places in line.shapes.items() if line is not None else ():
+            asks = dict(shape)
+            # A gang larger than the whole cluster never runs: it holds no one back.
+            if not all(v <= capacity.get(r, 0) for r, v in asks.items() if r in capacity):
+                continue
+            if enqueue(queue, asks, views, capacity, self.overcommit) is not None:
+                continue
+            count = bisect_left(places, mine) - waiting.set_apart(queue, shape, mine)
+            if count > 0:
+                takes.add(shape)
+                ahead += count
+                add(together, {r: v * count for r, v in asks.items()})
         if not ahead or enqueue(queue, together, views, capacity, self.overcommit) is None:
             return None
-        names = ", ".join(w[2] for w in sorted(ahead)[:3])
+        assert line is not None
+        first = list(islice(waiting.ahead(queue, line, mine, takes), 3))
+        names = ", ".join(w[2] for w in first)
         return (
-            f"gang {candidate.key} waits behind {len(ahead)} older or higher-priority gang(s) "
-            f"of queue {queue} ({names}{', ...' if len(ahead) > 3 else ''}): the queue's "
+            f"gang {candidate.key} waits behind {ahead} older or higher-priority gang(s) "
+            f"of queue {queue} ({names}{', ...' if ahead > 3 else ''}): the queue's "
             f"share has room for them first ({views[queue].describe()})"
         )
 
@@ -314,21 +347,28 @@ def _quantity(milli: int) -> str:
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
+# A queue and what a gang of it asks for (one verdict each).
+Asked = tuple[str, tuple[tuple[str, int], ...]]
+
+
 def admitted(
     line: Sequence[tuple[Gang, str]],
     views: Mapping[str, QueueView],
     capacity: Resources,
     overcommit: float,
     asks: Callable[[Gang], Resources] | None = None,
+    verdicts: dict[Asked, bool] | None = None,
 ) -> list[Gang]:
     """The gangs of `line` (gang, its queue) whose queue lets them in.
 
     Gangs in line are often alike (one Job's shape, run after run): one
     verdict per queue and request, not one per gang. `asks`: request_of, or
-    the caller's memo of it.
+    the caller's memo of it; `verdicts`: filled with the verdict per queue and
+    request asked.
     """
     asks = asks or request_of
-    verdicts: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
+    if verdicts is None:
+        verdicts = {}
     allowed = []
     for gang, name in line:
         if name not in views:
@@ -350,3 +390,79 @@ def request_of(gang: Gang) -> Resources:
     for demand in gang.demands:
         add(total, demand.requests)
     return total
+
+
+class _Apart:
+    """Each queue's gangs waiting as one assessment counts them: the tally's QueueLine less
+    the gangs holding a claim, the candidate counted once in its own queue with what it
+    asks for now (its queue may be the one others give way to). What is set apart is
+    the few claims and the candidate, never a copy of the line."""
+
+    def __init__(self, candidate: Gang | None, queue: str, lines: Mapping[str, QueueLine]) -> None:
+        self.lines = lines
+        # queue -> its waiting gangs not counted (holding a claim, or the candidate as it was).
+        self.out: dict[str, dict[str, Pending]] = {}
+        self.mine: Pending | None = None
+        self.queue = queue
+        if candidate is not None:
+            self._set_apart(queue, candidate.key)
+            asks = request_of(candidate)
+            self.mine = (-candidate.priority, candidate.created, candidate.key, asks)
+
+    def _set_apart(self, queue: str, key: str) -> None:
+        line = self.lines.get(queue)
+        waiting = line.gangs.get(key) if line is not None else None
+        if waiting is not None:
+            self.out.setdefault(queue, {})[key] = waiting
+
+    def claimed(self, key: str) -> None:
+        """A gang holding a claim does not wait (in whichever queue it waits in)."""
+        for name, line in self.lines.items():
+            if key in line.gangs:
+                self._set_apart(name, key)
+
+    def asked(self, queue: str) -> Resources:
+        """What the queue's counted gangs ask for."""
+        line = self.lines.get(queue)
+        total = dict(line.total) if line is not None else {}
+        for waiting in self.out.get(queue, {}).values():
+            subtract(total, waiting[3])
+        if self.mine is not None and queue == self.queue:
+            add(total, self.mine[3])
+        return total
+
+    def count(self, queue: str) -> int:
+        """How many of the queue's gangs are counted waiting."""
+        line = self.lines.get(queue)
+        count = len(line.gangs) if line is not None else 0
+        mine = self.mine is not None and queue == self.queue
+        return count - len(self.out.get(queue, ())) + mine
+
+    def first(self, queue: str) -> Pending | None:
+        """The queue's first counted gang in line."""
+        line = self.lines.get(queue)
+        out = self.out.get(queue, {})
+        first = next((w for w in line.in_order() if w[2] not in out), None) if line else None
+        mine = self.mine if queue == self.queue else None
+        if mine is not None and (first is None or mine[:3] < first[:3]):
+            return mine
+        return first
+
+    def set_apart(self, queue: str, shape: Shape, before: Place) -> int:
+        """How many gangs of `queue` asking `shape`, placed before `before`, are not counted."""
+        return sum(
+            1
+            for w in self.out.get(queue, {}).values()
+            if w[:3] < before and shape_of(w[3]) == shape
+        )
+
+    def ahead(
+        self, queue: str, line: QueueLine, before: Place, shapes: set[Shape]
+    ) -> Iterator[Pending]:
+        """The queue's counted gangs placed before `before` asking one of `shapes`, in order."""
+        out = self.out.get(queue, {})
+        for waiting in line.in_order():
+            if waiting[:3] >= before:
+                return
+            if waiting[2] not in out and shape_of(waiting[3]) in shapes:
+                yield waiting

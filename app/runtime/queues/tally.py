@@ -9,7 +9,8 @@ about them yet; they still count as their queue's demand).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from bisect import bisect_left, insort
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from app.core.contention import Holder
@@ -24,6 +25,59 @@ _SLICE = 100
 
 # A gang waiting: (-priority, created, key, what it asks for); sorts in queue order.
 Pending = tuple[int, float, str, Resources]
+# A gang's place in its queue: Pending without what it asks for.
+Place = tuple[int, float, str]
+# What a gang asks for, as a key: gangs in line are often alike (one Job's shape).
+Shape = tuple[tuple[str, int], ...]
+
+
+def shape_of(request: Resources) -> Shape:
+    return tuple(sorted(request.items()))
+
+
+@dataclass(slots=True)
+class QueueLine:
+    """One queue's gangs waiting, kept as their parts are redone: what they ask for in
+    total, their places in order, and their places per shape of what they ask for.
+
+    A fresh admission with queues weighs each queue's waiting gangs (the shares, the
+    queue's first gang, the gangs ahead of the candidate in its queue); walking all of
+    them at each admission was most of its queue check with 10,000 gangs in line.
+    """
+
+    total: Resources = field(default_factory=dict)
+    places: list[Place] = field(default_factory=list)
+    gangs: dict[str, Pending] = field(default_factory=dict)
+    shapes: dict[Shape, list[Place]] = field(default_factory=dict)
+
+    def add(self, waiting: Pending) -> None:
+        place = waiting[:3]
+        self.gangs[waiting[2]] = waiting
+        add(self.total, waiting[3])
+        insort(self.places, place)
+        insort(self.shapes.setdefault(shape_of(waiting[3]), []), place)
+
+    def remove(self, waiting: Pending) -> None:
+        place = waiting[:3]
+        del self.gangs[waiting[2]]
+        subtract(self.total, waiting[3])
+        _drop(self.places, place)
+        shape = shape_of(waiting[3])
+        places = self.shapes[shape]
+        _drop(places, place)
+        if not places:
+            del self.shapes[shape]
+
+    def in_order(self) -> Iterator[Pending]:
+        """The queue's gangs waiting, first in line first."""
+        for place in self.places:
+            yield self.gangs[place[2]]
+
+
+def _drop(places: list[Place], place: Place) -> None:
+    i = bisect_left(places, place)
+    assert places[i] == place, f"{place} is not in the queue's line"
+    del places[i]
 
 
 @dataclass(slots=True)
@@ -71,6 +125,8 @@ class QueueTally:
         self._on_nodes: Resources = {}
         self._running: dict[str, Running] = {}
         self._pending: dict[str, tuple[str, Pending]] = {}
+        # queue -> its gangs waiting, kept as _pending changes (see QueueLine).
+        self._lines: dict[str, QueueLine] = {}
         # The change stamp and the schedulable-node version the parts are current with,
         # and the nodes that took pods then.
         self._stamp = -1
@@ -82,12 +138,10 @@ class QueueTally:
     def tally(self, holders: Sequence[Holder]) -> Tally:
         """The queues now: placed pods and the claims' promises are held, unplaced gangs wait."""
         self._catch_up()
-        state = self._state
         allocated = {name: dict(amounts) for name, amounts in self._allocated.items()}
         admitted: dict[str, int] = {}
         for holder in holders:
-            members = state.members(holder.key)
-            name = _queue_of_key(state, holder.key, members[0]) if members else DEFAULT_QUEUE
+            name = self.queue_of_holder(holder.key)
             admitted[name] = admitted.get(name, 0) + 1
             for amounts in holder.remaining.values():
                 add(allocated.setdefault(name, {}), amounts)
@@ -100,6 +154,25 @@ class QueueTally:
             if key not in claimed:
                 pending.setdefault(name, []).append(waiting)
         return Tally(self._capacity(), allocated, running, pending, admitted)
+
+    def lines(self) -> tuple[Resources, dict[str, Resources], dict[str, QueueLine]]:
+        """The capacity queues share, what each queue's gangs hold (no claim counted), and
+        each queue's gangs waiting (those holding a claim too): kept, not copied, so that
+        a caller's cost does not grow with the line. The caller counts the claims and must
+        not change what it is handed."""
+        self._catch_up()
+        return self._capacity(), self._allocated, self._lines
+
+    def running(self, holders: Sequence[Holder]) -> list[Running]:
+        """The gangs holding nodes and not being admitted (reclaim's victims)."""
+        self._catch_up()
+        claimed = {h.key for h in holders}
+        return [r for key, r in self._running.items() if key not in claimed]
+
+    def queue_of_holder(self, key: str) -> str:
+        """The queue a gang holding a claim counts in (as tally() counts it)."""
+        members = self._state.members(key)
+        return _queue_of_key(self._state, key, members[0]) if members else DEFAULT_QUEUE
 
     def _capacity(self) -> Resources:
         """What the schedulable nodes have less what plain pods (no gang) hold there."""
@@ -157,6 +230,7 @@ class QueueTally:
         if changed is None:
             self._parts.clear()
             self._allocated, self._on_nodes, self._running, self._pending = {}, {}, {}, {}
+            self._lines = {}
             self._todo = set(state.group_keys())
         else:
             self._todo.update(moved)
@@ -182,7 +256,12 @@ class QueueTally:
                     del self._allocated[name]
             subtract(self._on_nodes, old.on_nodes)
             self._running.pop(key, None)
-            self._pending.pop(key, None)
+            was = self._pending.pop(key, None)
+            if was is not None:
+                line = self._lines[was[0]]
+                line.remove(was[1])
+                if not line.gangs:
+                    del self._lines[was[0]]
         pods = self._state.group_pods(key)
         if not pods:
             return
@@ -195,6 +274,7 @@ class QueueTally:
             self._running[key] = part.running
         if part.pending is not None:
             self._pending[key] = part.pending
+            self._lines.setdefault(part.pending[0], QueueLine()).add(part.pending[1])
 
 
 class _NodeSums:
