@@ -53,6 +53,45 @@ class Waiting:
     since: float
 
 
+class _Entries(dict[str, Waiting]):
+    """The line's entries, noting the keys set or removed since the line last read them (so
+    the gangs in line are redone by the change, not walked at each admission)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.changed: set[str] = set(self)
+
+    def __setitem__(self, key: str, value: Waiting) -> None:
+        self.changed.add(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.changed.add(key)
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self.changed.add(key)
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, Waiting]:
+        key, value = super().popitem()
+        self.changed.add(key)
+        return key, value
+
+    def setdefault(self, key: str, default: Waiting) -> Waiting:
+        self.changed.add(key)
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Waiting) -> None:
+        other = dict(*args, **kwargs)
+        self.changed.update(other)
+        super().update(other)
+
+    def clear(self) -> None:
+        self.changed.update(self)
+        super().clear()
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """The pod the filter verb is deciding about (it may not be in our watch yet)."""
@@ -113,9 +152,24 @@ class Line:
         self._topology = topology
         self._queues = queues
         self._revision = revision
-        self.waiting: dict[str, Waiting] = {}
+        self._waiting = _Entries()
         # group key -> its queue, for the gangs of the latest line.
         self._queue_of: dict[str, str] = {}
+        # The gangs in line that may be admitted as far as the state and the line's entries
+        # say (held, denied, required topology and the caller's exclusion are read at each
+        # call), redone only for the keys in _dirty; the list of them as last handed out.
+        self._ready: dict[str, Gang] = {}
+        self._dirty: set[str] = set()
+        self._ready_list: list[Gang] | None = None
+        # Of _ready: those with a required topology level, and those with placed members
+        # (their share moves with the cluster's size); the queue book they were built with.
+        self._constrained: set[str] = set()
+        self._placed: set[str] = set()
+        self._ready_book: QueueBook | None = None
+        # The last list with gangs left out: (the whole list, the keys left out, the rest).
+        self._filtered: tuple[list[Gang], set[str], list[Gang]] | None = None
+        # The last line assess() paired with its gangs' queues: (line, default queue, pairs).
+        self._pairs: tuple[Sequence[Gang], str, list[tuple[Gang, str]]] | None = None
         # The gangs in line as last built, and the state's group stamp they are current with.
         self._known: dict[str, _Known] = {}
         self._stamp = -1
@@ -124,6 +178,18 @@ class Line:
         # The walk of the line a fresh gang is admitted behind, kept between calls
         # (warmed ahead in slices by app/runtime/line_warmup.py).
         self.walk = LineWalk()
+
+    @property
+    def waiting(self) -> dict[str, Waiting]:
+        """Who waits: group key -> its entry."""
+        return self._waiting
+
+    @waiting.setter
+    def waiting(self, entries: dict[str, Waiting]) -> None:
+        self._waiting = _Entries(entries)
+        self._ready.clear()
+        self._dirty.update(self._waiting)
+        self._ready_list = None
 
     def _staying_on(self, node: str) -> list[Mapping[str, int]]:
         """The requests of the pods on `node` not on their way out (backfill's remainders)."""
@@ -195,37 +261,96 @@ class Line:
 
         A gang with a required topology level that no domain can hold now is
         left out: it cannot take room, and aged it must not hold back others.
+
+        Kept between calls and redone by the change (the gangs whose group changed, the
+        line's entries set or removed); with nothing in the way the same list as last
+        time is handed out, which the queue check and the walk then know at once.
         """
         self._forget_changed()
         book = self.queues
-        line: list[Gang] = []
-        for key, entry in list(self.waiting.items()):
-            if key == exclude or key in self._ledger.held:
-                continue
-            known = self._known.get(key)
-            if known is None or known.ref != entry.ref:
-                known = self._learn(key, entry.ref)
-                if known is None:  # its group is gone or unusable, or nothing is left to place
-                    del self.waiting[key]
-                    continue
-            if not known.whole or key in self._admission.denied:
-                continue
-            constraint = known.constraint
-            if constraint is not None and constraint.required:
-                if free is None:
-                    free = self._state.room()
-                if not self._topology.fits_one_domain(known.gang, constraint, free):
-                    continue
-            share = book.share(known.placed) if book is not None else 0.0
-            gang = known.gang
-            if gang.waiting_since != entry.since or gang.share != share:
-                gang = known.gang = replace(gang, waiting_since=entry.since, share=share)
-            if book is not None:
-                if len(self._queue_of) > 10_000:
-                    self._queue_of.clear()
-                self._queue_of[key] = known.queue
-            line.append(gang)
-        return line
+        if book is not self._ready_book:
+            self._ready_book = book
+            self._ready.clear()
+            self._ready_list = None
+            self._dirty.update(self.waiting)
+        dirty, self._dirty = self._dirty | self._waiting.changed, set()
+        self._waiting.changed = set()
+        for key in dirty:
+            self._refresh(key, book)
+        if book is not None:
+            for key in self._placed:
+                self._set_share(key, book.share(self._known[key].placed))
+        out = {k for k in self._ledger.held if k in self._ready}
+        denied = self._admission.denied
+        out.update(k for k in list(denied) if k in self._ready and k in denied)
+        if exclude in self._ready:
+            out.add(exclude)
+        for key in self._constrained:
+            known = self._known[key]
+            assert known.constraint is not None
+            if free is None:
+                free = self._state.room()
+            if not self._topology.fits_one_domain(known.gang, known.constraint, free):
+                out.add(key)
+        line = self._ready_list
+        if line is None:
+            line = self._ready_list = list(self._ready.values())
+        if not out:
+            return line
+        kept = self._filtered
+        if kept is None or kept[0] is not line or kept[1] != out:
+            kept = self._filtered = (line, out, [g for g in line if g.key not in out])
+        return kept[2]  # the same list while the same gangs are left out of the same line
+
+    def _refresh(self, key: str, book: QueueBook | None) -> None:
+        """Redo one gang of _ready from its entry and the state (as gangs() did each call)."""
+        entry = self.waiting.get(key)
+        if entry is None or key in self._ledger.held:
+            if entry is not None:
+                self._dirty.add(key)  # held: looked at again once its claim ends
+            self._drop(key)
+            return
+        known = self._known.get(key)
+        if known is None or known.ref != entry.ref:
+            known = self._learn(key, entry.ref)
+            if known is None:  # its group is gone or unusable, or nothing is left to place
+                del self.waiting[key]
+                self._waiting.changed.discard(key)  # dropped here already
+                self._drop(key)
+                return
+        if not known.whole:
+            self._drop(key)
+            return
+        share = book.share(known.placed) if book is not None else 0.0
+        gang = known.gang
+        if gang.waiting_since != entry.since or gang.share != share:
+            gang = known.gang = replace(gang, waiting_since=entry.since, share=share)
+        if self._ready.get(key) is not gang:
+            self._ready[key] = gang
+            self._ready_list = None
+        self._queue_of[key] = known.queue
+        constraint = known.constraint
+        if constraint is not None and constraint.required:
+            self._constrained.add(key)
+        else:
+            self._constrained.discard(key)
+        if known.placed and book is not None:
+            self._placed.add(key)
+        else:
+            self._placed.discard(key)
+
+    def _set_share(self, key: str, share: float) -> None:
+        known = self._known[key]
+        if known.gang.share != share:
+            known.gang = self._ready[key] = replace(known.gang, share=share)
+            self._ready_list = None
+
+    def _drop(self, key: str) -> None:
+        if self._ready.pop(key, None) is not None:
+            self._ready_list = None
+        self._queue_of.pop(key, None)
+        self._constrained.discard(key)
+        self._placed.discard(key)
 
     def learn(self, most: int) -> bool:
         """Build at most `most` gangs in line not known yet, as gangs() would on first sight
@@ -247,9 +372,13 @@ class Line:
         stamp, changed = self._state.groups_changed_since(self._stamp)
         if changed is None:
             self._known.clear()
+            self._ready.clear()
+            self._ready_list = None
+            self._dirty.update(self.waiting)
         else:
             for key in changed:
-                self._known.pop(key, None)
+                if self._known.pop(key, None) is not None or key in self.waiting:
+                    self._dirty.add(key)
         self._stamp = stamp
         if len(self._known) > 2 * len(self.waiting) + 64:  # gangs that left the line
             self._known = {k: v for k, v in self._known.items() if k in self.waiting}
@@ -301,9 +430,13 @@ class Line:
         """QueueBook.assess() with the queue of each gang in `line` (the candidate's if unknown)."""
         book = self.queues
         assert book is not None
-        return book.assess(
-            gang, queue, [(g, self._queue_of.get(g.key, queue)) for g in line], holders
-        )
+        kept = self._pairs
+        if kept is not None and kept[0] is line and kept[1] == queue:
+            pairs = kept[2]  # the same line as last time: the same list (the book's memo knows it)
+        else:
+            pairs = [(g, self._queue_of.get(g.key, queue)) for g in line]
+            self._pairs = (line, queue, pairs)
+        return book.assess(gang, queue, pairs, holders)
 
     def to_wake(self, now: float, aging_seconds: float) -> list[str]:
         """The gangs in line that would be admitted now, in line order."""

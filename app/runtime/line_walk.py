@@ -50,6 +50,20 @@ class _Walk:
     plans: list[Mapping[str, str]]
     reach: list[int]
     bins: list[Bin]
+    # The ordered line `order` is the start of.
+    source: list[Gang]
+
+
+@dataclass(frozen=True, slots=True)
+class _Ordered:
+    """A line as last ordered, and from when to when that order holds."""
+
+    line: Sequence[Gang]
+    aging: float
+    # Ordered at this time; valid later while `next_aged` (None: no gang can age) is not aged.
+    now: float
+    order: list[Gang]
+    next_aged: Gang | None
 
 
 class LineWalk:
@@ -59,10 +73,10 @@ class LineWalk:
         self._walk: _Walk | None = None
         # How many gangs the last update walked again (tests, bench).
         self.walked_again = 0
-        # The last line ordered, as (line, now, aging, order): a warm-up's slices hand the
-        # same line again and again, and ordering 10,000 gangs each slice cost more than
-        # the slice's walk.
-        self._ordered: tuple[Sequence[Gang], float, float, list[Gang]] | None = None
+        # The last line ordered: a warm-up's slices and the admissions between two changes
+        # of the line hand the same line again and again, and ordering 10,000 gangs each
+        # time cost more than the walk (see _order).
+        self._ordered: _Ordered | None = None
 
     @property
     def length(self) -> int:
@@ -136,7 +150,7 @@ class LineWalk:
                 reach.append(_EVERYWHERE)
         self.walked_again = len(plans) - start
         done = order[: len(plans)]
-        self._walk = _Walk(free, holders, done, plans, reach, list(room.bins))
+        self._walk = _Walk(free, holders, done, plans, reach, list(room.bins), order)
         if not whole:
             return None, finished
         first = next((g for g, plan in zip(done, plans, strict=True) if plan), None)
@@ -145,12 +159,23 @@ class LineWalk:
         return walked, True
 
     def _order(self, line: Sequence[Gang], now: float, aging_seconds: float) -> list[Gang]:
-        """order_line(), reused while the very same line (not a copy) is handed in again."""
+        """order_line(), the same list again while the very same line (not a copy) is handed
+        in and no gang of it aged since: the order reads `now` only through Gang.aged."""
         kept = self._ordered
-        if kept is not None and kept[0] is line and kept[1:3] == (now, aging_seconds):
-            return kept[3]
+        if (
+            kept is not None
+            and kept.line is line
+            and kept.aging == aging_seconds
+            and kept.now <= now
+            and (kept.next_aged is None or not kept.next_aged.aged(now, aging_seconds))
+        ):
+            return kept.order
         order = order_line(line, now, aging_seconds)
-        self._ordered = (line, now, aging_seconds, order)
+        # The gang waiting longest of those not aged yet ages first (now - since is
+        # monotonic in both, rounding too): while it is not aged, none of them is.
+        young = (g for g in line if g.waiting_since is not None and not g.aged(now, aging_seconds))
+        next_aged = min(young, key=lambda g: g.waiting_since or 0.0, default=None)
+        self._ordered = _Ordered(line, aging_seconds, now, order, next_aged)
         return order
 
     @staticmethod
@@ -161,10 +186,13 @@ class LineWalk:
         if walk is None or len(free) != len(walk.free) or list(holders) != list(walk.holders):
             return 0
         start = 0
-        for now_gang, then in zip(order, walk.order, strict=False):
-            if now_gang is not then and now_gang != then:
-                break
-            start += 1
+        if order is walk.source:  # the very order walked last time (_order kept it)
+            start = len(walk.order)
+        else:
+            for now_gang, then in zip(order, walk.order, strict=False):
+                if now_gang is not then and now_gang != then:
+                    break
+                start += 1
         old = walk.free
         changed = [p for p in range(len(free)) if free[p] is not old[p]]
         for p in changed:

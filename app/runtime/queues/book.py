@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
@@ -59,7 +59,13 @@ class Assessment:
     # The gangs in line whose queue lets them in (others cannot take room).
     line: list[Gang]
     queue: str
-    running: list[Running] = field(default_factory=list)
+    # The gangs holding nodes (reclaim's victims), read only when reclaim asks: listing
+    # thousands of running gangs at every admission was a few milliseconds for nothing.
+    running_now: Callable[[], list[Running]] = list
+
+    @property
+    def running(self) -> list[Running]:
+        return self.running_now()
 
 
 class QueueBook:
@@ -187,7 +193,10 @@ class QueueBook:
         else:
             message = self._in_turn(candidate, queue, out, views, capacity)
         allowed = self._admitted(line, views, capacity)
-        return Assessment(views, capacity, message, allowed, queue, self._tally.running(holders))
+        claims = list(holders)
+        return Assessment(
+            views, capacity, message, allowed, queue, lambda: self._tally.running(claims)
+        )
 
     def _admitted(
         self, line: Sequence[tuple[Gang, str]], views: Mapping[str, QueueView], capacity: Resources
