@@ -36,7 +36,7 @@ from app.core.topology.domains import TopologyConstraint
 from app.core.topology.subgroups import Slicing
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology
-from app.runtime.line_walk import LineWalk
+from app.runtime.line_walk import LineAt, LineWalk
 from app.runtime.queues.book import Assessment, QueueBook
 from app.runtime.queues.tally import podgroup_created, queue_of
 from app.runtime.revision import Revision
@@ -419,10 +419,7 @@ class Line:
     def walked(self, contest: Contest, now: float, aging_seconds: float) -> Walked | None:
         """The room after every gang of `contest.line`, from the walk kept between calls
         (app/runtime/line_walk.py); for a gang not in line, behind all of them."""
-        assert contest.positions is not None
-        return self.walk.walked(
-            contest.line, contest.free, contest.holders, contest.positions, now, aging_seconds
-        )
+        return self.walk.walked(LineAt.of(contest, now, aging_seconds))
 
     def assess(
         self, gang: Gang | None, queue: str, line: Sequence[Gang], holders: Sequence[Holder]

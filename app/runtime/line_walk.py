@@ -30,7 +30,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.core.contention import Gang, Holder, Walked, order_line
+from app.core.contention import Contest, Gang, Holder, Walked, order_line
 from app.core.packing import Bin
 from app.core.resources import add
 from app.core.room import Room
@@ -52,6 +52,26 @@ class _Walk:
     bins: list[Bin]
     # The ordered line `order` is the start of.
     source: list[Gang]
+
+
+@dataclass(frozen=True, slots=True)
+class LineAt:
+    """What a walk of the line is over: the gangs in line, the cluster's free room and the
+    claims on it (with each node's position in `free`), at one moment and aging rule."""
+
+    line: Sequence[Gang]
+    free: Sequence[Bin]
+    holders: Sequence[Holder]
+    positions: Mapping[str, int]
+    now: float
+    aging_seconds: float
+
+    @classmethod
+    def of(cls, contest: Contest, now: float, aging_seconds: float) -> LineAt:
+        """The line of a decision's contest (its free bins' positions known)."""
+        positions = contest.positions
+        assert positions is not None
+        return cls(contest.line, contest.free, contest.holders, positions, now, aging_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,47 +103,23 @@ class LineWalk:
         """How many gangs the kept walk has walked (0: none kept)."""
         return len(self._walk.order) if self._walk is not None else 0
 
-    def walked(
-        self,
-        line: Sequence[Gang],
-        free: Sequence[Bin],
-        holders: Sequence[Holder],
-        positions: Mapping[str, int],
-        now: float,
-        aging_seconds: float,
-    ) -> Walked | None:
-        """The room after every gang of `line` that fits set aside (None: an aged one does
+    def walked(self, over: LineAt) -> Walked | None:
+        """The room after every gang of the line that fits set aside (None: an aged one does
         not fit)."""
-        return self._walked(line, free, holders, positions, now, aging_seconds, sys.maxsize)[0]
+        return self._walked(over, sys.maxsize)[0]
 
-    def warm(
-        self,
-        line: Sequence[Gang],
-        free: Sequence[Bin],
-        holders: Sequence[Holder],
-        positions: Mapping[str, int],
-        now: float,
-        aging_seconds: float,
-        most: int,
-    ) -> bool:
-        """Walk at most `most` more gangs of `line` and keep the walk (the next decision
+    def warm(self, over: LineAt, most: int) -> bool:
+        """Walk at most `most` more gangs of the line and keep the walk (the next decision
         goes on from it); True: nothing is left to walk (the whole line, or up to an aged
         gang that does not fit). A warm-up calls it a slice at a time, the event loop free
         between: the first decision after a start, a relist or a node change walked the
         whole line at once (10,000 gangs: a third of a second and more)."""
-        return self._walked(line, free, holders, positions, now, aging_seconds, most)[1]
+        return self._walked(over, most)[1]
 
-    def _walked(
-        self,
-        line: Sequence[Gang],
-        free: Sequence[Bin],
-        holders: Sequence[Holder],
-        positions: Mapping[str, int],
-        now: float,
-        aging_seconds: float,
-        most: int,
-    ) -> tuple[Walked | None, bool]:
+    def _walked(self, over: LineAt, most: int) -> tuple[Walked | None, bool]:
         """walked(), stopping after `most` gangs walked again; and whether it went to the end."""
+        line, free, holders, positions = over.line, over.free, over.holders, over.positions
+        now, aging_seconds = over.now, over.aging_seconds
         order = self._order(line, now, aging_seconds)
         walk = self._walk
         start = self._redo_from(walk, order, free, holders)
