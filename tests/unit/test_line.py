@@ -15,7 +15,8 @@ from app.core.topology.sources import KUEUE_REQUIRED
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
-from app.runtime.line import Line, Waiting
+from app.runtime.line import Line
+from app.runtime.line_gangs import Waiting
 from app.runtime.queues.book import QueueBook
 from app.runtime.revision import Revision
 from tests.unit.builders import node, pod, podgroup

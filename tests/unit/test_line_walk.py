@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from app.core.contention import Contest, Decision, Gang, decide
 from app.core.groups import GroupRef, GroupSpec
 from app.core.packing import Bin, Demand
-from app.runtime.line import Waiting
+from app.runtime.line_gangs import Waiting
 from app.runtime.line_walk import LineAt, LineWalk
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.test_arbiter import World
@@ -276,14 +276,14 @@ async def test_the_warm_up_walks_the_line_once_and_again_only_after_a_change() -
     warmup = world.arbiter.warmup
     await warmup.warm(most=2)
     line = world.arbiter.line
-    assert line.walk.length == 5 and set(line._known) == {f"default/w{i}" for i in range(5)}
+    assert line.walk.length == 5 and set(line._line._known) == {f"default/w{i}" for i in range(5)}
     with_walk, whole, again = both(world, fresh)
     assert with_walk == whole and again == 0
     # Nothing changed: nothing done. A gang's pod changed: it is built again, ahead.
     await warmup.warm(most=2)
     world.state.apply_pod(pod("w4-0", group="w4", cpu="3"))
     await warmup.warm(most=2)
-    demands = line._known["default/w4"].gang.demands
+    demands = line._line._known["default/w4"].gang.demands
     assert sorted(d.requests["cpu"] for d in demands) == [3000, 4000]
     with_walk, whole, _ = both(world, fresh)
     assert with_walk == whole

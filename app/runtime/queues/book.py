@@ -16,10 +16,8 @@ memory.
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any
 
 from app.base.metrics import Metrics
@@ -38,9 +36,10 @@ from app.core.queues import (
     queue_from,
 )
 from app.core.records import PodRecord
-from app.core.resources import Resources, add, format_resources, subtract
+from app.core.resources import Resources, add, format_resources
 from app.core.state import ClusterState
-from app.runtime.queues.tally import Pending, Place, QueueLine, QueueTally, Shape, shape_of
+from app.runtime.queues.queue_lines import Apart, in_turn
+from app.runtime.queues.tally import QueueTally
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +159,10 @@ class QueueBook:
         """
         queues = self._queues()
         capacity, held, lines = self._tally.lines()
-        out = _Apart(candidate, queue, lines)
+        mine = None
+        if candidate is not None:
+            mine = (-candidate.priority, candidate.created, candidate.key, request_of(candidate))
+        out = Apart(mine, queue, lines)
         allocated: dict[str, Resources] = {n: dict(v) for n, v in held.items()}
         for holder in holders:
             name = self._tally.queue_of_holder(holder.key)
@@ -191,7 +193,7 @@ class QueueBook:
                 f"Queue (scheduling.volcano.sh/v1beta1) or name another, the gang waits until then"
             )
         else:
-            message = self._in_turn(candidate, queue, out, views, capacity)
+            message = in_turn(queue, out, views, capacity, self.overcommit)
         allowed = self._admitted(line, views, capacity)
         claims = list(holders)
         return Assessment(
@@ -228,53 +230,6 @@ class QueueBook:
             self._asks.clear()
         request = self._asks[gang.key] = (gang, request_of(gang))
         return request[1]
-
-    def _in_turn(
-        self,
-        candidate: Gang,
-        queue: str,
-        waiting: _Apart,
-        views: Mapping[str, QueueView],
-        capacity: Resources,
-    ) -> str | None:
-        """Why `candidate` waits, None: its queue lets it in, in its turn.
-
-        The gangs ahead of it in its own queue (priority, then age) that the
-        queue would admit come first: a younger gang must not take the
-        queue's last room while an older one waits for it. Counted per shape
-        of what they ask for (one verdict each), not gang by gang.
-        """
-        request = request_of(candidate)
-        alone = enqueue(queue, request, views, capacity, self.overcommit)
-        if alone is not None:
-            return f"gang {candidate.key} waits in its queue: {alone}"
-        mine = (-candidate.priority, candidate.created, candidate.key)
-        line = waiting.lines.get(queue)
-        together = dict(request)
-        ahead = 0
-        takes: set[Shape] = set()
-        for shape, places in line.shapes.items() if line is not None else ():
-            asks = dict(shape)
-            # A gang larger than the whole cluster never runs: it holds no one back.
-            if not all(v <= capacity.get(r, 0) for r, v in asks.items() if r in capacity):
-                continue
-            if enqueue(queue, asks, views, capacity, self.overcommit) is not None:
-                continue
-            count = bisect_left(places, mine) - waiting.set_apart(queue, shape, mine)
-            if count > 0:
-                takes.add(shape)
-                ahead += count
-                add(together, {r: v * count for r, v in asks.items()})
-        if not ahead or enqueue(queue, together, views, capacity, self.overcommit) is None:
-            return None
-        assert line is not None
-        first = list(islice(waiting.ahead(queue, line, mine, takes), 3))
-        names = ", ".join(w[2] for w in first)
-        return (
-            f"gang {candidate.key} waits behind {ahead} older or higher-priority gang(s) "
-            f"of queue {queue} ({names}{', ...' if ahead > 3 else ''}): the queue's "
-            f"share has room for them first ({views[queue].describe()})"
-        )
 
     def share(self, placed: Iterable[PodRecord]) -> float:
         """DRF: the dominant share of the cluster a gang's placed members hold.
@@ -399,79 +354,3 @@ def request_of(gang: Gang) -> Resources:
     for demand in gang.demands:
         add(total, demand.requests)
     return total
-
-
-class _Apart:
-    """Each queue's gangs waiting as one assessment counts them: the tally's QueueLine less
-    the gangs holding a claim, the candidate counted once in its own queue with what it
-    asks for now (its queue may be the one others give way to). What is set apart is
-    the few claims and the candidate, never a copy of the line."""
-
-    def __init__(self, candidate: Gang | None, queue: str, lines: Mapping[str, QueueLine]) -> None:
-        self.lines = lines
-        # queue -> its waiting gangs not counted (holding a claim, or the candidate as it was).
-        self.out: dict[str, dict[str, Pending]] = {}
-        self.mine: Pending | None = None
-        self.queue = queue
-        if candidate is not None:
-            self._set_apart(queue, candidate.key)
-            asks = request_of(candidate)
-            self.mine = (-candidate.priority, candidate.created, candidate.key, asks)
-
-    def _set_apart(self, queue: str, key: str) -> None:
-        line = self.lines.get(queue)
-        waiting = line.gangs.get(key) if line is not None else None
-        if waiting is not None:
-            self.out.setdefault(queue, {})[key] = waiting
-
-    def claimed(self, key: str) -> None:
-        """A gang holding a claim does not wait (in whichever queue it waits in)."""
-        for name, line in self.lines.items():
-            if key in line.gangs:
-                self._set_apart(name, key)
-
-    def asked(self, queue: str) -> Resources:
-        """What the queue's counted gangs ask for."""
-        line = self.lines.get(queue)
-        total = dict(line.total) if line is not None else {}
-        for waiting in self.out.get(queue, {}).values():
-            subtract(total, waiting[3])
-        if self.mine is not None and queue == self.queue:
-            add(total, self.mine[3])
-        return total
-
-    def count(self, queue: str) -> int:
-        """How many of the queue's gangs are counted waiting."""
-        line = self.lines.get(queue)
-        count = len(line.gangs) if line is not None else 0
-        mine = self.mine is not None and queue == self.queue
-        return count - len(self.out.get(queue, ())) + mine
-
-    def first(self, queue: str) -> Pending | None:
-        """The queue's first counted gang in line."""
-        line = self.lines.get(queue)
-        out = self.out.get(queue, {})
-        first = next((w for w in line.in_order() if w[2] not in out), None) if line else None
-        mine = self.mine if queue == self.queue else None
-        if mine is not None and (first is None or mine[:3] < first[:3]):
-            return mine
-        return first
-
-    def set_apart(self, queue: str, shape: Shape, before: Place) -> int:
-        """How many gangs of `queue` asking `shape`, placed before `before`, are not counted."""
-        return sum(
-            1
-            for w in self.out.get(queue, {}).values()
-            if w[:3] < before and shape_of(w[3]) == shape
-        )
-
-    def ahead(
-        self, queue: str, line: QueueLine, before: Place, shapes: set[Shape]
-    ) -> Iterator[Pending]:
-        """The queue's counted gangs placed before `before` asking one of `shapes`, in order."""
-        out = self.out.get(queue, {})
-        for waiting in line.in_order():
-            if waiting[:3] >= before:
-                return
-            if waiting[2] not in out and shape_of(waiting[3]) in shapes:
-                yield waiting

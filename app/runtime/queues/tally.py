@@ -9,8 +9,7 @@ about them yet; they still count as their queue's demand).
 from __future__ import annotations
 
 import asyncio
-from bisect import bisect_left, insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.core.contention import Holder
@@ -19,65 +18,10 @@ from app.core.queues import DEFAULT_QUEUE, Running
 from app.core.records import GroupNotFound, PodRecord
 from app.core.resources import Resources, add, subtract
 from app.core.state import ClusterState
+from app.runtime.queues.queue_lines import Pending, QueueLine
 
 # Gangs redone per slice of catch_up(): a few milliseconds of the event loop.
 _SLICE = 100
-
-# A gang waiting: (-priority, created, key, what it asks for); sorts in queue order.
-Pending = tuple[int, float, str, Resources]
-# A gang's place in its queue: Pending without what it asks for.
-Place = tuple[int, float, str]
-# What a gang asks for, as a key: gangs in line are often alike (one Job's shape).
-Shape = tuple[tuple[str, int], ...]
-
-
-def shape_of(request: Resources) -> Shape:
-    return tuple(sorted(request.items()))
-
-
-@dataclass(slots=True)
-class QueueLine:
-    """One queue's gangs waiting, kept as their parts are redone: what they ask for in
-    total, their places in order, and their places per shape of what they ask for.
-
-    A fresh admission with queues weighs each queue's waiting gangs (the shares, the
-    queue's first gang, the gangs ahead of the candidate in its queue); walking all of
-    them at each admission was most of its queue check with 10,000 gangs in line.
-    """
-
-    total: Resources = field(default_factory=dict)
-    places: list[Place] = field(default_factory=list)
-    gangs: dict[str, Pending] = field(default_factory=dict)
-    shapes: dict[Shape, list[Place]] = field(default_factory=dict)
-
-    def add(self, waiting: Pending) -> None:
-        place = waiting[:3]
-        self.gangs[waiting[2]] = waiting
-        add(self.total, waiting[3])
-        insort(self.places, place)
-        insort(self.shapes.setdefault(shape_of(waiting[3]), []), place)
-
-    def remove(self, waiting: Pending) -> None:
-        place = waiting[:3]
-        del self.gangs[waiting[2]]
-        subtract(self.total, waiting[3])
-        _drop(self.places, place)
-        shape = shape_of(waiting[3])
-        places = self.shapes[shape]
-        _drop(places, place)
-        if not places:
-            del self.shapes[shape]
-
-    def in_order(self) -> Iterator[Pending]:
-        """The queue's gangs waiting, first in line first."""
-        for place in self.places:
-            yield self.gangs[place[2]]
-
-
-def _drop(places: list[Place], place: Place) -> None:
-    i = bisect_left(places, place)
-    assert places[i] == place, f"{place} is not in the queue's line"
-    del places[i]
 
 
 @dataclass(slots=True)
