@@ -89,7 +89,7 @@ class Line:
         # Who waits and the gangs in line, kept between calls.
         self._line = LineGangs(state, admission, topology, ledger, self._build, lambda: self.queues)
         # The last line assess() paired with its gangs' queues: (line, default queue, pairs).
-        self._pairs: tuple[Sequence[Gang], str, list[tuple[Gang, str]]] | None = None
+        self._pairs: tuple[Sequence[Gang], str | None, list[tuple[Gang, str]]] | None = None
         # What an aged gang ahead can never use per node, kept between calls.
         self._remainders = Remainders(self._staying_on, state.nodes_changed_since)
         # The walk of the line a fresh gang is admitted behind, kept between calls
@@ -207,11 +207,17 @@ class Line:
         book = self.queues
         assert book is not None
         kept = self._pairs
-        if kept is not None and kept[0] is line and kept[1] == queue:
+        if kept is not None and kept[0] is line and kept[1] in (None, queue):
             pairs = kept[2]  # the same line as last time: the same list (the book's memo knows it)
         else:
-            pairs = [(g, self._line.queue_of(g.key, queue)) for g in line]
-            self._pairs = (line, queue, pairs)
+            pairs = [(g, self._line.queue_of(g.key, "")) for g in line]
+            # The candidate's queue stands in only for a gang of no known queue (none, when
+            # the line comes from gangs()): else the pairs serve every candidate alike.
+            if any(not name for _, name in pairs):
+                pairs = [(g, name or queue) for g, name in pairs]
+                self._pairs = (line, queue, pairs)
+            else:
+                self._pairs = (line, None, pairs)
         return book.assess(gang, queue, pairs, holders)
 
     def to_wake(self, now: float, aging_seconds: float) -> list[str]:

@@ -216,6 +216,8 @@ class LineGangs:
         if self._ready.get(key) is not gang:
             self._ready[key] = gang
             self._ready_list = None
+            if book is not None:
+                book.request(gang)  # summed now, a slice of the warm-up, not in its queue check
         self._queue_of[key] = known.queue
         constraint = known.constraint
         if constraint is not None and constraint.required:
