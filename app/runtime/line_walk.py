@@ -15,7 +15,8 @@ part in where it went). Between two decisions:
   whose reach is at or past them: the walk is redone from the first such
   gang, over the room left by the gangs before it (their plans are on nodes
   before the change, so they are what they were);
-- other holders than last time: walked again from the start.
+- a claim that came or went (other holders than last time) changes the room
+  on the nodes it was promised: as a changed free bin there.
 
 A gang that does not fit takes nothing and reaches every node (more room
 anywhere may take it next time). Only a walk with no aged gang that does
@@ -122,8 +123,9 @@ class LineWalk:
         now, aging_seconds = over.now, over.aging_seconds
         order = self._order(line, now, aging_seconds)
         walk = self._walk
-        start = self._redo_from(walk, order, free, holders)
-        bins = self._room_before(walk, start, free, holders, positions)
+        changed = _changed(walk, free, holders, positions) if walk is not None else None
+        start = self._redo_from(walk, order, changed)
+        bins = self._room_before(walk, start, free, holders, (positions, changed or []))
         kept = walk if walk is not None and start > 0 else None
         plans = kept.plans[:start] if kept is not None else []
         reach = kept.reach[:start] if kept is not None else []
@@ -175,11 +177,10 @@ class LineWalk:
         return order
 
     @staticmethod
-    def _redo_from(
-        walk: _Walk | None, order: Sequence[Gang], free: Sequence[Bin], holders: Sequence[Holder]
-    ) -> int:
-        """The first gang of `order` whose place in the walk may have changed."""
-        if walk is None or len(free) != len(walk.free) or list(holders) != list(walk.holders):
+    def _redo_from(walk: _Walk | None, order: Sequence[Gang], changed: list[int] | None) -> int:
+        """The first gang of `order` whose place in the walk may have changed (`changed`: the
+        positions whose room before the walk differs, see _changed; None: all)."""
+        if walk is None or changed is None:
             return 0
         start = 0
         if order is walk.source:  # the very order walked last time (_order kept it)
@@ -189,11 +190,6 @@ class LineWalk:
                 if now_gang is not then and now_gang != then:
                     break
                 start += 1
-        old = walk.free
-        changed = [p for p in range(len(free)) if free[p] is not old[p]]
-        for p in changed:
-            if free[p].name != old[p].name:
-                return 0
         if changed:
             first = changed[0]
             reach = walk.reach
@@ -208,9 +204,11 @@ class LineWalk:
         start: int,
         free: Sequence[Bin],
         holders: Sequence[Holder],
-        positions: Mapping[str, int],
+        where: tuple[Mapping[str, int], list[int]],
     ) -> list[Bin]:
-        """The room left after the first `start` gangs of the walk, over `free` as it is now."""
+        """The room left after the first `start` gangs of the walk, over `free` as it is now
+        (`where`: each node's position, and the positions whose room changed)."""
+        positions, changed = where
         if walk is None or start == 0:
             return list(Room(free, holders, (), positions).bins)
         bins = list(walk.bins)
@@ -227,17 +225,38 @@ class LineWalk:
             requests = {d.key: d.requests for d in gang.demands}
             for key, node in plan.items():
                 add(own(positions[node]).free, requests[key])
-        old = walk.free
-        for p in range(len(free)):
-            if free[p] is not old[p]:  # no gang before `start` has a plan there
-                b = free[p]
-                bins[p] = Bin(b.name, dict(b.free), b.labels, b.taints)
-                copied.add(p)
-                for holder in holders:
-                    promised = holder.remaining.get(b.name)
-                    if promised:
-                        add(bins[p].free, {k: -v for k, v in promised.items()})
+        for p in changed:  # no gang before `start` has a plan there: as Room counts it
+            b = free[p]
+            bins[p] = Bin(b.name, dict(b.free), b.labels, b.taints)
+            copied.add(p)
+            for holder in holders:
+                promised = holder.remaining.get(b.name)
+                if promised:
+                    add(bins[p].free, {k: -v for k, v in promised.items()})
         return bins
+
+
+def _changed(
+    walk: _Walk, free: Sequence[Bin], holders: Sequence[Holder], positions: Mapping[str, int]
+) -> list[int] | None:
+    """The positions whose room before any gang differs from the walk's: free bins that are
+    not the very same object (the state hands out a new bin for a node that changed), and
+    the nodes where a claim that came or went promised room (a claim ending after a bind
+    redid the whole line before). None: the nodes themselves differ (walk all again)."""
+    old = walk.free
+    if len(free) != len(old):
+        return None
+    changed = {p for p in range(len(free)) if free[p] is not old[p]}
+    if any(free[p].name != old[p].name for p in changed):
+        return None
+    then, now = list(walk.holders), list(holders)
+    if then != now:
+        for holder in [h for h in then if h not in now] + [h for h in now if h not in then]:
+            for node in holder.remaining:
+                p = positions.get(node)
+                if p is not None:  # off the free bins: Room leaves it out too
+                    changed.add(p)
+    return sorted(changed)
 
 
 def _reach(

@@ -91,7 +91,7 @@ def _ops(draw: st.DrawFn) -> list[tuple[str, int, int]]:
     return draw(st.lists(st.tuples(kind, st.integers(0, 5), st.integers(1, 4)), max_size=30))
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     gangs=st.lists(
         st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(0, 2), st.integers(0, 1)),
