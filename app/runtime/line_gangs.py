@@ -147,9 +147,12 @@ class LineGangs:
     @waiting.setter
     def waiting(self, entries: dict[str, Waiting]) -> None:
         self._waiting = _Entries(entries)
-        self._ready.clear()
+        self._redo_all()
+
+    def _redo_all(self) -> None:
+        """Every gang in line (and every one kept of the last line) redone at the next read."""
+        self._dirty.update(self._ready)
         self._dirty.update(self._waiting)
-        self._ready_list = None
 
     def gangs(self, exclude: str, free: list[Bin] | None = None) -> list[Gang]:
         """The gangs waiting that may be admitted: in line (any order).
@@ -258,9 +261,7 @@ class LineGangs:
         book = self._queues()
         if book is not self._ready_book:
             self._ready_book = book
-            self._ready.clear()
-            self._ready_list = None
-            self._dirty.update(self.waiting)
+            self._redo_all()
         self._dirty |= self._waiting.changed
         self._waiting.changed = set()
         dirty = self._dirty
@@ -273,9 +274,7 @@ class LineGangs:
         stamp, changed = self._state.groups_changed_since(self._stamp)
         if changed is None:
             self._known.clear()
-            self._ready.clear()
-            self._ready_list = None
-            self._dirty.update(self.waiting)
+            self._redo_all()
         else:
             for key in changed:
                 if self._known.pop(key, None) is not None or key in self.waiting:

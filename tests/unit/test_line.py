@@ -126,6 +126,8 @@ def test_the_gangs_in_line_are_those_a_fresh_build_gives_after_any_change(
 
     for _ in range(150):
         change()
+        if rng.random() < 0.1:  # the entries replaced at once, some of them gone
+            line.waiting = {k: v for k, v in line.waiting.items() if rng.random() < 0.7}
         if rng.random() < 0.3:
             continue  # several changes between two reads
         fresh = Line(state, admission, arbiter.topology, line.queues, Revision(), arbiter.ledger)
