@@ -239,14 +239,16 @@ class LineWalk:
 def _changed(
     walk: _Walk, free: Sequence[Bin], holders: Sequence[Holder], positions: Mapping[str, int]
 ) -> list[int] | None:
-    """The positions whose room before any gang differs from the walk's: free bins that are
-    not the very same object (the state hands out a new bin for a node that changed), and
+    """The positions whose room before any gang differs from the walk's: free bins that
+    differ (the state hands out a new bin for a node that changed, or was written again), and
     the nodes where a claim that came or went promised room (a claim ending after a bind
     redid the whole line before). None: the nodes themselves differ (walk all again)."""
     old = walk.free
     if len(free) != len(old):
         return None
-    changed = {p for p in range(len(free)) if free[p] is not old[p]}
+    # A new bin alike in every field packs alike: a node's status written again (its
+    # heartbeat, a label no rule reads) or a pod that ended and another as large placed.
+    changed = {p for p in range(len(free)) if free[p] is not old[p] and free[p] != old[p]}
     if any(free[p].name != old[p].name for p in changed):
         return None
     then, now = list(walk.holders), list(holders)
