@@ -86,7 +86,7 @@ class QueueBook:
         self._observed: dict[str, dict[str, Any]] = {}
         self._published = -_PUBLISH_SECONDS
         self.last: dict[str, QueueView] = {}
-        # group key -> (the gang in line, what it asks for): see _request_of.
+        # group key -> (the gang in line, what it asks for): see request().
         self._asks: dict[str, tuple[Gang, Resources]] = {}
         # The last verdict on a line: (the line, its verdicts per (queue, shape), the gangs
         # let in): see _admitted.
