@@ -46,7 +46,7 @@ from app.ops.heap import freeze_heap, full_collections_deferred
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
-from app.runtime.line import Waiting
+from app.runtime.line_gangs import Waiting
 from app.runtime.queues.book import QueueBook
 from app.runtime.watches import land_pods
 from app.web.extender import GangExtender

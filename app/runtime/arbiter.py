@@ -48,7 +48,8 @@ from app.runtime.claim_release import ClaimRelease
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology, Held
 from app.runtime.gate import PermitGate
-from app.runtime.line import Candidate, Line, Waiting
+from app.runtime.line import Candidate, Line
+from app.runtime.line_gangs import Waiting
 from app.runtime.line_warmup import LineWarmup
 from app.runtime.queues.book import Assessment
 from app.runtime.queues.reclaim_checks import ReclaimChecks

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from app.core.admission import Admission, wholeness
@@ -26,31 +26,24 @@ from app.core.contention import (
     order_line,
     wake_order,
 )
-from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
+from app.core.groups import GroupRef, GroupSpec
 from app.core.packing import Bin, Demand
 from app.core.placement import placement_of
-from app.core.records import GroupNotFound, PodRecord, delivered
+from app.core.records import PodRecord, delivered
 from app.core.resources import QuantityError, pod_requests
 from app.core.state import ClusterState
 from app.core.topology.domains import TopologyConstraint
 from app.core.topology.subgroups import Slicing
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology
-from app.runtime.line_walk import LineWalk
+from app.runtime.line_gangs import LineGangs, Waiting
+from app.runtime.line_walk import LineAt, LineWalk
 from app.runtime.queues.book import Assessment, QueueBook
-from app.runtime.queues.tally import podgroup_created, queue_of
+from app.runtime.queues.tally import podgroup_created
 from app.runtime.revision import Revision
 
 # Node names listed per aged gang under the line's `heldFor` in /debug/gangs.
 _HELD_SHOWN = 50
-
-
-@dataclass(slots=True)
-class Waiting:
-    """A gang in line, and since when it has waited."""
-
-    ref: GroupRef
-    since: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,26 +61,6 @@ class Candidate:
     rank: int | None = None
     task: str = ""
     labels: Mapping[str, str] | None = None
-
-
-@dataclass(slots=True)
-class _Known:
-    """What a gang in line is made of, kept while neither its pods nor its group object change.
-
-    A fresh admission weighs every gang in line, and rebuilding a thousand of
-    them from their members was half of such a filter call; between two calls
-    only the few gangs the watch reported a change of are rebuilt.
-    """
-
-    ref: GroupRef
-    # As last handed out: its waiting_since and share are refreshed at each read.
-    gang: Gang
-    # Its members holding a node (their DRF share, against the cluster's size now).
-    placed: tuple[PodRecord, ...]
-    # Enough members exist to reach minMember.
-    whole: bool
-    constraint: TopologyConstraint | None
-    queue: str
 
 
 class Line:
@@ -113,17 +86,24 @@ class Line:
         self._topology = topology
         self._queues = queues
         self._revision = revision
-        self.waiting: dict[str, Waiting] = {}
-        # group key -> its queue, for the gangs of the latest line.
-        self._queue_of: dict[str, str] = {}
-        # The gangs in line as last built, and the state's group stamp they are current with.
-        self._known: dict[str, _Known] = {}
-        self._stamp = -1
+        # Who waits and the gangs in line, kept between calls.
+        self._line = LineGangs(state, admission, topology, ledger, self._build, lambda: self.queues)
+        # The last line assess() paired with its gangs' queues: (line, default queue, pairs).
+        self._pairs: tuple[Sequence[Gang], str | None, list[tuple[Gang, str]]] | None = None
         # What an aged gang ahead can never use per node, kept between calls.
         self._remainders = Remainders(self._staying_on, state.nodes_changed_since)
         # The walk of the line a fresh gang is admitted behind, kept between calls
         # (warmed ahead in slices by app/runtime/line_warmup.py).
         self.walk = LineWalk()
+
+    @property
+    def waiting(self) -> dict[str, Waiting]:
+        """Who waits: group key -> its entry."""
+        return self._line.waiting
+
+    @waiting.setter
+    def waiting(self, entries: dict[str, Waiting]) -> None:
+        self._line.waiting = entries
 
     def _staying_on(self, node: str) -> list[Mapping[str, int]]:
         """The requests of the pods on `node` not on their way out (backfill's remainders)."""
@@ -191,88 +171,16 @@ class Line:
         )
 
     def gangs(self, exclude: str, free: list[Bin] | None = None) -> list[Gang]:
-        """The gangs waiting that may be admitted: in line (any order).
-
-        A gang with a required topology level that no domain can hold now is
-        left out: it cannot take room, and aged it must not hold back others.
-        """
-        self._forget_changed()
-        book = self.queues
-        line: list[Gang] = []
-        for key, entry in list(self.waiting.items()):
-            if key == exclude or key in self._ledger.held:
-                continue
-            known = self._known.get(key)
-            if known is None or known.ref != entry.ref:
-                known = self._learn(key, entry.ref)
-                if known is None:  # its group is gone or unusable, or nothing is left to place
-                    del self.waiting[key]
-                    continue
-            if not known.whole or key in self._admission.denied:
-                continue
-            constraint = known.constraint
-            if constraint is not None and constraint.required:
-                if free is None:
-                    free = self._state.room()
-                if not self._topology.fits_one_domain(known.gang, constraint, free):
-                    continue
-            share = book.share(known.placed) if book is not None else 0.0
-            gang = known.gang
-            if gang.waiting_since != entry.since or gang.share != share:
-                gang = known.gang = replace(gang, waiting_since=entry.since, share=share)
-            if book is not None:
-                if len(self._queue_of) > 10_000:
-                    self._queue_of.clear()
-                self._queue_of[key] = known.queue
-            line.append(gang)
-        return line
+        """The gangs waiting that may be admitted: in line (any order); see LineGangs.gangs."""
+        return self._line.gangs(exclude, free)
 
     def learn(self, most: int) -> bool:
-        """Build at most `most` gangs in line not known yet, as gangs() would on first sight
-        (a slice of the warm-up, app/runtime/line_warmup.py); True: every one is known."""
-        self._forget_changed()
-        for key, entry in list(self.waiting.items()):
-            known = self._known.get(key)
-            if key in self._ledger.held or (known is not None and known.ref == entry.ref):
-                continue
-            if most <= 0:
-                return False
-            most -= 1
-            if self._learn(key, entry.ref) is None:
-                del self.waiting[key]
-        return True
+        """Build or redo at most `most` gangs in line that changed, as gangs() would (a slice
+        of the warm-up, app/runtime/line_warmup.py); True: every one is current."""
+        return self._line.learn(most)
 
-    def _forget_changed(self) -> None:
-        """Drop what was known of the gangs whose pods or group object changed since last time."""
-        stamp, changed = self._state.groups_changed_since(self._stamp)
-        if changed is None:
-            self._known.clear()
-        else:
-            for key in changed:
-                self._known.pop(key, None)
-        self._stamp = stamp
-        if len(self._known) > 2 * len(self.waiting) + 64:  # gangs that left the line
-            self._known = {k: v for k, v in self._known.items() if k in self.waiting}
-
-    def _learn(self, key: str, ref: GroupRef) -> _Known | None:
-        """The gang in line built from the state; None: drop it from the line."""
-        try:
-            spec = self._state.group_spec(ref)
-        except (GroupNotFound, PodGroupSpecError):
-            return None
-        members = self._state.members(key)
-        gang = self.gang(spec, None, members)
-        if gang.need <= 0:
-            return None
-        known = self._known[key] = _Known(
-            ref,
-            gang,
-            tuple(p for p in members if p.placed_node),
-            not wholeness(spec, len(members)).missing,
-            self._topology.constraint(spec),
-            queue_of(spec, members),
-        )
-        return known
+    def _build(self, spec: GroupSpec, members: Sequence[PodRecord]) -> Gang:
+        return self.gang(spec, None, members)
 
     def contest(self, exclude: str) -> Contest:
         """What a decision about gang `exclude` weighs (\"\": waking the line)."""
@@ -290,10 +198,7 @@ class Line:
     def walked(self, contest: Contest, now: float, aging_seconds: float) -> Walked | None:
         """The room after every gang of `contest.line`, from the walk kept between calls
         (app/runtime/line_walk.py); for a gang not in line, behind all of them."""
-        assert contest.positions is not None
-        return self.walk.walked(
-            contest.line, contest.free, contest.holders, contest.positions, now, aging_seconds
-        )
+        return self.walk.walked(LineAt.of(contest, now, aging_seconds))
 
     def assess(
         self, gang: Gang | None, queue: str, line: Sequence[Gang], holders: Sequence[Holder]
@@ -301,9 +206,19 @@ class Line:
         """QueueBook.assess() with the queue of each gang in `line` (the candidate's if unknown)."""
         book = self.queues
         assert book is not None
-        return book.assess(
-            gang, queue, [(g, self._queue_of.get(g.key, queue)) for g in line], holders
-        )
+        kept = self._pairs
+        if kept is not None and kept[0] is line and kept[1] in (None, queue):
+            pairs = kept[2]  # the same line as last time: the same list (the book's memo knows it)
+        else:
+            pairs = [(g, self._line.queue_of(g.key, "")) for g in line]
+            # The candidate's queue stands in only for a gang of no known queue (none, when
+            # the line comes from gangs()): else the pairs serve every candidate alike.
+            if any(not name for _, name in pairs):
+                pairs = [(g, name or queue) for g, name in pairs]
+                self._pairs = (line, queue, pairs)
+            else:
+                self._pairs = (line, None, pairs)
+        return book.assess(gang, queue, pairs, holders)
 
     def to_wake(self, now: float, aging_seconds: float) -> list[str]:
         """The gangs in line that would be admitted now, in line order."""

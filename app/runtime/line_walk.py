@@ -15,7 +15,8 @@ part in where it went). Between two decisions:
   whose reach is at or past them: the walk is redone from the first such
   gang, over the room left by the gangs before it (their plans are on nodes
   before the change, so they are what they were);
-- other holders than last time: walked again from the start.
+- a claim that came or went (other holders than last time) changes the room
+  on the nodes it was promised: as a changed free bin there.
 
 A gang that does not fit takes nothing and reaches every node (more room
 anywhere may take it next time). Only a walk with no aged gang that does
@@ -30,7 +31,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.core.contention import Gang, Holder, Walked, order_line
+from app.core.contention import Contest, Gang, Holder, Walked, order_line
 from app.core.packing import Bin
 from app.core.resources import add
 from app.core.room import Room
@@ -50,6 +51,40 @@ class _Walk:
     plans: list[Mapping[str, str]]
     reach: list[int]
     bins: list[Bin]
+    # The ordered line `order` is the start of.
+    source: list[Gang]
+
+
+@dataclass(frozen=True, slots=True)
+class LineAt:
+    """What a walk of the line is over: the gangs in line, the cluster's free room and the
+    claims on it (with each node's position in `free`), at one moment and aging rule."""
+
+    line: Sequence[Gang]
+    free: Sequence[Bin]
+    holders: Sequence[Holder]
+    positions: Mapping[str, int]
+    now: float
+    aging_seconds: float
+
+    @classmethod
+    def of(cls, contest: Contest, now: float, aging_seconds: float) -> LineAt:
+        """The line of a decision's contest (its free bins' positions known)."""
+        positions = contest.positions
+        assert positions is not None
+        return cls(contest.line, contest.free, contest.holders, positions, now, aging_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ordered:
+    """A line as last ordered, and from when to when that order holds."""
+
+    line: Sequence[Gang]
+    aging: float
+    # Ordered at this time; valid later while `next_aged` (None: no gang can age) is not aged.
+    now: float
+    order: list[Gang]
+    next_aged: Gang | None
 
 
 class LineWalk:
@@ -59,61 +94,38 @@ class LineWalk:
         self._walk: _Walk | None = None
         # How many gangs the last update walked again (tests, bench).
         self.walked_again = 0
-        # The last line ordered, as (line, now, aging, order): a warm-up's slices hand the
-        # same line again and again, and ordering 10,000 gangs each slice cost more than
-        # the slice's walk.
-        self._ordered: tuple[Sequence[Gang], float, float, list[Gang]] | None = None
+        # The last line ordered: a warm-up's slices and the admissions between two changes
+        # of the line hand the same line again and again, and ordering 10,000 gangs each
+        # time cost more than the walk (see _order).
+        self._ordered: _Ordered | None = None
 
     @property
     def length(self) -> int:
         """How many gangs the kept walk has walked (0: none kept)."""
         return len(self._walk.order) if self._walk is not None else 0
 
-    def walked(
-        self,
-        line: Sequence[Gang],
-        free: Sequence[Bin],
-        holders: Sequence[Holder],
-        positions: Mapping[str, int],
-        now: float,
-        aging_seconds: float,
-    ) -> Walked | None:
-        """The room after every gang of `line` that fits set aside (None: an aged one does
+    def walked(self, over: LineAt) -> Walked | None:
+        """The room after every gang of the line that fits set aside (None: an aged one does
         not fit)."""
-        return self._walked(line, free, holders, positions, now, aging_seconds, sys.maxsize)[0]
+        return self._walked(over, sys.maxsize)[0]
 
-    def warm(
-        self,
-        line: Sequence[Gang],
-        free: Sequence[Bin],
-        holders: Sequence[Holder],
-        positions: Mapping[str, int],
-        now: float,
-        aging_seconds: float,
-        most: int,
-    ) -> bool:
-        """Walk at most `most` more gangs of `line` and keep the walk (the next decision
+    def warm(self, over: LineAt, most: int) -> bool:
+        """Walk at most `most` more gangs of the line and keep the walk (the next decision
         goes on from it); True: nothing is left to walk (the whole line, or up to an aged
         gang that does not fit). A warm-up calls it a slice at a time, the event loop free
         between: the first decision after a start, a relist or a node change walked the
         whole line at once (10,000 gangs: a third of a second and more)."""
-        return self._walked(line, free, holders, positions, now, aging_seconds, most)[1]
+        return self._walked(over, most)[1]
 
-    def _walked(
-        self,
-        line: Sequence[Gang],
-        free: Sequence[Bin],
-        holders: Sequence[Holder],
-        positions: Mapping[str, int],
-        now: float,
-        aging_seconds: float,
-        most: int,
-    ) -> tuple[Walked | None, bool]:
+    def _walked(self, over: LineAt, most: int) -> tuple[Walked | None, bool]:
         """walked(), stopping after `most` gangs walked again; and whether it went to the end."""
+        line, free, holders, positions = over.line, over.free, over.holders, over.positions
+        now, aging_seconds = over.now, over.aging_seconds
         order = self._order(line, now, aging_seconds)
         walk = self._walk
-        start = self._redo_from(walk, order, free, holders)
-        bins = self._room_before(walk, start, free, holders, positions)
+        changed = _changed(walk, free, holders, positions) if walk is not None else None
+        start = self._redo_from(walk, order, changed)
+        bins = self._room_before(walk, start, free, holders, (positions, changed or []))
         kept = walk if walk is not None and start > 0 else None
         plans = kept.plans[:start] if kept is not None else []
         reach = kept.reach[:start] if kept is not None else []
@@ -136,7 +148,7 @@ class LineWalk:
                 reach.append(_EVERYWHERE)
         self.walked_again = len(plans) - start
         done = order[: len(plans)]
-        self._walk = _Walk(free, holders, done, plans, reach, list(room.bins))
+        self._walk = _Walk(free, holders, done, plans, reach, list(room.bins), order)
         if not whole:
             return None, finished
         first = next((g for g, plan in zip(done, plans, strict=True) if plan), None)
@@ -145,31 +157,39 @@ class LineWalk:
         return walked, True
 
     def _order(self, line: Sequence[Gang], now: float, aging_seconds: float) -> list[Gang]:
-        """order_line(), reused while the very same line (not a copy) is handed in again."""
+        """order_line(), the same list again while the very same line (not a copy) is handed
+        in and no gang of it aged since: the order reads `now` only through Gang.aged."""
         kept = self._ordered
-        if kept is not None and kept[0] is line and kept[1:3] == (now, aging_seconds):
-            return kept[3]
+        if (
+            kept is not None
+            and kept.line is line
+            and kept.aging == aging_seconds
+            and kept.now <= now
+            and (kept.next_aged is None or not kept.next_aged.aged(now, aging_seconds))
+        ):
+            return kept.order
         order = order_line(line, now, aging_seconds)
-        self._ordered = (line, now, aging_seconds, order)
+        # The gang waiting longest of those not aged yet ages first (now - since is
+        # monotonic in both, rounding too): while it is not aged, none of them is.
+        young = (g for g in line if g.waiting_since is not None and not g.aged(now, aging_seconds))
+        next_aged = min(young, key=lambda g: g.waiting_since or 0.0, default=None)
+        self._ordered = _Ordered(line, aging_seconds, now, order, next_aged)
         return order
 
     @staticmethod
-    def _redo_from(
-        walk: _Walk | None, order: Sequence[Gang], free: Sequence[Bin], holders: Sequence[Holder]
-    ) -> int:
-        """The first gang of `order` whose place in the walk may have changed."""
-        if walk is None or len(free) != len(walk.free) or list(holders) != list(walk.holders):
+    def _redo_from(walk: _Walk | None, order: Sequence[Gang], changed: list[int] | None) -> int:
+        """The first gang of `order` whose place in the walk may have changed (`changed`: the
+        positions whose room before the walk differs, see _changed; None: all)."""
+        if walk is None or changed is None:
             return 0
         start = 0
-        for now_gang, then in zip(order, walk.order, strict=False):
-            if now_gang is not then and now_gang != then:
-                break
-            start += 1
-        old = walk.free
-        changed = [p for p in range(len(free)) if free[p] is not old[p]]
-        for p in changed:
-            if free[p].name != old[p].name:
-                return 0
+        if order is walk.source:  # the very order walked last time (_order kept it)
+            start = len(walk.order)
+        else:
+            for now_gang, then in zip(order, walk.order, strict=False):
+                if now_gang is not then and now_gang != then:
+                    break
+                start += 1
         if changed:
             first = changed[0]
             reach = walk.reach
@@ -184,9 +204,11 @@ class LineWalk:
         start: int,
         free: Sequence[Bin],
         holders: Sequence[Holder],
-        positions: Mapping[str, int],
+        where: tuple[Mapping[str, int], list[int]],
     ) -> list[Bin]:
-        """The room left after the first `start` gangs of the walk, over `free` as it is now."""
+        """The room left after the first `start` gangs of the walk, over `free` as it is now
+        (`where`: each node's position, and the positions whose room changed)."""
+        positions, changed = where
         if walk is None or start == 0:
             return list(Room(free, holders, (), positions).bins)
         bins = list(walk.bins)
@@ -203,17 +225,40 @@ class LineWalk:
             requests = {d.key: d.requests for d in gang.demands}
             for key, node in plan.items():
                 add(own(positions[node]).free, requests[key])
-        old = walk.free
-        for p in range(len(free)):
-            if free[p] is not old[p]:  # no gang before `start` has a plan there
-                b = free[p]
-                bins[p] = Bin(b.name, dict(b.free), b.labels, b.taints)
-                copied.add(p)
-                for holder in holders:
-                    promised = holder.remaining.get(b.name)
-                    if promised:
-                        add(bins[p].free, {k: -v for k, v in promised.items()})
+        for p in changed:  # no gang before `start` has a plan there: as Room counts it
+            b = free[p]
+            bins[p] = Bin(b.name, dict(b.free), b.labels, b.taints)
+            copied.add(p)
+            for holder in holders:
+                promised = holder.remaining.get(b.name)
+                if promised:
+                    add(bins[p].free, {k: -v for k, v in promised.items()})
         return bins
+
+
+def _changed(
+    walk: _Walk, free: Sequence[Bin], holders: Sequence[Holder], positions: Mapping[str, int]
+) -> list[int] | None:
+    """The positions whose room before any gang differs from the walk's: free bins that
+    differ (the state hands out a new bin for a node that changed, or was written again), and
+    the nodes where a claim that came or went promised room (a claim ending after a bind
+    redid the whole line before). None: the nodes themselves differ (walk all again)."""
+    old = walk.free
+    if len(free) != len(old):
+        return None
+    # A new bin alike in every field packs alike: a node's status written again (its
+    # heartbeat, a label no rule reads) or a pod that ended and another as large placed.
+    changed = {p for p in range(len(free)) if free[p] is not old[p] and free[p] != old[p]}
+    if any(free[p].name != old[p].name for p in changed):
+        return None
+    then, now = list(walk.holders), list(holders)
+    if then != now:
+        for holder in [h for h in then if h not in now] + [h for h in now if h not in then]:
+            for node in holder.remaining:
+                p = positions.get(node)
+                if p is not None:  # off the free bins: Room leaves it out too
+                    changed.add(p)
+    return sorted(changed)
 
 
 def _reach(

@@ -22,6 +22,7 @@ from app.base.tasks import Periodic
 from app.core.clock import Clock
 from app.core.state import ClusterState
 from app.runtime.line import Line
+from app.runtime.line_walk import LineAt
 from app.runtime.revision import Revision
 
 log = logging.getLogger(__name__)
@@ -105,9 +106,8 @@ class LineWarmup:
         contest = line.contest(exclude="")
         if line.queues is not None:
             contest.line = line.assess(None, "", contest.line, contest.holders).line
-        c, positions, now = contest, contest.positions, self._clock()
-        assert positions is not None
-        while not line.walk.warm(c.line, c.free, c.holders, positions, now, self._aging, most):
+        over = LineAt.of(contest, self._clock(), self._aging)
+        while not line.walk.warm(over, most):
             await asyncio.sleep(0)
             if self._mark() != mark:
                 return  # what it walks over changed: the next round starts afresh

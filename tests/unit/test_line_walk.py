@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from app.core.contention import Contest, Decision, Gang, decide
 from app.core.groups import GroupRef, GroupSpec
 from app.core.packing import Bin, Demand
-from app.runtime.line import Waiting
-from app.runtime.line_walk import LineWalk
+from app.runtime.line_gangs import Waiting
+from app.runtime.line_walk import LineAt, LineWalk
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.test_arbiter import World
 
@@ -55,8 +55,7 @@ def warm_slice(world: World, most: int) -> bool:
     """One slice of the warm-up's walk (app/runtime/line_warmup.py) over the line as it is."""
     line = world.arbiter.line
     c = line.contest(exclude="")
-    assert c.positions is not None
-    return line.walk.warm(c.line, c.free, c.holders, c.positions, world.clock.now, _AGING, most)
+    return line.walk.warm(LineAt.of(c, world.clock.now, _AGING), most)
 
 
 def test_only_the_gangs_a_change_reaches_are_walked_again() -> None:
@@ -92,7 +91,7 @@ def _ops(draw: st.DrawFn) -> list[tuple[str, int, int]]:
     return draw(st.lists(st.tuples(kind, st.integers(0, 5), st.integers(1, 4)), max_size=30))
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     gangs=st.lists(
         st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(0, 2), st.integers(0, 1)),
@@ -159,7 +158,7 @@ def test_a_gang_whose_members_differ_is_walked_again_after_a_change_anywhere() -
 
     def decided(free: list[Bin]) -> tuple[Decision, Decision]:
         line = [w0]
-        walked = walk.walked(line, free, (), positions, 100.0, _AGING)
+        walked = walk.walked(LineAt(line, free, (), positions, 100.0, _AGING))
         contest = Contest(free, (), line, positions=positions)
         return (
             decide(fresh, replace(contest, walked=walked), 100.0, _AGING),
@@ -185,7 +184,7 @@ def test_a_gang_placed_without_one_of_its_members_read_every_node() -> None:
     walk = LineWalk()
 
     def decided(free: list[Bin]) -> tuple[Decision, Decision]:
-        walked = walk.walked([w0], free, (), positions, 100.0, _AGING)
+        walked = walk.walked(LineAt([w0], free, (), positions, 100.0, _AGING))
         contest = Contest(free, (), [w0], positions=positions)
         return (
             decide(fresh, replace(contest, walked=walked), 100.0, _AGING),
@@ -219,7 +218,7 @@ def test_an_aged_gang_that_does_not_fit_has_the_decision_walk_the_line() -> None
 
 def _walked(walk: LineWalk, line: list[Gang], free: list[Bin], fresh: Gang) -> list[Decision]:
     positions = {b.name: i for i, b in enumerate(free)}
-    walked = walk.walked(line, free, (), positions, 100.0, _AGING)
+    walked = walk.walked(LineAt(line, free, (), positions, 100.0, _AGING))
     contest = Contest(free, (), line, positions=positions)
     return [
         decide(fresh, replace(contest, walked=walked), 100.0, _AGING),
@@ -277,14 +276,14 @@ async def test_the_warm_up_walks_the_line_once_and_again_only_after_a_change() -
     warmup = world.arbiter.warmup
     await warmup.warm(most=2)
     line = world.arbiter.line
-    assert line.walk.length == 5 and set(line._known) == {f"default/w{i}" for i in range(5)}
+    assert line.walk.length == 5 and set(line._line._known) == {f"default/w{i}" for i in range(5)}
     with_walk, whole, again = both(world, fresh)
     assert with_walk == whole and again == 0
     # Nothing changed: nothing done. A gang's pod changed: it is built again, ahead.
     await warmup.warm(most=2)
     world.state.apply_pod(pod("w4-0", group="w4", cpu="3"))
     await warmup.warm(most=2)
-    demands = line._known["default/w4"].gang.demands
+    demands = line._line._known["default/w4"].gang.demands
     assert sorted(d.requests["cpu"] for d in demands) == [3000, 4000]
     with_walk, whole, _ = both(world, fresh)
     assert with_walk == whole

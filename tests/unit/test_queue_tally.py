@@ -8,19 +8,28 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.contention import Holder
+from app.core.contention import Gang, Holder
 from app.core.groups import PodGroupSpecError
-from app.core.queues import DEFAULT_QUEUE, QUEUE_ANNOTATION
+from app.core.packing import Demand
+from app.core.queues import (
+    DEFAULT_QUEUE,
+    QUEUE_ANNOTATION,
+    QueueSpec,
+    QueueView,
+    deserved_shares,
+    enqueue,
+)
 from app.core.records import GroupNotFound
 from app.core.resources import Resources, add, subtract
 from app.core.state import ClusterState
+from app.runtime.queues.book import Assessment, QueueBook, request_of
 from app.runtime.queues.tally import QueueTally, queue_of
 from tests.unit.builders import node, pod, podgroup
 
 NODES = ("n0", "n1", "n2")
-GROUPS = ("g0", "g1", "g2")
-# Members of a gang name the same queue (or none): g1 leaves it to its PodGroup.
-QUEUE_OF_GROUP = {"g0": "team-a", "g1": "", "g2": "team-b"}
+GROUPS = ("g0", "g1", "g2", "g3", "g4")
+# Members of a gang name the same queue (or none): g1 and g4 leave it to their PodGroup.
+QUEUE_OF_GROUP = {"g0": "team-a", "g1": "", "g2": "team-b", "g3": "team-a", "g4": ""}
 
 
 def reference(state: ClusterState, holders: Sequence[Holder]) -> dict[str, Any]:
@@ -318,3 +327,194 @@ def test_a_node_that_stops_taking_pods_redoes_only_the_gangs_on_it() -> None:
     state.delete_node("n1")
     assert set(tally.tally([]).running) == {"default/g0"}
     assert observed(tally, []) == reference(state, [])
+
+
+# ---- the queue check read from the kept sums equals one walked from the whole tally ----------
+
+QUEUE_OBJECTS = [
+    {"metadata": {"name": "team-a"}, "spec": {"weight": 1, "capability": {"cpu": "4"}}},
+    {"metadata": {"name": "team-b"}, "spec": {"weight": 2}},
+    {"metadata": {"name": DEFAULT_QUEUE}, "spec": {"weight": 1, "guarantee": {"cpu": "2"}}},
+]
+EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z, the pods' creation times above
+
+
+def reference_assess(
+    book: QueueBook,
+    tally: QueueTally,
+    candidate: Gang | None,
+    queue: str,
+    line: Sequence[tuple[Gang, str]],
+    holders: Sequence[Holder],
+) -> tuple[dict[str, Any], str | None, list[str]]:
+    """QueueBook.assess as it was: every gang of the whole tally walked at each call."""
+    queues = {**book.specs}
+    queues.setdefault(DEFAULT_QUEUE, QueueSpec(DEFAULT_QUEUE))
+    got = tally.tally(holders)
+    capacity, allocated = got.capacity, got.allocated
+    requests: dict[str, Resources] = {n: dict(v) for n, v in allocated.items()}
+    if candidate is not None:
+        mine = got.pending.setdefault(queue, [])
+        mine[:] = [w for w in mine if w[2] != candidate.key]
+        mine.append((-candidate.priority, candidate.created, candidate.key, request_of(candidate)))
+    for name, gangs in got.pending.items():
+        for waiting in gangs:
+            add(requests.setdefault(name, {}), waiting[-1])
+    deserved = deserved_shares(queues, requests, capacity)
+    views = {}
+    for name, spec in queues.items():
+        ordered = sorted(got.pending.get(name, ()), key=lambda w: w[:3])
+        views[name] = QueueView(
+            spec,
+            allocated.get(name, {}),
+            deserved[name],
+            ordered[0][-1] if ordered else None,
+            len(ordered),
+        )
+    message = None
+    if candidate is not None and queue not in queues:
+        message = "no such queue"
+    elif candidate is not None:
+        request = request_of(candidate)
+        alone = enqueue(queue, request, views, capacity, book.overcommit)
+        if alone is not None:
+            message = f"gang {candidate.key} waits in its queue: {alone}"
+        else:
+            place = (-candidate.priority, candidate.created, candidate.key)
+            ahead = [
+                w
+                for w in got.pending.get(queue, ())
+                if w[:3] < place
+                and all(v <= capacity.get(r, 0) for r, v in w[3].items() if r in capacity)
+                and enqueue(queue, w[3], views, capacity, book.overcommit) is None
+            ]
+            together = dict(request)
+            for waiting in ahead:
+                add(together, waiting[3])
+            if ahead and enqueue(queue, together, views, capacity, book.overcommit) is not None:
+                names = ", ".join(w[2] for w in sorted(ahead)[:3])
+                message = f"{len(ahead)} ahead: {names}"
+    allowed = [
+        g.key
+        for g, name in line
+        if name in views and enqueue(name, request_of(g), views, capacity, book.overcommit) is None
+    ]
+    shown = {
+        n: (_clean(v.allocated), _clean(v.deserved), v.head and _clean(v.head), v.waiting)
+        for n, v in views.items()
+    }
+    return shown, message, allowed
+
+
+def _gist(book: QueueBook, got: Assessment) -> tuple[dict[str, Any], str | None, list[str]]:
+    """What reference_assess returns, from QueueBook.assess's answer (the messages' gist)."""
+    message = got.message
+    if message is not None and "which does not exist" in message:
+        message = "no such queue"
+    elif message is not None and "waits behind" in message:
+        count = message.split("waits behind ")[1].split(" ")[0]
+        names = message.split(f"of queue {got.queue} (")[1].split("): the queue")[0]
+        message = f"{count} ahead: {names.removesuffix(', ...')}"
+    views = {
+        n: (_clean(v.allocated), _clean(v.deserved), v.head and _clean(v.head), v.waiting)
+        for n, v in got.views.items()
+    }
+    return views, message, [g.key for g in got.line]
+
+
+def _line_of(state: ClusterState) -> list[tuple[Gang, str]]:
+    """A line of every group's unplaced members (one list kept: the verdict's memo is used)."""
+    line = []
+    for i, key in enumerate(sorted(state.group_keys())):
+        demands = tuple(
+            Demand(p.key, p.requests, None) for p in state.members(key) if not p.placed_node
+        )
+        if demands:
+            line.append(
+                (
+                    Gang(key, 0, EPOCH + i, demands, len(demands)),
+                    QUEUE_OF_GROUP[key[8:]] or DEFAULT_QUEUE,
+                )
+            )
+    return line
+
+
+assessments = st.tuples(
+    st.just("assess"),
+    st.sampled_from(["default/g0", "default/g1", "default/g3", "default/new"]),
+    st.sampled_from(["team-a", "team-b", DEFAULT_QUEUE, "team-c"]),
+    st.integers(0, 2),
+    st.integers(0, 59),
+    st.integers(1, 3),
+    st.integers(0, 2),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(operations.map(tuple), assessments), min_size=2, max_size=12))
+def test_the_queue_check_from_the_kept_sums_is_the_one_from_the_whole_tally(
+    rounds: list[tuple[Any, ...]],
+) -> None:
+    state = ClusterState()
+    state.replace_nodes([node(n, cpu="8") for n in NODES])
+    book = QueueBook(state)
+    book.replace(QUEUE_OBJECTS)
+    reference_tally = QueueTally(state)
+    line: list[tuple[Gang, str]] = []
+    for ops in rounds:
+        if ops[0] != "assess":
+            for op in ops:
+                apply(state, op)
+            if len(ops) % 3:  # mostly a new line, sometimes the one the verdict's memo knows
+                line = _line_of(state)
+            continue
+        _, key, queue, priority, second, cpu, claims = ops
+        candidate = Gang(
+            key, priority, EPOCH + second, (Demand(f"{key}-0", {"cpu": cpu * 1000}, None),), 1
+        )
+        holders = _holders(state)[:claims] + (
+            [Holder("default/g2", 0, 0.0, {"n1": {"cpu": 2000}})] if claims == 2 else []
+        )
+        for who in (candidate, None):
+            got = book.assess(who, queue, line, holders)
+            assert _gist(book, got) == reference_assess(
+                book, reference_tally, who, queue, line, holders
+            )
+
+
+def test_a_candidate_waits_behind_its_queues_older_gangs_until_one_holds_a_claim() -> None:
+    state = ClusterState()
+    state.replace_nodes([node(n, cpu="8") for n in NODES])
+    book = QueueBook(state)
+    book.replace(QUEUE_OBJECTS)  # team-a: at most 4 CPUs
+    for group in ("g0", "g3"):
+        state.apply_podgroup(podgroup(group, 2))
+        for i in range(2):
+            state.apply_pod(
+                _pod(
+                    f"{group}-{i}",
+                    group,
+                    "",
+                    "Pending",
+                    cpu=1,
+                    second=i,
+                    priority=0,
+                    deleting=False,
+                )
+            )
+    candidate = Gang(
+        "default/new", 0, EPOCH + 50, (Demand("default/new-0", {"cpu": 1000}, None),), 1
+    )
+    line = _line_of(state)
+    got = book.assess(candidate, "team-a", line, [])
+    assert got.message is not None and "waits behind 2 older" in got.message
+    assert _gist(book, got) == reference_assess(
+        book, QueueTally(state), candidate, "team-a", line, []
+    )
+    # g0 holds a claim (one CPU of it still to place): it no longer waits, g3 alone is ahead.
+    claim = [Holder("default/g0", 0, 0.0, {"n0": {"cpu": 1000}})]
+    got = book.assess(candidate, "team-a", line, claim)
+    assert got.message is None and got.views["team-a"].waiting == 2  # g3 and the candidate
+    assert _gist(book, got) == reference_assess(
+        book, QueueTally(state), candidate, "team-a", line, claim
+    )

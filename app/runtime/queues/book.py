@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from app.base.metrics import Metrics
@@ -38,7 +38,8 @@ from app.core.queues import (
 from app.core.records import PodRecord
 from app.core.resources import Resources, add, format_resources
 from app.core.state import ClusterState
-from app.runtime.queues.tally import Pending, QueueTally
+from app.runtime.queues.queue_lines import Apart, in_turn
+from app.runtime.queues.tally import QueueTally
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,13 @@ class Assessment:
     # The gangs in line whose queue lets them in (others cannot take room).
     line: list[Gang]
     queue: str
-    running: list[Running] = field(default_factory=list)
+    # The gangs holding nodes (reclaim's victims), read only when reclaim asks: listing
+    # thousands of running gangs at every admission was a few milliseconds for nothing.
+    running_now: Callable[[], list[Running]] = list
+
+    @property
+    def running(self) -> list[Running]:
+        return self.running_now()
 
 
 class QueueBook:
@@ -79,8 +86,12 @@ class QueueBook:
         self._observed: dict[str, dict[str, Any]] = {}
         self._published = -_PUBLISH_SECONDS
         self.last: dict[str, QueueView] = {}
-        # group key -> (the gang in line, what it asks for): see _request_of.
+        # group key -> (the gang in line, what it asks for): see request().
         self._asks: dict[str, tuple[Gang, Resources]] = {}
+        # The last verdict on a line: (the line, its verdicts per (queue, shape), the gangs
+        # let in): see _admitted.
+        self._allowed: tuple[Sequence[tuple[Gang, str]], dict[Asked, bool], list[Gang]] | None
+        self._allowed = None
 
     # ---- the reflector's sink ------------------------------------------------------
 
@@ -141,33 +152,36 @@ class QueueBook:
     ) -> Assessment:
         """May `candidate` (of `queue`) be admitted, and which gangs of `line` may?
 
-        Without a candidate (waking the line) only the line is judged.
+        Without a candidate (waking the line) only the line is judged. Each queue's
+        gangs waiting are read from the tally's kept sums (QueueLine), the claims and the
+        candidate counted on top: nothing here walks every gang in line, except the
+        verdict on `line` when it or a verdict changed since the last call.
         """
         queues = self._queues()
-        tally = self._tally.tally(holders)
-        capacity, allocated, running = tally.capacity, tally.allocated, tally.running
-        requests: dict[str, Resources] = {n: dict(v) for n, v in allocated.items()}
+        capacity, held, lines = self._tally.lines()
+        mine = None
         if candidate is not None:
-            # The candidate waits too (its queue may be the one others give way
-            # to); counted once, with what it asks for now.
-            mine = tally.pending.setdefault(queue, [])
-            mine[:] = [w for w in mine if w[2] != candidate.key]
-            mine.append(
-                (-candidate.priority, candidate.created, candidate.key, request_of(candidate))
-            )
-        for name, gangs in tally.pending.items():
-            for waiting in gangs:
-                add(requests.setdefault(name, {}), waiting[-1])
+            mine = (-candidate.priority, candidate.created, candidate.key, request_of(candidate))
+        out = Apart(mine, queue, lines)
+        allocated: dict[str, Resources] = {n: dict(v) for n, v in held.items()}
+        for holder in holders:
+            name = self._tally.queue_of_holder(holder.key)
+            for amounts in holder.remaining.values():
+                add(allocated.setdefault(name, {}), amounts)
+            out.claimed(holder.key)
+        requests: dict[str, Resources] = {n: dict(v) for n, v in allocated.items()}
+        for name in {*lines, *([queue] if candidate is not None else [])}:
+            add(requests.setdefault(name, {}), out.asked(name))
         deserved = deserved_shares(queues, requests, capacity)
         views: dict[str, QueueView] = {}
         for name, spec in queues.items():
-            mine = sorted(tally.pending.get(name, ()), key=lambda w: w[:3])
+            first = out.first(name)
             views[name] = QueueView(
                 spec,
                 allocated.get(name, {}),
                 deserved[name],
-                mine[0][-1] if mine else None,
-                len(mine),
+                first[3] if first is not None else None,
+                out.count(name),
             )
         self._publish(views)
         message: str | None = None
@@ -179,11 +193,33 @@ class QueueBook:
                 f"Queue (scheduling.volcano.sh/v1beta1) or name another, the gang waits until then"
             )
         else:
-            message = self._in_turn(candidate, queue, tally.pending.get(queue, ()), views, capacity)
-        allowed = admitted(line, views, capacity, self.overcommit, self._request_of)
-        return Assessment(views, capacity, message, allowed, queue, list(running.values()))
+            message = in_turn(queue, out, views, capacity, self.overcommit)
+        allowed = self._admitted(line, views, capacity)
+        claims = list(holders)
+        return Assessment(
+            views, capacity, message, allowed, queue, lambda: self._tally.running(claims)
+        )
 
-    def _request_of(self, gang: Gang) -> Resources:
+    def _admitted(
+        self, line: Sequence[tuple[Gang, str]], views: Mapping[str, QueueView], capacity: Resources
+    ) -> list[Gang]:
+        """admitted(), the last answer handed again (the same list) while `line` is the very
+        same object and each of its queues' verdicts on each shape asked is what it was:
+        the line's walk (app/runtime/line_walk.py) then knows it at once."""
+        kept = self._allowed
+        if kept is not None and kept[0] is line:
+            verdicts = {
+                asked: enqueue(asked[0], dict(asked[1]), views, capacity, self.overcommit) is None
+                for asked in kept[1]
+            }
+            if verdicts == kept[1]:
+                return kept[2]
+        verdicts = {}
+        allowed = admitted(line, views, capacity, self.overcommit, self.request, verdicts)
+        self._allowed = (line, verdicts, allowed)
+        return allowed
+
+    def request(self, gang: Gang) -> Resources:
         """request_of(gang), kept while the line hands out the same Gang (it rebuilds only
         the gangs that changed): 10,000 gangs in line summed afresh at every admission
         were a third of its queue check."""
@@ -194,45 +230,6 @@ class QueueBook:
             self._asks.clear()
         request = self._asks[gang.key] = (gang, request_of(gang))
         return request[1]
-
-    def _in_turn(
-        self,
-        candidate: Gang,
-        queue: str,
-        pending: Sequence[Pending],
-        views: Mapping[str, QueueView],
-        capacity: Resources,
-    ) -> str | None:
-        """Why `candidate` waits, None: its queue lets it in, in its turn.
-
-        The gangs ahead of it in its own queue (priority, then age) that the
-        queue would admit come first: a younger gang must not take the
-        queue's last room while an older one waits for it.
-        """
-        request = request_of(candidate)
-        alone = enqueue(queue, request, views, capacity, self.overcommit)
-        if alone is not None:
-            return f"gang {candidate.key} waits in its queue: {alone}"
-        mine = (-candidate.priority, candidate.created, candidate.key)
-        ahead = [
-            w
-            for w in pending
-            if w[:3] < mine
-            # A gang larger than the whole cluster never runs: it holds no one back.
-            and all(v <= capacity.get(r, 0) for r, v in w[3].items() if r in capacity)
-            and enqueue(queue, w[3], views, capacity, self.overcommit) is None
-        ]
-        together = dict(request)
-        for waiting in ahead:
-            add(together, waiting[3])
-        if not ahead or enqueue(queue, together, views, capacity, self.overcommit) is None:
-            return None
-        names = ", ".join(w[2] for w in sorted(ahead)[:3])
-        return (
-            f"gang {candidate.key} waits behind {len(ahead)} older or higher-priority gang(s) "
-            f"of queue {queue} ({names}{', ...' if len(ahead) > 3 else ''}): the queue's "
-            f"share has room for them first ({views[queue].describe()})"
-        )
 
     def share(self, placed: Iterable[PodRecord]) -> float:
         """DRF: the dominant share of the cluster a gang's placed members hold.
@@ -314,21 +311,28 @@ def _quantity(milli: int) -> str:
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
+# A queue and what a gang of it asks for (one verdict each).
+Asked = tuple[str, tuple[tuple[str, int], ...]]
+
+
 def admitted(
     line: Sequence[tuple[Gang, str]],
     views: Mapping[str, QueueView],
     capacity: Resources,
     overcommit: float,
     asks: Callable[[Gang], Resources] | None = None,
+    verdicts: dict[Asked, bool] | None = None,
 ) -> list[Gang]:
     """The gangs of `line` (gang, its queue) whose queue lets them in.
 
     Gangs in line are often alike (one Job's shape, run after run): one
     verdict per queue and request, not one per gang. `asks`: request_of, or
-    the caller's memo of it.
+    the caller's memo of it; `verdicts`: filled with the verdict per queue and
+    request asked.
     """
     asks = asks or request_of
-    verdicts: dict[tuple[str, tuple[tuple[str, int], ...]], bool] = {}
+    if verdicts is None:
+        verdicts = {}
     allowed = []
     for gang, name in line:
         if name not in views:
