@@ -217,7 +217,7 @@ class LineWalk:
         def own(p: int) -> Bin:
             if p not in copied:
                 b = bins[p]
-                bins[p] = Bin(b.name, dict(b.free), b.labels, b.taints)
+                bins[p] = b.with_free(dict(b.free))
                 copied.add(p)
             return bins[p]
 
@@ -227,7 +227,7 @@ class LineWalk:
                 add(own(positions[node]).free, requests[key])
         for p in changed:  # no gang before `start` has a plan there: as Room counts it
             b = free[p]
-            bins[p] = Bin(b.name, dict(b.free), b.labels, b.taints)
+            bins[p] = b.with_free(dict(b.free))
             copied.add(p)
             for holder in holders:
                 promised = holder.remaining.get(b.name)
