@@ -51,10 +51,10 @@ from app.runtime.leader import (
     LeaderOnlyPodWrites,
     LeaderOnlyRecorder,
 )
-from app.runtime.preemption.devices import DevicePreemption
 from app.runtime.preemption.evictor import PreemptionFollower
 from app.runtime.preemption.line_check import ArbiterLineCheck
 from app.runtime.preemption.plans import PlanSettings, PreemptionPlans
+from app.runtime.preemption.unasked import UnaskedPreemption
 from app.runtime.queues.book import QueueBook
 from app.runtime.queues.reclaimer import Reclaimer
 from app.runtime.unmarked import UnmarkedMembers
@@ -156,7 +156,7 @@ def build_runtime(
     # A plan evicts only for a gang the line would then admit (issue 49).
     plans.consult(ArbiterLineCheck(arbiter, state))
     follower = PreemptionFollower(state, pod_writes, observer, victims, plans)
-    devices = DevicePreemption(state, cluster.admission, plans, pod_writes, observer, victims)
+    devices = UnaskedPreemption(state, cluster.admission, plans, pod_writes, observer, victims)
     return Runtime(waker, plans, gate, queues, reclaimer, arbiter, follower, devices)
 
 
@@ -205,9 +205,9 @@ def wire_listeners(parts: Components, unmarked: UnmarkedMembers | None) -> None:
     state.add_node_listener(rt.arbiter.on_nodes_changed)
     state.add_pod_listener(rt.follower.on_pod_change)
     state.add_pod_listener(rt.plans.on_pod_change)
-    if rt.device_preemption is not None:
+    if rt.unasked_preemption is not None:
         # After the plans: a plan that ended with this change is gone before it asks for one.
-        state.add_pod_listener(rt.device_preemption.on_pod_change)
+        state.add_pod_listener(rt.unasked_preemption.on_pod_change)
     if unmarked is not None:
         # Gang-only mode: a member without the mark never reaches our verbs.
         state.add_pod_listener(unmarked.on_pod_change)

@@ -34,9 +34,9 @@ from app.ops.status_reconciler import PodGroupStatus
 from app.runtime.arbiter import Arbiter
 from app.runtime.gate import PermitGate
 from app.runtime.leader import LeaderCheck, LeaderElection
-from app.runtime.preemption.devices import DevicePreemption
 from app.runtime.preemption.evictor import PreemptionFollower
 from app.runtime.preemption.plans import PreemptionPlans
+from app.runtime.preemption.unasked import UnaskedPreemption
 from app.runtime.queues.book import QueueBook
 from app.runtime.queues.reclaimer import Reclaimer
 from app.runtime.wakeup import SiblingWaker
@@ -87,7 +87,7 @@ class Runtime:
     arbiter: Arbiter
     follower: PreemptionFollower
     # Preemption for gangs short of DRA devices (kube-scheduler starts none for them).
-    device_preemption: DevicePreemption | None = None
+    unasked_preemption: UnaskedPreemption | None = None
 
 
 @dataclass

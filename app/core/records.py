@@ -81,6 +81,8 @@ class PodRecord:
     gated: bool = False
     # The latest PodScheduled=False message kube-scheduler wrote (why it is unplaced).
     unschedulable_message: str = ""
+    # spec.preemptionPolicy is not Never: the pod may evict pods of lower priority.
+    may_preempt: bool = True
     # nodeSelector, required node affinity, tolerations (None: any node).
     placement: Placement | None = None
     # status.nominatedNodeName: kube-scheduler preempted pods to make room here.
@@ -236,6 +238,7 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
         created=parse_timestamp(meta.get("creationTimestamp")),
         gated=bool(spec.get("schedulingGates")),
         unschedulable_message=_unschedulable_message(status),
+        may_preempt=spec.get("preemptionPolicy") != "Never",
         placement=placement_of(spec),
         nominated_node=status.get("nominatedNodeName") or "",
         topology=shape.topology,

@@ -443,7 +443,7 @@ def test_a_high_priority_device_gang_evicts_the_fewest_device_holders(
 
     kube-scheduler starts no preemption for a pod short of devices (its
     DynamicResources plugin says UnschedulableAndUnresolvable): the extender
-    does (app/runtime/preemption/devices.py)."""
+    does (app/runtime/preemption/unasked.py)."""
     devices, nodes = gpu_nodes
     devices.template("one-gpu", 1)
     devices.template("two-gpus", 2)

@@ -221,3 +221,32 @@ def test_gang_that_cannot_fit_even_with_preemption_evicts_nothing(
     # Two whole gate timeouts and a denial: nothing may be evicted meanwhile.
     assert_stays(kube, namespace, {"anchor", "low-0", "low-1", "low-2"}, 4 * 2 + 3 + 2)
     assert not any(n.startswith("hopeless") for n in kube.bound(namespace))
+
+
+def test_a_gang_whose_members_each_fit_alone_still_preempts_for_the_whole(
+    kube: Kube, namespace: str
+) -> None:
+    """The soak's stall (issue 49): every member fits alone on some node without evicting
+    anyone, so kube-scheduler's own preemption dry run finds no victims anywhere and never
+    calls the extender's preempt verb; only the whole gang needs evictions.
+
+    3 nodes x 4 CPUs, one low-priority pod of 1500m on each: 2500m free per node. A gang
+    of 5 x 2000m fits one member per node as it is, and two per node once the pod there
+    is gone: it needs exactly 2 evictions.
+    """
+    schedulable = sorted(
+        n.metadata.name for n in kube.core.list_node().items if not n.spec.unschedulable
+    )
+    assert len(schedulable) == 3, schedulable
+    for i, node in enumerate(schedulable):
+        body = kube.pod_body(f"low-{i}", cpu="1500m", priority_class=LOW)
+        body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        kube.core.create_namespaced_pod(namespace, body)
+    before = kube.wait_bound(namespace, "low-", 3)
+    kube.create_podgroup(namespace, "whole", 5, timeout=40)
+    for i in range(5):
+        kube.create_pod(namespace, f"whole-{i}", group="whole", cpu="2", priority_class=HIGH)
+    after = kube.wait_bound(namespace, "whole-", 5)
+    left = {n for n in names(kube, namespace) if n.startswith("low-")}
+    assert len(left) == 1, f"evicted {set(before) - left}, exactly 2 were needed"
+    assert list(after.values()).count(before[left.pop()]) == 1, after

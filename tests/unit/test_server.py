@@ -74,6 +74,6 @@ def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPa
         "node:Arbiter",
         "pod:PreemptionFollower",
         "pod:PreemptionPlans",
-        "pod:DevicePreemption",
+        "pod:UnaskedPreemption",
         "node:PreemptionPlans",
     ]

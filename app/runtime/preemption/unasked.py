@@ -1,20 +1,31 @@
-"""Preemption for gangs short of DRA devices, which kube-scheduler does not start.
+"""Preemption kube-scheduler never starts for a gang: the extender starts it.
 
-kube-scheduler's DynamicResources plugin answers a pod whose claims it cannot
-allocate on a node with UnschedulableAndUnresolvable ("cannot allocate all
-claims", checked on v1.37.2): kube-scheduler then runs no preemption, and
-calls neither the extender's filter nor its preempt verb for the pod. A
-high-priority gang of GPU pods would wait for lower-priority holders to end.
+kube-scheduler asks an extender's preempt verb only about the nodes its own
+dry run found victims on, one pod at a time. Two kinds of gang get none:
 
-So when a gang member is reported unschedulable for its claims, this asks the
-one owner of preemption (app/runtime/preemption/plans.py) for the gang's plan as
-the preempt verb does, with every schedulable node a candidate, and deletes
-the victims the plan names for each waiting member, as kube-scheduler deletes
-the victims of a preempt answer. The plan's rules hold unchanged: only pods of
-lower priority, the fewest evictions (devices count like any resource: a
-victim's requests hold its claims' devices), budgets of running gangs; under
---gang-victim-policy=whole-gang a victim's gang goes whole. Once the victims
-are gone, kube-scheduler's next try allocates the freed devices.
+- A gang short of DRA devices. kube-scheduler's DynamicResources plugin
+  answers a pod whose claims it cannot allocate on a node with
+  UnschedulableAndUnresolvable ("cannot allocate all claims", checked on
+  v1.37.2): kube-scheduler then runs no preemption and calls neither the
+  extender's filter nor its preempt verb for the pod.
+- A gang whose members each fit alone, without evicting anyone, while the
+  whole gang does not (the soak's stall, issue 49): the filter turns every
+  member away ("needs N more member(s) placed at once"), and the dry run
+  finds that each member would fit somewhere with no victim, so it finds no
+  candidate ("preemption: 0/N nodes are available"). A high-priority gang
+  would wait for lower-priority work to end by itself.
+
+So when a gang member whose pod may preempt is reported unschedulable for
+either reason, this asks the one owner of preemption
+(app/runtime/preemption/plans.py) for the gang's plan as the preempt verb
+does, with every schedulable node a candidate, and deletes the victims the
+plan names for each waiting member, as kube-scheduler deletes the victims of
+a preempt answer. The plan's rules hold unchanged: only pods of lower
+priority, the fewest evictions (devices count like any resource: a victim's
+requests hold its claims' devices), budgets of running gangs, no plan for a
+gang the line keeps waiting; under --gang-victim-policy=whole-gang a
+victim's gang goes whole. Once the victims are gone the plan's members are
+woken, and kube-scheduler's next try places them.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ import logging
 
 from app.base.tasks import TaskSet
 from app.core.admission import Admission, wholeness
+from app.core.clock import monotonic
 from app.core.groups import PodGroupSpecError
 from app.core.observer import GangObserver, MemberRef
 from app.core.packing import Demand
@@ -37,11 +49,27 @@ log = logging.getLogger(__name__)
 
 # kube-scheduler's words for a pod whose claims no node can take (its PodScheduled message).
 DRA_UNSCHEDULABLE = "cannot allocate all claims"
+# The filter's words for a gang that does not fit whole (app/core/packing.py), and
+# kube-scheduler's when its preemption dry run found no candidate node.
+GANG_SHORT = "placed at once"
+NO_CANDIDATE = "preemption: 0/"
 # A gang's members are reported one after the other: one try for all of them.
 SETTLE_SECONDS = 1.0
+# The least time between two tries for one gang.
+RETRY_SECONDS = 5.0
 
 
-class DevicePreemption:
+def unasked(pod: PodRecord) -> bool:
+    """Did kube-scheduler leave the pod without the preemption its gang needs?"""
+    message = pod.unschedulable_message
+    if DRA_UNSCHEDULABLE in message:
+        return bool(pod.claims)
+    # Priority 0 or less evicts only pods of negative priority: not worth a plan at
+    # every retry of every waiting gang of a long line.
+    return pod.priority > 0 and GANG_SHORT in message and NO_CANDIDATE in message
+
+
+class UnaskedPreemption:
     def __init__(
         self,
         state: ClusterState,
@@ -58,17 +86,21 @@ class DevicePreemption:
         self._observer = observer
         self._policy = policy
         self._pending: set[str] = set()
+        # group key -> when it may be tried again: kube-scheduler rewrites the message
+        # at each retry of each member, a plan is tried once a while for the gang.
+        self._next_try: dict[str, float] = {}
         self._tasks = TaskSet()
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
-        """A gang member kube-scheduler could not place for its claims: plan for its gang."""
+        """A gang member kube-scheduler will not preempt for: plan for its gang."""
         if (
             new is None
             or new.group is None
-            or not new.claims
             or new.placed_node
-            or DRA_UNSCHEDULABLE not in new.unschedulable_message
+            or not new.may_preempt
+            or not unasked(new)
             or new.group.key in self._pending
+            or self._next_try.get(new.group.key, 0.0) > monotonic()
         ):
             return
         self._pending.add(new.group.key)
@@ -77,16 +109,25 @@ class DevicePreemption:
     async def _later(self, group_key: str) -> None:
         await asyncio.sleep(SETTLE_SECONDS)
         self._pending.discard(group_key)
+        now = monotonic()
+        self._next_try = {k: t for k, t in self._next_try.items() if t > now}
+        self._next_try[group_key] = now + RETRY_SECONDS
         try:
             victims = self.victims(group_key)
         except (GroupNotFound, PodGroupSpecError) as err:
-            log.info("no device preemption: %s", err, extra={"podgroup": group_key})
+            log.info("no preemption (unasked): %s", err, extra={"podgroup": group_key})
             return
         if victims:
             await self._evict(group_key, victims)
 
     def victims(self, group_key: str) -> list[PodRecord]:
-        """The pods to delete so the gang's waiting members get devices ([] when none may go)."""
+        """The pods to delete so the gang's waiting members get room ([] when none may go).
+
+        None while the gang has a live plan: its victims were named and are going
+        (by kube-scheduler's hand or ours), and its members wait for the room.
+        """
+        if self._plans.lives(group_key):
+            return []
         members = self._state.members(group_key)
         waiting = [p for p in members if not p.placed_node and p.group is not None]
         if not waiting or waiting[0].group is None:
@@ -98,7 +139,7 @@ class DevicePreemption:
             spec, wholeness(spec, len(members), lambda: tasks), self._state.total_allocatable()
         )
         if blocker is not None:
-            log.info("no device preemption: %s", blocker, extra={"podgroup": group_key})
+            log.info("no preemption (unasked): %s", blocker, extra={"podgroup": group_key})
             return []
         nodes = [
             VictimCandidate(name, [], 0)
@@ -110,7 +151,7 @@ class DevicePreemption:
             preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key)
             demand = Demand(pod.key, pod.requests, pod.placement)
             answer = self._plans.answer(spec, ref, preemptor, demand, nodes)
-            log.info("device preemption: %s", answer.message, extra={"pod": pod.key})
+            log.info("preemption (unasked): %s", answer.message, extra={"pod": pod.key})
             uids += [uid for c in answer.candidates for uid in c.victim_uids]
         return self._whole(uids)
 
@@ -128,9 +169,10 @@ class DevicePreemption:
             self._observer.victim_preempted(
                 ref, pod.group.key if pod.group is not None else None, group_key
             )
-        gone = await evict_each(self._evicter.evict_pod, group_key, victims, " (device preemption)")
+        why = " (a preemption kube-scheduler did not start)"
+        gone = await evict_each(self._evicter.evict_pod, group_key, victims, why)
         log.info(
-            "device preemption: evicted %d pod(s) for gang %s: %s",
+            "preemption (unasked): evicted %d pod(s) for gang %s: %s",
             len(gone),
             group_key,
             ", ".join(p.key for p in gone),

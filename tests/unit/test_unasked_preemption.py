@@ -1,0 +1,181 @@
+"""Preemption kube-scheduler never starts for a gang (app/runtime/preemption/unasked.py).
+
+Gangs short of DRA devices, and gangs whose members each fit alone while the
+whole gang needs evictions: kube-scheduler starts no preemption for them; the
+extender asks the gang's plan of the one owner of preemption and deletes the
+victims it names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from app.base.metrics import Metrics
+from app.core.admission import Admission
+from app.core.observer import NullObserver
+from app.core.packing import Packing
+from app.core.preemption.victims import VictimPolicy
+from app.core.state import ClusterState
+from app.runtime.device_cel import CelEngine
+from app.runtime.preemption import unasked as unasked_preemption
+from app.runtime.preemption.plans import PreemptionPlans
+from app.runtime.preemption.unasked import DRA_UNSCHEDULABLE, UnaskedPreemption
+from tests.unit.builders import node, pod, podgroup
+from tests.unit.test_devices import (
+    CLASSES,
+    SLICES,
+    TEMPLATES,
+    device_class,
+    gpu_pod,
+    requests_of,
+    resource_slice,
+    template,
+)
+
+
+class Deleted:
+    def __init__(self) -> None:
+        self.pods: list[str] = []
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.pods.append(f"{namespace}/{name}")
+
+
+def held(name: str, at: str, kind: str) -> Any:
+    raw = gpu_pod(name, template_name=kind, node=at, phase="Running")
+    raw["spec"]["priority"] = 100
+    return raw
+
+
+def waiting(name: str, message: str = f"0/4 nodes are available: 2 {DRA_UNSCHEDULABLE}.") -> Any:
+    raw = gpu_pod(name, template_name="two", group="urgent")
+    raw["spec"]["priority"] = 1000
+    raw["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    ]
+    return raw
+
+
+def cluster() -> tuple[ClusterState, UnaskedPreemption, Deleted]:
+    """n1's 4 devices held by 2 pods (2 each), n2's by 4 (1 each), all priority 100."""
+    state = ClusterState(CelEngine())
+    for name in ("n1", "n2"):
+        state.apply_node(node(name))
+    state.devices.apply(CLASSES, device_class())
+    for name in ("n1", "n2"):
+        state.devices.apply(SLICES, resource_slice(f"{name}-gpus", name))
+    state.devices.apply(TEMPLATES, template("one", requests_of(1)))
+    state.devices.apply(TEMPLATES, template("two", requests_of(2)))
+    for i in range(2):
+        state.apply_pod(held(f"pair-{i}", "n1", "two"))
+    for i in range(4):
+        state.apply_pod(held(f"single-{i}", "n2", "one"))
+    state.apply_podgroup(podgroup("urgent", 2))
+    metrics = Metrics()
+    plans = PreemptionPlans(state, VictimPolicy.PROTECT, metrics)
+    deleted = Deleted()
+    preemption = UnaskedPreemption(
+        state, Admission(3), plans, deleted, NullObserver(), VictimPolicy.PROTECT
+    )
+    state.add_pod_listener(preemption.on_pod_change)
+    return state, preemption, deleted
+
+
+def test_a_gang_short_of_devices_evicts_the_fewest_lower_priority_holders(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr(unasked_preemption, "SETTLE_SECONDS", 0)
+    state, preemption, deleted = cluster()
+
+    async def run() -> None:
+        for i in range(2):
+            state.apply_pod(waiting(f"urgent-{i}"))
+        await preemption.drain()
+
+    asyncio.run(run())
+    assert sorted(deleted.pods) == ["default/pair-0", "default/pair-1"]
+
+
+def test_nothing_is_evicted_for_a_gang_missing_members_or_waiting_for_something_else(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr(unasked_preemption, "SETTLE_SECONDS", 0)
+    state, preemption, deleted = cluster()
+
+    async def run() -> None:
+        state.apply_pod(waiting("urgent-0"))  # one of minMember 2
+        await preemption.drain()
+        state.apply_pod(waiting("urgent-1", "0/4 nodes are available: 4 Insufficient cpu."))
+        await preemption.drain()
+
+    asyncio.run(run())
+    assert deleted.pods == []
+    assert preemption.victims("default/urgent") != []  # once whole, it would preempt
+
+
+# What kube-scheduler wrote for the soak's stalled gang (issue 49): the filter's
+# whole-gang refusal, then its own dry run's verdict.
+STALLED = (
+    "0/3 nodes are available: 3 gang default/whole needs 5 more member(s) placed at once "
+    "(cpu 10, memory 5Gi, pods 5 in all) but only 3 fit in the free capacity; short by cpu "
+    "2500m. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+)
+
+
+def each_fits_alone(
+    *, priority: int = 1000, policy: str | None = None, message: str = STALLED
+) -> tuple[list[str], list[str]]:
+    """3 nodes of 4 CPUs, a 1500m pod of priority 0 on each; a gang of 5 x 2000m arrives,
+    whose members each fit alone: (the pods deleted, the plan's groups)."""
+    state = ClusterState()
+    for i in range(3):
+        state.apply_node(node(f"n{i}"))
+        state.apply_pod(pod(f"low-{i}", cpu="1500m", node=f"n{i}", phase="Running"))
+    state.apply_podgroup(podgroup("whole", 5))
+    plans = PreemptionPlans(state, VictimPolicy.PROTECT, Metrics())
+    deleted = Deleted()
+    preemption = UnaskedPreemption(
+        state, Admission(3), plans, deleted, NullObserver(), VictimPolicy.PROTECT
+    )
+    state.add_pod_listener(preemption.on_pod_change)
+
+    async def run() -> None:
+        for i in range(5):
+            raw = pod(f"whole-{i}", group="whole", cpu="2")
+            raw["spec"]["priority"] = priority
+            if policy is not None:
+                raw["spec"]["preemptionPolicy"] = policy
+            raw["status"]["conditions"] = [
+                {"type": "PodScheduled", "status": "False", "message": message}
+            ]
+            state.apply_pod(raw)
+        await preemption.drain()
+
+    asyncio.run(run())
+    return sorted(deleted.pods), [p["group"] for p in plans.snapshot()]
+
+
+def test_a_gang_whose_members_each_fit_alone_evicts_exactly_what_the_whole_needs(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr(unasked_preemption, "SETTLE_SECONDS", 0)
+    deleted, plans = each_fits_alone()
+    assert len(deleted) == 2 and set(deleted) < {f"default/low-{i}" for i in range(3)}
+    assert plans == ["default/whole"]
+
+
+def test_no_unasked_preemption_for_a_pod_that_may_not_or_when_kube_scheduler_found_room(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr(unasked_preemption, "SETTLE_SECONDS", 0)
+    assert each_fits_alone(policy="Never") == ([], [])
+    assert each_fits_alone(priority=0) == ([], [])
+    # kube-scheduler found a candidate: its own preemption asks the preempt verb.
+    found = STALLED.replace("preemption: 0/3 nodes are available", "preemption: found")
+    assert each_fits_alone(message=found) == ([], [])
+
+
+def test_the_words_it_reads_are_the_ones_written() -> None:
+    """The trigger reads the filter's refusal: the packing's message must keep its words."""
+    assert unasked_preemption.GANG_SHORT in Packing({}, 3).describe("default/g", [])
