@@ -36,6 +36,7 @@ from app.core.packing import Bin
 from app.core.resources import add
 from app.core.room import Room
 
+_NEVER = float("inf")
 # A reach past every node: the gang read them all (some member did not fit, or the
 # order of its members depends on the whole cluster's free capacity).
 _EVERYWHERE = sys.maxsize
@@ -53,6 +54,10 @@ class _Walk:
     bins: list[Bin]
     # The ordered line `order` is the start of.
     source: list[Gang]
+    # ages[i]: the soonest any gang of order[: i + 1] that took nothing ages (inf: none
+    # will), under `aging`: a kept gang that ages is looked for only once one may have.
+    ages: list[float]
+    aging: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +129,7 @@ class LineWalk:
         order = self._order(line, now, aging_seconds)
         walk = self._walk
         changed = _changed(walk, free, holders, positions) if walk is not None else None
-        start = self._redo_from(walk, order, changed)
+        start = _before_aged(walk, order, self._redo_from(walk, order, changed), over)
         bins = self._room_before(walk, start, free, holders, (positions, changed or []))
         kept = walk if walk is not None and start > 0 else None
         plans = kept.plans[:start] if kept is not None else []
@@ -148,7 +153,15 @@ class LineWalk:
                 reach.append(_EVERYWHERE)
         self.walked_again = len(plans) - start
         done = order[: len(plans)]
-        self._walk = _Walk(free, holders, done, plans, reach, list(room.bins), order)
+        ages = kept.ages[:start] if kept is not None else []
+        soonest = ages[-1] if ages else _NEVER
+        for gang, plan in zip(done[start:], plans[start:], strict=True):
+            if not plan and gang.waiting_since is not None:
+                soonest = min(soonest, gang.waiting_since + aging_seconds)
+            ages.append(soonest)
+        self._walk = _Walk(
+            free, holders, done, plans, reach, list(room.bins), order, ages, aging_seconds
+        )
         if not whole:
             return None, finished
         first = next((g for g, plan in zip(done, plans, strict=True) if plan), None)
@@ -234,6 +247,22 @@ class LineWalk:
                 if promised:
                     add(bins[p].free, {k: -v for k, v in promised.items()})
         return bins
+
+
+def _before_aged(walk: _Walk | None, order: Sequence[Gang], start: int, over: LineAt) -> int:
+    """`start`, or the first kept gang before it that did not fit and has aged since: such a
+    gang may hold room back now (the walk stops there and is not handed out), where it
+    took nothing when it was walked."""
+    if walk is None or start == 0:
+        return start
+    now, aging = over.now, over.aging_seconds
+    # A microsecond's margin: aged() compares now - since, not since + aging.
+    if aging == walk.aging and walk.ages[start - 1] > now + 1e-6:
+        return start
+    for i in range(start):
+        if not walk.plans[i] and order[i].aged(now, aging):
+            return i
+    return start
 
 
 def _changed(

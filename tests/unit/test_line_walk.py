@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.core.contention import Contest, Decision, Gang, decide
@@ -100,6 +100,20 @@ def _ops(draw: st.DrawFn) -> list[tuple[str, int, int]]:
     ),
     fresh_shape=st.tuples(st.integers(1, 3), st.integers(1, 5)),
     ops=_ops(),
+)
+# Found by this test: a gang kept in the walk that fit nowhere and aged since (no other
+# change) went on taking nothing, where it holds room back now.
+@example(
+    gangs=[(3, 4, 0, 0), (2, 4, 1, 0), (1, 1, 0, 0), (1, 1, 0, 0), (3, 4, 1, 1)],
+    fresh_shape=(1, 1),
+    ops=[
+        ("run", 0, 1),
+        ("run", 1, 1),
+        ("join", 0, 1),
+        ("join", 1, 1),
+        ("join", 4, 1),
+        ("tick", 0, 3),
+    ],
 )
 def test_a_fresh_gang_is_decided_as_a_walk_of_the_whole_line_decides(
     gangs: list[tuple[int, int, int, int]],
