@@ -34,7 +34,7 @@ from app.core.lws import LWS_NAME_LABEL, LwsLabelError, lws_gang_of
 from app.core.resources import Resources
 from app.core.topology.domains import TopologyConstraint
 from app.core.topology.subgroups import Slicing, SubGroup, SubGroupPolicy
-from app.core.yunikorn import TaskGroupsError, task_group_member
+from app.core.yunikorn import SchedulingPolicy, TaskGroupsError, task_group_member
 
 SOURCE_XK8S = "x-k8s"
 SOURCE_LABELS = "labels"
@@ -115,6 +115,8 @@ class GroupRef:
     # YuniKorn: the task groups its own annotation declares (None: none), or why unusable.
     roles: tuple[tuple[str, int], ...] | None = None
     roles_error: str = ""
+    # YuniKorn: the schedulingPolicyParameters of a pod that declares task groups.
+    policy: SchedulingPolicy | None = None
     # LeaderWorkerSet (no object, more than a count): the spec its pod's labels declare.
     spec: GroupSpec | None = field(default=None, compare=False)
 
@@ -132,6 +134,9 @@ class GroupSpec:
     min_resources: Resources = field(default_factory=dict)
     # None: use the extender's --permit-waiting-time-seconds.
     schedule_timeout_seconds: int | None = None
+    # YuniKorn's gangSchedulingStyle Soft: once the gang has waited its timeout, its
+    # members are scheduled as plain pods (app/core/soft_timeouts.py); False: it stays a gang.
+    plain_after_timeout: bool = False
     source: str = SOURCE_XK8S
     # Volcano minTaskMember: (task, minimum) pairs, sorted; each task needs its own minimum.
     min_task_member: tuple[tuple[str, int], ...] = ()
