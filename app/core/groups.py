@@ -152,6 +152,10 @@ class GroupSpec:
     sub_group_policy: tuple[SubGroupPolicy, ...] = ()
     # KAI spec.subGroups: the named sub-group tree (app/core/kai.py).
     sub_groups: tuple[SubGroup, ...] = ()
+    # LeaderWorkerSet exclusive-topology: the replica's size. Its members come only once
+    # the first is placed, and its domain (topology) must hold no other LWS group and
+    # have room for them all (app/core/topology/exclusive.py). 0: no such rule.
+    exclusive_size: int = 0
 
 
 def group_ref_of(namespace: str, labels: Mapping[str, str] | None) -> GroupRef | None:
@@ -237,6 +241,7 @@ def _lws_ref(namespace: str, labels: Mapping[str, str], annotations: Mapping[str
         source=SOURCE_LWS,
         topology=gang.constraint,
         sub_group_policy=gang.policies,
+        exclusive_size=gang.size if gang.constraint is not None else 0,
     )
     return GroupRef(namespace, gang.group_name, gang.min_member, SOURCE_LWS, spec=spec)
 

@@ -10,6 +10,7 @@ pod asks for 1 CPU.
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +33,7 @@ from tests.cluster.session import GANG_ONLY, Extender
 from tests.cluster.test_subgroups import BLOCK, RACK, racks, stays_unbound, told
 
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
 
 
 def member_condition(kube: Kube, expression: str) -> None:
@@ -158,7 +160,9 @@ def test_lws_sub_groups_each_land_in_one_rack_inside_the_replicas_block(
             30,
             "the TopologyPlaced event naming each sub-group's rack",
         )
-        assert "subgroup-0 in rack" in event and "subgroup-1 in rack" in event
+        # The leader may be admitted before its workers are seen (exclusive-topology: it may
+        # start alone, module doc of app/core/lws.py): its own sub-group is named at least.
+        assert "subgroup-0 in rack" in event
 
 
 @pytest.mark.usefixtures("lws_on")
@@ -175,3 +179,87 @@ def test_a_size_that_is_not_a_number_holds_the_replica_with_the_fix(
             what="the FailedScheduling message naming the size annotation",
         )
         stays_unbound(kube, namespace)
+
+
+def lws_exact_pod(
+    kube: Kube, namespace: str, index: int, worker: int, size: int, rack: str | None = None
+) -> None:
+    """A replica's pod with exactly the metadata and spec LWS gives it under exclusive-topology:
+    the leader (worker 0) with the pod webhook's affinity to its own group-key and
+    anti-affinity to every other on the rack; a worker, created by LWS's controller only once
+    the leader has a node, with a nodeSelector on the leader's rack (pod_controller.go)."""
+    leader = f"exact-{index}"
+    group_key = hashlib.sha1(f"{namespace}/{leader}".encode()).hexdigest()
+    labels = {
+        LWS_NAME_LABEL: "exact",
+        LWS_GROUP_INDEX_LABEL: str(index),
+        WORKER_INDEX: str(worker),
+        GROUP_KEY: group_key,
+        "leaderworkerset.sigs.k8s.io/template-revision-hash": "5d8f6c7b9",
+    }
+    annotations = {LWS_SIZE_ANNOTATION: str(size), LWS_EXCLUSIVE_ANNOTATION: RACK}
+    name = leader if worker == 0 else f"{leader}-{worker}"
+    body = kube.pod_body(name, cpu="1", labels=labels, annotations=annotations)
+    if worker == 0:
+        own = {"key": GROUP_KEY, "operator": "In", "values": [group_key]}
+        others = [
+            {"key": GROUP_KEY, "operator": "Exists"},
+            {"key": GROUP_KEY, "operator": "NotIn", "values": [group_key]},
+        ]
+        body["spec"]["affinity"] = {
+            "podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchExpressions": [own]}, "topologyKey": RACK}
+                ]
+            },
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchExpressions": others}, "topologyKey": RACK}
+                ]
+            },
+        }
+    else:
+        body["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/leader-name"] = leader
+        assert rack is not None
+        body["spec"]["nodeSelector"] = {RACK: rack}
+    kube.core.create_namespaced_pod(namespace, body)
+
+
+def replica_as_lws_creates_it(
+    kube: Kube, namespace: str, index: int, size: int, rack_of: dict[str, str]
+) -> str:
+    """The leader alone, then (once it is bound) its workers on its rack; the replica's rack."""
+    lws_exact_pod(kube, namespace, index, 0, size)
+    leader = f"exact-{index}"
+    node = kube.wait_bound(namespace, leader, 1)[leader]
+    for worker in range(1, size):
+        lws_exact_pod(kube, namespace, index, worker, size, rack_of[node])
+    bound = kube.wait_bound(namespace, f"{leader}-", size - 1)
+    assert {rack_of[n] for n in bound.values()} == {rack_of[node]}, bound
+    return rack_of[node]
+
+
+@pytest.mark.usefixtures("lws_on")
+def test_exclusive_replicas_as_lws_creates_them_each_get_a_rack_of_their_own_with_room(
+    kube: Kube, namespace: str
+) -> None:
+    """LWS creates an exclusive replica's workers only once its leader is bound, so the leader
+    starts alone. Racks of 1, 4 and 5 free nodes, replicas of 2: the first leader goes to r1
+    (the fullest with room for both, not r0, fullest of all, where its worker would never
+    fit); the second to r2, not r1 though r1 still has room for 2: kube-scheduler's
+    anti-affinity (set by LWS's webhook) would refuse it there."""
+    with racks(kube, {"r0": ("b0", 1), "r1": ("b0", 4), "r2": ("b0", 5)}) as rack_of:
+        assert replica_as_lws_creates_it(kube, namespace, 0, 2, rack_of) == "r1"
+        assert replica_as_lws_creates_it(kube, namespace, 1, 2, rack_of) == "r2"
+        # A third finds no rack of its own with room for 2 (r0 lacks it, r1 and r2 are
+        # taken): the leader stays pending with the reason.
+        lws_exact_pod(kube, namespace, 2, 0, 2)
+        kube.wait_for_event(
+            namespace,
+            "exact-2",
+            f"gang lws:{namespace}/exact-2 needs one rack ({RACK}) of its own with room for "
+            "all its 2 member(s)",
+            "2 rack(s) hold another group, 1 lack the room",
+            what="the leader's FailedScheduling naming the rack it lacks",
+        )
+        assert "exact-2" not in kube.bound(namespace)
