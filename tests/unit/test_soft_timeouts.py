@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -24,6 +25,7 @@ from app.runtime.gate import PermitGate
 from app.runtime.waiting_room import GateError
 from tests.unit.builders import cluster, pod
 from tests.unit.fakes import Clock, RecordingBinder, gauge
+from tests.unit.test_arbiter import World as ArbiterWorld
 
 GROUPS = json.dumps([{"name": "worker", "minMember": 2, "minResource": {"cpu": "1"}}])
 
@@ -186,3 +188,17 @@ async def test_a_bound_soft_gang_stops_its_clock() -> None:
     admission, gate, _, state = gate_for(spec)
     await asyncio.gather(*(gate.admit(state.pods[f"default/p{i}"], "n1", spec, 5) for i in (0, 1)))
     assert not admission.soft.tracks("default/g")
+
+
+@pytest.mark.parametrize("soft", [True, False])
+async def test_a_gang_turned_plain_leaves_the_line_a_hard_one_keeps_its_place(soft: bool) -> None:
+    """A claim released at the timeout puts a gang back in line; a Soft gang whose members
+    are now plain pods must not stay there (no member asks for it, and aged it would hold
+    every gang behind it)."""
+    world = ArbiterWorld()
+    a = dataclasses.replace(world.gang("a", 3, "1"), plain_after_timeout=soft)
+    assert world.filter(a, "a-0").reason is FilterReason.CLAIMED
+    world.clock.now += 1  # the gang's clock (the fake one) ran out by the time the wait ends
+    with pytest.raises(GateError):
+        await world.gate.admit(world.state.pods["default/a-0"], "n0", a, 0.01)
+    assert list(world.arbiter.waiting) == ([] if soft else ["default/a"])
