@@ -186,5 +186,6 @@ def _sub_groups(annotations: Mapping[str, Any], name: str, size: int) -> tuple[S
             )
             if sub_level
             else None,
+            exclusive=bool(sub_level),
         ),
     )

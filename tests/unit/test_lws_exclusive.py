@@ -12,14 +12,18 @@ from app.core.lws import (
     LWS_GROUP_INDEX_LABEL,
     LWS_NAME_LABEL,
     LWS_SIZE_ANNOTATION,
+    LWS_SUBGROUP_EXCLUSIVE_ANNOTATION,
+    LWS_SUBGROUP_SIZE_ANNOTATION,
 )
 from app.core.packing import Bin, Demand
 from app.core.state import ClusterState
-from app.core.topology.domains import HOSTNAME
+from app.core.topology.domains import HOSTNAME, TopologyConstraint
 from app.core.topology.exclusive import exclusive_room
+from app.core.topology.subgroups import GangShape, Member, tree_of
 from app.web.wire import ExtenderArgs
 from tests.unit.builders import node, pod
 from tests.unit.fakes import ExtenderOnState
+from tests.unit.test_lws import BLOCK, lws_meta, racks, racks_placed
 
 RACK = "example.com/rack"
 WITH_LWS = ALL_SOURCES | {SOURCE_LWS}
@@ -143,3 +147,24 @@ def test_sub_groups_each_need_a_domain_of_their_own_inside() -> None:
     ]
     nodes, _ = exclusive_room("g", leader, 5, "example.com/block", free, (), (2, RACK))
     assert {n.labels[RACK] for n in nodes} == {"e", "f"}
+
+
+def test_sub_groups_of_subgroup_exclusive_topology_never_share_a_rack() -> None:
+    """Racks a (4 free) and e (5) in one block: fullest first would put both sub-groups of 2
+    in a; LWS's sub-group anti-affinity would refuse the second there, so it goes to e."""
+    annotations = {
+        LWS_SUBGROUP_SIZE_ANNOTATION: "2",
+        LWS_SUBGROUP_EXCLUSIVE_ANNOTATION: RACK,
+    }
+    metas = [lws_meta(worker=w, annotations=annotations, subgroup=w // 2) for w in range(4)]
+    ref = group_ref_of_pod("ml", metas[0], {}, WITH_LWS)
+    assert ref is not None
+    spec = spec_from_labels(ref, lambda key: [])
+    members = [Member(f"ml/{m['name']}", labels=m["labels"]) for m in metas]  # type: ignore[arg-type]
+    tree = tree_of(spec.key, GangShape(policies=spec.sub_group_policy), 4, members)
+    assert tree is not None and all(g.exclusive for g in tree.groups)
+    bins = racks({"a": 4, "e": 5}, {"a": "x", "e": "x"})
+    block = TopologyConstraint(BLOCK, True)
+    _, where = racks_placed(spec.key, [m.key for m in members], tree, block, bins)
+    assert where["ml/infer-0-0"] == where["ml/infer-0-1"] == "a"
+    assert where["ml/infer-0-2"] == where["ml/infer-0-3"] == "e"
