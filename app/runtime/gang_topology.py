@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from app.base.metrics import Metrics
 from app.core.contention import Contest, Decision, Gang, Ruling, decide
-from app.core.groups import SOURCE_LWS, GroupSpec
+from app.core.groups import GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin, Packing
 from app.core.records import PodRecord
@@ -176,9 +176,10 @@ class GangTopology:
         self, spec: GroupSpec, gang: Gang, constraint: TopologyConstraint, contest: Contest
     ) -> tuple[Gang, Contest] | Decision:
         """LeaderWorkerSet exclusive-topology (app/core/topology/exclusive.py): the free nodes
-        narrowed to the domains with no other LWS group and room for the whole replica, and
-        whatever of it exists placed together; or why no domain will do."""
-        own = f"{SOURCE_LWS}:"
+        narrowed to the domains with no other LWS group of its namespace and room for the
+        whole replica, and whatever of it exists placed together; or why no domain will do."""
+        # LWS's anti-affinity term names no namespaces: it weighs its own namespace's pods.
+        own = spec.key.split("/", 1)[0] + "/"
         barred = {
             value
             for key in self._state.group_keys()

@@ -168,3 +168,14 @@ def test_sub_groups_of_subgroup_exclusive_topology_never_share_a_rack() -> None:
     _, where = racks_placed(spec.key, [m.key for m in members], tree, block, bins)
     assert where["ml/infer-0-0"] == where["ml/infer-0-1"] == "a"
     assert where["ml/infer-0-2"] == where["ml/infer-0-3"] == "e"
+
+
+def test_a_replica_of_another_namespace_bars_nothing() -> None:
+    """LWS's anti-affinity term names no namespaces: only the pod's own are weighed."""
+    world = World()
+    world.state.apply_pod(lws_pod(0, node_name="b0"))  # bars rack b
+    elsewhere = lws_pod(0, node_name="c0")
+    elsewhere["metadata"]["namespace"] = "other"
+    world.state.apply_pod(elsewhere)  # bars nothing for the namespace default
+    result = world.filter(lws_pod(1))
+    assert set(result["NodeNames"]) == {"c0", "c1", "c2", "c3"}, result

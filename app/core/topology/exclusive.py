@@ -8,8 +8,9 @@ kube-scheduler enforces; and its controller creates the workers only once
 the leader has a node, with a nodeSelector on the leader's domain. So the
 leader is placed alone, and where it goes decides the replica's domain:
 
-- a domain holding a placed member of another group is barred (kube-scheduler
-  would refuse the leader there: the anti-affinity);
+- a domain holding a placed member of another group of its namespace is
+  barred (kube-scheduler would refuse the leader there: the anti-affinity,
+  whose term names no namespaces, so it weighs the pod's own);
 - the domain must have room for the whole replica, the members not created
   yet counted like the ones there are (the workers usually share the
   leader's shape), else the leader would start in a domain its workers can
