@@ -93,7 +93,6 @@ class Arbiter:
             state, settings.levels, self._revision, peers.metrics, peers.observer
         )
         self.line = Line(state, admission, self.topology, peers.queues, self._revision, self.ledger)
-        self._soft = admission.soft
         self._release = ClaimRelease(self.ledger, self.line, gate, admission, peers, self._clock)
         self._reclaims = ReclaimChecks(
             state, admission, self.ledger, self.line, peers.reclaimer, self._clock
@@ -229,14 +228,8 @@ class Arbiter:
 
     def on_settled(self, key: str, outcome: SettleOutcome) -> None:
         """The gate bound or released the gang's wave: its claim ends."""
-        claim = self.ledger.end(key)
-        if self._soft.is_plain(key):
-            # Its wait ran out under YuniKorn's Soft style: its members are plain pods now,
-            # and a gang no member asks for must not hold the line (aged, it would hold all).
-            self.line.leave(key)
+        if self._release.settled(key, outcome is SettleOutcome.RELEASED):
             self._revision.bump()
-        elif outcome is SettleOutcome.RELEASED and claim is not None:
-            self.line.rejoin(key, claim)
         self._schedule_reconsider()
 
     def on_nodes_changed(self) -> None:
