@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -239,16 +241,30 @@ def replica_as_lws_creates_it(
     return rack_of[node]
 
 
+def extender_knows(extender: Extender, nodes: list[str]) -> None:
+    """Until the extender's caches hold `nodes` (each node is created, then labelled: every
+    node's label but the last one's is in by then)."""
+
+    def known() -> bool:
+        with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=5) as response:
+            return set(nodes) <= set(json.loads(response.read())["nodes"])
+
+    wait_for(known, 30, f"the extender knowing nodes {nodes}")
+
+
 @pytest.mark.usefixtures("lws_on")
 def test_exclusive_replicas_as_lws_creates_them_each_get_a_rack_of_their_own_with_room(
-    kube: Kube, namespace: str
+    kube: Kube, namespace: str, extender: Extender
 ) -> None:
     """LWS creates an exclusive replica's workers only once its leader is bound, so the leader
     starts alone. Racks of 1, 4 and 5 free nodes, replicas of 2: the first leader goes to r1
     (the fullest with room for both, not r0, fullest of all, where its worker would never
     fit); the second to r2, not r1 though r1 still has room for 2: kube-scheduler's
     anti-affinity (set by LWS's webhook) would refuse it there."""
-    with racks(kube, {"r0": ("b0", 1), "r1": ("b0", 4), "r2": ("b0", 5)}) as rack_of:
+    # r0 last: once the extender knows its node, it knows r1's and r2's racks whole (a
+    # partial r2 would look like the fullest rack).
+    with racks(kube, {"r2": ("b0", 5), "r1": ("b0", 4), "r0": ("b0", 1)}) as rack_of:
+        extender_knows(extender, list(rack_of))
         assert replica_as_lws_creates_it(kube, namespace, 0, 2, rack_of) == "r1"
         assert replica_as_lws_creates_it(kube, namespace, 1, 2, rack_of) == "r2"
         # A third finds no rack of its own with room for 2 (r0 lacks it, r1 and r2 are
