@@ -9,7 +9,6 @@ pod asks for 1 CPU.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import urllib.request
@@ -32,7 +31,7 @@ from app.core.marking import is_marked, member_expression
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import GANG_ONLY, Extender
-from tests.cluster.test_subgroups import BLOCK, RACK, racks, stays_unbound, told
+from tests.cluster.test_subgroups import BLOCK, RACK, racks, stays_unbound
 
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
@@ -157,14 +156,9 @@ def test_lws_sub_groups_each_land_in_one_rack_inside_the_replicas_block(
         first = {rack_of[bound["sg-0"]], rack_of[bound["sg-0-1"]]}
         second = {rack_of[bound["sg-0-2"]], rack_of[bound["sg-0-3"]]}
         assert len(first) == 1 and len(second) == 1 and first | second == {"c0", "c1"}, bound
-        event = wait_for(
-            functools.partial(told, kube, namespace, "places its sub-groups"),
-            30,
-            "the TopologyPlaced event naming each sub-group's rack",
-        )
-        # The leader may be admitted before its workers are seen (exclusive-topology: it may
-        # start alone, module doc of app/core/lws.py): its own sub-group is named at least.
-        assert "subgroup-0 in rack" in event
+        # No TopologyPlaced check here: with exclusive-topology the leader may be admitted
+        # alone before our watch has delivered it (app/core/lws.py), and an objectless gang's
+        # Events go to the members our cache knows as pending, so it may have none.
 
 
 @pytest.mark.usefixtures("lws_on")
