@@ -28,6 +28,7 @@ from app.core.clock import Clock, monotonic
 from app.core.group_rules import task_shortfall
 from app.core.groups import GroupSpec
 from app.core.resources import Resources, format_resources, shortfall
+from app.core.soft_timeouts import SoftTimeouts
 from app.core.topology.subgroups import GangTree
 
 
@@ -182,6 +183,8 @@ class Admission:
         # Bumped whenever a denial is added or dropped (not when one expires: see
         # next_expiry): the arbiter reuses a verdict only while it stays put.
         self.denials_version = 0
+        # Gangs that turn into plain pods once their wait runs out (YuniKorn's Soft style).
+        self.soft = SoftTimeouts(clock)
 
     def check(
         self, spec: GroupSpec, siblings: PermitVerdict, free: Callable[[], Resources]

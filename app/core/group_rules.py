@@ -25,7 +25,11 @@ from app.core.groups import (
 from app.core.kai import KAI_SUBGROUP_LABEL, kai_spec
 from app.core.topology.domains import TopologyError
 from app.core.topology.subgroups import leaf_problem
-from app.core.yunikorn import TASK_GROUP_NAME_ANNOTATION, TASK_GROUPS_ANNOTATION
+from app.core.yunikorn import (
+    TASK_GROUP_NAME_ANNOTATION,
+    TASK_GROUPS_ANNOTATION,
+    SchedulingPolicy,
+)
 
 
 def spec_from_labels(ref: GroupRef, pods_of: Callable[[str], Sequence[_Pod]]) -> GroupSpec:
@@ -91,7 +95,11 @@ def _declares(ref: GroupRef) -> bool:
 
 
 def spec_from_yunikorn(key: str, declaring: GroupRef | None) -> GroupSpec:
-    """A YuniKorn gang's rules from the member whose task groups count (PodGroupSpecError)."""
+    """A YuniKorn gang's rules from the member whose task groups count (PodGroupSpecError).
+
+    Its schedulingPolicyParameters come from the same member: the timeout is the
+    gate's wait, the Soft style makes the members plain pods once it has run out.
+    """
     if declaring is None or (declaring.roles is None and not declaring.roles_error):
         raise PodGroupSpecError(
             f"gang {key}: no member carries the annotation {TASK_GROUPS_ANNOTATION} (the task "
@@ -99,9 +107,12 @@ def spec_from_yunikorn(key: str, declaring: GroupRef | None) -> GroupSpec:
         )
     if declaring.roles is None:
         raise PodGroupSpecError(f"gang {key}: {declaring.roles_error}")
+    policy = declaring.policy or SchedulingPolicy()
     return GroupSpec(
         key=key,
         min_member=sum(n for _, n in declaring.roles),
+        schedule_timeout_seconds=policy.timeout_seconds or None,
+        plain_after_timeout=policy.soft,
         source=SOURCE_YUNIKORN,
         min_task_member=tuple(sorted(declaring.roles)),
     )

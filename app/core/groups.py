@@ -34,7 +34,7 @@ from app.core.lws import LWS_NAME_LABEL, LwsLabelError, lws_gang_of
 from app.core.resources import Resources
 from app.core.topology.domains import TopologyConstraint
 from app.core.topology.subgroups import Slicing, SubGroup, SubGroupPolicy
-from app.core.yunikorn import TaskGroupsError, task_group_member
+from app.core.yunikorn import SchedulingPolicy, TaskGroupsError, task_group_member
 
 SOURCE_XK8S = "x-k8s"
 SOURCE_LABELS = "labels"
@@ -115,6 +115,8 @@ class GroupRef:
     # YuniKorn: the task groups its own annotation declares (None: none), or why unusable.
     roles: tuple[tuple[str, int], ...] | None = None
     roles_error: str = ""
+    # YuniKorn: the schedulingPolicyParameters of a pod that declares task groups.
+    policy: SchedulingPolicy | None = None
     # LeaderWorkerSet (no object, more than a count): the spec its pod's labels declare.
     spec: GroupSpec | None = field(default=None, compare=False)
 
@@ -132,6 +134,9 @@ class GroupSpec:
     min_resources: Resources = field(default_factory=dict)
     # None: use the extender's --permit-waiting-time-seconds.
     schedule_timeout_seconds: int | None = None
+    # YuniKorn's gangSchedulingStyle Soft: once the gang has waited its timeout, its
+    # members are scheduled as plain pods (app/core/soft_timeouts.py); False: it stays a gang.
+    plain_after_timeout: bool = False
     source: str = SOURCE_XK8S
     # Volcano minTaskMember: (task, minimum) pairs, sorted; each task needs its own minimum.
     min_task_member: tuple[tuple[str, int], ...] = ()
@@ -147,6 +152,10 @@ class GroupSpec:
     sub_group_policy: tuple[SubGroupPolicy, ...] = ()
     # KAI spec.subGroups: the named sub-group tree (app/core/kai.py).
     sub_groups: tuple[SubGroup, ...] = ()
+    # LeaderWorkerSet exclusive-topology: the replica's size. Its members come only once
+    # the first is placed, and its domain (topology) must hold no other LWS group and
+    # have room for them all (app/core/topology/exclusive.py). 0: no such rule.
+    exclusive_size: int = 0
 
 
 def group_ref_of(namespace: str, labels: Mapping[str, str] | None) -> GroupRef | None:
@@ -232,6 +241,7 @@ def _lws_ref(namespace: str, labels: Mapping[str, str], annotations: Mapping[str
         source=SOURCE_LWS,
         topology=gang.constraint,
         sub_group_policy=gang.policies,
+        exclusive_size=gang.size if gang.constraint is not None else 0,
     )
     return GroupRef(namespace, gang.group_name, gang.min_member, SOURCE_LWS, spec=spec)
 

@@ -17,6 +17,18 @@ pod webhook):
   one replica (sub-group) per domain of it. Read here as a *required* level
   for the replica (each sub-group): it lands whole in one domain.
 
+exclusive-topology: LWS's controller creates a replica's workers only once
+its leader has a node (pkg/controllers/pod_controller.go: "if exclusive
+placement is enabled but leader pod is not scheduled, don't create the
+worker sts"), then pins them to the leader's domain with a nodeSelector; its
+pod webhook gives the leader pod affinity to its own group and anti-affinity
+to every other group on that key. A gang of `size` would never start (the
+leader would wait for workers that are not created), so such a replica is
+read as under LeaderReady: minMember 1, the leader placed alone, but only in
+a domain that holds no other LWS group and has room for the whole replica
+(app/core/topology/exclusive.py); whatever of the replica exists when it is
+admitted is placed together.
+
 The gang key is `lws:<namespace>/<name>-<group-index>`. The source is opt-in
 (--lws-gangs): LWS's labels are on every LWS pod, so turning it on makes every
 replica of every set a gang.
@@ -68,7 +80,7 @@ class LwsGang:
     name: str
     group_index: str
     size: int
-    # size, or 1 under startupPolicy LeaderReady (module doc).
+    # size, or 1 under startupPolicy LeaderReady or with exclusive-topology (module doc).
     min_member: int
     # exclusive-topology as a required level for the replica (None: none).
     constraint: TopologyConstraint | None
@@ -141,7 +153,9 @@ def lws_gang_of(labels: Mapping[str, str], annotations: Mapping[str, Any]) -> Lw
         else None
     )
     policies = _sub_groups(annotations, name, size)
-    return LwsGang(name, index, size, 1 if policy == LEADER_READY else size, constraint, policies)
+    # Workers come only once the leader has a node (LeaderReady; exclusive-topology: module doc).
+    alone = policy == LEADER_READY or constraint is not None
+    return LwsGang(name, index, size, 1 if alone else size, constraint, policies)
 
 
 def _sub_groups(annotations: Mapping[str, Any], name: str, size: int) -> tuple[SubGroupPolicy, ...]:
@@ -172,5 +186,6 @@ def _sub_groups(annotations: Mapping[str, Any], name: str, size: int) -> tuple[S
             )
             if sub_level
             else None,
+            exclusive=bool(sub_level),
         ),
     )

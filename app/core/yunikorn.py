@@ -13,7 +13,17 @@ and its task groups are the JSON list in the pod annotation
   `yunikorn.apache.org/task-group-name`;
 - the application id is, in YuniKorn's order, the label
   `yunikorn.apache.org/app-id`, the annotation of that name, the label
-  `applicationId`, the label `spark-app-selector`.
+  `applicationId`, the label `spark-app-selector`;
+- the annotation `yunikorn.apache.org/schedulingPolicyParameters` holds
+  space-separated `key=value` pairs (`pkg/cache/gang_utils.go`
+  GetSchedulingPolicyParam): `placeholderTimeoutInSeconds` (how long the gang
+  may wait once its first member holds room; 0 or absent: the default) and
+  `gangSchedulingStyle`, `Soft` (YuniKorn's default: after the timeout the
+  members are scheduled as plain pods) or `Hard` (YuniKorn fails the
+  application; here the gang keeps waiting as a gang). YuniKorn skips what it
+  cannot read and uses the defaults; here such a value holds the gang with a
+  message naming it, so a typo is seen instead of silently changing the
+  gang's rules (`scheduling_policy`).
 
 Each task group is a role with its own minimum (a leaf of the gang's tree);
 the gang needs the sum of the minimums. The per-group placement fields are
@@ -31,6 +41,11 @@ from app.core.resources import QuantityError, parse_resource_list
 
 TASK_GROUPS_ANNOTATION = "yunikorn.apache.org/task-groups"
 TASK_GROUP_NAME_ANNOTATION = "yunikorn.apache.org/task-group-name"
+POLICY_ANNOTATION = "yunikorn.apache.org/schedulingPolicyParameters"
+TIMEOUT_PARAMETER = "placeholderTimeoutInSeconds"
+STYLE_PARAMETER = "gangSchedulingStyle"
+SOFT = "Soft"
+HARD = "Hard"
 APP_ID_KEY = "yunikorn.apache.org/app-id"
 # YuniKorn's order: label app-id, annotation app-id, then these labels.
 APP_ID_LABELS = ("applicationId", "spark-app-selector")
@@ -54,6 +69,15 @@ def app_id_of(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> str 
     return None
 
 
+class SchedulingPolicy(NamedTuple):
+    """A YuniKorn gang's schedulingPolicyParameters, as read from its declaring pod."""
+
+    # placeholderTimeoutInSeconds; 0: the extender's --permit-waiting-time-seconds.
+    timeout_seconds: int = 0
+    # gangSchedulingStyle Soft (YuniKorn's default): plain pods once the wait runs out.
+    soft: bool = True
+
+
 class TaskGroupMember(NamedTuple):
     """A pod of a YuniKorn gang: its app id, its task group, the task groups it declares."""
 
@@ -62,6 +86,8 @@ class TaskGroupMember(NamedTuple):
     # None: it declares none; else what its annotation says (or why it cannot be used).
     roles: tuple[tuple[str, int], ...] | None
     error: str
+    # Its schedulingPolicyParameters; None unless it declares the task groups.
+    policy: SchedulingPolicy | None = None
 
 
 def task_group_member(
@@ -84,13 +110,59 @@ def task_group_member(
             "every pod of the gang"
         )
     roles: tuple[tuple[str, int], ...] | None = None
+    policy: SchedulingPolicy | None = None
     error = ""
     if declared is not None:
+        # YuniKorn reads the policy from the same pod as the task groups (its first one).
         try:
             roles = task_groups(declared if isinstance(declared, str) else "")
+            policy = scheduling_policy(annotations.get(POLICY_ANNOTATION))
         except TaskGroupsError as err:
-            error = str(err)
-    return TaskGroupMember(app, task if isinstance(task, str) else "", roles, error)
+            roles, error = None, str(err)
+    return TaskGroupMember(app, task if isinstance(task, str) else "", roles, error, policy)
+
+
+def scheduling_policy(raw: object) -> SchedulingPolicy:
+    """The annotation's `key=value` pairs (TaskGroupsError naming the one that is wrong).
+
+    YuniKorn's reading, stricter: a pair that is not `key=value`, a key other
+    than its two, a timeout that is not a whole number >= 0, a style other than
+    Soft or Hard (case matters, as in YuniKorn) is refused instead of skipped.
+    A key given twice: the last one counts, as in YuniKorn.
+    """
+    if raw is None:
+        return SchedulingPolicy()
+    where = f"annotation {POLICY_ANNOTATION}"
+    if not isinstance(raw, str):
+        raise TaskGroupsError(f"{where} must be a string of key=value pairs")
+    timeout, soft = 0, True
+    for pair in raw.split():
+        key, equals, value = pair.partition("=")
+        if not equals or not key or "=" in value:
+            raise TaskGroupsError(
+                f"{where}: {pair!r:.60} is not key=value (pairs are separated by spaces, "
+                f"e.g. {TIMEOUT_PARAMETER}=60 {STYLE_PARAMETER}={HARD})"
+            )
+        if key == TIMEOUT_PARAMETER:
+            if not (value.isascii() and value.isdigit()) or len(value) > 18:
+                raise TaskGroupsError(
+                    f"{where}: {TIMEOUT_PARAMETER} must be a whole number of seconds >= 0 "
+                    f"(0: the default wait), got {value!r:.40}"
+                )
+            timeout = int(value)
+        elif key == STYLE_PARAMETER:
+            if value not in (SOFT, HARD):
+                raise TaskGroupsError(
+                    f"{where}: {STYLE_PARAMETER} must be {SOFT} or {HARD} (case matters; "
+                    f"YuniKorn would take {value!r:.40} as {SOFT})"
+                )
+            soft = value == SOFT
+        else:
+            raise TaskGroupsError(
+                f"{where}: unknown parameter {key!r:.60}; YuniKorn reads "
+                f"{TIMEOUT_PARAMETER} and {STYLE_PARAMETER} only"
+            )
+    return SchedulingPolicy(timeout, soft)
 
 
 def _field(entry: Mapping[str, Any], name: str) -> Any:

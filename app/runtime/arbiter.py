@@ -230,9 +230,8 @@ class Arbiter:
 
     def on_settled(self, key: str, outcome: SettleOutcome) -> None:
         """The gate bound or released the gang's wave: its claim ends."""
-        claim = self.ledger.end(key)
-        if outcome is SettleOutcome.RELEASED and claim is not None:
-            self.line.rejoin(key, claim)
+        if self._release.settled(key, outcome is SettleOutcome.RELEASED):
+            self._revision.bump()
         self._schedule_reconsider()
 
     def on_nodes_changed(self) -> None:

@@ -3,7 +3,8 @@
 Either way the members the gate holds for it are released, it goes back in
 line keeping its age, and the messages our filter and gate gave its pods
 are remembered: a PodScheduled condition quoting one of them later is ours,
-not kube-scheduler finding no node.
+not kube-scheduler finding no node. A claim the gate settles (bound or
+released) ends here too (`settled`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ class ClaimRelease:
         """Our filter turned this pod away with `message` (not a capacity failure)."""
         if uid:
             self._ours[uid] = ((self._ours.get(uid) or ()) + (message,))[-4:]
+
+    def settled(self, key: str, released: bool) -> bool:
+        """The gate bound or `released` the gang's wave: its claim ends, and released, the gang
+        goes back in line keeping its age. Unless its members are plain pods now (YuniKorn's
+        Soft style, its timeout run out): no member asks for it any more, and aged it would
+        hold back every gang behind it, so it leaves the line (True: the line changed)."""
+        claim = self._ledger.end(key)
+        if self._admission.soft.is_plain(key):
+            return self._line.leave(key) is not None
+        if released and claim is not None:
+            self._line.rejoin(key, claim)
+        return False
 
     def give_way(self, key: str, winner: str, priority: int) -> None:
         """A gang of higher priority needs the capacity this claim holds."""

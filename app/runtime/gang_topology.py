@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
 from app.base.metrics import Metrics
-from app.core.contention import Contest, Decision, Gang, decide
+from app.core.contention import Contest, Decision, Gang, Ruling, decide
 from app.core.groups import GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin, Packing
@@ -32,6 +33,7 @@ from app.core.topology.domains import (
     place,
     placed_message,
 )
+from app.core.topology.exclusive import exclusive_room
 from app.core.topology.held import HeldGroup, groups_message, held_groups
 from app.core.topology.sources import constraint_of
 from app.core.topology.subgroups import GangTree, Path
@@ -153,6 +155,11 @@ class GangTopology:
         and each constrained sub-group's (and its constraint) for a gang made of groups
         (`spec` given: TopologyError for slices the gang cannot have)."""
         tree = self.tree(spec, pod) if spec is not None else None
+        if spec is not None and spec.exclusive_size and constraint is not None:
+            narrowed = self._exclusive(spec, gang, constraint, contest)
+            if isinstance(narrowed, Decision):
+                return narrowed, None, {}
+            gang, contest = narrowed
         if tree is not None and tree.groups:
             where = self._where(gang.key, constraint) if constraint is not None else None
             placed_tree = place_tree(
@@ -164,6 +171,33 @@ class GangTopology:
             return decide(gang, contest, now, aging_seconds), None, {}
         placed = place(gang, self._where(gang.key, constraint), contest, now, aging_seconds)
         return placed.decision, placed.domain, {}
+
+    def _exclusive(
+        self, spec: GroupSpec, gang: Gang, constraint: TopologyConstraint, contest: Contest
+    ) -> tuple[Gang, Contest] | Decision:
+        """LeaderWorkerSet exclusive-topology (app/core/topology/exclusive.py): the free nodes
+        narrowed to the domains with no other LWS group of its namespace and room for the
+        whole replica, and whatever of it exists placed together; or why no domain will do."""
+        # LWS's anti-affinity term names no namespaces: it weighs its own namespace's pods.
+        own = spec.key.split("/", 1)[0] + "/"
+        barred = {
+            value
+            for key in self._state.group_keys()
+            if key.startswith(own) and key != spec.key
+            for p in self._state.placed_members(key)
+            if (value := self._state.labels_of(p.placed_node).get(constraint.key)) is not None
+        }
+        size = spec.exclusive_size - len(self._placed_nodes(spec.key))
+        inner = next((p for p in spec.sub_group_policy if p.constraint is not None), None)
+        sub = None
+        if inner is not None and inner.constraint is not None and size == spec.exclusive_size:
+            sub = (inner.size, inner.constraint.key)  # nothing placed: cut the whole replica
+        nodes, why = exclusive_room(
+            spec.key, gang.demands, size, constraint.key, contest.free, barred, sub
+        )
+        if not nodes:
+            return Decision(Ruling.SHORT, message=why)
+        return replace(gang, need=len(gang.demands)), replace(contest, free=nodes, positions=None)
 
     def packer(
         self, spec: GroupSpec, pod: Candidate | None, members: Sequence[PodRecord]

@@ -78,6 +78,8 @@ class PermitGate:
         self._settle_listeners.append(listener)
 
     def _settled(self, group_key: str, outcome: SettleOutcome) -> None:
+        if outcome is SettleOutcome.BOUND:
+            self._admission.soft.stop(group_key)
         for listener in self._settle_listeners:
             listener(group_key, outcome)
 
@@ -98,6 +100,8 @@ class PermitGate:
         if pod.key in group.binding:
             raise GateError(f"pod {pod.key} is already being bound by the gate")
         waiter = room.enter(group, pod, node)
+        if spec.plain_after_timeout:
+            self._admission.soft.start(spec.key)
         waiter.timer = asyncio.get_running_loop().call_later(
             wait_seconds, self._expire, spec.key, waiter, wait_seconds
         )
@@ -174,17 +178,34 @@ class PermitGate:
         if len(waiting) > _MAX_NAMES:
             names += f" and {len(waiting) - _MAX_NAMES} more"
         short = f"; sub-groups short: {verdict.describe_groups()}" if verdict.group_gap else ""
+        spec = group.spec
+        # YuniKorn's Soft style: once its whole timeout has run (it may span several waits).
+        plain = spec.plain_after_timeout and self._admission.soft.due(
+            group_key, spec.schedule_timeout_seconds or waited
+        )
         message = (
             f"gang {group_key} timed out after waiting {waited:g}s in the permit gate: "
-            f"{present} of minMember {group.spec.min_member} members were placed{short} "
+            f"{present} of minMember {spec.min_member} members were placed{short} "
             f"(waiting: {names}){self._unplaced_reasons(group_key)}; all waiting members "
             "were released"
+            + (
+                " and, as its gangSchedulingStyle is Soft, every member is scheduled as a "
+                "plain pod from now on (no longer all or nothing)"
+                if plain
+                else ""
+            )
         )
         log.info(message, extra={"podgroup": group_key, "verb": "bind"})
         released = self._drop_all(group, message)
         self._links.observer.gang_timed_out(group_key, released, message)
-        # The released members are parked as "denied"; they are retried when that expires.
-        deny_for_a_while(self._admission, self._links, group_key, DenyReason.TIMEOUT, message)
+        if plain:
+            self._admission.soft.fall_back(group_key)
+            if self._links.waker is not None:
+                # Members parked in kube-scheduler's unschedulable queue may go now.
+                self._links.waker.wake(group_key)
+        else:
+            # The released members are parked as "denied"; retried when that expires.
+            deny_for_a_while(self._admission, self._links, group_key, DenyReason.TIMEOUT, message)
         self._metrics.admissions.labels(AdmissionResult.TIMEOUT).inc()
         self._settled(group_key, SettleOutcome.RELEASED)
 
@@ -211,6 +232,13 @@ class PermitGate:
         self._room.victims.on_pod_change(old, new)
         if pod.group is None:
             return
+        soft = self._admission.soft
+        if (
+            new is None
+            and soft.tracks(pod.group.key)
+            and not self._room.state.members(pod.group.key)
+        ):
+            soft.forget(pod.group.key)  # the gang has no pods left: a new run is a gang again
         group = self._room.groups.get(pod.group.key)
         if group is None:
             return

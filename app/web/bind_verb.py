@@ -49,7 +49,7 @@ class BindVerb:
                 raise GateError(f"pod {pod.key} is already bound to {pod.node_name}")
             if pod.group_error:
                 raise GateError(pod.group_error)
-            if pod.group is None:
+            if pod.group is None or self._core.admission.soft.is_plain(pod.group.key):
                 await self._bind_plain(pod, args.node)
             else:
                 await self._gate.admit(pod, args.node, *self._spec_and_wait(pod.group))

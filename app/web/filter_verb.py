@@ -58,7 +58,7 @@ class FilterVerb:
             problem = pod.problem
             core.metrics.filter_decisions.labels(problem.reason).inc()
             return self._reject(args, names, pod, problem.reason, problem.message)
-        if pod.ref is None or pod.spec is None:
+        if pod.ref is None or pod.spec is None or core.admission.soft.is_plain(pod.spec.key):
             return filter_result(args, names, {}, {})
         spec = pod.spec
         siblings = self._views.siblings(spec, pod.ref, pod.uid)

@@ -41,7 +41,7 @@ class PreemptVerb:
             return preempt_result([])
         spec = pod.spec
         preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key if spec else None)
-        if spec is None or pod.ref is None:
+        if spec is None or pod.ref is None or self._core.admission.soft.is_plain(spec.key):
             return preempt_result(self._plans.plain(preemptor, args.candidates))
         # A gang whose plan lives is answered from it: the plan was made when the
         # gang could start, and our watch may not have delivered a sibling that

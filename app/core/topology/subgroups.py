@@ -118,6 +118,8 @@ class SubGroupPolicy:
     keys: tuple[str, ...]
     # Its own networkTopology (not the PodGroup's: Volcano does not inherit it).
     constraint: TopologyConstraint | None = None
+    # LWS subgroup-exclusive-topology: one sub-group per domain of its level.
+    exclusive: bool = False
 
     def path_of(self, labels: Mapping[str, str]) -> Path | None:
         """The member's sub-group, None when this policy does not take it.
@@ -152,6 +154,8 @@ class SubGroup:
     # None: no level of its own (a role), anywhere inside its parent's domain.
     constraint: TopologyConstraint | None
     kind: str = SLICE
+    # A domain of its own: no other exclusive sub-group shares it (SubGroupPolicy.exclusive).
+    exclusive: bool = False
 
     def describe(self) -> str:
         return f"{self.kind} {self.path[-1]}"
@@ -359,7 +363,7 @@ def _policies(policies: Sequence[SubGroupPolicy], members: Iterable[Member]) -> 
                     "it ready; create its missing pods or lower subGroupSize"
                 )
             size = policy.size if required else 0
-            groups[path] = SubGroup(path, size, policy.constraint, "sub-group")
+            groups[path] = SubGroup(path, size, policy.constraint, "sub-group", policy.exclusive)
     return groups, paths, placed
 
 

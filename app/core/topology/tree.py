@@ -229,6 +229,8 @@ class _Assigner:
             if nodes:
                 self._pins[group.path] = nodes
         self.domains: dict[Path, Domain] = {}
+        # The domains exclusive sub-groups were given (each holds one of them only).
+        self._exclusive: set[Domain] = set()
         # The last sub-group no domain could hold (the outermost, once the run failed), and
         # the levels it was tried at.
         self._failed: tuple[SubGroup, list[str]] | None = None
@@ -287,6 +289,8 @@ class _Assigner:
                 order = [pin] if pin is not None and pin in groups else []
             else:
                 order = fullest_first(groups, total_of(d.requests for d in demands))
+            if child.exclusive:  # LWS: kube-scheduler's anti-affinity keeps sub-groups apart
+                order = [value for value in order if Domain(level, value) not in self._exclusive]
             for value in order:
                 inside = groups[value]
                 trial = [b.with_free(dict(b.free)) for b in inside]
@@ -295,6 +299,8 @@ class _Assigner:
                     continue
                 take(inside, plan, demands)
                 self.domains[child.path] = Domain(level, value)
+                if child.exclusive:
+                    self._exclusive.add(self.domains[child.path])
                 return plan
         if anywhere:
             return self._assign(child.path, bins)  # preferred: anywhere inside its parent
