@@ -16,8 +16,8 @@ import json
 from app.core.yunikorn import POLICY_ANNOTATION, TASK_GROUP_NAME_ANNOTATION, TASK_GROUPS_ANNOTATION
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
+from tests.cluster.racks import racks, stays_unbound, told
 from tests.cluster.session import PERMIT_WAIT_SECONDS
-from tests.cluster.test_subgroups import racks, stays_unbound, told
 
 TIMEOUT = 3
 assert TIMEOUT < PERMIT_WAIT_SECONDS  # so the event shows the annotation's wait, not the default
