@@ -39,6 +39,7 @@ import datetime as dt
 import json
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -113,7 +114,8 @@ class ModeResult:
     running: int = 0  # big gangs bound whole once the line settled
     partial: int = 0  # big gangs partly bound then (holding room, never starting)
     waiting: int = 0
-    aged: int | None = None  # gangs gang-extender reported aged in /debug/gangs
+    in_line: int | None = None  # gangs in gang-extender's line (/debug/gangs)
+    aged: int | None = None  # of which it reported aged
     line_seconds: float = 0.0  # from the big pods' creation until the line settled
     drain_rounds: list[list[str]] = field(default_factory=list)
     drain_seconds: list[float] = field(default_factory=list)
@@ -246,7 +248,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "creation to the last bind (medians over the rounds).",
         "",
         "| scheduler | small pods/s, no line | small pods/s, behind the line | all bound, no line "
-        "/ behind | big gangs running / partly bound / waiting (aged) | line settled "
+        "/ behind | big gangs running / partly bound / waiting | line settled "
         "| drain: gangs started per round (seconds) |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -254,7 +256,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         rounds = ", ".join(
             f"{len(r)} ({s:.0f} s)" for r, s in zip(m.drain_rounds, m.drain_seconds, strict=False)
         )
-        aged = f" ({m.aged:,})" if m.aged is not None else ""
+        aged = f" ({m.in_line:,} in line, {m.aged:,} aged)" if m.aged is not None else ""
         lines.append(
             f"| ({m.key}) {m.description} | {median_rate(m.without):.1f} "
             f"({', '.join(f'{r.pods_per_second:.1f}' for r in m.without)}) "
@@ -289,7 +291,7 @@ class Sizes:
     aging_seconds: float = 5.0
     small_timeout: float = 600.0
     line_timeout: float = 1200.0
-    drain_timeout: float = 300.0
+    drain_timeout: float = 180.0
 
 
 def _group_kwargs(case: e2e.Case, gang: str) -> dict[str, Any]:
@@ -354,20 +356,19 @@ class Scenario:
         runner, case = self.runner, self.case
         if case.extender and runner.cluster.extender_url is None:
             raise RuntimeError(f"case ({case.key}) needs gang-extender running")
-        scheduler = runner.start_scheduler(
-            self.prefix,
-            runner.cluster.extender_url if case.extender else None,
-            case.gangs == "native",
-            case.gang_only,
-            case.mark_preemptors,
-            case.batching,
-        )
+        scheduler = self._start_scheduler("free")
         try:
-            wait_for(lambda: self._queues() is not None, 60, "kube-scheduler's metrics", 0.5)
             for n in range(1, self.sizes.rounds + 1):
                 self.result.without.append(self.small_gangs(f"{self.prefix}-free{n}", "no line"))
+            # The big gangs are all there when kube-scheduler starts, as in bench/e2e.py:
+            # it tries each one whole once. Created under a running kube-scheduler, a
+            # member tried before its gang is complete is turned away for that, and
+            # kube-scheduler may not try it again for minutes (nothing it waits on happens).
+            stop_process(scheduler, grace=15)
             self.big = BigGangs(self)
-            self.big.build()
+            self.big.create()
+            scheduler = self._start_scheduler("line")
+            self.big.settle()
             for n in range(1, self.sizes.rounds + 1):
                 self.result.behind.append(
                     self.small_gangs(f"{self.prefix}-line{n}", "behind the line")
@@ -381,6 +382,20 @@ class Scenario:
             if self.big is not None:
                 self.big.stop()
         return self.result
+
+    def _start_scheduler(self, phase: str) -> subprocess.Popen[bytes]:
+        """This case's kube-scheduler (bench/e2e.py's configuration), once it serves metrics."""
+        case = self.case
+        scheduler = self.runner.start_scheduler(
+            f"{self.prefix}-{phase}",
+            self.runner.cluster.extender_url if case.extender else None,
+            case.gangs == "native",
+            case.gang_only,
+            case.mark_preemptors,
+            case.batching,
+        )
+        wait_for(lambda: self._queues() is not None, 60, "kube-scheduler's metrics", 0.5)
+        return scheduler
 
     def _queues(self) -> dict[str, float] | None:
         try:
@@ -476,15 +491,16 @@ class BigGangs:
         assert self.watch is not None
         return gang_starts(self.watch.bound_at, self.members)
 
-    def build(self) -> None:
-        s, runner, result = self.s, self.s.runner, self.s.result
+    def create(self) -> None:
+        """The big gangs' PodGroups and pods, seen by gang-extender (if it runs) on return."""
+        s, runner = self.s, self.s.runner
         case = s.case
         assert case.gangs is not None
         runner.create_namespace(self.namespace)
         rv = runner.core.list_namespaced_pod(self.namespace, limit=1).metadata.resource_version
         self.watch = e2e.BindWatch(runner.core, self.namespace, rv, len(self.gangs) * BIG_SIZE)
         began = time.monotonic()
-        attempts_before = self._attempts()
+        cached = runner.extender_cached_pods() if case.extender else 0.0
         runner.create_podgroups(self.namespace, case.gangs, self.gangs, BIG_SIZE)
         bodies = [
             e2e.pod_body(pod, cpu=BIG_CPU, node_selector=s.selector, **_group_kwargs(case, gang))
@@ -492,11 +508,25 @@ class BigGangs:
             for pod in self.members[gang]
         ]
         runner.create_pods(self.namespace, bodies)
+        if case.extender:
+            wait_for(
+                lambda: runner.extender_cached_pods() >= cached + len(bodies),
+                s.sizes.line_timeout,
+                "gang-extender's watch to deliver the big pods",
+                0.5,
+            )
         s.log(
             f"  ({case.key}) {len(self.gangs)} big gangs created "
             f"in {time.monotonic() - began:.0f} s"
         )
-        self._settle(began, attempts_before)
+
+    def settle(self) -> None:
+        """Until the running big gangs are bound and the rest turned away, and aged."""
+        s, runner, result = self.s, self.s.runner, self.s.result
+        case = s.case
+        assert self.watch is not None
+        began = time.monotonic()
+        self._settle(began)
         result.line_seconds = time.monotonic() - began
         starts = self.starts()
         bound = set(self.watch.bound_at)
@@ -508,49 +538,63 @@ class BigGangs:
         result.waiting = len(self.line)
         time.sleep(s.sizes.aging_seconds + 1)  # every gang turned away has aged
         if case.extender:
-            line = _line_of(debug_gangs(runner))
+            # Kept as evidence: who waits, aged or not, and where room is held for whom.
+            document = debug_gangs(runner)
+            dump = runner.cluster.work_dir / f"{s.prefix}-debug-gangs.json"
+            dump.write_text(json.dumps(document, indent=1))
+            line = _line_of(document)
+            result.in_line = len(line)
             result.aged = sum(1 for entry in line if entry.get("aged"))
         s.log(
             f"  ({case.key}) line settled after {result.line_seconds:.0f} s: {result.running} big "
             f"gangs running, {result.partial} partly bound, {result.waiting} waiting"
-            + (f" ({result.aged} aged in /debug/gangs)" if result.aged is not None else "")
+            + (
+                f" ({result.in_line} in gang-extender's line, {result.aged} aged)"
+                if result.aged is not None
+                else ""
+            )
         )
 
-    def _settle(self, began: float, attempts_before: float) -> None:
-        """Until kube-scheduler has tried every big pod and no bind came for a few seconds:
-        the running gangs run, the rest were turned away.
-
-        Tried: gang-extender's rejections park the pods (none active or in
-        backoff); the in-tree plugin keeps its gangs that cannot be placed in
-        backoff, retrying them, so there it is as many attempts as pods.
-        """
+    def _settle(self, began: float) -> None:
+        """Until the running gangs are bound (no bind for a few seconds) and every other
+        one was turned away: joined gang-extender's line (/debug/gangs), or, in-tree, has
+        a member kube-scheduler reported FailedScheduling for."""
         assert self.watch is not None
         watch, s = self.watch, self.s
-        pods = len(self.gangs) * BIG_SIZE
         quiet_since: float | None = None
         last_bound = -1
+        turned_away: Collection[str] = ()
         deadline = began + s.sizes.line_timeout
         while time.monotonic() < deadline:
-            queues = s._queues() or {}
-            parked = queues and queues.get("active", 0) + queues.get("backoff", 0) == 0
-            tried = self._attempts() - attempts_before >= pods
-            if (parked or tried) and len(watch.bound_at) == last_bound:
+            if len(watch.bound_at) == last_bound:
                 quiet_since = quiet_since or time.monotonic()
+                waiting = set(self.gangs) - set(self.starts())
                 if time.monotonic() - quiet_since >= 3:
-                    return
+                    turned_away = self._turned_away()
+                    if waiting <= set(turned_away):
+                        return
             else:
                 quiet_since = None
             last_bound = len(watch.bound_at)
-            time.sleep(1)
+            time.sleep(1 if len(self.gangs) < 200 else 5)
         s.result.notes.append(
-            f"the line did not settle within {s.sizes.line_timeout:.0f} s "
-            f"(kube-scheduler's queues {s._queues()}); measured anyway"
+            f"the line did not settle within {s.sizes.line_timeout:.0f} s: "
+            f"{len(set(self.gangs) - set(self.starts()))} big gangs waiting, "
+            f"{len(turned_away)} of them turned away; measured anyway"
         )
 
-    def _attempts(self) -> float:
-        """kube-scheduler's scheduling attempts so far, whatever their result."""
-        samples = parse_metrics(self.s.runner.scheduler_metrics())
-        return sum(sum_by_label(samples, "scheduler_schedule_attempts_total", "result").values())
+    def _turned_away(self) -> set[str]:
+        """The big gangs the scheduler has turned away so far."""
+        if self.s.case.extender:
+            prefix = f"{self.namespace}/"
+            return {
+                str(entry.get("group", "")).removeprefix(prefix)
+                for entry in _line_of(debug_gangs(self.s.runner))
+            }
+        events = self.s.runner.core.list_namespaced_event(
+            self.namespace, field_selector="reason=FailedScheduling"
+        ).items
+        return {e.involved_object.name.rsplit("-", 1)[0] for e in events if e.involved_object}
 
     def _created(self) -> dict[str, str]:
         """gang -> its PodGroup's creationTimestamp."""

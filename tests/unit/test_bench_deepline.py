@@ -68,7 +68,7 @@ def test_the_section_shows_each_scheduler_and_the_out_of_order_starts() -> None:
     ours = ModeResult("c", "gang-extender, every verb", 200, 1000, running=50, waiting=950)
     ours.without, ours.behind = [small(100.0)], [small(90.0)]
     ours.out_of_order = [OutOfOrder(1, "big0060", 3, ("big0051",))]
-    ours.aged = 950
+    ours.in_line, ours.aged = 950, 940
     section = deepline.render_markdown(
         {
             "date": "today",
@@ -87,5 +87,5 @@ def test_the_section_shows_each_scheduler_and_the_out_of_order_starts() -> None:
     )
     assert section.startswith(deepline.MD_BEGIN) and section.endswith(deepline.MD_END + "\n")
     assert "| (c) gang-extender, every verb | 100.0 (100.0) | 90.0 (90.0) |" in section
-    assert "| 50 / 0 / 950 (950) |" in section
+    assert "| 50 / 0 / 950 (950 in line, 940 aged) |" in section
     assert "big0060 started from place 3 in line, ahead of it still waiting: big0051" in section
