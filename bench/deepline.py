@@ -15,9 +15,12 @@ in-tree GangScheduling plugin with native scheduling.k8s.io/v1beta1
 PodGroups), one kube-scheduler runs the whole scenario:
 
   1. the small gangs with no line (--rounds times, each in a fresh namespace);
-  2. the big gangs are created, and the bench waits until the running ones
-     are bound and kube-scheduler has parked every other pod (none active or
-     in backoff), then for the aging period;
+  2. the big gangs are created with kube-scheduler stopped, then it starts
+     again (it tries each gang whole once, as bench/e2e.py's cases), and the
+     bench waits until the running ones are bound and every other one was
+     turned away (in gang-extender's line, /debug/gangs, which is kept as
+     evidence; in-tree, a member reported FailedScheduling), then for the
+     aging period;
   3. the small gangs again, behind the line (--rounds times); no big gang may
      start meanwhile (there is no room for one);
   4. the drain: --drain-rounds times, --drain-gangs running big gangs end
