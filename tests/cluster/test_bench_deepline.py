@@ -35,7 +35,7 @@ def deepline_pool(kube: Kube, extender: Extender) -> Iterator[list[str]]:
             "add-node",
             name,
             "--cpu",
-            deepline.NODE_SHAPE["cpu"],
+            str(deepline.NODE_SHAPE["cpu"]),
             "--memory",
             "32Gi",
             "--label",
