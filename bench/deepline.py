@@ -710,6 +710,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=5,
         help="gang-extender's --gang-aging-seconds (default 5)",
     )
+    parser.add_argument(
+        "--line-timeout",
+        type=float,
+        default=1200,
+        help="how long the big gangs may take to settle (running bound, the rest turned away) "
+        "before the bench measures anyway, with a note (default 1200 s)",
+    )
     parser.add_argument("--qps", type=int, default=2000, help="kube-scheduler client QPS and burst")
     parser.add_argument("--label", default="development machine", help="what machine this is")
     parser.add_argument(
@@ -736,6 +743,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         drain_rounds=args.drain_rounds,
         drain_gangs=args.drain_gangs,
         aging_seconds=args.aging_seconds,
+        line_timeout=args.line_timeout,
     )
     began = time.monotonic()
     load = load_average()
