@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install lock audit kube helm manifests lint typecheck unit docs docs-reference test cluster-test soak soak-ci demo demo-down bench bench-plots bench-e2e bench-compare cluster-up cluster-down clean
+.PHONY: help install lock audit kube helm manifests lint typecheck unit docs docs-reference test cluster-test soak soak-ci demo demo-down bench bench-plots bench-e2e bench-deepline bench-compare cluster-up cluster-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -123,6 +123,9 @@ bench-plots: $(STAMP) ## redraw docs/benchmarks/img/ from the JSON in bench/resu
 
 bench-e2e: $(STAMP) kube ## only the end-to-end benchmark; e.g. E2E_ARGS="--nodes 200 --pods 1000 --scale-nodes 0 --cache-pods 0"
 	$(BIN)/python bench/e2e.py $(E2E_ARGS)
+
+bench-deepline: $(STAMP) kube ## small gangs beside 1,000 big aged gangs with kube-scheduler (issue 46): gang-extender and the in-tree GangScheduling plugin, then the big gangs' start order; e.g. DEEPLINE_ARGS="--nodes 40 --big-gangs 200 --small-gangs 20"
+	$(BIN)/python -m bench.deepline $(DEEPLINE_ARGS)
 
 # Old main next to this checkout in one run, the two taking turns (bench/compare.py);
 # e.g. ARGS="--nodes 1000 --pods 10000 --rounds 5", ARGS="--e2e" after `make kube`.

@@ -344,9 +344,13 @@ def pod_body(
     label_group: tuple[str, int] | None = None,
     node_name: str | None = None,
     marked: bool = False,
+    cpu: str = POD_CPU,
+    node_selector: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """marked: the gang member as the gang-only mode's webhook leaves it (the
-    webhook runs at creation, which the cases do not time)."""
+    webhook runs at creation, which the cases do not time). cpu and
+    node_selector: bench.deepline's big gangs, and its pods kept to a pool of
+    nodes on a shared test cluster."""
     labels: dict[str, str] = {"app": "bench"}
     if x_group:
         labels[POD_GROUP_LABEL] = x_group
@@ -358,7 +362,9 @@ def pod_body(
         spec["schedulingGroup"] = {"podGroupName": native_group}
     if node_name:
         spec["nodeName"] = node_name
-    body = pause_pod(name, cpu=POD_CPU, memory=POD_MEMORY, labels=labels, spec=spec)
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    body = pause_pod(name, cpu=cpu, memory=POD_MEMORY, labels=labels, spec=spec)
     if marked:
         resources = body["spec"]["containers"][0]["resources"]
         resources["requests"][MEMBER_RESOURCE] = MEMBER_QUANTITY
@@ -942,12 +948,14 @@ class Runner:
 
         self.create_many([create(p) for p in pods])
 
-    def create_podgroups(self, namespace: str, source: str, names: Sequence[str]) -> None:
+    def create_podgroups(
+        self, namespace: str, source: str, names: Sequence[str], min_member: int = GANG_SIZE
+    ) -> None:
         api = GROUP_APIS[source]
         spec: dict[str, Any] = (
-            {"minMember": GANG_SIZE}
+            {"minMember": min_member}
             if source == SOURCE_XK8S
-            else {"schedulingPolicy": {"gang": {"minCount": GANG_SIZE}}}
+            else {"schedulingPolicy": {"gang": {"minCount": min_member}}}
         )
 
         def create(name: str) -> Callable[[], None]:
@@ -1312,11 +1320,12 @@ def _local_cluster(*args: str) -> str:
     return local_cluster(*args, env=_env())
 
 
-def add_nodes(lc: Any, first: int, last: int) -> None:
-    """Fake nodes node-first..node-last, created concurrently (hack/local_cluster's shape)."""
+def add_nodes(lc: Any, first: int, last: int, node_shape: Mapping[str, Any] = NODE_SHAPE) -> None:
+    """Fake nodes node-first..node-last, created concurrently (hack/local_cluster's shape;
+    NODE_SHAPE's size unless `node_shape` says otherwise: bench.deepline's 8 CPUs)."""
     api = lc.api.Api(lc.layout.Config.from_env(_env()))
     shape = lc.nodes.NodeShape(
-        cpu=NODE_SHAPE["cpu"], memory=NODE_SHAPE["memory"], pods=NODE_SHAPE["pods"]
+        cpu=node_shape["cpu"], memory=node_shape["memory"], pods=node_shape["pods"]
     )
     version = lc.toolchain.read_versions()["KUBE_VERSION"]
     with ThreadPoolExecutor(8) as pool:
