@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.api_ints import INT32_MAX, is_int32
 from app.core.topology.domains import TopologyConstraint, TopologyError
 from app.core.topology.sources import constraint_from_native
 from app.core.topology.subgroups import GangTree, Path, SubGroup
@@ -44,7 +45,6 @@ COMPOSITE_PLURAL = "compositepodgroups"
 COMPOSITE_KIND = "CompositePodGroup"
 # KEP-6012: the tree is at most four levels deep (the root included).
 MAX_DEPTH = 4
-_INT32_MAX = 2**31 - 1
 
 
 class CompositeError(ValueError):
@@ -81,10 +81,10 @@ def node_from(raw: Mapping[str, Any], leaf: bool) -> GroupNode:
     if isinstance(gang, Mapping):
         field = "minCount" if leaf else "minGroupCount"
         value = gang.get(field)
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _INT32_MAX:
+        if not is_int32(value, 1):
             raise CompositeError(
                 f"{kind} {name}: spec.schedulingPolicy.gang.{field} must be an integer "
-                f"between 1 and {_INT32_MAX}, got {value!r:.40}"
+                f"between 1 and {INT32_MAX}, got {value!r:.40}"
             )
         minimum = value
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from app.core.api_ints import INT32_MAX, is_int32
 from app.core.groups import (
     SOURCE_NATIVE,
     SOURCE_VOLCANO,
@@ -27,7 +28,6 @@ _T = TypeVar("_T")
 
 
 # The group APIs declare their counts and timeouts as int32.
-_INT32_MAX = 2**31 - 1
 
 
 def _int_field(
@@ -39,10 +39,10 @@ def _int_field(
         value = default
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _INT32_MAX:
+    if not is_int32(value, minimum):
         raise PodGroupSpecError(
             f"PodGroup {key}: spec.{name} must be an integer between {minimum} and "
-            f"{_INT32_MAX}, got {value!r:.80}"
+            f"{INT32_MAX}, got {value!r:.80}"
         )
     return value
 

@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.api_ints import is_int32
 from app.core.topology.domains import TopologyConstraint
 from app.core.topology.subgroups import SubGroupPolicy
 
@@ -65,8 +66,6 @@ LEADER_CREATED = "LeaderCreated"
 
 # The sub-groups' names: subgroup-0, subgroup-1, ... (SubGroupPolicy.path_of).
 SUBGROUP = "subgroup"
-
-_INT32_MAX = 2**31 - 1
 
 
 class LwsLabelError(ValueError):
@@ -96,7 +95,7 @@ class LwsGang:
 def _count(annotations: Mapping[str, Any], key: str, name: str) -> int:
     raw = annotations.get(key)
     value = int(raw) if isinstance(raw, str) and raw.isascii() and raw.isdigit() else 0
-    if not 1 <= value <= _INT32_MAX:
+    if not is_int32(value, 1):
         raise LwsLabelError(
             f"LeaderWorkerSet {name}: annotation {key} must be a whole number >= 1, "
             f"got {raw!r:.40}; LWS's controller sets it on every pod of the set "

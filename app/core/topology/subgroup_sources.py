@@ -18,12 +18,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+from app.core.api_ints import INT32_MAX, is_int32
 from app.core.placement import Requirement
 from app.core.topology.domains import TopologyError
 from app.core.topology.sources import constraint_from_volcano
 from app.core.topology.subgroups import SubGroupPolicy
 
-_INT32_MAX = 2**31 - 1
 # The label selector operators (metav1.LabelSelectorRequirement).
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
@@ -68,9 +68,9 @@ def named_entries(
 def int32_count(value: Any, where: str, minimum: int) -> int:
     """`value` when it is an integer from `minimum` to int32's largest, else TopologyError
     naming `where` (a bool is not a count)."""
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _INT32_MAX:
+    if not is_int32(value, minimum):
         raise TopologyError(
-            f"{where} must be an integer between {minimum} and {_INT32_MAX}, got {value!r:.40}"
+            f"{where} must be an integer between {minimum} and {INT32_MAX}, got {value!r:.40}"
         )
     return value
 
