@@ -76,6 +76,7 @@ class Settings:
     webhook_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
     webhook_scheduler_names: tuple[str, ...] = ()
     expect_marked_preemptors: bool = False
+    hold_waiting_gangs: bool = False
 
     @property
     def tls(self) -> bool:
@@ -181,6 +182,16 @@ def _check_webhook(settings: Settings) -> None:
         raise ConfigError(
             f"{flag_of('expect_marked_preemptors')}=true is for the gang-only mode, which "
             f"serves the webhook: set {flag_of('webhook_port')}"
+        )
+    if settings.hold_waiting_gangs and settings.webhook_port is None:
+        raise ConfigError(
+            f"{flag_of('hold_waiting_gangs')}=true needs the webhook that gives gang members "
+            f"the line's scheduling gate: set {flag_of('webhook_port')} (the gang-only mode)"
+        )
+    if settings.hold_waiting_gangs and not settings.gang_feasibility:
+        raise ConfigError(
+            f"{flag_of('hold_waiting_gangs')}=true holds gangs while they wait in the line, "
+            f"which only {flag_of('gang_feasibility')}=true keeps: set it, or leave holding off"
         )
 
 

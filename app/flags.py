@@ -373,4 +373,13 @@ FLAGS = (
         '"Deployment modes" in the manual)',
         "BOOL",
     ),
+    Flag(
+        "hold_waiting_gangs",
+        _bool,
+        "the webhook gives gang members that cannot preempt a scheduling gate "
+        "(gang-extender.dev/line), removed once their gang can be admitted as a whole: a gang "
+        "waiting in line costs kube-scheduler nothing (needs --webhook-port; see "
+        '"Held in line" in docs/contention.md)',
+        "BOOL",
+    ),
 )

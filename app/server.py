@@ -151,6 +151,7 @@ def build_runtime(
             aging_seconds=settings.gang_aging_seconds,
             levels=settings.levels,
             every_gang=settings.gang_feasibility,
+            hold=settings.hold_waiting_gangs,
         ),
     )
     # A plan evicts only for a gang the line would then admit (issue 49).
@@ -267,6 +268,7 @@ def build_webhook(
             metrics,
             settings.webhook_scheduler_names,
             (LWS_NAME_LABEL,) if settings.lws_gangs == "on" else (),
+            hold=settings.hold_waiting_gangs,
         ),
         certs,
     )

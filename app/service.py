@@ -168,6 +168,8 @@ class Service:
         for reflector in self.reflectors:
             reflector.start()
         rt.arbiter.warmup.start()
+        if rt.arbiter.holds is not None:
+            rt.arbiter.holds.start()
 
     async def stop(self) -> None:
         """Answer the gate's waiters, let the work under way finish, then close the clients."""
@@ -179,6 +181,8 @@ class Service:
         await rt.follower.drain()
         await rt.reclaimer.drain()
         await rt.arbiter.warmup.stop()
+        if rt.arbiter.holds is not None:
+            await rt.arbiter.holds.stop()
         if parts.queue_status is not None:
             await parts.queue_status.stop()
         await parts.writers.status.stop()

@@ -10,9 +10,11 @@ of 2 x 100m are submitted: they fit in those remainders and must run at once
 (backfill), not wait behind the aged big gangs.
 
 For each scheduler (--cases, bench/e2e.py's keys: c gang-extender calling
-every verb, q gang-extender in the gang-only mode as shipped, d Kubernetes'
-in-tree GangScheduling plugin with native scheduling.k8s.io/v1beta1
-PodGroups), one kube-scheduler runs the whole scenario:
+every verb, q gang-extender in the gang-only mode as shipped, k the same with
+--hold-waiting-gangs (members created with the line's scheduling gate, as the
+webhook then leaves them), d Kubernetes' in-tree GangScheduling plugin with
+native scheduling.k8s.io/v1beta1 PodGroups), one kube-scheduler runs the
+whole scenario:
 
   1. the small gangs with no line (--rounds times, each in a fresh namespace);
   2. the big gangs are created with kube-scheduler stopped, then it starts
@@ -38,6 +40,7 @@ the in-tree plugin's behind the line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import platform
@@ -51,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.core.groups import GROUP_APIS
+from app.core.marking import LINE_GATE
 from bench import e2e
 from bench.results import commit, machine_description, write_json
 from hack.clusterkit import REPO, http_text, parse_metrics, stop_process, sum_by_label, wait_for
@@ -65,6 +69,7 @@ NODE_SHAPE = {"cpu": "8", "memory": "32Gi", "pods": 110}
 MODES = {
     "c": "gang-extender, every verb",
     "q": "gang-extender, gang-only (as shipped)",
+    "k": "gang-extender, gang-only, waiting gangs held (--hold-waiting-gangs)",
     "d": "in-tree GangScheduling (native PodGroups)",
 }
 """Which of bench/e2e.py's CASES (their scheduler configuration and group source) run here."""
@@ -297,6 +302,26 @@ class Sizes:
     drain_timeout: float = 180.0
 
 
+HELD = "k"
+"""The mode whose members arrive with the line's gate, as the webhook leaves them with
+--hold-waiting-gangs: case (q)'s configuration otherwise."""
+
+
+def case_of(key: str) -> e2e.Case:
+    """bench/e2e.py's case a mode runs; the held mode is (q) under its own key."""
+    if key == HELD:
+        return dataclasses.replace(e2e.CASES["q"], key=HELD, description=MODES[HELD])
+    return e2e.CASES[key]
+
+
+def as_webhook_leaves(case: e2e.Case, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The members of the held mode with the line's gate (app/core/marking.py hold_patch)."""
+    if case.key == HELD:
+        for body in bodies:
+            body["spec"]["schedulingGates"] = [{"name": LINE_GATE}]
+    return bodies
+
+
 def _group_kwargs(case: e2e.Case, gang: str) -> dict[str, Any]:
     return {
         "x_group": gang if case.gangs == "x-k8s" else None,
@@ -429,6 +454,7 @@ class Scenario:
             for gang in gangs
             for m in range(SMALL_SIZE)
         ]
+        as_webhook_leaves(self.case, bodies)
         big_before = self._big_started()
         started = time.monotonic()
         try:
@@ -510,7 +536,7 @@ class BigGangs:
             for gang in self.gangs
             for pod in self.members[gang]
         ]
-        runner.create_pods(self.namespace, bodies)
+        runner.create_pods(self.namespace, as_webhook_leaves(case, bodies))
         if case.extender:
             wait_for(
                 lambda: runner.extender_cached_pods() >= cached + len(bodies),
@@ -692,7 +718,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--small-gangs", type=int, default=100, help="gangs of 2 x 100m (default 100)"
     )
     parser.add_argument(
-        "--cases", default="cqd", help="which schedulers, bench/e2e.py's keys c, q, d (default cqd)"
+        "--cases",
+        default="cqkd",
+        help="which schedulers, bench/e2e.py's keys c, q, d, and k: q with waiting gangs held "
+        "(default cqkd)",
     )
     parser.add_argument(
         "--rounds", type=int, default=1, help="small-gang batches each way (default 1)"
@@ -757,15 +786,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     modes: list[ModeResult] = []
     try:
         for key in args.cases:
-            case = e2e.CASES[key]
+            case = case_of(key)
             extender: e2e.Extender | None = None
             if case.extender:
+                # The held mode's extender holds; its webhook is served for the flag's sake
+                # (the bench creates the members as the webhook leaves them).
+                webhook = str(bench.extender_port + 1)  # where hack/local-cluster expects it
+                held = ["--hold-waiting-gangs", "true", "--webhook-port", webhook]
                 # A fresh extender per scheduler: no line left from the one before.
                 extender = e2e.Extender(
                     cluster.kubeconfig,
                     bench.extender_port,
                     bench.layout.logs / f"deepline-extender-{key}.log",
-                    ["--gang-aging-seconds", f"{args.aging_seconds:g}", *args.extender_arg],
+                    [
+                        "--gang-aging-seconds",
+                        f"{args.aging_seconds:g}",
+                        *(held if key == HELD else ()),
+                        *args.extender_arg,
+                    ],
                     REPO,
                 )
                 cluster.extender_pid = extender.process.pid

@@ -77,8 +77,9 @@ class Metrics:
         )
         self.webhook_reviews = Counter(
             "gang_extender_webhook_reviews",
-            "Pod admission reviews answered by the webhook: marked (a gang member), unchanged "
-            "(already marked), skipped, invalid.",
+            "Pod admission reviews answered by the webhook: marked (a gang member), held (a "
+            "member marked and given the line's scheduling gate, --hold-waiting-gangs), "
+            "unchanged (already marked), skipped, invalid.",
             ["result"],
             registry=r,
         )

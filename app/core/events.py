@@ -46,6 +46,7 @@ GANG_RECLAIMED = "GangReclaimed"
 PREEMPTED = "Preempted"
 PREEMPTION_PLANNED = "PreemptionPlanned"
 TOPOLOGY_PLACED = "TopologyPlaced"
+GANG_HELD = "GangHeldInLine"
 PREEMPTION_ENDED = "PreemptionPlanEnded"
 PREEMPTION_REFUSED = "PreemptionRefused"
 GANG_MEMBER_NOT_MARKED = "GangMemberNotMarked"
@@ -231,6 +232,11 @@ class GangEvents:
         """A gang with a topology constraint was admitted in one domain (or, preferred,
         anywhere)."""
         self._on_group(group_key, self._pending(group_key), NORMAL, TOPOLOGY_PLACED, message)
+
+    def gang_held(self, group_key: str, message: str) -> None:
+        """--hold-waiting-gangs: the gang waits in line with its members out of kube-scheduler's
+        queue (their PodScheduled condition says only SchedulingGated), so this says why."""
+        self._on_group(group_key, self._pending(group_key), NORMAL, GANG_HELD, message)
 
     def member_not_marked(self, member: MemberRef, group_key: str, message: str) -> None:
         """gang-only mode: a pending member of our schedulers has no gang-extender.dev/member

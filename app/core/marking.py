@@ -16,6 +16,14 @@ not (docs/deployment-modes.md, BENCHMARKS.md). That mark is not the
 webhook's: a MutatingAdmissionPolicy adds it inside the API server
 (`preemptor_mutation`), so no pod escapes it because this process is down.
 
+With --hold-waiting-gangs the webhook also gives each member that cannot
+preempt the scheduling gate LINE_GATE (`hold_patch`): kube-scheduler then
+does not try the member at all until the extender removes the gate, which it
+does once the gang can be admitted as a whole (app/runtime/holds.py). A gang
+waiting in a long line then costs kube-scheduler nothing; without the gate,
+every pod the extender turns away is retried on every cluster event
+(kube-scheduler's "Extender" pseudo-plugin has no queueing hints).
+
 A pod that names a group through a source the extender has switched off is
 marked too: it then reaches the verbs as an ordinary pod (a few round trips),
 and the ValidatingAdmissionPolicy that refuses unmarked members
@@ -61,6 +69,10 @@ GROUP_ANNOTATIONS = (
 # (BENCHMARKS.md "Issue 20, 2026-11-26"). Nothing counts it: not a node's
 # capacity, not a ResourceQuota, not the kubelet.
 MEMBER_QUANTITY = "0"
+
+# The scheduling gate holding a gang member out of kube-scheduler's queue while its gang
+# waits in line (--hold-waiting-gangs); the extender removes it (app/runtime/holds.py).
+LINE_GATE = "gang-extender.dev/line"
 
 JsonPatch = list[dict[str, Any]]
 
@@ -198,18 +210,45 @@ def member_patch(pod: Mapping[str, Any], resource: str = MEMBER_RESOURCE) -> Jso
     return ops
 
 
+def holds(pod: Mapping[str, Any]) -> bool:
+    """Whether a member gets LINE_GATE (with --hold-waiting-gangs): not one that may preempt.
+
+    A member that may preempt stays in kube-scheduler's queue: kube-scheduler's
+    own preemption dry run is what starts the gang's preemption (docs/preemption.md),
+    and a gated pod is never tried. A pod created bound (spec.nodeName) may not
+    carry gates (the API server refuses it), and one that has ours already keeps it.
+    """
+    spec = pod.get("spec") or {}
+    if can_preempt(pod) or spec.get("nodeName"):
+        return False
+    gates = spec.get("schedulingGates")
+    return not isinstance(gates, list) or all(
+        not isinstance(g, Mapping) or g.get("name") != LINE_GATE for g in gates
+    )
+
+
+def hold_patch(pod: Mapping[str, Any]) -> JsonPatch:
+    """The JSONPatch operation adding LINE_GATE to the pod's scheduling gates."""
+    gate = {"name": LINE_GATE}
+    if isinstance((pod.get("spec") or {}).get("schedulingGates"), list):
+        return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
+    return [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
+
+
 def review_response(
     review: Mapping[str, Any],
     scheduler_names: Collection[str] = (),
     member_labels: Collection[str] = (),
+    hold: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """The AdmissionReview answer to a pod CREATE review, and what was done.
 
     Always allowed (the webhook marks, it never refuses: refusing unmarked
     members is the ValidatingAdmissionPolicy's job, which runs even when this
     process does not). The second value is the metric label: `marked` (a
-    member), `unchanged` (already marked), `skipped` (no member, or not of
-    our schedulers) or `invalid` (no pod in the request).
+    member), `held` (a member marked and given LINE_GATE: `hold`, see holds()),
+    `unchanged` (already marked), `skipped` (no member, or not of our
+    schedulers) or `invalid` (no pod in the request).
     """
     request = review.get("request") or {}
     uid = request.get("uid") or ""
@@ -225,11 +264,14 @@ def review_response(
     if not needs_member_mark(pod, scheduler_names, member_labels):
         return answer, "skipped"
     ops = member_patch(pod)
+    held = hold and holds(pod)
+    if held:
+        ops += hold_patch(pod)
     if not ops:
         return answer, "unchanged"
     response["patchType"] = "JSONPatch"
     response["patch"] = base64.b64encode(orjson.dumps(ops)).decode()
-    return answer, "marked"
+    return answer, "held" if held else "marked"
 
 
 def member_expression(

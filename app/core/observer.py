@@ -74,6 +74,9 @@ class GangObserver(Protocol):
     def gang_placed(self, group_key: str, message: str) -> None:
         """A gang with a topology constraint was admitted in one domain (`message` names it)."""
 
+    def gang_held(self, group_key: str, message: str) -> None:
+        """The gang's members are held out of kube-scheduler's queue while it waits in line."""
+
 
 class NullObserver:
     """Reports nowhere; the default when nothing is wired."""
@@ -117,6 +120,9 @@ class NullObserver:
         return None
 
     def gang_placed(self, group_key: str, message: str) -> None:
+        return None
+
+    def gang_held(self, group_key: str, message: str) -> None:
         return None
 
 
@@ -179,3 +185,7 @@ class Observers:
     def gang_placed(self, group_key: str, message: str) -> None:
         for o in self._observers:
             o.gang_placed(group_key, message)
+
+    def gang_held(self, group_key: str, message: str) -> None:
+        for o in self._observers:
+            o.gang_held(group_key, message)

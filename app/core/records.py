@@ -30,7 +30,7 @@ from app.core.groups import (
     group_key,
     group_ref_of_pod,
 )
-from app.core.marking import can_preempt, is_marked
+from app.core.marking import LINE_GATE, can_preempt, is_marked
 from app.core.placement import Placement, Taint, placement_of, taints_of
 from app.core.queues import QUEUE_ANNOTATION
 from app.core.resources import (
@@ -48,6 +48,8 @@ from app.core.topology.subgroups import PodShape, Slicing, pod_shape, slicing_fr
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# The PodScheduled reason kube-scheduler writes for a gated pod: not tried, not unschedulable.
+_SCHEDULING_GATED = "SchedulingGated"
 
 
 @dataclass(slots=True)
@@ -77,8 +79,13 @@ class PodRecord:
     unschedulable: bool = False
     # metadata.creationTimestamp, seconds since the epoch (0 when absent).
     created: float = 0.0
-    # spec.schedulingGates is not empty: kube-scheduler does not try the pod yet.
+    # spec.schedulingGates holds a gate other than the line's: kube-scheduler does not try
+    # the pod yet, and it is no member yet (another controller holds it).
     gated: bool = False
+    # spec.schedulingGates holds the line's gate (app/core/marking.py LINE_GATE): a member
+    # the extender keeps out of kube-scheduler's queue while its gang waits in line
+    # (app/runtime/holds.py); it counts as a member.
+    held: bool = False
     # The latest PodScheduled=False message kube-scheduler wrote (why it is unplaced).
     unschedulable_message: str = ""
     # spec.preemptionPolicy is not Never: the pod may evict pods of lower priority.
@@ -201,6 +208,7 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
     spec = raw.get("spec") or {}
     status = raw.get("status") or {}
     conditions = status.get("conditions") or ()
+    gates = _gate_names(spec)
     namespace = meta.get("namespace") or "default"
     group: GroupRef | None = None
     group_error: str | None = None
@@ -232,11 +240,10 @@ def pod_record_from(raw: Mapping[str, Any], sources: frozenset[str] = ALL_SOURCE
             and c.get("reason") == "PreemptionByScheduler"
             for c in conditions
         ),
-        unschedulable=any(
-            c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions
-        ),
+        unschedulable=_unplaced(conditions) is not None,
         created=parse_timestamp(meta.get("creationTimestamp")),
-        gated=bool(spec.get("schedulingGates")),
+        gated=bool(gates - {LINE_GATE}),
+        held=LINE_GATE in gates,
         unschedulable_message=_unschedulable_message(status),
         may_preempt=spec.get("preemptionPolicy") != "Never",
         placement=placement_of(spec),
@@ -274,11 +281,34 @@ def same_but_version(old: PodRecord, new: PodRecord) -> bool:
     return same
 
 
+def _gate_names(spec: Mapping[str, Any]) -> set[str]:
+    """The names in spec.schedulingGates (a malformed entry counts as a gate: it holds the pod)."""
+    gates = spec.get("schedulingGates")
+    if not gates:
+        return set()
+    if not isinstance(gates, list):
+        return {"?"}
+    return {str(g.get("name") or "?") if isinstance(g, Mapping) else "?" for g in gates}
+
+
+def _unplaced(conditions: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """kube-scheduler's PodScheduled=False condition: it tried the pod and found no node (a
+    gated pod's, reason SchedulingGated, is none: it was not tried)."""
+    for condition in conditions:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") != _SCHEDULING_GATED
+        ):
+            return condition
+    return None
+
+
 def _unschedulable_message(status: Mapping[str, Any]) -> str:
-    for condition in status.get("conditions") or ():
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return str(condition.get("message") or condition.get("reason") or "")
-    return ""
+    condition = _unplaced(status.get("conditions") or ())
+    if condition is None:
+        return ""
+    return str(condition.get("message") or condition.get("reason") or "")
 
 
 def parse_timestamp(value: Any) -> float:

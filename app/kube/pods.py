@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import orjson
 
+from app.core.marking import LINE_GATE
 from app.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
 from app.kube.http import Requests
 
@@ -74,6 +75,24 @@ class PodApi:
             patch,
             absent=(NotFound, Conflict, Invalid),
             content_type="application/merge-patch+json",
+        )
+
+    async def release_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Remove the line's scheduling gate: kube-scheduler takes the pod into its queue now.
+
+        A strategic merge patch deletes the one gate by name (the list is keyed by
+        name), so other controllers' gates stay; the uid guards a recreated pod.
+        """
+        patch = {
+            "metadata": {"uid": uid},
+            "spec": {"schedulingGates": [{"$patch": "delete", "name": LINE_GATE}]},
+        }
+        await self._run(
+            "PATCH",
+            _pod_path(namespace, name),
+            patch,
+            absent=(NotFound, Conflict, Invalid),
+            content_type="application/strategic-merge-patch+json",
         )
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:

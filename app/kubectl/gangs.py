@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.core.groups import GroupRef
+from app.core.marking import LINE_GATE
 from app.core.queues import DEFAULT_QUEUE
 from app.core.records import (
     PodGroupRecord,
@@ -167,6 +168,8 @@ def _member(
         state = BOUND
     elif pod.uid in reserved:
         state = RESERVED
+    elif gates == [LINE_GATE]:
+        state, reason = GATED, "held in gang-extender's line until the gang can be admitted whole"
     elif gates:
         state, reason = GATED, f"held by scheduling gate(s) {', '.join(gates)}"
     else:

@@ -30,7 +30,6 @@ releasing claims early (app/runtime/claim_release.py) and reclaim for queues
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -48,12 +47,14 @@ from app.runtime.claim_release import ClaimRelease
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology, Held
 from app.runtime.gate import PermitGate
+from app.runtime.holds import HoldPeers, LineHolds
 from app.runtime.line import Candidate, Line
 from app.runtime.line_gangs import Waiting
 from app.runtime.line_warmup import LineWarmup
 from app.runtime.queues.book import Assessment
 from app.runtime.queues.reclaim_checks import ReclaimChecks
 from app.runtime.queues.tally import queue_of
+from app.runtime.reconsider import Reconsider
 from app.runtime.revision import Revision
 from app.runtime.waiting_room import SettleOutcome
 
@@ -99,7 +100,10 @@ class Arbiter:
         self._reclaims = ReclaimChecks(
             state, admission, self.ledger, self.line, peers.reclaimer, self._clock
         )
-        self._reconsider: asyncio.TimerHandle | None = None
+        self._reconsider = Reconsider(
+            self.line, self.waker, self._prune, settings.aging_seconds, self._clock
+        )
+        self._schedule_reconsider = self._reconsider.schedule
         # A gang's last rejection, reused while nothing it weighed changed.
         self.answers = Answers(
             state, self._revision, admission, self.line, self.ledger, settings.aging_seconds
@@ -107,6 +111,19 @@ class Arbiter:
         # The line's gangs built and its walk done ahead, in slices (started by the service).
         self.warmup = LineWarmup(
             state, self.line, self._revision, self._clock, settings.aging_seconds
+        )
+        # Members held out of kube-scheduler's queue while their gang waits (started by the
+        # service; without a waker nothing is ever released, so nothing is held).
+        self.holds = self._reconsider.holds = (
+            LineHolds(
+                state,
+                (self.line, self.ledger),
+                HoldPeers(self.waker, peers.observer, self._schedule_reconsider),
+                enabled=settings.hold,
+                clock=self._clock,
+            )
+            if self.waker is not None
+            else None
         )
 
     @property
@@ -245,7 +262,9 @@ class Arbiter:
         self._schedule_reconsider()
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
-        """Wake the line when capacity frees, fail a claim fast."""
+        """Wake the line when capacity frees, fail a claim fast; held gangs join the line."""
+        if self.holds is not None:
+            self.holds.on_pod_change(old, new)
         if (
             old is not None
             and old.group is not None
@@ -288,34 +307,16 @@ class Arbiter:
 
     # ---- waking the line -------------------------------------------------------------------
 
-    def _schedule_reconsider(self) -> None:
-        if self._reconsider is not None:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._reconsider = loop.call_later(0.05, self._wake_line)
-
     @property
     def reconsidering(self) -> bool:
         """The line's reconsidering is scheduled and has not run yet (tests wait on it)."""
-        return self._reconsider is not None
-
-    def _wake_line(self) -> None:
-        self._reconsider = None
-        self._prune(self._clock())  # claims that lost members end now, filter calls or none
-        if self.waker is None or not self.waiting:
-            return
-        for key in self.line.to_wake(self._clock(), self.settings.aging_seconds):
-            self.waker.wake(key)
+        return self._reconsider.pending
 
     def snapshot(self) -> dict[str, Any]:
         """For /debug/gangs: who holds capacity, who waits, in line order (and each queue)."""
         now = self._clock()
         book = self.line.queues
         queues = {"queues": book.snapshot()} if book is not None else {}
-        return queues | {
-            "claims": self.ledger.snapshot(),
-            "line": self.line.snapshot(now, self.settings.aging_seconds),
-        }
+        held = {"held": self.holds.snapshot()} if self.holds is not None else {}
+        line = {"line": self.line.snapshot(now, self.settings.aging_seconds)}
+        return queues | {"claims": self.ledger.snapshot()} | line | held

@@ -23,6 +23,8 @@ class ArbiterSettings:
     levels: tuple[str, ...] = DEFAULT_LEVELS
     # --gang-feasibility; False: only gangs with a topology constraint are admitted as a whole.
     every_gang: bool = True
+    # --hold-waiting-gangs: held members wait out of kube-scheduler's queue (app/runtime/holds.py).
+    hold: bool = False
     clock: Clock = monotonic
 
 

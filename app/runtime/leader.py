@@ -105,6 +105,8 @@ class LeaderOnlyRecorder:
 class PodWriter(Protocol):
     async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None: ...
 
+    async def release_pod(self, namespace: str, name: str, uid: str) -> None: ...
+
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None: ...
 
 
@@ -118,6 +120,10 @@ class LeaderOnlyPodWrites:
     async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None:
         if self._leader.is_leader():
             await self._inner.touch_pod(namespace, name, uid, value)
+
+    async def release_pod(self, namespace: str, name: str, uid: str) -> None:
+        if self._leader.is_leader():
+            await self._inner.release_pod(namespace, name, uid)
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         if self._leader.is_leader():

@@ -220,12 +220,12 @@ class Line:
                 self._pairs = (line, None, pairs)
         return book.assess(gang, queue, pairs, holders)
 
-    def to_wake(self, now: float, aging_seconds: float) -> list[str]:
-        """The gangs in line that would be admitted now, in line order."""
+    def to_wake(self, now: float, aging_seconds: float, limit: int = 10) -> list[str]:
+        """The first `limit` gangs in line that would be admitted now, in line order."""
         contest = self.contest(exclude="")
         if self.queues is not None:
             contest.line = self.assess(None, "", contest.line, contest.holders).line
-        return wake_order(contest, now, aging_seconds)
+        return wake_order(contest, now, aging_seconds, limit)
 
     def snapshot(self, now: float, aging_seconds: float) -> list[dict[str, Any]]:
         """For /debug/gangs: who waits, in line order; per aged gang, where it holds room back.

@@ -19,7 +19,9 @@ False, which also covers rejections before a restart of the extender).
 Members that were never turned away are in kube-scheduler's active or
 backoff queue and get their turn anyway; touching them would only cost an
 API write and a pod update for every scheduler and watcher per member (the
-end-to-end benchmark measured that as most of a gang's cost). Requests are
+end-to-end benchmark measured that as most of a gang's cost). A member the line holds
+(--hold-waiting-gangs, app/runtime/holds.py) is not in kube-scheduler's queue
+at all: waking it removes the line's scheduling gate instead. Requests are
 coalesced per group: a gang of 100 pods causes one patch per parked pod
 per wake-up, and a group is woken at most once per `cooldown_seconds`.
 """
@@ -29,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from cachetools import TTLCache
@@ -47,6 +49,8 @@ log = logging.getLogger(__name__)
 
 class PodToucher(Protocol):
     async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None: ...
+
+    async def release_pod(self, namespace: str, name: str, uid: str) -> None: ...
 
 
 class SiblingWaker:
@@ -72,6 +76,11 @@ class SiblingWaker:
         self._turned_away: dict[str, set[str]] = {}
         self._touches = TaskSet()
         self.touched = 0
+        # Members whose line gate was removed (app/runtime/holds.py).
+        self.released = 0
+        # What waking a gang's held members does (app/runtime/holds.py decides whether
+        # they may go yet); without holds, they go.
+        self.release_held: Callable[[str, list[PodRecord]], None] = self.release
 
     def wake(self, group_key: str, *, exclude_uid: str = "") -> None:
         """Touch the group's pending members soon (coalesced, rate-limited)."""
@@ -131,8 +140,8 @@ class SiblingWaker:
         gone = old if new is None else new if new.placed_node else None
         if gone is not None and gone.group is not None:
             self._forget(gone.group.key, gone.uid)
-        if new is None or new.group is None or new.placed_node or new.gated:
-            return
+        if new is None or new.group is None or new.placed_node or new.gated or new.held:
+            return  # a held member joins the line instead (app/runtime/holds.py)
         if old is not None and not old.gated:
             # Not a new member (a gated pod whose gates were removed counts as new).
             return
@@ -148,14 +157,40 @@ class SiblingWaker:
         self._last[group_key] = self._clock()
         turned_away = self._turned_away.get(group_key, set())
         pending = [
-            p
-            for p in self._state.members(group_key)
-            if not p.placed_node
-            and p.uid != exclude_uid
-            and (p.unschedulable or p.uid in turned_away)
+            p for p in self._state.members(group_key) if not p.placed_node and p.uid != exclude_uid
         ]
-        if pending:
-            self._touches.spawn(self._touch(group_key, pending))
+        held = [p for p in pending if p.held]
+        if held:
+            self.release_held(group_key, held)
+        parked = [p for p in pending if not p.held and (p.unschedulable or p.uid in turned_away)]
+        if parked:
+            self._touches.spawn(self._touch(group_key, parked))
+
+    def release(self, why: str, pods: list[PodRecord]) -> None:
+        """Remove the line's gate from these held pods (kube-scheduler tries them at once)."""
+        if pods:
+            self._touches.spawn(self._release(why, pods))
+
+    async def _release(self, why: str, pods: list[PodRecord]) -> None:
+        results = await asyncio.gather(
+            *(self._api.release_pod(p.namespace, p.name, p.uid) for p in pods),
+            return_exceptions=True,
+        )
+        failed = [r for r in results if isinstance(r, BaseException)]
+        self.released += len(pods) - len(failed)
+        log.debug(
+            "released %d held members",
+            len(pods) - len(failed),
+            extra={"podgroup": why, "reason": "line-release"},
+        )
+        if failed:
+            # The sweep (app/runtime/holds.py) releases them again while they stay held.
+            log.warning(
+                "releasing %d held members failed: %s",
+                len(failed),
+                failed[0],
+                extra={"podgroup": why},
+            )
 
     async def _touch(self, why: str, pods: list[PodRecord]) -> None:
         """Patch the wake-up annotation on `pods`; `why` (a group key or a reason) is logged."""

@@ -54,11 +54,14 @@ class WebhookApp:
         metrics: Metrics,
         scheduler_names: Collection[str] = (),
         member_labels: Collection[str] = (),
+        hold: bool = False,
     ) -> None:
         self._metrics = metrics
         self._scheduler_names = frozenset(scheduler_names)
         # Opt-in sources' labels that also make a pod a member (LeaderWorkerSet's).
         self._member_labels = tuple(member_labels)
+        # --hold-waiting-gangs: members that cannot preempt get the line's scheduling gate.
+        self._hold = hold
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -96,14 +99,17 @@ class WebhookApp:
             self._metrics.webhook_reviews.labels(result="invalid").inc()
             await _answer(send, 400, orjson.dumps({"error": f"bad AdmissionReview: {err}"}))
             return
-        answer, result = review_response(review, self._scheduler_names, self._member_labels)
+        answer, result = review_response(
+            review, self._scheduler_names, self._member_labels, self._hold
+        )
         self._metrics.webhook_reviews.labels(result=result).inc()
-        if result == "marked":
+        if result in ("marked", "held"):
             request = review.get("request") or {}
             meta = (request.get("object") or {}).get("metadata") or {}
             name = meta.get("name") or meta.get("generateName")
             log.debug(
-                "pod marked",
+                "pod %s",
+                result,
                 extra={
                     "pod": f"{request.get('namespace')}/{name}",
                     "verb": "webhook",

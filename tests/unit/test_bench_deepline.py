@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench import deepline
+from app.core.marking import LINE_GATE
+from bench import deepline, e2e
 from bench.deepline import ModeResult, OutOfOrder, SmallRun
 
 
@@ -89,3 +90,13 @@ def test_the_section_shows_each_scheduler_and_the_out_of_order_starts() -> None:
     assert "| (c) gang-extender, every verb | 100.0 (100.0) | 90.0 (90.0) |" in section
     assert "| 50 / 0 / 950 (950 in line, 940 aged) |" in section
     assert "big0060 started from place 3 in line, ahead of it still waiting: big0051" in section
+
+
+def test_the_held_mode_is_case_q_with_its_members_gated_as_the_webhook_leaves_them() -> None:
+    held = deepline.case_of(deepline.HELD)
+    assert held.key == "k" and held.gang_only and held.gangs == e2e.CASES["q"].gangs
+    bodies = [e2e.pod_body("p-0", x_group="p", marked=True)]
+    gated = deepline.as_webhook_leaves(held, bodies)
+    assert gated[0]["spec"]["schedulingGates"] == [{"name": LINE_GATE}]
+    plain = deepline.as_webhook_leaves(e2e.CASES["q"], [e2e.pod_body("p-1", x_group="p")])
+    assert "schedulingGates" not in plain[0]["spec"]

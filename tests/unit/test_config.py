@@ -78,6 +78,19 @@ def test_expecting_marked_preemptors_is_off_by_default_and_needs_the_gang_only_m
         settings(["--expect-marked-preemptors", "true"])
 
 
+def test_holding_waiting_gangs_is_off_by_default_and_needs_the_webhook_and_the_line() -> None:
+    assert settings([]).hold_waiting_gangs is False
+    on = settings(["--webhook-port", "9443"], {"GANG_EXTENDER_HOLD_WAITING_GANGS": "true"})
+    assert on.hold_waiting_gangs is True
+    with pytest.raises(ConfigError, match=r"needs the webhook .* set --webhook-port"):
+        settings(["--hold-waiting-gangs", "true"])
+    with pytest.raises(ConfigError, match="only --gang-feasibility=true keeps"):
+        settings(
+            ["--hold-waiting-gangs", "true", "--webhook-port", "9443"],
+            {"GANG_EXTENDER_GANG_FEASIBILITY": "false"},
+        )
+
+
 def test_ops_port_must_differ_from_the_verbs_port() -> None:
     assert settings(["--ops-port", "9090"]).ops_port == 9090
     with pytest.raises(ConfigError, match="is the verbs' port"):

@@ -15,6 +15,7 @@ from app.core.groups import (
     VOLCANO_GROUP_ANNOTATIONS,
     VOLCANO_TASK_ANNOTATION,
 )
+from app.core.marking import LINE_GATE
 from app.core.queues import QUEUE_ANNOTATION
 from app.kubectl.gangs import (
     BOUND,
@@ -247,3 +248,15 @@ def test_members_in_two_domains_are_shown_as_several() -> None:
     gang = only(build_gangs(objects(pods, **{"x-k8s": [raw]}), UNREACHABLE))
     assert gang.domain == "<several>"
     assert [m.domain for m in gang.members] == ["rack r1", "rack r2"]
+
+
+def test_a_gang_held_in_the_line_says_so_and_its_members_count() -> None:
+    group = podgroup("wait", 2, namespace="ml")
+    pods = []
+    for i in range(2):
+        raw = pod(f"w-{i}", namespace="ml", group="wait")
+        raw["spec"]["schedulingGates"] = [{"name": LINE_GATE}]
+        pods.append(raw)
+    gang = only(build_gangs(objects(pods, **{"x-k8s": [group]}), UNREACHABLE))
+    assert gang.pending == 2 and {m.state for m in gang.members} == {GATED}
+    assert gang.reason == "held in gang-extender's line until the gang can be admitted whole"

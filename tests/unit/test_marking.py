@@ -9,8 +9,11 @@ import orjson
 import pytest
 
 from app.core.marking import (
+    LINE_GATE,
     MEMBER_QUANTITY,
     can_preempt,
+    hold_patch,
+    holds,
     is_marked,
     member_patch,
     names_a_group,
@@ -264,3 +267,55 @@ def test_deploy_webhook_yaml_carries_the_expressions_and_message_of_marking() ->
         }
     ]
     assert docs[4]["spec"] == {"policyName": docs[3]["metadata"]["name"]}
+
+
+def _gates(obj: dict[str, Any], ops: list[dict[str, Any]]) -> list[str]:
+    """The gate names after the webhook's schedulingGates operations."""
+    gates = [g["name"] for g in obj["spec"].get("schedulingGates") or ()]
+    for op in ops:
+        if op["path"] == "/spec/schedulingGates":
+            gates = [g["name"] for g in op["value"]]
+        elif op["path"] == "/spec/schedulingGates/-":
+            gates.append(op["value"]["name"])
+    return gates
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_holding_gates_every_member_that_cannot_preempt(source: str) -> None:
+    member = SOURCES[source]
+    answer, result = review_response(review(member), hold=True)
+    assert result == "held"
+    ops = orjson.loads(base64.b64decode(answer["response"]["patch"]))
+    assert ops[: len(member_patch(member))] == member_patch(member)
+    assert _gates(member, ops) == [LINE_GATE]
+    # Off (the default): marked only.
+    assert review_response(review(member))[1] == "marked"
+
+
+def test_holding_keeps_other_gates_and_never_gates_twice() -> None:
+    member = pod({"scheduling.x-k8s.io/pod-group": "g"}, schedulingGates=[{"name": "a.io/x"}])
+    ops = hold_patch(member)
+    assert _gates(member, ops) == ["a.io/x", LINE_GATE]
+    gated = pod({"scheduling.x-k8s.io/pod-group": "g"}, schedulingGates=[{"name": LINE_GATE}])
+    assert not holds(gated)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"priority": 1000},  # kube-scheduler's dry run starts its preemption: never gated
+        {"nodeName": "n1"},  # created bound: the API server refuses gates on it
+    ],
+)
+def test_holding_leaves_preemptors_and_bound_pods_ungated(spec: dict[str, Any]) -> None:
+    member = pod({"scheduling.x-k8s.io/pod-group": "g"}, **spec)
+    assert not holds(member)
+    answer, result = review_response(review(member), hold=True)
+    assert result == "marked"
+    ops = orjson.loads(base64.b64decode(answer["response"]["patch"]))
+    assert _gates(member, ops) == []
+
+
+def test_a_member_that_may_preempt_only_with_policy_never_is_held() -> None:
+    member = pod({"scheduling.x-k8s.io/pod-group": "g"}, priority=1000, preemptionPolicy="Never")
+    assert holds(member)

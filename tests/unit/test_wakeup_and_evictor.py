@@ -23,10 +23,14 @@ class FakeApi:
 
     def __init__(self) -> None:
         self.touched: list[str] = []
+        self.released: list[str] = []
         self.evicted: list[str] = []
 
     async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None:
         self.touched.append(name)
+
+    async def release_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.released.append(name)
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         self.evicted.append(name)

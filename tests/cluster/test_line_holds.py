@@ -1,0 +1,136 @@
+"""Gangs held in line (--hold-waiting-gangs), end to end in the gang-only mode.
+
+The webhook gives members the scheduling gate gang-extender.dev/line; the extender removes
+it once the gang can be admitted as a whole, in line order. While a gang waits,
+kube-scheduler never tries its members (their PodScheduled reason stays SchedulingGated,
+no FailedScheduling is written): the cost a deep line put on kube-scheduler (issue 46).
+The story is test_backfill's on four nodes: one big gang runs, two more wait and age,
+small gangs run in the room no big member can use, and the waiting big gangs start whole
+in line order as the running ones end. Then holding is turned off with a gang held:
+its members are released to kube-scheduler, whose filter call says why they wait.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app.core.marking import LINE_GATE
+from hack.clusterkit import local_cluster, wait_for
+from tests.cluster.kube import Kube
+from tests.cluster.session import GANG_ONLY, Extender
+from tests.cluster.test_backfill import bound_within
+
+pytestmark = pytest.mark.skipif(not GANG_ONLY, reason="holding needs the gang-only webhook")
+
+NODES = 4
+AGING_SECONDS = 2
+
+
+@pytest.fixture
+def hold_pool(kube: Kube, extender: Extender) -> Iterator[list[str]]:
+    """NODES nodes of 8 CPUs labelled pool=holds, and the extender holding, with short aging."""
+    names = [f"holds-{i}" for i in range(NODES)]
+    for name in names:
+        local_cluster("add-node", name, "--cpu", "8", "--memory", "64Gi", "--label", "pool=holds")
+    previous = extender.extra_args
+    extender.restart(
+        *previous, "--gang-aging-seconds", str(AGING_SECONDS), "--hold-waiting-gangs", "true"
+    )
+    try:
+        yield names
+    finally:
+        extender.restart(*previous)
+        for name in names:
+            kube.delete_node(name)
+
+
+def gang(kube: Kube, namespace: str, name: str, members: int, cpu: str) -> list[str]:
+    kube.create_podgroup(namespace, name, members)
+    pods = [f"{name}-{i}" for i in range(members)]
+    for pod in pods:
+        body: dict[str, Any] = kube.pod_body(pod, group=name, cpu=cpu)
+        body["spec"]["nodeSelector"] = {"pool": "holds"}
+        kube.core.create_namespaced_pod(namespace, body)
+    return pods
+
+
+def gates(kube: Kube, namespace: str, pod: str) -> list[str]:
+    raw = kube.core.read_namespaced_pod(pod, namespace)
+    return [g.name for g in raw.spec.scheduling_gates or ()]
+
+
+def never_tried(kube: Kube, namespace: str, pods: list[str]) -> None:
+    """Held: the line's gate on, kube-scheduler's only word 'SchedulingGated' (and its one
+    Event saying so), no filter call."""
+    for pod in pods:
+        raw = kube.core.read_namespaced_pod(pod, namespace)
+        assert [g.name for g in raw.spec.scheduling_gates or ()] == [LINE_GATE], pod
+        reasons = {c.reason for c in raw.status.conditions or () if c.type == "PodScheduled"}
+        assert reasons <= {"SchedulingGated"}, (pod, reasons)
+        tried = [
+            e
+            for e in kube.events(namespace, pod)
+            if e.startswith("FailedScheduling") and "scheduling gates" not in e
+        ]
+        assert not tried, tried
+
+
+def test_waiting_gangs_are_held_out_of_kube_schedulers_queue_and_start_in_line_order(
+    kube: Kube, namespace: str, hold_pool: list[str]
+) -> None:
+    running = gang(kube, namespace, "running", NODES - 1, "6")
+    wait_for(
+        lambda: set(running) <= set(kube.bound(namespace)), 30, "the first big gang bound whole"
+    )
+    first = gang(kube, namespace, "first", NODES, "6")
+    time.sleep(1.1)  # created a second apart: the line's order is their creation order
+    second = gang(kube, namespace, "second", NODES, "6")
+    big = {"first": first, "second": second}
+    for name in big:
+        kube.wait_for_event(namespace, name, "GangHeldInLine", LINE_GATE, what=f"{name} held")
+    time.sleep(AGING_SECONDS + 1)
+    never_tried(kube, namespace, first + second)
+
+    # Small gangs are released at once and run in the 2 CPUs per node no big member can use.
+    smalls = [p for i in range(4) for p in gang(kube, namespace, f"small{i}", 2, "100m")]
+    elapsed = bound_within(kube, namespace, smalls, 30, "the small gangs", big)
+    never_tried(kube, namespace, first + second)
+
+    # The running gang ends: the first waiting gang is released and starts whole, the
+    # second stays held.
+    for pod in running:
+        kube.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    bound_within(kube, namespace, first, 40, "the first big gang", big, overtaken_by=second)
+    never_tried(kube, namespace, second)
+    for pod in first:
+        kube.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    bound_within(kube, namespace, second, 40, "the second big gang", big)
+    print(f"\nfour small gangs bound {elapsed:.1f} s after creation, beside two held big gangs")
+
+
+def test_turning_holding_off_releases_the_held_gangs_to_the_filter(
+    kube: Kube, namespace: str, extender: Extender, hold_pool: list[str]
+) -> None:
+    # Two gangs that cannot fit at once: the second is held behind the first.
+    first = gang(kube, namespace, "first", NODES, "6")
+    bound_within(kube, namespace, first, 30, "the first gang", {})
+    second = gang(kube, namespace, "second", NODES, "6")
+    kube.wait_for_event(namespace, "second", "GangHeldInLine", what="second held")
+    never_tried(kube, namespace, second)
+
+    extender.restart(*extender.extra_args[:-2])  # the same flags without --hold-waiting-gangs
+    wait_for(
+        lambda: all(not gates(kube, namespace, pod) for pod in second),
+        30,
+        "the held members released once holding is off",
+    )
+    # kube-scheduler tries them now, and says why they wait (its own filters: every node of
+    # the pool is full).
+    kube.wait_for_event(
+        namespace, second[0], "FailedScheduling", "Insufficient cpu", what="a member tried"
+    )
+    assert not set(second) & set(kube.bound(namespace))
