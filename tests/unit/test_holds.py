@@ -237,7 +237,7 @@ async def test_the_sweep_passes_over_gangs_waiting_in_line_without_reading_them(
         reads.append(key)
         return members(key)
 
-    world.state.members = counted  # type: ignore[method-assign]
+    world.state.members = counted  # type: ignore[method-assign,assignment]
     world.holds.sweep()
     # Only a, which holds a claim and whose members were released already, is looked at.
     assert set(reads) <= {"default/a"}, len(reads)
