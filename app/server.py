@@ -154,6 +154,9 @@ def build_runtime(
             hold=settings.hold_waiting_gangs,
         ),
     )
+    holds = arbiter.holds
+    if holds is not None:
+        metrics.held_members.set_function(lambda: float(holds.members))
     # A plan evicts only for a gang the line would then admit (issue 49).
     plans.consult(ArbiterLineCheck(arbiter, state))
     follower = PreemptionFollower(state, pod_writes, observer, victims, plans)

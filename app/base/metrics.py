@@ -119,6 +119,12 @@ class Metrics:
             "Gang members reserved and waiting in the permit gate.",
             registry=r,
         )
+        self.held_members = Gauge(
+            "gang_extender_held_members",
+            "Gang members held out of kube-scheduler's queue by the line's scheduling gate "
+            "while their gang waits (--hold-waiting-gangs).",
+            registry=r,
+        )
         self.gate_wait = Histogram(
             "gang_extender_gate_wait_seconds",
             "How long a gang member waited in the permit gate before it was bound or released.",
