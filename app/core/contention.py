@@ -36,7 +36,8 @@ Nothing here does I/O or reads a clock: callers pass `now`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -334,11 +335,22 @@ def _wait(candidate: Gang, behind: tuple[str, int], why: str, where: str = "") -
 
 def wake_order(contest: Contest, now: float, aging_seconds: float, limit: int = 10) -> list[str]:
     """The gangs of `contest.line` admitted now, in line order (to wake their pods)."""
+    chosen: list[str] = []
+    for step in wake_steps(contest, now, aging_seconds, limit, slice_size=sys.maxsize):
+        chosen = step if step is not None else chosen
+    return chosen
+
+
+def wake_steps(
+    contest: Contest, now: float, aging_seconds: float, limit: int, slice_size: int = 500
+) -> Iterator[list[str] | None]:
+    """wake_order() a slice at a time: yields None after every `slice_size` gangs walked (the
+    caller may let others run; `contest` must stay as it was), then the gangs chosen."""
     room = Room(
         contest.free, contest.holders, contest.allocatable, contest.positions, contest.remainders
     )
     chosen: list[str] = []
-    for gang in order_line(contest.line, now, aging_seconds):
+    for walked, gang in enumerate(order_line(contest.line, now, aging_seconds), 1):
         if room.set_aside(gang):
             chosen.append(gang.key)
             if len(chosen) >= limit:
@@ -349,7 +361,9 @@ def wake_order(contest: Contest, now: float, aging_seconds: float, limit: int = 
             and room.hold_for(gang) is None
         ):
             break
-    return chosen
+        if walked % slice_size == 0:
+            yield None
+    yield chosen
 
 
 def held_for(

@@ -10,7 +10,7 @@ filtered when the watch has not delivered it yet.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from app.core.contention import (
     Walked,
     held_for,
     order_line,
-    wake_order,
+    wake_steps,
 )
 from app.core.groups import GroupRef, GroupSpec
 from app.core.packing import Bin, Demand
@@ -220,12 +220,19 @@ class Line:
                 self._pairs = (line, None, pairs)
         return book.assess(gang, queue, pairs, holders)
 
-    def to_wake(self, now: float, aging_seconds: float, limit: int = 10) -> list[str]:
-        """The first `limit` gangs in line that would be admitted now, in line order."""
+    def wake_steps(
+        self, now: float, aging_seconds: float, limit: int, slice_size: int
+    ) -> Iterator[list[str] | None]:
+        """The first `limit` gangs in line that would be admitted now, in line order, found
+        `slice_size` gangs of the line at a time (app/core/contention.py wake_steps): the
+        line and the room as they are now, walked while the event loop serves others."""
+        return wake_steps(self._wake_contest(), now, aging_seconds, limit, slice_size)
+
+    def _wake_contest(self) -> Contest:
         contest = self.contest(exclude="")
         if self.queues is not None:
             contest.line = self.assess(None, "", contest.line, contest.holders).line
-        return wake_order(contest, now, aging_seconds, limit)
+        return contest
 
     def snapshot(self, now: float, aging_seconds: float) -> list[dict[str, Any]]:
         """For /debug/gangs: who waits, in line order; per aged gang, where it holds room back.

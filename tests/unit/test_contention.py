@@ -8,6 +8,7 @@ from app.core.contention import (
     order_line,
     room_left,
     wake_order,
+    wake_steps,
 )
 from app.core.packing import Bin, Demand
 
@@ -239,3 +240,13 @@ def test_wake_order_lists_the_gangs_that_now_fit_in_line_order() -> None:
     assert wake_order(Contest(cluster(4, 4), [], gangs), 0, AGING) == ["ns/a", "ns/b"]
     held = holder("ns/h", {"n0": 4})
     assert wake_order(Contest(cluster(4, 4), [held], gangs), 0, AGING) == ["ns/a"]
+
+
+def test_wake_steps_walks_the_line_a_slice_at_a_time_and_ends_as_wake_order() -> None:
+    gangs = [gang(f"ns/g{i}", 1, created=i) for i in range(7)]
+    contest = Contest(cluster(2, 2), [], gangs)
+    steps = list(wake_steps(contest, 0, AGING, limit=10, slice_size=2))
+    # 4 gangs fit 2 nodes of 2 CPUs: the walk goes on over the 3 that do not.
+    assert steps[:-1] == [None, None, None]
+    fit = ["ns/g0", "ns/g1", "ns/g2", "ns/g3"]
+    assert steps[-1] == wake_order(contest, 0, AGING, limit=10) == fit

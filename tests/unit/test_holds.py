@@ -4,6 +4,7 @@ the gate from the pod as the real one does, and the watch is the state's own app
 
 import asyncio
 import copy
+import datetime
 from typing import Any
 
 from app.base.metrics import Metrics
@@ -18,6 +19,7 @@ from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
 from app.runtime.holds import GRACE_SECONDS, LineHolds
 from app.runtime.line import Candidate
+from app.runtime.reconsider import SLICE
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock, RecordingBinder, eventually
@@ -89,6 +91,7 @@ class World:
         self.state.add_pod_listener(self.gate.on_pod_change)
         self.gate.add_settle_listener(self.arbiter.on_settled)
         self.state.add_pod_listener(self.arbiter.on_pod_change)
+        self.created = 0
 
     @property
     def holds(self) -> LineHolds:
@@ -98,8 +101,13 @@ class World:
     def gang(
         self, name: str, members: int, cpu: str, *, created: int | None = None, gates: int = 0
     ) -> GroupSpec:
-        """A PodGroup of minMember `members`; `created` of its pods (all by default), held."""
-        self.state.apply_podgroup(podgroup(name, members))
+        """A PodGroup of minMember `members`; `created` of its pods (all by default), held.
+        Each PodGroup is created a second after the one before (the line's order)."""
+        group = podgroup(name, members)
+        self.created += 1
+        stamp = datetime.datetime.fromtimestamp(1_800_000_000 + self.created, datetime.UTC)
+        group["metadata"]["creationTimestamp"] = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.state.apply_podgroup(group)
         for i in range(members if created is None else created):
             raw = held(pod(f"{name}-{i}", group=name, cpu=cpu), *(["other.io/wait"] * gates))
             self.api.raw[f"{name}-{i}"] = raw
@@ -241,3 +249,31 @@ async def test_the_sweep_passes_over_gangs_waiting_in_line_without_reading_them(
     world.holds.sweep()
     # Only a, which holds a claim and whose members were released already, is looked at.
     assert set(reads) <= {"default/a"}, len(reads)
+
+
+async def test_a_look_at_a_long_line_lets_the_event_loop_serve_others_between_slices() -> None:
+    world = World()
+    a = world.gang("a", 3, "2500m")
+    await world.settled()
+    assert world.filter(a, "a-0").reason == FilterReason.CLAIMED
+    for i in range(1000):
+        world.gang(f"w{i}", 3, "2500m")
+    await world.settled()
+    world.clock.now += 100  # every gang in line aged: the look walks all 1,000
+    served = 0
+    world.arbiter.on_nodes_changed()  # asks for a look
+
+    async def verbs() -> None:
+        """Stands for the verbs: counts how often it ran while the look was under way."""
+        nonlocal served
+        await eventually(lambda: world.arbiter.reconsidering)
+        while world.arbiter.reconsidering:
+            served += 1
+            await asyncio.sleep(0)
+
+    await verbs()
+    assert served >= 1000 // SLICE, served
+    await world.settled()
+    # a's claim ran out meanwhile (it never bound): the first gang in line, and no other,
+    # fits.
+    assert world.held_now() == {f"w{i}-{m}" for i in range(1, 1000) for m in range(3)}
