@@ -76,10 +76,56 @@ class FreeRoom:
         self._total: Resources = {}
         # The change stamp they are up to date with (-1: none, build them all).
         self._stamp = -1
+        # A rebuild of every bin done a slice at a time (warm()): the nodes left, the bins
+        # built so far, and the change stamp it began at.
+        self._rebuild: _Rebuild | None = None
 
     def forget(self) -> None:
         """Nodes came, went or changed whether they take pods: build every bin again."""
         self._stamp = -1
+        self._rebuild = None
+
+    def warm(self, nodes: Mapping[str, NodeRecord], most: int) -> bool:
+        """Build at most `most` bins of a rebuild of them all (after a start, a relist, nodes
+        that came, went or were cordoned), the event loop free between two calls; True: the
+        bins are up to date (the next call that reads them only catches up on changes).
+
+        5,000 nodes' bins at once held the loop 50-100 ms on a loaded machine. Nodes that
+        change meanwhile are brought up to date when the rebuild ends, as any change is."""
+        if self._pools is not None:
+            self._pools.refresh()
+        if self._stamp >= 0 and self._rebuild is None:
+            stamp, changed = self._changed_since(self._stamp)
+            if changed is not None:
+                return True  # a few changes: the next read catches up on them
+            self._stamp = -1
+        rebuild = self._rebuild
+        if rebuild is None:
+            stamp, _ = self._changed_since(-1)
+            names = [n.name for n in nodes.values() if not n.unschedulable]
+            rebuild = self._rebuild = _Rebuild(stamp, names)
+        for name in rebuild.names[rebuild.done : rebuild.done + most]:
+            node = nodes.get(name)
+            if node is not None and not node.unschedulable:
+                rebuild.free[name] = self._free_bin(node)
+                rebuild.allocatable[name] = self._allocatable_bin(node)
+                rebuild.left[name] = self._left_on(node)
+        rebuild.done += most
+        if rebuild.done < len(rebuild.names):
+            return False
+        self._install(rebuild)
+        return True
+
+    def _install(self, rebuild: _Rebuild) -> None:
+        """The rebuild's bins become the bins, up to date with its stamp."""
+        self._rebuild = None
+        self._free, self._allocatable = rebuild.free, rebuild.allocatable
+        self._position = {name: i for i, name in enumerate(self._free)}
+        self._left = rebuild.left
+        self._total = {}
+        for left in self._left.values():
+            add(self._total, left)
+        self._stamp = rebuild.stamp
 
     def room(self, nodes: Mapping[str, NodeRecord], leaving: Iterable[PodRecord]) -> list[Bin]:
         """The free bins once the pods `leaving` are gone (below zero where overcommitted)."""
@@ -133,6 +179,10 @@ class FreeRoom:
         if self._pools is not None:
             self._pools.refresh()  # what the bins' shared pools hold, as the devices are now
         stamp, changed = self._changed_since(self._stamp)
+        if self._rebuild is not None and (changed is None or self._stamp < 0):
+            # A rebuild under way (warm()): finish it, then catch up on what changed since.
+            self.warm(nodes, len(nodes))
+            stamp, changed = self._changed_since(self._stamp)
         if changed is None or self._stamp < 0:
             schedulable = [n for n in nodes.values() if not n.unschedulable]
             self._free = {n.name: self._free_bin(n) for n in schedulable}
@@ -170,6 +220,18 @@ class FreeRoom:
 
 
 _NOTHING: Resources = {}
+
+
+class _Rebuild:
+    """Every bin built anew, a slice at a time (FreeRoom.warm)."""
+
+    def __init__(self, stamp: int, names: list[str]) -> None:
+        self.stamp = stamp
+        self.names = names
+        self.done = 0
+        self.free: dict[str, Bin] = {}
+        self.allocatable: dict[str, Bin] = {}
+        self.left: dict[str, Resources] = {}
 
 
 def _left(allocatable: Resources, used: Mapping[str, int]) -> Resources:

@@ -188,6 +188,11 @@ class ClusterState(ChangeReader):
         until their node changes: never change these bins, copy the ones to change."""
         return self._bins.room(self.nodes, self.leaving.values())
 
+    def warm_room(self, most: int) -> bool:
+        """Build at most `most` nodes' bins of a rebuild of them all, a slice of the warm-up
+        (app/runtime/line_warmup.py); True: room() has nothing left to build at once."""
+        return self._bins.warm(self.nodes, most)
+
     def room_positions(self) -> Mapping[str, int]:
         """Where each node is in room()'s list (and allocatable_bins()'s): kept between calls."""
         return self._bins.positions(self.nodes)

@@ -282,3 +282,49 @@ def test_deleted_pods_are_remembered_latest_first_and_bounded() -> None:
         state.gone.add(f"u{i}")
     assert "uid-default-a" not in state.gone
     assert f"u{GONE_KEPT - 1}" in state.gone
+
+
+def _afresh(steps: list[tuple[Any, ...]]) -> ClusterState:
+    fresh = ClusterState()
+    fresh.replace_nodes([node(n) for n in _NODES])
+    for step in steps:
+        _step(fresh, step)
+    return fresh
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(_STEPS, st.sampled_from([None, 1, 2])), max_size=25))
+def test_room_warmed_in_slices_equals_room_computed_afresh(
+    steps: list[tuple[tuple[Any, ...], int | None]],
+) -> None:
+    """warm_room() builds the bins a slice at a time, changes landing between the slices
+    (None: room() is read there, finishing any rebuild under way); what is read is never
+    stale."""
+    kept = ClusterState()
+    kept.replace_nodes([node(n) for n in _NODES])
+    done: list[tuple[Any, ...]] = []
+    for step, warm in steps:
+        _step(kept, step)
+        done.append(step)
+        if warm is None:
+            assert _bins(kept) == _bins(_afresh(done))
+        else:
+            kept.warm_room(warm)
+    fresh = _afresh(done)
+    while not kept.warm_room(1):
+        pass
+    assert _bins(kept) == _bins(fresh)
+    bins = kept.room()
+    assert dict(kept.room_positions()) == {b.name: i for i, b in enumerate(bins)}
+    for group in (None, "default/g"):
+        assert kept.free_resources(group) == _free_summed_afresh(fresh, group)
+
+
+def test_a_rebuild_warmed_in_slices_builds_each_bin_once() -> None:
+    state = ClusterState()
+    state.replace_nodes([node(f"n{i}") for i in range(10)])
+    assert not state.warm_room(4) and not state.warm_room(4)
+    assert state.warm_room(4)
+    first = state.room()
+    assert state.warm_room(4)  # nothing changed: nothing to build
+    assert state.room() == first and all(a is b for a, b in zip(state.room(), first, strict=True))
