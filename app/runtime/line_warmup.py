@@ -79,7 +79,8 @@ class LineWarmup:
         return self._state.change_stamp, self._revision.version
 
     async def warm(self, most: int = _SLICE) -> None:
-        """Build the gangs in line, `most` a slice, and walk the line the same way when no
+        """Build the nodes' free bins after a start or a node change (_NODE_SLICE a slice),
+        then the gangs in line, `most` a slice, and walk the line the same way when no
         walk of it is kept (after a start, or once the line grew past the walk) or nodes
         came, went or were cordoned; nothing to do when nothing changed since the last time.
 
@@ -88,10 +89,13 @@ class LineWarmup:
         each would hold the loop as long as an admission does."""
         line = self._line
         mark = self._mark()
-        if not line.waiting or mark == self._warmed:
+        if mark == self._warmed:
             return
+        # The nodes' free bins, which every admission reads, line or none.
         while not self._state.warm_room(_NODE_SLICE):  # noqa: ASYNC110 - yields between slices
             await asyncio.sleep(0)
+        if not line.waiting:
+            return
         book = line.queues
         if book is not None:
             await book.catch_up()  # the tally a queued line is judged by, in slices too
