@@ -55,6 +55,8 @@ SWEEP_SECONDS = 1.0
 _RELEASE_AGAIN_SECONDS = 5.0
 # A gang chosen this recently and still in line widens the next wake-up (it is set aside).
 _CHOSEN_SECONDS = 30.0
+# Where held pods that name no group we can read are noted (released at once).
+_NO_GROUP = ""
 # Groups listed by name in /debug/gangs.
 _SHOWN = 50
 
@@ -159,21 +161,19 @@ class LineHolds:
         held = (
             new is not None and new.held and not (new.placed_node or new.deleting or new.terminal)
         )
-        if (
-            old is not None
-            and old.held
-            and old.group is not None
-            and (new is None or not held or new.uid != old.uid)
-        ):
-            self._forget(old.group.key, old.key)
+        if old is not None and old.held and (new is None or not held or new.uid != old.uid):
+            self._forget(old.group.key if old.group is not None else _NO_GROUP, old.key)
         if new is None or not held:
             return
+        now = self._clock()
         if new.group is None:
-            # Not a member by our reading of its labels: the filter says why, once released.
-            self._waker.release("", [new])
+            # Not a member by our reading of its labels: the filter says why, once released
+            # (the sweep asks again while it stays held).
+            self._held.setdefault(_NO_GROUP, {}).setdefault(new.key, now)
+            self._release(_NO_GROUP, [new], now)
             return
         key = new.group.key
-        self._held.setdefault(key, {}).setdefault(new.key, self._clock())
+        self._held.setdefault(key, {}).setdefault(new.key, now)
         if self.enabled:
             self._join(key, new.group)
 
@@ -231,9 +231,9 @@ class LineHolds:
                 for k in pods
                 if (p := pods_by_key.get(k)) is not None and p.held and not p.placed_node
             ]
-            # Another controller's gate too: no member yet, and not ours to hold.
-            self._release(key, [p for p in held if p.gated], now)
-            members = [p for p in held if not p.gated]
+            # Another controller's gate too (no member yet), or no group: not ours to hold.
+            self._release(key, [p for p in held if p.gated or key == _NO_GROUP], now)
+            members = [p for p in held if not p.gated and key != _NO_GROUP]
             if not members:
                 continue
             if self.may_release(key):

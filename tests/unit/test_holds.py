@@ -9,7 +9,7 @@ from typing import Any
 
 from app.base.metrics import Metrics
 from app.core.admission import Admission, FilterReason
-from app.core.groups import GroupRef, GroupSpec
+from app.core.groups import POD_GROUP_LABEL, GroupRef, GroupSpec
 from app.core.marking import LINE_GATE
 from app.core.observer import NullObserver
 from app.core.records import pod_record_from
@@ -277,3 +277,23 @@ async def test_a_look_at_a_long_line_lets_the_event_loop_serve_others_between_sl
     # a's claim ran out meanwhile (it never bound): the first gang in line, and no other,
     # fits.
     assert world.held_now() == {f"w{i}-{m}" for i in range(1, 1000) for m in range(3)}
+
+
+async def test_a_held_pod_whose_group_cannot_be_read_is_released_until_it_is() -> None:
+    world = World()
+    calls: list[str] = []
+
+    async def lost(namespace: str, name: str, uid: str) -> None:
+        calls.append(name)  # the patch did not arrive (a standby, an API error)
+
+    world.api.release_pod = lost  # type: ignore[method-assign]
+    raw = held(pod("bad-0", group="x"))
+    raw["metadata"]["labels"] = {POD_GROUP_LABEL: ""}  # refused by the filter, with a message
+    world.state.apply_pod(raw)
+    assert world.state.pods["default/bad-0"].group is None
+    await world.settled()
+    assert calls == ["bad-0"]
+    world.clock.now += 6
+    world.holds.sweep()
+    await world.settled()
+    assert calls == ["bad-0", "bad-0"]
