@@ -29,6 +29,10 @@ from app.runtime.wakeup import SiblingWaker
 LOOK_DELAY_SECONDS = 0.05
 # Gangs in line woken at most per look (each costs a patch per pending member).
 WAKE_LIMIT = 10
+# ... while gangs are held: their members reach kube-scheduler only when woken, so a look
+# must not leave admissible gangs held for the next one (100 small gangs behind 1,000 held
+# big ones took ten looks, each walking the 1,000).
+HELD_WAKE_LIMIT = 100
 # Gangs of the line a look walks before it lets the event loop serve others.
 SLICE = 200
 
@@ -104,8 +108,10 @@ class Reconsider:
         if self._waker is None or not self._line.waiting:
             return []
         holds = self.holds
-        # Gangs chosen lately and not admitted yet are set aside again: look past them.
-        limit = WAKE_LIMIT + (holds.set_aside(now) if holds is not None else 0)
+        limit = WAKE_LIMIT
+        if holds is not None and holds.enabled:
+            # Gangs chosen lately and not admitted yet are set aside again: look past them.
+            limit = HELD_WAKE_LIMIT + holds.set_aside(now)
         keys: list[str] = []
         for step in self._line.wake_steps(now, self._aging, limit, SLICE):
             if step is None:
