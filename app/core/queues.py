@@ -367,7 +367,7 @@ def choose_victims(
     it (so a queue's share is not spent on victims elsewhere before the ones
     in a domain that can hold the gang are reached); the plan with the fewest
     victims wins, then the one whose highest victim priority is lowest, then
-    the first tried.
+    the one whose victims come first in the order above (the most recent).
     """
     test = fits or flat_fits(demands, need)
     if test(free):
@@ -381,16 +381,17 @@ def choose_victims(
         if pool and keys not in seen:
             seen.add(keys)
             pools.append(pool)
+    rank = {g.key: i for i, g in enumerate(order)}
+
+    def cost(plan: Sequence[Running]) -> tuple[int, int, list[int]]:
+        return len(plan), max(g.priority for g in plan), sorted(rank[g.key] for g in plan)
+
     best: list[Running] | None = None
     for pool in pools:
         plan = _plan(needy, pool, free, views, test)
-        if plan is not None and (best is None or _cost(plan) < _cost(best)):
+        if plan is not None and (best is None or cost(plan) < cost(best)):
             best = plan
     return [g.key for g in best] if best is not None else None
-
-
-def _cost(plan: Sequence[Running]) -> tuple[int, int]:
-    return len(plan), max(g.priority for g in plan)
 
 
 def _plan(

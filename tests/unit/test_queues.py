@@ -226,19 +226,38 @@ def rack_gang(size: int) -> tuple[list[Demand], Fits, list[frozenset[str]]]:
 def test_a_rack_required_gang_reclaims_only_victims_in_one_rack() -> None:
     # The most recent gang is in r2, the next in r1: a flat packing takes those two,
     # 2 CPUs in each rack, where a gang of 4 that must fit in one rack cannot start.
+    # r2 cannot hold it at all (n4 is queue c's, not reclaimable).
+    gangs = [
+        running("a/r2-new", "a", "n3", 2, created=9),
+        running("a/r1-mid", "a", "n1", 2, created=8),
+        running("a/r1-old", "a", "n2", 2, created=7),
+        running("c/keeps", "c", "n4", 2, created=1),
+    ]
+    views = {
+        "a": view(q("a"), 6, 0),
+        "b": view(q("b"), 0, 6, head=4),
+        "c": view(q("c", reclaimable=False), 2, 1),
+    }
+    demands, fits, domains = rack_gang(4)
+    assert choose_victims("b", demands, 4, racked(), gangs, views) == ["a/r2-new", "a/r1-mid"]
+    victims = choose_victims("b", demands, 4, racked(), gangs, views, fits=fits, domains=domains)
+    # r2-new's room is in a rack that cannot hold the gang: it is not evicted.
+    assert victims == ["a/r1-mid", "a/r1-old"]
+    # The greedy pass alone (no domains) spares it too, by the gang's own test.
+    assert choose_victims("b", demands, 4, racked(), gangs, views, fits=fits) == victims
+
+
+def test_of_two_racks_that_can_hold_the_gang_the_most_recent_victims_go() -> None:
     gangs = [
         running("a/r2-new", "a", "n3", 2, created=9),
         running("a/r1-mid", "a", "n1", 2, created=8),
         running("a/r1-old", "a", "n2", 2, created=7),
         running("a/r2-old", "a", "n4", 2, created=6),
     ]
-    views = {"a": view(q("a"), 8, 2), "b": view(q("b"), 0, 6, head=4)}
+    views = {"a": view(q("a"), 8, 0), "b": view(q("b"), 0, 6, head=4)}
     demands, fits, domains = rack_gang(4)
-    assert choose_victims("b", demands, 4, racked(), gangs, views) == ["a/r2-new", "a/r1-mid"]
     victims = choose_victims("b", demands, 4, racked(), gangs, views, fits=fits, domains=domains)
-    # r2-new's room is in a rack the gang does not get: it is not evicted.
-    assert victims is not None and "a/r2-new" not in victims
-    assert sorted(victims) == ["a/r1-mid", "a/r1-old"]
+    assert victims == ["a/r2-new", "a/r2-old"]
 
 
 def test_victims_in_the_one_rack_that_can_hold_the_gang_are_found_past_the_greedy_order() -> None:
