@@ -372,7 +372,10 @@ def choose_victims(
     test = fits or flat_fits(demands, need)
     if test(free):
         return None
-    order = sorted(running, key=lambda g: (g.priority, -g.created, g.key))
+    order = sorted(
+        (g for g in running if g.queue != needy and _reclaimable(views.get(g.queue))),
+        key=lambda g: (g.priority, -g.created, g.key),
+    )
     pools: list[list[Running]] = [order]
     seen = {tuple(g.key for g in order)}
     for nodes in domains:
@@ -388,28 +391,30 @@ def choose_victims(
 
     best: list[Running] | None = None
     for pool in pools:
-        plan = _plan(needy, pool, free, views, test)
+        plan = _plan(pool, free, views, test)
         if plan is not None and (best is None or cost(plan) < cost(best)):
             best = plan
     return [g.key for g in best] if best is not None else None
 
 
+def _reclaimable(view: QueueView | None) -> bool:
+    return view is not None and view.spec.reclaimable
+
+
 def _plan(
-    needy: str,
     order: Sequence[Running],
     free: Sequence[Bin],
     views: Mapping[str, QueueView],
     fits: Fits,
 ) -> list[Running] | None:
-    """choose_victims() over the candidates `order`, in that order; None: no plan."""
+    """choose_victims() over the candidates `order` (gangs of reclaimable queues other
+    than the needy one), in that order; None: no plan."""
     bins = [b.with_free(dict(b.free)) for b in free]
     index = index_of(bins)
     allocated = {n: dict(v.allocated) for n, v in views.items()}
     chosen: list[Running] = []
     for gang in order:
-        view = views.get(gang.queue)
-        if gang.queue == needy or view is None or not view.spec.reclaimable:
-            continue
+        view = views[gang.queue]
         held = allocated[gang.queue]
         if not any(held.get(r, 0) > v for r, v in view.deserved.items()):
             continue

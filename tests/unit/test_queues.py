@@ -223,10 +223,9 @@ def rack_gang(size: int) -> tuple[list[Demand], Fits, list[frozenset[str]]]:
     return demands, lambda bins: fits_one_domain(gang, where, bins), domains
 
 
-def test_a_rack_required_gang_reclaims_only_victims_in_one_rack() -> None:
-    # The most recent gang is in r2, the next in r1: a flat packing takes those two,
-    # 2 CPUs in each rack, where a gang of 4 that must fit in one rack cannot start.
-    # r2 cannot hold it at all (n4 is queue c's, not reclaimable).
+def r2_blocked(share: float) -> tuple[list[Running], dict[str, QueueView]]:
+    """Queue a's most recent gang in r2, the next two in r1; r2 cannot hold a gang of 4
+    (n4 is queue c's, not reclaimable). `share`: a's deserved CPUs of the 6 it holds."""
     gangs = [
         running("a/r2-new", "a", "n3", 2, created=9),
         running("a/r1-mid", "a", "n1", 2, created=8),
@@ -234,17 +233,35 @@ def test_a_rack_required_gang_reclaims_only_victims_in_one_rack() -> None:
         running("c/keeps", "c", "n4", 2, created=1),
     ]
     views = {
-        "a": view(q("a"), 6, 0),
+        "a": view(q("a"), 6, share),
         "b": view(q("b"), 0, 6, head=4),
         "c": view(q("c", reclaimable=False), 2, 1),
     }
+    return gangs, views
+
+
+def test_a_rack_required_gang_reclaims_only_victims_in_one_rack() -> None:
+    gangs, views = r2_blocked(0)
     demands, fits, domains = rack_gang(4)
+    # A flat packing takes the two most recent, 2 CPUs in each rack, where a gang of 4
+    # that must fit in one rack cannot start.
     assert choose_victims("b", demands, 4, racked(), gangs, views) == ["a/r2-new", "a/r1-mid"]
     victims = choose_victims("b", demands, 4, racked(), gangs, views, fits=fits, domains=domains)
     # r2-new's room is in a rack that cannot hold the gang: it is not evicted.
     assert victims == ["a/r1-mid", "a/r1-old"]
     # The greedy pass alone (no domains) spares it too, by the gang's own test.
     assert choose_victims("b", demands, 4, racked(), gangs, views, fits=fits) == victims
+
+
+def test_victims_in_the_one_rack_that_can_hold_the_gang_are_found_past_the_greedy_order() -> None:
+    # Queue a may lose only 4 of its 6 CPUs (its share is 3): in greedy order that is
+    # r2-new and r1-mid, in two racks. Trying r1's victims on their own finds the plan.
+    gangs, views = r2_blocked(3)
+    demands, fits, domains = rack_gang(4)
+    # The greedy order alone spends a's share on r2-new first.
+    assert choose_victims("b", demands, 4, racked(), gangs, views, fits=fits) is None
+    victims = choose_victims("b", demands, 4, racked(), gangs, views, fits=fits, domains=domains)
+    assert victims == ["a/r1-mid", "a/r1-old"]
 
 
 def test_of_two_racks_that_can_hold_the_gang_the_most_recent_victims_go() -> None:
@@ -258,28 +275,6 @@ def test_of_two_racks_that_can_hold_the_gang_the_most_recent_victims_go() -> Non
     demands, fits, domains = rack_gang(4)
     victims = choose_victims("b", demands, 4, racked(), gangs, views, fits=fits, domains=domains)
     assert victims == ["a/r2-new", "a/r2-old"]
-
-
-def test_victims_in_the_one_rack_that_can_hold_the_gang_are_found_past_the_greedy_order() -> None:
-    # Queue a may lose only 4 of its 6 CPUs (its share is 3): in greedy order that is
-    # r2-new and r1-mid, in two racks; r2 cannot hold the gang (n4 is queue c's, not
-    # reclaimable). Trying r1's victims on their own finds the plan.
-    gangs = [
-        running("a/r2-new", "a", "n3", 2, created=9),
-        running("a/r1-mid", "a", "n1", 2, created=8),
-        running("a/r1-old", "a", "n2", 2, created=7),
-        running("c/keeps", "c", "n4", 2, created=1),
-    ]
-    views = {
-        "a": view(q("a"), 6, 3),
-        "b": view(q("b"), 0, 6, head=4),
-        "c": view(q("c", reclaimable=False), 2, 1),
-    }
-    demands, fits, domains = rack_gang(4)
-    # The greedy order alone spends a's share on r2-new first.
-    assert choose_victims("b", demands, 4, racked(), gangs, views, fits=fits) is None
-    victims = choose_victims("b", demands, 4, racked(), gangs, views, fits=fits, domains=domains)
-    assert victims == ["a/r1-mid", "a/r1-old"]
 
 
 def test_no_rack_can_hold_the_gang_nothing_is_evicted() -> None:
