@@ -11,18 +11,16 @@ from hypothesis import strategies as st
 from app.core.contention import Gang
 from app.core.packing import Bin, Demand, give
 from app.core.queues import (
-    Fits,
     QueueSpec,
     QueueSpecError,
     QueueView,
     Running,
-    choose_victims,
     deserved_shares,
     dominant_share,
     enqueue,
-    flat_fits,
     queue_from,
 )
+from app.core.reclaim import Fits, choose_victims, flat_fits
 from app.core.topology.domains import TopologyConstraint, Where, fits_one_domain
 
 CPU = 1000

@@ -18,13 +18,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from app.core.admission import Admission, wholeness
 from app.core.clock import Clock
-from app.core.contention import Contest, Gang, Holder, Ruling, room_left
+from app.core.contention import Contest, Gang, Ruling, room_left
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.core.packing import Bin
-from app.core.queues import Fits, starving
+from app.core.queues import starving
+from app.core.reclaim import Fits
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
 from app.core.topology.domains import TopologyError, by_domain
@@ -38,10 +40,21 @@ from app.runtime.queues.tally import queue_of
 
 @dataclass(frozen=True, slots=True)
 class Needy:
-    """The gang reclaim is for, as its admission sees it: its group and the pod asked about."""
+    """The gang reclaim is for, as its admission sees it: its group (reference and spec)
+    and the pod asked about."""
 
+    ref: GroupRef
     spec: GroupSpec
     pod: Candidate | None = None
+
+
+class Admitting(NamedTuple):
+    """The arbiter's parts the checks read: the claims held, the line of waiting gangs,
+    and how a gang is placed (its own fits test)."""
+
+    ledger: ClaimLedger
+    line: Line
+    topology: GangTopology
 
 
 def fits_test(topology: GangTopology, gang: Gang, needy: Needy) -> Fits:
@@ -87,17 +100,13 @@ class ReclaimChecks:
         self,
         state: ClusterState,
         admission: Admission,
-        ledger: ClaimLedger,
-        line: Line,
+        admitting: Admitting,
         reclaimer: Reclaimer | None,
         clock: Clock,
-        topology: GangTopology,
     ) -> None:
         self._state = state
-        self._topology = topology
         self._admission = admission
-        self._ledger = ledger
-        self._line = line
+        self._ledger, self._line, self._topology = admitting
         self._reclaimer = reclaimer
         self._clock = clock
         # Gangs kube-scheduler found no node for (its own filters, before ours): may reclaim.
@@ -107,12 +116,9 @@ class ReclaimChecks:
     def reclaim(
         self,
         gang: Gang,
-        ref: GroupRef,
-        queued: Assessment,
-        free: Sequence[Bin],
-        holders: Sequence[Holder],
-        *,
         needy: Needy,
+        queued: Assessment,
+        contest: Contest,
         room: list[Bin] | None = None,
     ) -> str | None:
         """A gang of a queue below its share does not fit: take room back; what was done.
@@ -121,6 +127,7 @@ class ReclaimChecks:
         share); "": the reclaimer was asked and did nothing. What the reclaimer says
         depends on the clock too (evictions under way expire).
         `needy`: the gang's group (and the pod asked about), for its own fits test.
+        `contest`: what its admission weighed (the free room and the holders).
         `room`: free less the holders' promises, when the caller has it already.
         """
         view = queued.views.get(queued.queue)
@@ -130,10 +137,10 @@ class ReclaimChecks:
         if not starving(replace(view, head=request_of(gang)), book.overcommit):
             return None
         if room is None:
-            room = room_left(free, holders)
+            room = room_left(contest.free, contest.holders, contest.positions)
         text = self._reclaimer.reclaim(
             gang,
-            ref,
+            needy.ref,
             queued.queue,
             queued.views,
             room,
@@ -199,11 +206,9 @@ class ReclaimChecks:
             if queued.message is not None:
                 continue
             room = room_left(contest.free, contest.holders, contest.positions)
-            needy = Needy(spec)
+            needy = Needy(ref, spec)
             if not fits_test(self._topology, gang, needy)(room):
-                self.reclaim(
-                    gang, ref, queued, contest.free, contest.holders, needy=needy, room=room
-                )
+                self.reclaim(gang, needy, queued, contest, room)
 
     def _schedule(self) -> None:
         if self._timer is not None or self._reclaimer is None:

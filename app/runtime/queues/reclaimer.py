@@ -31,7 +31,8 @@ from app.core.contention import Gang
 from app.core.groups import GroupRef
 from app.core.observer import GangObserver, MemberRef
 from app.core.packing import Bin
-from app.core.queues import Fits, QueueView, Running, choose_victims
+from app.core.queues import QueueView, Running
+from app.core.reclaim import Fits, choose_victims
 from app.core.records import PodRecord
 from app.core.state import ClusterState
 from app.runtime.preemption.evictor import evict_each
