@@ -262,7 +262,7 @@ def test_victims_in_the_one_rack_that_can_hold_the_gang_are_found_past_the_greed
     assert victims == ["a/r1-mid", "a/r1-old"]
 
 
-def test_of_two_racks_that_can_hold_the_gang_the_most_recent_victims_go() -> None:
+def test_of_two_racks_that_can_hold_the_gang_the_one_of_the_most_recent_victim_goes() -> None:
     gangs = [
         running("a/r2-new", "a", "n3", 2, created=9),
         running("a/r1-mid", "a", "n1", 2, created=8),
@@ -273,6 +273,11 @@ def test_of_two_racks_that_can_hold_the_gang_the_most_recent_victims_go() -> Non
     demands, fits, domains = rack_gang(4)
     victims = choose_victims("b", demands, 4, racked(), gangs, views, fits=fits, domains=domains)
     assert victims == ["a/r2-new", "a/r2-old"]
+    # Without the racks: r2-new first, then r1-mid and r1-old fill r1; r2-new is spared.
+    assert choose_victims("b", demands, 4, racked(), gangs, views, fits=fits) == [
+        "a/r1-mid",
+        "a/r1-old",
+    ]
 
 
 def test_no_rack_can_hold_the_gang_nothing_is_evicted() -> None:
