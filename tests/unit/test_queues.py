@@ -364,3 +364,36 @@ def test_every_victim_chosen_is_needed_by_the_gangs_own_fits_test(
     for spared in chosen:
         rest = [g for g in chosen if g is not spared]
         assert not fits(_without(free, rest)), f"{spared.key} is not needed: {victims}"
+
+
+def test_a_large_cluster_packs_only_in_the_domains_that_could_hold_the_gang() -> None:
+    """100 racks of ten 4-CPU nodes, full of queue a's 1,000 one-node gangs, the most recent
+    of each rack interleaved; a's share lets 7 gangs go in the first case (28 CPUs: no rack
+    can hold the 32-CPU gang) and 8 in the second. Packings are counted, not timed: the
+    racks that cannot hold the gang are passed over without one."""
+    racks, per_rack = 100, 10
+    bins = [
+        Bin(f"n{r}-{i}", cpu(0), {RACK: f"r{r}"}) for r in range(racks) for i in range(per_rack)
+    ]
+    gangs = [
+        running(f"a/g{r}-{i}", "a", f"n{r}-{i}", 4, created=i * racks + r)
+        for r in range(racks)
+        for i in range(per_rack)
+    ]
+    demands = [Demand(f"b/x-{i}", cpu(1)) for i in range(32)]
+    gang = Gang("b/x", 0, 0.0, tuple(demands), 32)
+    where = Where(TopologyConstraint(RACK, required=True), (RACK,))
+    packings = 0
+
+    def fits(room: Sequence[Bin]) -> bool:
+        nonlocal packings
+        packings += 1
+        return fits_one_domain(gang, where, room)
+
+    domains = [frozenset(f"n{r}-{i}" for i in range(per_rack)) for r in range(racks)]
+    for lets_go, expected in ((7, None), (8, [f"a/g99-{i}" for i in range(9, 1, -1)])):
+        packings = 0
+        views = {"a": view(q("a"), 4000, 4000 - 4 * lets_go), "b": view(q("b"), 0, 32, head=32)}
+        victims = choose_victims("b", demands, 32, bins, gangs, views, fits=fits, domains=domains)
+        assert victims == expected
+        assert packings <= 1 + 2 * lets_go, packings
