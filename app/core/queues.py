@@ -20,9 +20,11 @@ a Volcano PodGroup's `spec.queue`, else the annotation
   queues' guarantees. A Closed queue admits nothing new.
 - **Order inside a queue** (`dominant_share`): priority, then the job's
   dominant resource share (DRF: the gang that holds less goes first), then age.
-- **Reclaim** (`choose_victims`): for a gang of a queue below its share that
+- **Reclaim** (`choose_victims`, app/core/reclaim.py): for a gang of a queue below its share that
   does not fit, whole gangs of reclaimable queues above their share, lowest
-  priority and most recently created first, as few as make room.
+  priority and most recently created first, as few as make room by the gang's
+  own fits test (its required topology level: room freed in a rack it cannot
+  use is no room), tried over all of them and per domain it may need.
 
 Resources are milli-units (app/core/resources.py); "pods" slots are no share.
 """
@@ -34,7 +36,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from app.core.packing import Bin, Demand, give, index_of, pack
 from app.core.resources import (
     DEVICE_PREFIX,
     MEMBER_RESOURCE,
@@ -326,48 +327,3 @@ class Running:
     # Requests of its placed members per node.
     held: Mapping[str, Mapping[str, int]]
     total: Mapping[str, int]
-
-
-def choose_victims(
-    needy: str,
-    demands: Sequence[Demand],
-    need: int,
-    free: Sequence[Bin],
-    running: Sequence[Running],
-    views: Mapping[str, QueueView],
-) -> list[str] | None:
-    """The gangs to evict so a gang of queue `needy` fits; None when reclaim cannot help.
-
-    Victims: whole gangs of reclaimable queues other than `needy` that are
-    above their deserved share when chosen (a queue is not taken below it),
-    lowest priority first, then the most recently created; then the fewest:
-    a victim whose room turns out not to be needed is spared again.
-    """
-    bins = [b.with_free(dict(b.free)) for b in free]
-    index = index_of(bins)
-    allocated = {n: dict(v.allocated) for n, v in views.items()}
-    chosen: list[Running] = []
-    order = sorted(running, key=lambda g: (g.priority, -g.created, g.key))
-    for gang in order:
-        view = views.get(gang.queue)
-        if gang.queue == needy or view is None or not view.spec.reclaimable:
-            continue
-        held = allocated[gang.queue]
-        if not any(held.get(r, 0) > v for r, v in view.deserved.items()):
-            continue
-        chosen.append(gang)
-        for r, v in gang.total.items():
-            held[r] = held.get(r, 0) - v
-        give(bins, gang.held, index=index)
-        if pack(demands, bins, need).fits:
-            break
-    else:
-        return None
-    # The fewest: spare any victim the gang fits without, latest chosen first.
-    for gang in reversed(chosen[:-1]):
-        trial = [b.with_free(dict(b.free)) for b in bins]
-        give(trial, {n: {r: -v for r, v in amounts.items()} for n, amounts in gang.held.items()})
-        if pack(demands, trial, need).fits:
-            bins = trial
-            chosen.remove(gang)
-    return [g.key for g in chosen]

@@ -52,7 +52,7 @@ from app.runtime.line import Candidate, Line
 from app.runtime.line_gangs import Waiting
 from app.runtime.line_warmup import LineWarmup
 from app.runtime.queues.book import Assessment
-from app.runtime.queues.reclaim_checks import ReclaimChecks
+from app.runtime.queues.reclaim_checks import Admitting, Needy, ReclaimChecks
 from app.runtime.queues.tally import queue_of
 from app.runtime.reconsider import Reconsider
 from app.runtime.revision import Revision
@@ -97,9 +97,8 @@ class Arbiter:
         )
         self.line = Line(state, admission, self.topology, peers.queues, self._revision, self.ledger)
         self._release = ClaimRelease(self.ledger, self.line, gate, admission, peers, self._clock)
-        self._reclaims = ReclaimChecks(
-            state, admission, self.ledger, self.line, peers.reclaimer, self._clock
-        )
+        admitting = Admitting(self.ledger, self.line, self.topology)
+        self._reclaims = ReclaimChecks(state, admission, admitting, peers.reclaimer, self._clock)
         self._reconsider = Reconsider(
             self.line, self.waker, self._prune, settings.aging_seconds, self._clock
         )
@@ -182,7 +181,7 @@ class Arbiter:
         if decision.verdict is not Ruling.ADMIT:
             reclaimed = None
             if queued is not None:
-                reclaimed = self._reclaims.reclaim(gang, ref, queued, contest.free, contest.holders)
+                reclaimed = self._reclaims.reclaim(gang, Needy(ref, spec, pod), queued, contest)
             message = decision.message + (reclaimed or "")
             verdict = Verdict(False, _REASONS[decision.verdict], message)
             return self._turn_away(gang, ref, now, verdict, reclaimed is not None)

@@ -12,6 +12,7 @@ from app.core.observer import NullObserver
 from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.queues import QUEUE_ANNOTATION
 from app.core.state import ClusterState
+from app.core.topology.sources import KUEUE_REQUIRED
 from app.kube.errors import Transient
 from app.ops.queue_status import QueueStatusWriter
 from app.runtime.arbiter import Arbiter
@@ -344,3 +345,45 @@ def test_a_younger_gang_does_not_take_the_queue_room_an_older_one_waits_for() ->
         "gang default/a2 waits behind 1 older or higher-priority gang(s) of queue team-a "
         "(default/a1): the queue's share has room for them first"
     )
+
+
+RACK = "example.com/rack"
+
+
+async def test_a_gang_that_needs_one_rack_reclaims_room_in_one_rack_only() -> None:
+    """Racks r1 (n0, n1) and r2 (n2, n3) of 2-CPU nodes, full of team-a's gangs; team-b's
+    gang of 4 one-CPU pods must fit in one rack (Kueue's podset-required-topology). Team-a
+    may lose 2 gangs (half the CPUs is its share): by age alone that is a3 (r2) and a2
+    (r1), room the gang cannot use; its own fits test takes both of one rack."""
+    world = World()
+    nodes = []
+    for i, rack in enumerate(("r1", "r1", "r2", "r2")):
+        raw = node(f"n{i}", cpu="2", memory="64Gi")
+        raw["metadata"]["labels"][RACK] = rack
+        nodes.append(raw)
+    world.state.replace_nodes(nodes)
+    world.book.replace([queue("team-a"), queue("team-b")])
+    for name, on in (("a0", "n2"), ("a1", "n0"), ("a2", "n1"), ("a3", "n3")):
+        world.gang(name, "team-a", bound_on=on)
+    group = podgroup("b0", 4)
+    group["metadata"]["annotations"] = {QUEUE_ANNOTATION: "team-b"}
+    group["metadata"]["creationTimestamp"] = "2026-01-01T00:01:00Z"
+    world.state.apply_podgroup(group)
+    for i in range(4):
+        raw = pod(f"b0-{i}", group="b0", cpu="1")
+        raw["metadata"]["annotations"] = {KUEUE_REQUIRED: RACK}
+        world.state.apply_pod(raw)
+    spec = world.state.podgroups["default/b0"].spec
+    assert spec is not None
+    verdict = world.filter(spec, "b0-0")
+    assert verdict.message.endswith(
+        "reclaiming 2 gang(s) for it from queues above their share: "
+        "default/a3 (queue team-a), default/a0 (queue team-a)"
+    ), verdict.message
+    await world.reclaimer.drain()
+    assert sorted(world.evictions.evicted) == [
+        "default/a0-0",
+        "default/a0-1",
+        "default/a3-0",
+        "default/a3-1",
+    ]

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Mapping, Sequence
 
-from app.core.packing import Bin, Demand
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.contention import Gang
+from app.core.packing import Bin, Demand, give
 from app.core.queues import (
     QueueSpec,
     QueueSpecError,
     QueueView,
     Running,
-    choose_victims,
     deserved_shares,
     dominant_share,
     enqueue,
     queue_from,
 )
+from app.core.reclaim import Fits, choose_victims, flat_fits
+from app.core.topology.domains import TopologyConstraint, Where, fits_one_domain
 
 CPU = 1000
 CAPACITY = {"cpu": 12 * CPU, "memory": 48 * 2**30 * 1000, "pods": 330 * 1000}
@@ -192,3 +198,202 @@ def test_reclaim_never_from_a_queue_that_is_not_reclaimable_or_not_above_its_sha
         "c": view(q("c"), 2, 4),
     }
     assert choose_victims("b", [Demand("b/x", cpu(2))], 1, full, gangs, views) is None
+
+
+# ---- reclaim for a gang with a required rack -------------------------------------------
+
+RACK = "example.com/rack"
+# Two racks of two 2-CPU nodes each, every CPU taken.
+RACKS = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2"}
+
+
+def racked(free: Mapping[str, float] | None = None) -> list[Bin]:
+    return [Bin(n, cpu((free or {}).get(n, 0)), {RACK: r}) for n, r in RACKS.items()]
+
+
+def rack_gang(size: int) -> tuple[list[Demand], Fits, list[frozenset[str]]]:
+    """A gang of `size` one-CPU pods that must fit in one rack: its demands, its own fits
+    test (the admission's: one domain of the required level) and the racks' nodes."""
+    demands = [Demand(f"b/x-{i}", cpu(1)) for i in range(size)]
+    gang = Gang("b/x", 0, 0.0, tuple(demands), size)
+    where = Where(TopologyConstraint(RACK, required=True), (RACK,))
+    domains = [frozenset(n for n, r in RACKS.items() if r == rack) for rack in ("r1", "r2")]
+    return demands, lambda bins: fits_one_domain(gang, where, bins), domains
+
+
+def r2_blocked(share: float) -> tuple[list[Running], dict[str, QueueView]]:
+    """Queue a's most recent gang in r2, the next two in r1; r2 cannot hold a gang of 4
+    (n4 is queue c's, not reclaimable). `share`: a's deserved CPUs of the 6 it holds."""
+    gangs = [
+        running("a/r2-new", "a", "n3", 2, created=9),
+        running("a/r1-mid", "a", "n1", 2, created=8),
+        running("a/r1-old", "a", "n2", 2, created=7),
+        running("c/keeps", "c", "n4", 2, created=1),
+    ]
+    views = {
+        "a": view(q("a"), 6, share),
+        "b": view(q("b"), 0, 6, head=4),
+        "c": view(q("c", reclaimable=False), 2, 1),
+    }
+    return gangs, views
+
+
+def test_a_rack_required_gang_reclaims_only_victims_in_one_rack() -> None:
+    gangs, views = r2_blocked(0)
+    demands, fits, domains = rack_gang(4)
+    # A flat packing takes the two most recent, 2 CPUs in each rack, where a gang of 4
+    # that must fit in one rack cannot start.
+    assert choose_victims("b", demands, 4, racked(), gangs, views) == ["a/r2-new", "a/r1-mid"]
+    victims = choose_victims("b", demands, 4, racked(), gangs, views, fits=fits, domains=domains)
+    # r2-new's room is in a rack that cannot hold the gang: it is not evicted.
+    assert victims == ["a/r1-mid", "a/r1-old"]
+    # The greedy pass alone (no domains) spares it too, by the gang's own test.
+    assert choose_victims("b", demands, 4, racked(), gangs, views, fits=fits) == victims
+
+
+def test_victims_in_the_one_rack_that_can_hold_the_gang_are_found_past_the_greedy_order() -> None:
+    # Queue a may lose only 4 of its 6 CPUs (its share is 3): in greedy order that is
+    # r2-new and r1-mid, in two racks. Trying r1's victims on their own finds the plan.
+    gangs, views = r2_blocked(3)
+    demands, fits, domains = rack_gang(4)
+    # The greedy order alone spends a's share on r2-new first.
+    assert choose_victims("b", demands, 4, racked(), gangs, views, fits=fits) is None
+    victims = choose_victims("b", demands, 4, racked(), gangs, views, fits=fits, domains=domains)
+    assert victims == ["a/r1-mid", "a/r1-old"]
+
+
+def test_of_two_racks_that_can_hold_the_gang_the_one_of_the_most_recent_victim_goes() -> None:
+    gangs = [
+        running("a/r2-new", "a", "n3", 2, created=9),
+        running("a/r1-mid", "a", "n1", 2, created=8),
+        running("a/r1-old", "a", "n2", 2, created=7),
+        running("a/r2-old", "a", "n4", 2, created=6),
+    ]
+    views = {"a": view(q("a"), 8, 0), "b": view(q("b"), 0, 6, head=4)}
+    demands, fits, domains = rack_gang(4)
+    victims = choose_victims("b", demands, 4, racked(), gangs, views, fits=fits, domains=domains)
+    assert victims == ["a/r2-new", "a/r2-old"]
+    # Without the racks: r2-new first, then r1-mid and r1-old fill r1; r2-new is spared.
+    assert choose_victims("b", demands, 4, racked(), gangs, views, fits=fits) == [
+        "a/r1-mid",
+        "a/r1-old",
+    ]
+
+
+def test_no_rack_can_hold_the_gang_nothing_is_evicted() -> None:
+    # A CPU free on n1 and one on n3 and a victim in each rack: 4 CPUs for a flat
+    # packing, 3 at most in either rack.
+    gangs = [
+        running("a/r1", "a", "n2", 2, created=2),
+        running("a/r2", "a", "n4", 2, created=1),
+        running("c/r1", "c", "n1", 1),
+        running("c/r2", "c", "n3", 1),
+    ]
+    views = {
+        "a": view(q("a"), 4, 0),
+        "b": view(q("b"), 0, 6, head=4),
+        "c": view(q("c", reclaimable=False), 2, 1),
+    }
+    free = racked({"n1": 1, "n3": 1})
+    demands, fits, domains = rack_gang(4)
+    assert choose_victims("b", demands, 4, free, gangs, views) == ["a/r1"]
+    assert choose_victims("b", demands, 4, free, gangs, views, fits=fits, domains=domains) is None
+
+
+def test_a_gang_that_fits_already_needs_no_victim() -> None:
+    gangs = [running("a/g", "a", "n1", 2)]
+    views = {"a": view(q("a"), 4, 0), "b": view(q("b"), 0, 6, head=2)}
+    demands, fits, domains = rack_gang(2)
+    free = racked({"n3": 2})
+    assert choose_victims("b", demands, 2, free, gangs, views, fits=fits, domains=domains) is None
+
+
+def _without(free: Sequence[Bin], gangs: Sequence[Running]) -> list[Bin]:
+    """`free` with the room of `gangs` given back."""
+    bins = [b.with_free(dict(b.free)) for b in free]
+    for gang in gangs:
+        give(bins, gang.held)
+    return bins
+
+
+@st.composite
+def reclaim_worlds(draw: st.DrawFn) -> tuple[list[Bin], list[Running], dict[str, QueueView], int]:
+    """Racked nodes, running gangs of queues a, c (and b's own), views, the needy gang size."""
+    room = {n: draw(st.integers(0, 1)) for n in RACKS}
+    gangs: list[Running] = []
+    for i in range(draw(st.integers(1, 8))):
+        queue = draw(st.sampled_from(["a", "a", "a", "b", "c"]))
+        held: dict[str, dict[str, int]] = {}
+        for node in draw(st.lists(st.sampled_from(list(RACKS)), min_size=1, max_size=2)):
+            held[node] = cpu(draw(st.integers(1, 2)))
+        total = {"cpu": sum(v["cpu"] for v in held.values())}
+        gangs.append(
+            Running(f"{queue}/g{i}", queue, draw(st.integers(0, 2)), float(i), held, total)
+        )
+
+    def allocated(queue: str) -> int:
+        return sum(g.total["cpu"] for g in gangs if g.queue == queue) // CPU
+
+    views = {
+        "a": view(q("a"), allocated("a"), draw(st.integers(0, 3))),
+        "b": view(q("b"), allocated("b"), 8, head=2),
+        "c": view(q("c", reclaimable=draw(st.booleans())), allocated("c"), draw(st.integers(0, 4))),
+    }
+    return racked(room), gangs, views, draw(st.integers(1, 4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(reclaim_worlds(), st.booleans())
+def test_every_victim_chosen_is_needed_by_the_gangs_own_fits_test(
+    world: tuple[list[Bin], list[Running], dict[str, QueueView], int], by_rack: bool
+) -> None:
+    free, gangs, views, size = world
+    demands, rack_fits, domains = rack_gang(size)
+    fits = rack_fits if by_rack else flat_fits(demands, size)
+    victims = choose_victims(
+        "b", demands, size, free, gangs, views, fits=fits, domains=domains if by_rack else ()
+    )
+    if victims is None:
+        return
+    by_key = {g.key: g for g in gangs}
+    chosen = [by_key[k] for k in victims]
+    assert len(set(victims)) == len(victims)
+    assert all(g.queue != "b" and views[g.queue].spec.reclaimable for g in chosen)
+    assert not fits(free), "victims chosen for a gang that fits already"
+    assert fits(_without(free, chosen))
+    for spared in chosen:
+        rest = [g for g in chosen if g is not spared]
+        assert not fits(_without(free, rest)), f"{spared.key} is not needed: {victims}"
+
+
+def test_a_large_cluster_packs_only_in_the_domains_that_could_hold_the_gang() -> None:
+    """100 racks of ten 4-CPU nodes, full of queue a's 1,000 one-node gangs, the most recent
+    of each rack interleaved; a's share lets 7 gangs go in the first case (28 CPUs: no rack
+    can hold the 32-CPU gang) and 8 in the second. Packings are counted, not timed: the
+    racks that cannot hold the gang are passed over without one."""
+    racks, per_rack = 100, 10
+    bins = [
+        Bin(f"n{r}-{i}", cpu(0), {RACK: f"r{r}"}) for r in range(racks) for i in range(per_rack)
+    ]
+    gangs = [
+        running(f"a/g{r}-{i}", "a", f"n{r}-{i}", 4, created=i * racks + r)
+        for r in range(racks)
+        for i in range(per_rack)
+    ]
+    demands = [Demand(f"b/x-{i}", cpu(1)) for i in range(32)]
+    gang = Gang("b/x", 0, 0.0, tuple(demands), 32)
+    where = Where(TopologyConstraint(RACK, required=True), (RACK,))
+    packings = 0
+
+    def fits(room: Sequence[Bin]) -> bool:
+        nonlocal packings
+        packings += 1
+        return fits_one_domain(gang, where, room)
+
+    domains = [frozenset(f"n{r}-{i}" for i in range(per_rack)) for r in range(racks)]
+    for lets_go, expected in ((7, None), (8, [f"a/g99-{i}" for i in range(9, 1, -1)])):
+        packings = 0
+        views = {"a": view(q("a"), 4000, 4000 - 4 * lets_go), "b": view(q("b"), 0, 32, head=32)}
+        victims = choose_victims("b", demands, 32, bins, gangs, views, fits=fits, domains=domains)
+        assert victims == expected
+        assert packings <= 1 + 2 * lets_go, packings

@@ -5,27 +5,92 @@ kube-scheduler found no node for one of its members before our filter was
 asked (`unplaced()`, then `check()` a moment later). When the cluster is full,
 kube-scheduler's own resource filter turns a member away first, so the verb
 alone would never see a gang that only reclaim can place.
+
+Reclaim judges the room by the gang's own admission (`fits_test`): the
+decision the filter verb makes (GangTopology.decide: one domain of a required
+level, each slice in its own, LWS exclusive topology, else a thorough
+packing) over the room alone, and names the domains of its required level so
+that victims in one of them are tried on their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from app.core.admission import Admission, wholeness
 from app.core.clock import Clock
-from app.core.contention import Gang, Holder, room_left
-from app.core.groups import GroupRef, PodGroupSpecError
-from app.core.packing import Bin, pack
+from app.core.contention import Contest, Gang, Ruling, room_left
+from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
+from app.core.packing import Bin
 from app.core.queues import starving
+from app.core.reclaim import Fits
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
+from app.core.topology.domains import TopologyError, by_domain
 from app.runtime.claims import ClaimLedger
-from app.runtime.line import Line
+from app.runtime.gang_topology import GangTopology
+from app.runtime.line import Candidate, Line
 from app.runtime.queues.book import Assessment, request_of
 from app.runtime.queues.reclaimer import Reclaimer
 from app.runtime.queues.tally import queue_of
+
+
+@dataclass(frozen=True, slots=True)
+class Needy:
+    """The gang reclaim is for, as its admission sees it: its group (reference and spec)
+    and the pod asked about."""
+
+    ref: GroupRef
+    spec: GroupSpec
+    pod: Candidate | None = None
+
+
+class Admitting(NamedTuple):
+    """The arbiter's parts the checks read: the claims held, the line of waiting gangs,
+    and how a gang is placed (its own fits test)."""
+
+    ledger: ClaimLedger
+    line: Line
+    topology: GangTopology
+
+
+def fits_test(topology: GangTopology, gang: Gang, needy: Needy) -> Fits:
+    """Whether `gang` fits in a room by its own admission: the filter verb's decision over
+    that room alone (a gang with a required rack fits only where one rack holds it; room
+    freed in racks it cannot span is no room, docs/queues.md "Reclaim")."""
+    spec, pod = needy.spec, needy.pod
+    constraint = topology.constraint(spec, pod.topology if pod is not None else None)
+
+    def fits(bins: Sequence[Bin]) -> bool:
+        try:
+            decision, _, _ = topology.decide(gang, constraint, Contest(bins), 0.0, 0.0, spec, pod)
+        except TopologyError:  # slices the gang cannot have: no room will do
+            return False
+        return decision.verdict is Ruling.ADMIT
+
+    return fits
+
+
+def required_domains(
+    topology: GangTopology, needy: Needy, room: Sequence[Bin]
+) -> list[frozenset[str]]:
+    """The nodes of each domain of the gang's required level(s) (none: it may go anywhere),
+    for choose_victims() to try the victims of each on their own."""
+    pod = needy.pod
+    constraint = topology.constraint(needy.spec, pod.topology if pod is not None else None)
+    if constraint is None:
+        return []
+    levels, anywhere = topology.resolver()(constraint)
+    if anywhere:
+        return []
+    return [
+        frozenset(b.name for b in group)
+        for level in levels
+        for group in by_domain(room, level).values()
+    ]
 
 
 class ReclaimChecks:
@@ -35,15 +100,13 @@ class ReclaimChecks:
         self,
         state: ClusterState,
         admission: Admission,
-        ledger: ClaimLedger,
-        line: Line,
+        admitting: Admitting,
         reclaimer: Reclaimer | None,
         clock: Clock,
     ) -> None:
         self._state = state
         self._admission = admission
-        self._ledger = ledger
-        self._line = line
+        self._ledger, self._line, self._topology = admitting
         self._reclaimer = reclaimer
         self._clock = clock
         # Gangs kube-scheduler found no node for (its own filters, before ours): may reclaim.
@@ -53,10 +116,9 @@ class ReclaimChecks:
     def reclaim(
         self,
         gang: Gang,
-        ref: GroupRef,
+        needy: Needy,
         queued: Assessment,
-        free: Sequence[Bin],
-        holders: Sequence[Holder],
+        contest: Contest,
         room: list[Bin] | None = None,
     ) -> str | None:
         """A gang of a queue below its share does not fit: take room back; what was done.
@@ -64,6 +126,8 @@ class ReclaimChecks:
         None: reclaim does not apply (no reclaimer, or the queue is not below its
         share); "": the reclaimer was asked and did nothing. What the reclaimer says
         depends on the clock too (evictions under way expire).
+        `needy`: the gang's group (and the pod asked about), for its own fits test.
+        `contest`: what its admission weighed (the free room and the holders).
         `room`: free less the holders' promises, when the caller has it already.
         """
         view = queued.views.get(queued.queue)
@@ -73,8 +137,17 @@ class ReclaimChecks:
         if not starving(replace(view, head=request_of(gang)), book.overcommit):
             return None
         if room is None:
-            room = room_left(free, holders)
-        text = self._reclaimer.reclaim(gang, ref, queued.queue, queued.views, room, queued.running)
+            room = room_left(contest.free, contest.holders, contest.positions)
+        text = self._reclaimer.reclaim(
+            gang,
+            needy.ref,
+            queued.queue,
+            queued.views,
+            room,
+            queued.running,
+            fits_test(self._topology, gang, needy),
+            required_domains(self._topology, needy, room),
+        )
         return f"; {text}" if text else ""
 
     def unplaced(self, old: PodRecord, new: PodRecord) -> None:
@@ -133,8 +206,9 @@ class ReclaimChecks:
             if queued.message is not None:
                 continue
             room = room_left(contest.free, contest.holders, contest.positions)
-            if not pack(gang.demands, room, gang.need).fits:
-                self.reclaim(gang, ref, queued, contest.free, contest.holders, room)
+            needy = Needy(ref, spec)
+            if not fits_test(self._topology, gang, needy)(room):
+                self.reclaim(gang, needy, queued, contest, room)
 
     def _schedule(self) -> None:
         if self._timer is not None or self._reclaimer is None:

@@ -6,7 +6,8 @@ behind team A's gangs of the same priority would wait until A's gangs finish.
 When the arbiter finds such a gang that does not fit, it asks `reclaim()`:
 the victims are chosen by app/core/queues.py (whole gangs of reclaimable queues
 above their share, lowest priority and most recently created first, the
-fewest that make room) and evicted here through the Eviction API, so
+fewest that make room the gang can use by its own placement rules: one rack
+of its required level, its slices' domains) and evicted here through the Eviction API, so
 PodDisruptionBudgets are honoured. Each victim gang gets a `GangReclaimed`
 Event naming the queue that needed the room. Pods being deleted count as
 free room for the packing (app/core/state.py `leaving`), so the waiting gang is
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from app.base.metrics import Metrics
@@ -30,7 +31,8 @@ from app.core.contention import Gang
 from app.core.groups import GroupRef
 from app.core.observer import GangObserver, MemberRef
 from app.core.packing import Bin
-from app.core.queues import QueueView, Running, choose_victims
+from app.core.queues import QueueView, Running
+from app.core.reclaim import Fits, choose_victims
 from app.core.records import PodRecord
 from app.core.state import ClusterState
 from app.runtime.preemption.evictor import evict_each
@@ -87,10 +89,15 @@ class Reclaimer:
         views: Mapping[str, QueueView],
         room: Sequence[Bin],
         running: Sequence[Running],
+        fits: Fits | None = None,
+        domains: Sequence[Collection[str]] = (),
     ) -> str | None:
         """Evict whole gangs so `gang` fits in `room`; what is being done, None: nothing can.
 
         `room`: free capacity per node less what admitted gangs were promised.
+        `fits`: the gang's own fits test (its topology: app/runtime/queues/reclaim_checks.py;
+        default: a flat packing), `domains` the node sets its required level has, as
+        choose_victims() takes them.
         """
         now = self._clock()
         under_way = self._under_way.get(gang.key)
@@ -100,7 +107,9 @@ class Reclaimer:
         running = [
             r for r in running if r.key not in self._evicting and not self._planned_victim(r.key)
         ]
-        victims = choose_victims(queue, gang.demands, gang.need, room, running, views)
+        victims = choose_victims(
+            queue, gang.demands, gang.need, room, running, views, fits=fits, domains=domains
+        )
         if not victims:
             return None
         by_key = {r.key: r for r in running}
