@@ -13,8 +13,8 @@ its pools, each pool's free devices once for all the gang's members
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from app.core.resources import Resources, add
@@ -157,3 +157,66 @@ class PoolDraws:
         if not b.pools:
             return ()
         return (tuple(map(id, b.pools)), tuple(sorted(self.local(i, b).items())))
+
+
+@dataclass(frozen=True, slots=True)
+class PoolHold:
+    """What one allocated claim holds of one shared pool, and the pods that use it.
+
+    Evicting pods gives the pool these devices back only once every pod using
+    the claim is gone (a claim shared by several pods is freed by the last of
+    them, and counted once); `node` is where the pool's used_on counts it (the
+    node of the pod its devices are counted on, "" if that pod is not placed).
+    """
+
+    pool: SharedPool
+    held: Resources
+    users: frozenset[str]  # pod keys
+    node: str = ""
+
+
+def freed_by(holds: Iterable[PoolHold], gone: Set[str]) -> list[PoolHold]:
+    """The holds every user of which is in `gone` (pod keys): what their going frees."""
+    return [h for h in holds if h.users and h.users <= gone]
+
+
+def credited(bins: Sequence[Bin], freed: Iterable[PoolHold]) -> list[Bin]:
+    """The bins with each shared pool given back the devices `freed` hold.
+
+    The pools are shared objects (every bin of the nodes a pool serves holds
+    the same one, kept by app/core/devices/shared.py): those `freed` touches
+    are copied, and the bins that carry them are new bins carrying the copies
+    (their `free` dicts shared with `bins`'s); the others are `bins`'s own.
+    A node's own devices are read as its free less what its pools show it
+    (PoolDraws.local), so the pod's part of the pool also leaves its node's
+    used_on: the node's bin, given the pod's requests back, then shows its own
+    devices unchanged.
+    """
+    copies: dict[SharedPool, SharedPool] = {}
+    for hold in freed:
+        pool = copies.get(hold.pool)
+        if pool is None:
+            source = hold.pool
+            pool = copies[source] = SharedPool(
+                source.name,
+                source.offer,
+                dict(source.free),
+                {node: dict(used) for node, used in source.used_on.items()},
+            )
+        for resource, amount in hold.held.items():
+            pool.free[resource] = min(
+                pool.offer.get(resource, 0), pool.free.get(resource, 0) + amount
+            )
+        used = pool.used_on.get(hold.node)
+        if used is not None:
+            for resource, amount in hold.held.items():
+                if resource in used:
+                    used[resource] = max(0, used[resource] - amount)
+    if not copies:
+        return list(bins)
+    return [
+        b
+        if not any(p in copies for p in b.pools)
+        else replace(b, pools=tuple(copies.get(p, p) for p in b.pools))
+        for b in bins
+    ]

@@ -20,7 +20,7 @@ from app.core.devices.records import ClaimRecord, SliceRecord
 from app.core.pod_index import PodIndex
 from app.core.records import NodeRecord, PodRecord
 from app.core.resources import DEVICE_PREFIX, add, subtract
-from app.core.shared_pools import SharedPool
+from app.core.shared_pools import PoolHold, SharedPool
 
 
 class SharedPools:
@@ -61,6 +61,33 @@ class SharedPools:
                 for s in slices
             )
         )
+
+    def holds(self, pods: Iterable[PodRecord]) -> list[PoolHold]:
+        """What each allocated claim holds of each shared pool, with the pods using it
+        (`pods`: the pods with claims): what a preemption's victims may give back."""
+        self.refresh()
+        if not self._pools:
+            return []
+        model = self._model
+        users: dict[str, set[str]] = {}
+        for record in pods:
+            if record.terminal:
+                continue  # a finished pod uses no claim (its devices wait for the controller)
+            for pod_claim in record.claims:
+                key = f"{record.namespace}/{pod_claim.claim}"
+                claim = model.claims.get(key) if pod_claim.claim else None
+                if claim is not None and claim.allocated:
+                    users.setdefault(key, set()).add(record.key)
+        counted_on = {claim.key: pod.placed_node for pod, claim in self._placed_users()}
+        holds: list[PoolHold] = []
+        for key, who in sorted(users.items()):
+            claim = model.claims[key]
+            for pool_key in sorted({(driver, pool) for _r, driver, pool, _d in claim.allocated}):
+                pool = self._pools.get(pool_key)
+                held = held_of(model, claim, pool_key) if pool is not None else {}
+                if pool is not None and held:
+                    holds.append(PoolHold(pool, held, frozenset(who), counted_on.get(key, "")))
+        return holds
 
     def refresh(self) -> None:
         """Count every shared pool anew if the book changed since the last count."""
