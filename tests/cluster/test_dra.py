@@ -649,3 +649,49 @@ def test_a_gang_on_two_nodes_sharing_a_pool_is_not_promised_it_twice(
     )
     assert set(bound.values()) <= set(nodes[2:]), bound
     assert {pool for pool, _device in devices.allocated("fits-")} == {"rack-r1"}
+
+
+@pytest.mark.usefixtures("priorities")
+def test_a_device_gang_evicts_the_fewest_holders_of_a_shared_pool_it_needs(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """dra-2 and dra-3 (rack r1) share a nodeSelector pool of 6 (network-attached devices),
+    held 2 each by three low-priority pods; dra-0's own 4 are held by a low-priority pod
+    the gang cannot use. A high-priority gang of 2 x 2 that must run in r1 needs 4 of the
+    pool's devices: two of its holders go (not three, and not the bystander), and the
+    gang runs whole on the pool.
+
+    Each node shows the whole pool: read node by node, a plan saw it free on the node its
+    holders were not on and evicted nobody, and the gang waited for ever."""
+    devices, nodes = gpu_nodes
+    rack = {RACK: "r1"}
+    for node in nodes[2:]:
+        kube.label_node(node, rack)
+    devices.publish_shared("rack-r1", 6, rack)
+    _pool_in_caches(extender, devices, "rack-r1")
+    devices.template("two-gpus", 2)
+    devices.template("four-gpus", 4)
+    devices.pod("bystander", None, "four-gpus", priority_class=LOW, node=nodes[0])
+    for i in range(3):
+        devices.pod(f"holder-{i}", None, "two-gpus", priority_class=LOW, labels=rack)
+    before = wait_for(
+        lambda: len(kube.bound(namespace)) == 4 and kube.bound(namespace),
+        40,
+        "the low-priority device holders bound",
+    )
+    assert {pool for pool, _device in devices.allocated("holder-")} == {"rack-r1"}
+    assert len(devices.allocated("holder-")) == 6
+    kube.create_podgroup(namespace, "urgent", 2, timeout=60)
+    for i in range(2):
+        devices.pod(f"urgent-{i}", "urgent", "two-gpus", priority_class=HIGH, labels=rack)
+    after = wait_for(
+        lambda: len(_bound(kube, namespace, "urgent-")) == 2 and kube.bound(namespace),
+        90,
+        "the high-priority device gang bound whole on the shared pool",
+    )
+    evicted = set(before) - set(after)
+    assert len(evicted) == 2 and evicted < {f"holder-{i}" for i in range(3)}, (evicted, after)
+    assert "bystander" in after
+    assert {after["urgent-0"], after["urgent-1"]} <= set(nodes[2:]), after
+    assert {pool for pool, _device in devices.allocated("urgent-")} == {"rack-r1"}
+    assert len(devices.allocated("urgent-")) == 4

@@ -191,6 +191,7 @@ def test_a_device_gang_evicts_the_fewest_holders_of_the_shared_pool_it_needs(
     assert set(deleted.pods) < {f"default/holder-{i}" for i in range(3)}
     made = plans.plans["default/urgent"]
     assert made.evictions == 2 and "default/bystander" not in {k for k, _ in made.victims.values()}
+    assert "for a shared device pool" in made.describe(), made.describe()
     # Asked again while the plan lives, nobody more is deleted.
     assert preemption.victims("default/urgent") == []
 
