@@ -26,8 +26,11 @@ from dataclasses import dataclass, field
 from app.core.packing import Bin, Demand
 from app.core.preemption.cheapest_victims import Cost, Evictable, cheapest_victims
 from app.core.preemption.planner import PlannedNode, Planner, PlanResult
+from app.core.preemption.victim_pool import VictimPool, victim_pool
+from app.core.preemption.victims import VictimPolicy
 from app.core.resources import Resources, add
 from app.core.shared_pools import PoolDraws, PoolHold, credited, freed_by
+from app.core.state import ClusterState
 
 # Rounds of further victims before the plan is given up (each round covers what the
 # last replay found short; a later round is needed only where a freed claim is shared).
@@ -55,6 +58,37 @@ class PoolVictims:
             if unit.gang is not None and unit.budget is None:
                 keys.update(self.whole.get(unit.gang, ()))
         return keys
+
+
+def pool_victims(
+    state: ClusterState,
+    policy: VictimPolicy,
+    gang: tuple[str, int],
+    holds: Sequence[PoolHold],
+    pool: VictimPool,
+    taken: Set[str],
+) -> PoolVictims:
+    """What gang (key, priority) may evict for the shared pools: the units wherever the
+    `holds` run (victim_pool's rules), with `pool`'s (the plan's own nodes') budgets."""
+    key, priority = gang
+    pods = state.pods
+    nodes = sorted(
+        {
+            record.placed_node
+            for hold in holds
+            for user in hold.users
+            if (record := pods.get(user)) is not None and record.placed_node
+        }
+    )
+    anywhere = victim_pool(state, policy, key, priority, nodes, taken)
+    whole: dict[str, frozenset[str]] = {}
+    if policy is VictimPolicy.WHOLE_GANG:
+        for units in (*pool.by_node.values(), *anywhere.by_node.values()):
+            for unit in units:
+                if unit.gang is not None and unit.gang not in whole:
+                    placed = state.placed_members(unit.gang)
+                    whole[unit.gang] = frozenset(p.key for p in placed)
+    return PoolVictims(holds, anywhere.by_node, {**anywhere.budgets, **pool.budgets}, whole)
 
 
 def pooled(within: Planner, pools: PoolVictims) -> Planner:

@@ -20,7 +20,7 @@ from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin, Demand
 from app.core.preemption.planner import Planner, PlanResult, plan, plan_in_domains
-from app.core.preemption.pool_victims import PoolVictims, pooled
+from app.core.preemption.pool_victims import PoolVictims, pool_victims, pooled
 from app.core.preemption.tree_plan import plan_tree
 from app.core.preemption.victim_pool import VictimPool, victim_pool
 from app.core.preemption.victims import Preemptor, VictimPolicy
@@ -89,19 +89,15 @@ class PlanMaker:
             return self._refusal(spec.key, f"gang {spec.key} cannot preempt: {error}")
         demands = self._demands(spec, preemptor, own, tree)
         bins = self._bins(spec.key, preemptor.priority, demands, offered)
-        pool = victim_pool(
-            self._state,
-            self._policy,
-            spec.key,
-            preemptor.priority,
-            [b.name for b in bins],
-            self._book.taken(),
-        )
+        gang, taken = (spec.key, preemptor.priority), self._book.taken()
+        pool = victim_pool(self._state, self._policy, *gang, [b.name for b in bins], taken)
         constraint = constraint_of(
             spec.topology, ((p.key, p.topology) for p in self._state.members(spec.key))
         )
-        pools = self._pool_victims(spec.key, preemptor.priority, bins, pool)
-        if pools is not None:
+        pools = None
+        if any(b.pools for b in bins):  # victims may free devices of shared pools
+            holds = self._room.pool_holds()
+            pools = pool_victims(self._state, self._policy, gang, holds, pool, taken)
             within = pooled(within, pools)
         domain, result = self._search(spec.key, constraint, demands, bins, pool, within)
         if result is None:
@@ -170,35 +166,6 @@ class PlanMaker:
                     gone |= pools.whole.get(victim.group.key, frozenset())
         given = freed_by(pools.holds, gone | set(self._state.leaving)) if pools else []
         return self.line.waits(spec, preemptor.uid, own, freed, given)
-
-    def _pool_victims(
-        self, group_key: str, priority: int, bins: Sequence[Bin], pool: VictimPool
-    ) -> PoolVictims | None:
-        """What the plan may evict for the shared device pools its bins draw on (None: no
-        bin draws on one): the claims holding them, and who may go wherever they run."""
-        if not any(b.pools for b in bins):
-            return None
-        holds = self._room.pool_holds()
-        pods = self._state.pods
-        nodes = sorted(
-            {
-                record.placed_node
-                for hold in holds
-                for key in hold.users
-                if (record := pods.get(key)) is not None and record.placed_node
-            }
-        )
-        anywhere = victim_pool(
-            self._state, self._policy, group_key, priority, nodes, self._book.taken()
-        )
-        whole: dict[str, frozenset[str]] = {}
-        if self._policy is VictimPolicy.WHOLE_GANG:
-            for units in (*pool.by_node.values(), *anywhere.by_node.values()):
-                for unit in units:
-                    if unit.gang is not None and unit.gang not in whole:
-                        placed = self._state.placed_members(unit.gang)
-                        whole[unit.gang] = frozenset(p.key for p in placed)
-        return PoolVictims(holds, anywhere.by_node, {**anywhere.budgets, **pool.budgets}, whole)
 
     def refuse(self, group_key: str, message: str) -> None:
         """Tell the gang's users why it cannot preempt, unless that was the last thing told."""
