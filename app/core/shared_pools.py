@@ -91,9 +91,13 @@ class PoolDraws:
                 return False
         return True
 
-    def draw(self, i: int, b: Bin, requests: Mapping[str, int]) -> None:
-        """Take `requests` (fits() said yes): own devices first, then the pools in order."""
+    def draw(
+        self, i: int, b: Bin, requests: Mapping[str, int]
+    ) -> list[tuple[SharedPool, str, int]]:
+        """Take `requests` (fits() said yes): own devices first, then the pools in order.
+        What it took of the pools: (pool, resource, amount) each."""
         local = self.local(i, b)
+        drawn: list[tuple[SharedPool, str, int]] = []
         for resource, amount in requests.items():
             own = local.get(resource)
             if own is None:
@@ -109,6 +113,8 @@ class PoolDraws:
                     taken = self._taken.setdefault(pool, {})
                     taken[resource] = taken.get(resource, 0) + got
                     rest -= got
+                    drawn.append((pool, resource, got))
+        return drawn
 
     def counted_once(self, bins: Sequence[Bin], free: Sequence[Mapping[str, int]]) -> Resources:
         """The total of `free` (each bin's, as the packing left it) with every shared pool
@@ -220,3 +226,31 @@ def credited(bins: Sequence[Bin], freed: Iterable[PoolHold]) -> list[Bin]:
         else replace(b, pools=tuple(copies.get(p, p) for p in b.pools))
         for b in bins
     ]
+
+
+# What a gang admitted but not placed yet was promised of one shared pool: (the pool's
+# name, driver/pool; the node its member goes to; the devices), per member.
+PoolShare = tuple[str, str, Resources]
+
+
+def pool_shares(
+    requests: Mapping[str, Mapping[str, int]], plan: Mapping[str, str], bins: Sequence[Bin]
+) -> dict[str, list[PoolShare]]:
+    """What each member of `plan` (member key -> node) takes of the shared pools, drawn as
+    the packing drew it (its node's own devices first, then the pools in order) over
+    `bins`, the room the gang was admitted into. Members on nodes no pool serves: none."""
+    index = {b.name: i for i, b in enumerate(bins)}
+    draws = PoolDraws()
+    shares: dict[str, list[PoolShare]] = {}
+    for key, node in plan.items():
+        i = index.get(node)
+        if i is None or not bins[i].pools:
+            continue
+        drawn = draws.draw(i, bins[i], requests.get(key, _NOTHING))
+        if drawn:
+            by_pool: dict[str, Resources] = {}
+            for pool, resource, amount in drawn:
+                taken = by_pool.setdefault(pool.name, {})
+                taken[resource] = taken.get(resource, 0) + amount
+            shares[key] = [(name, node, amounts) for name, amounts in by_pool.items()]
+    return shares

@@ -20,7 +20,11 @@ from app.core.devices.records import ClaimRecord, SliceRecord
 from app.core.pod_index import PodIndex
 from app.core.records import NodeRecord, PodRecord
 from app.core.resources import DEVICE_PREFIX, add, subtract
-from app.core.shared_pools import PoolHold, SharedPool
+from app.core.shared_pools import PoolHold, PoolShare, SharedPool
+
+# What the gangs admitted ahead hold of the shared pools (their claims, app/runtime/claims.py):
+# a version that changes whenever it does, and each member's share.
+Promised = Callable[[], tuple[int, Iterable[PoolShare]]]
 
 
 class SharedPools:
@@ -38,7 +42,9 @@ class SharedPools:
         self._model = model
         self._version = version
         self._placed_users = placed_users
-        self._seen = (-1, -1, -1)
+        self._seen: tuple[int, ...] = (-1, -1, -1, -1)
+        # Set by the claim ledger: what admitted gangs not placed yet were promised.
+        self.promised: Promised | None = None
         # (driver, pool) -> its object now, and one for the empty cluster (nothing held).
         self._pools: dict[tuple[str, str], SharedPool] = {}
         self._empty: dict[tuple[str, str], SharedPool] = {}
@@ -91,7 +97,8 @@ class SharedPools:
 
     def refresh(self) -> None:
         """Count every shared pool anew if the book changed since the last count."""
-        version = self._version()
+        promised_version, promised = self.promised() if self.promised is not None else (0, ())
+        version = (*self._version(), promised_version)
         if version == self._seen:
             return
         model = self._model
@@ -124,6 +131,16 @@ class SharedPools:
                 if key in self._pools:
                     used = self._pools[key].used_on.setdefault(pod.placed_node, {})
                     add(used, held_of(model, claim, key))
+        by_name = {pool.name: pool for pool in self._pools.values()}
+        for name, _node, amounts in promised:
+            # A share promised to an admitted gang's member is the pool's no more for anyone
+            # else. Not its node's used_on: the node's requested does not hold the member
+            # yet, so its own devices read as they are (a decision that takes the claim's
+            # promise off the node reads them short by the share: a delay, never a promise
+            # of devices that are not there).
+            promised_to = by_name.get(name)
+            if promised_to is not None:
+                subtract(promised_to.free, amounts)
         for pool in self._pools.values():
             pool.free = {r: max(0, v) for r, v in pool.free.items()}
 
