@@ -96,9 +96,7 @@ def test_a_member_bound_with_its_devices_allocated_is_counted_by_its_claim_not_t
     world.state.devices.apply(dra.CLAIMS, claim)
     member: Any = dra.gpu_pod("a-0", template_name="one", group="a", cpu="1", node="n0")
     member["spec"]["nodeSelector"] = {"rack": "r1"}
-    member["status"]["resourceClaimStatuses"] = [
-        {"name": "gpu", "resourceClaimName": "a-0-gpu"}
-    ]
+    member["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "a-0-gpu"}]
     world.state.apply_pod(member)
     world.state.room()
     assert rack.free == {dra.GPU: 1000}  # 1 allocated + 2 promised: still 3 taken
