@@ -15,27 +15,18 @@ from typing import Any
 from app.core.admission import FilterReason
 from app.core.groups import GroupSpec
 from tests.unit import test_devices as dra
-from tests.unit.builders import node, podgroup
+from tests.unit.builders import podgroup
 from tests.unit.test_arbiter import World
-
-RACK = {
-    "nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
-    ]
-}
 
 
 def _world() -> World:
     """n0 and n1 (rack r1) share a nodeSelector pool of 4; n2 has 4 devices of its own
     (8 in the cluster, so the whole-gang count of devices lets both gangs by)."""
     world = World()
-    for name in ("n0", "n1"):
-        raw = node(name)
-        raw["metadata"]["labels"]["rack"] = "r1"
-        world.state.apply_node(raw)
+    dra.rack_nodes(world.state, ("n0", "n1"), ())
     devices = world.state.devices
     devices.apply(dra.CLASSES, dra.device_class())
-    devices.apply(dra.SLICES, dra.resource_slice("rack", selector=RACK))
+    devices.apply(dra.SLICES, dra.resource_slice("rack", selector=dra.RACK))
     devices.apply(dra.SLICES, dra.resource_slice("n2-gpus", "n2"))
     devices.apply(dra.TEMPLATES, dra.template("one", dra.requests_of(1)))
     return world

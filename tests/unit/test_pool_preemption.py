@@ -13,14 +13,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.base.metrics import Metrics
-from app.core.admission import Admission
-from app.core.observer import NullObserver
 from app.core.packing import Bin, Demand
 from app.core.preemption.cheapest_victims import Evictable
 from app.core.preemption.planner import plan
 from app.core.preemption.pool_victims import PoolVictims, pool_shortfall, pooled
-from app.core.preemption.victims import VictimPolicy
 from app.core.shared_pools import PoolHold, SharedPool, credited, freed_by
 from app.core.state import ClusterState
 from app.runtime.device_cel import CelEngine
@@ -28,29 +24,24 @@ from app.runtime.preemption import unasked as unasked_preemption
 from app.runtime.preemption.plans import PreemptionPlans
 from app.runtime.preemption.room import PreemptionRoom
 from app.runtime.preemption.unasked import DRA_UNSCHEDULABLE, UnaskedPreemption
-from tests.unit.builders import node, podgroup
+from tests.unit.builders import podgroup
 from tests.unit.test_devices import (
     CLAIMS,
     CLASSES,
     DRIVER,
     GPU,
+    RACK,
     SLICES,
     TEMPLATES,
     claim,
     device_class,
     gpu_pod,
+    rack_nodes,
     requests_of,
     resource_slice,
     template,
 )
-from tests.unit.test_unasked_preemption import Deleted
-
-RACK = {
-    "nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
-    ]
-}
-
+from tests.unit.test_unasked_preemption import Deleted, unasked_over
 
 # ---- the pools given back (app/core/shared_pools.py) ----------------------------------------
 
@@ -145,11 +136,7 @@ def _cluster() -> tuple[ClusterState, UnaskedPreemption, Deleted, PreemptionPlan
     by a pod of priority 10, the cheapest victim there is, whose devices the gang cannot
     use."""
     state = ClusterState(CelEngine())
-    for name in ("n1", "n2", "n3"):
-        raw = node(name)
-        if name != "n3":
-            raw["metadata"]["labels"]["rack"] = "r1"
-        state.apply_node(raw)
+    rack_nodes(state, ("n1", "n2"), ("n3",))
     state.devices.apply(CLASSES, device_class())
     state.devices.apply(SLICES, resource_slice("rack", memories=("80Gi",) * 6, selector=RACK))
     state.devices.apply(SLICES, resource_slice("n3-gpus", "n3"))
@@ -160,12 +147,7 @@ def _cluster() -> tuple[ClusterState, UnaskedPreemption, Deleted, PreemptionPlan
     state.devices.apply(CLAIMS, _allocated("own", "n3", range(4)))
     state.apply_pod(_low("bystander", "n3", "own", priority=10))
     state.apply_podgroup(podgroup("urgent", 2))
-    plans = PreemptionPlans(state, VictimPolicy.PROTECT, Metrics())
-    deleted = Deleted()
-    preemption = UnaskedPreemption(
-        state, Admission(3), plans, deleted, NullObserver(), VictimPolicy.PROTECT
-    )
-    state.add_pod_listener(preemption.on_pod_change)
+    preemption, deleted, plans = unasked_over(state)
     return state, preemption, deleted, plans
 
 
