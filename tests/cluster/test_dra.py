@@ -695,3 +695,57 @@ def test_a_device_gang_evicts_the_fewest_holders_of_a_shared_pool_it_needs(
     assert {after["urgent-0"], after["urgent-1"]} <= set(nodes[2:]), after
     assert {pool for pool, _device in devices.allocated("urgent-")} == {"rack-r1"}
     assert len(devices.allocated("urgent-")) == 4
+
+
+def test_two_gangs_needing_most_of_a_shared_pool_are_not_both_promised_it(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """dra-2 and dra-3 (rack r1) share a nodeSelector pool of 4 (12 devices in the cluster,
+    so the whole-gang count lets both by). Two gangs of 3 x 1 device that must run in r1,
+    members created interleaved: the first admitted holds its 3 of the pool, the second is
+    told the device it lacks and holds nothing (never admitted to wait in the gate for
+    devices the first has), and runs whole once the first ends."""
+    devices, nodes = gpu_nodes
+    rack = {RACK: "r1"}
+    for node in nodes[2:]:
+        kube.label_node(node, rack)
+    devices.publish_shared("rack-r1", 4, rack)
+    _pool_in_caches(extender, devices, "rack-r1")
+    devices.template("one-gpu", 1)
+    for gang in ("a", "b"):
+        kube.create_podgroup(namespace, gang, 3)
+    for i in range(3):
+        for gang in ("a", "b"):
+            devices.pod(f"{gang}-{i}", gang, "one-gpu", exit_after=15, labels=rack)
+
+    def one_whole() -> str | None:
+        for gang in ("a", "b"):
+            if len(_bound(kube, namespace, f"{gang}-")) == 3:
+                return gang
+        return None
+
+    winner = wait_for(one_whole, 40, "one gang bound whole on the shared pool")
+    loser = "b" if winner == "a" else "a"
+    assert {pool for pool, _device in devices.allocated(f"{winner}-")} == {"rack-r1"}
+    wanted = f"short by 1 device(s) of class {devices.device_class}"
+    message = wait_for(
+        lambda: next(
+            (e for i in range(3) for e in kube.events(namespace, f"{loser}-{i}") if wanted in e),
+            None,
+        ),
+        20,
+        "the second gang told the device the pool lacks",
+    )
+    assert f"gang {namespace}/{loser} needs 3 more member(s) placed at once" in message, message
+    # While the first runs (its pods end 15 s after they start), the second holds nothing.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert not _bound(kube, namespace, f"{loser}-"), "the second gang bound partly"
+        assert not devices.allocated(f"{loser}-"), "the second gang holds devices"
+        time.sleep(0.5)
+    wait_for(
+        lambda: len(_bound(kube, namespace, f"{loser}-")) == 3,
+        60,
+        "the second gang bound whole after the first ended",
+    )
+    assert {pool for pool, _device in devices.allocated(f"{loser}-")} == {"rack-r1"}
