@@ -666,7 +666,7 @@ def test_a_device_gang_evicts_the_fewest_holders_of_a_shared_pool_it_needs(
     devices, nodes = gpu_nodes
     rack = {RACK: "r1"}
     for node in nodes[2:]:
-        kube.label_node(node, rack)
+        kube.label_node(node, {RACK: "r1"})
     devices.publish_shared("rack-r1", 6, rack)
     _pool_in_caches(extender, devices, "rack-r1")
     devices.template("two-gpus", 2)
@@ -708,7 +708,7 @@ def test_two_gangs_needing_most_of_a_shared_pool_are_not_both_promised_it(
     devices, nodes = gpu_nodes
     rack = {RACK: "r1"}
     for node in nodes[2:]:
-        kube.label_node(node, rack)
+        kube.label_node(node, {RACK: "r1"})
     devices.publish_shared("rack-r1", 4, rack)
     _pool_in_caches(extender, devices, "rack-r1")
     devices.template("one-gpu", 1)
