@@ -6,8 +6,10 @@ packing holds a gang's members to it once (app/core/shared_pools.py). Here
 each such pool of the newest generation is one SharedPool, the same object
 in every bin of the nodes it serves, its counts brought up to date in place
 when the book changed (refresh): what it offers, what allocated claims hold
-of it (free), and per node what the claims counted on the pods placed there
-hold of it (their part of the node's requested that is not the node's own).
+of it and what gangs admitted ahead were promised of it (free: the claim
+ledger's `promised`, app/runtime/claims.py), and per node what the claims
+counted on the pods placed there hold of it (their part of the node's
+requested that is not the node's own).
 """
 
 from __future__ import annotations
