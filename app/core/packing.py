@@ -14,6 +14,7 @@ a "yes" is never wrong. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -114,7 +115,10 @@ class AllowedBins:
     def after(self, start: int) -> Iterator[int]:
         """The indexes from the `start`-th allowed bin on."""
         found = self._found
-        yield from found[start:]  # those found already, at C speed (and any found meanwhile)
+        # Those found already, at C speed, and any found meanwhile (a search nested in
+        # this iteration reads on): a list iterator sees what is appended while it runs,
+        # a slice would not, and the bins found meanwhile would be skipped.
+        yield from itertools.islice(found, start, None)
         k = max(start, len(found))
         while k < len(found) or self._find_next():
             if k < len(found):  # (else read on to the `start`-th)

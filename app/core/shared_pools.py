@@ -13,8 +13,8 @@ its pools, each pool's free devices once for all the gang's members
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from app.core.resources import Resources, add
@@ -91,9 +91,13 @@ class PoolDraws:
                 return False
         return True
 
-    def draw(self, i: int, b: Bin, requests: Mapping[str, int]) -> None:
-        """Take `requests` (fits() said yes): own devices first, then the pools in order."""
+    def draw(
+        self, i: int, b: Bin, requests: Mapping[str, int]
+    ) -> list[tuple[SharedPool, str, int]]:
+        """Take `requests` (fits() said yes): own devices first, then the pools in order.
+        What it took of the pools: (pool, resource, amount) each."""
         local = self.local(i, b)
+        drawn: list[tuple[SharedPool, str, int]] = []
         for resource, amount in requests.items():
             own = local.get(resource)
             if own is None:
@@ -109,6 +113,8 @@ class PoolDraws:
                     taken = self._taken.setdefault(pool, {})
                     taken[resource] = taken.get(resource, 0) + got
                     rest -= got
+                    drawn.append((pool, resource, got))
+        return drawn
 
     def counted_once(self, bins: Sequence[Bin], free: Sequence[Mapping[str, int]]) -> Resources:
         """The total of `free` (each bin's, as the packing left it) with every shared pool
@@ -157,3 +163,94 @@ class PoolDraws:
         if not b.pools:
             return ()
         return (tuple(map(id, b.pools)), tuple(sorted(self.local(i, b).items())))
+
+
+@dataclass(frozen=True, slots=True)
+class PoolHold:
+    """What one allocated claim holds of one shared pool, and the pods that use it.
+
+    Evicting pods gives the pool these devices back only once every pod using
+    the claim is gone (a claim shared by several pods is freed by the last of
+    them, and counted once); `node` is where the pool's used_on counts it (the
+    node of the pod its devices are counted on, "" if that pod is not placed).
+    """
+
+    pool: SharedPool
+    held: Resources
+    users: frozenset[str]  # pod keys
+    node: str = ""
+
+
+def freed_by(holds: Iterable[PoolHold], gone: Set[str]) -> list[PoolHold]:
+    """The holds every user of which is in `gone` (pod keys): what their going frees."""
+    return [h for h in holds if h.users and h.users <= gone]
+
+
+def credited(bins: Sequence[Bin], freed: Iterable[PoolHold]) -> list[Bin]:
+    """The bins with each shared pool given back the devices `freed` hold.
+
+    The pools are shared objects (every bin of the nodes a pool serves holds
+    the same one, kept by app/core/devices/shared.py): those `freed` touches
+    are copied, and the bins that carry them are new bins carrying the copies
+    (their `free` dicts shared with `bins`'s); the others are `bins`'s own.
+    A node's own devices are read as its free less what its pools show it
+    (PoolDraws.local), so the pod's part of the pool also leaves its node's
+    used_on: the node's bin, given the pod's requests back, then shows its own
+    devices unchanged.
+    """
+    copies: dict[SharedPool, SharedPool] = {}
+    for hold in freed:
+        pool = copies.get(hold.pool)
+        if pool is None:
+            source = hold.pool
+            pool = copies[source] = SharedPool(
+                source.name,
+                source.offer,
+                dict(source.free),
+                {node: dict(used) for node, used in source.used_on.items()},
+            )
+        for resource, amount in hold.held.items():
+            pool.free[resource] = min(
+                pool.offer.get(resource, 0), pool.free.get(resource, 0) + amount
+            )
+        used = pool.used_on.get(hold.node)
+        if used is not None:
+            for resource, amount in hold.held.items():
+                if resource in used:
+                    used[resource] = max(0, used[resource] - amount)
+    if not copies:
+        return list(bins)
+    return [
+        b
+        if not any(p in copies for p in b.pools)
+        else replace(b, pools=tuple(copies.get(p, p) for p in b.pools))
+        for b in bins
+    ]
+
+
+# What a gang admitted but not placed yet was promised of one shared pool: (the pool's
+# name, driver/pool; the node its member goes to; the devices), per member.
+PoolShare = tuple[str, str, Resources]
+
+
+def pool_shares(
+    requests: Mapping[str, Mapping[str, int]], plan: Mapping[str, str], bins: Sequence[Bin]
+) -> dict[str, list[PoolShare]]:
+    """What each member of `plan` (member key -> node) takes of the shared pools, drawn as
+    the packing drew it (its node's own devices first, then the pools in order) over
+    `bins`, the room the gang was admitted into. Members on nodes no pool serves: none."""
+    index = {b.name: i for i, b in enumerate(bins)}
+    draws = PoolDraws()
+    shares: dict[str, list[PoolShare]] = {}
+    for key, node in plan.items():
+        i = index.get(node)
+        if i is None or not bins[i].pools:
+            continue
+        drawn = draws.draw(i, bins[i], requests.get(key, _NOTHING))
+        if drawn:
+            by_pool: dict[str, Resources] = {}
+            for pool, resource, amount in drawn:
+                taken = by_pool.setdefault(pool.name, {})
+                taken[resource] = taken.get(resource, 0) + amount
+            shares[key] = [(name, node, amounts) for name, amounts in by_pool.items()]
+    return shares

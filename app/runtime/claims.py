@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from app.core.admission import wholeness
-from app.core.contention import Decision, Gang, Holder
+from app.core.contention import Decision, Gang, Holder, room_left
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
-from app.core.records import GroupNotFound
+from app.core.records import GroupNotFound, PodRecord
 from app.core.resources import Resources, add
+from app.core.shared_pools import PoolShare, pool_shares
 from app.core.state import ClusterState
 from app.core.topology.domains import Domain, TopologyConstraint
 from app.core.topology.held import HeldGroup
@@ -58,6 +59,9 @@ class Claim:
     # forgetting them retries the member; a NodeResourcesFit rejection is not
     # retried by anything else).
     released_others_until: float = 0.0
+    # Member key -> what it was promised of the device pools published for many nodes
+    # (app/core/shared_pools.py pool_shares): no other gang's while the member is not bound.
+    pool_shares: dict[str, list[PoolShare]] = field(default_factory=dict)
 
     @property
     def waiting_since(self) -> float:
@@ -85,6 +89,11 @@ class ClaimLedger:
         self._pruned_at = -math.inf
         # Claiming gangs that lost a member since the last prune.
         self._recheck: set[str] = set()
+        # The claims promised devices of shared pools, and a version that moves with them:
+        # the pools count those devices taken (app/core/devices/shared.py).
+        self._pooled: set[str] = set()
+        self._pool_version = 0
+        state.devices.shared.promised = self.pool_promises
 
     def make(
         self,
@@ -118,11 +127,56 @@ class ClaimLedger:
             constraint=constraint,
             groups=groups,
         )
+        claim.pool_shares = self._pool_shares(claim)
+        if claim.pool_shares:
+            self._pooled.add(gang.key)
+            self._pool_version += 1
         return claim
+
+    def _pool_shares(self, claim: Claim) -> dict[str, list[PoolShare]]:
+        """What the claim's members take of the shared pools, drawn over the room the gang
+        was admitted into (free less the other claims' promises)."""
+        room = self._state.room()
+        positions = self._state.room_positions()
+        if not any(
+            (i := positions.get(node)) is not None and room[i].pools for node in claim.plan.values()
+        ):
+            return {}
+        others = [self.holder(k, c) for k, c in self.held.items() if c is not claim]
+        return pool_shares(claim.requests, claim.plan, room_left(room, others, positions))
+
+    def pool_promises(self) -> tuple[int, list[PoolShare]]:
+        """What the claims promised of the shared pools to members not bound yet whose
+        devices are not allocated yet (a version first: it moves when a claim comes or
+        goes; the pools recount on every pod or claim change too)."""
+        shares: list[PoolShare] = []
+        for key in self._pooled:
+            claim = self.held.get(key)
+            if claim is None:
+                continue
+            for member, promised in claim.pool_shares.items():
+                pod = self._state.pods.get(member)
+                if pod is not None and (
+                    pod.node_name or not pod.counts_as_member or self._allocated(pod)
+                ):
+                    continue
+                shares.extend(promised)
+        return self._pool_version, shares
+
+    def _allocated(self, pod: PodRecord) -> bool:
+        """Are the pod's claims allocated (the pools count their devices themselves)?"""
+        claims = self._state.devices.model.claims
+        return bool(pod.claims) and all(
+            (claim := claims.get(f"{pod.namespace}/{c.claim}")) is not None and claim.allocated
+            for c in pod.claims
+        )
 
     def end(self, key: str) -> Claim | None:
         """The claim is over (whatever the reason): capacity and the line move."""
         self._revision.bump()
+        if key in self._pooled:
+            self._pooled.discard(key)
+            self._pool_version += 1
         return self.held.pop(key, None)
 
     def recheck(self, key: str) -> None:

@@ -649,3 +649,103 @@ def test_a_gang_on_two_nodes_sharing_a_pool_is_not_promised_it_twice(
     )
     assert set(bound.values()) <= set(nodes[2:]), bound
     assert {pool for pool, _device in devices.allocated("fits-")} == {"rack-r1"}
+
+
+@pytest.mark.usefixtures("priorities")
+def test_a_device_gang_evicts_the_fewest_holders_of_a_shared_pool_it_needs(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """dra-2 and dra-3 (rack r1) share a nodeSelector pool of 6 (network-attached devices),
+    held 2 each by three low-priority pods; dra-0's own 4 are held by a low-priority pod
+    the gang cannot use. A high-priority gang of 2 x 2 that must run in r1 needs 4 of the
+    pool's devices: two of its holders go (not three, and not the bystander), and the
+    gang runs whole on the pool.
+
+    Each node shows the whole pool: read node by node, a plan saw it free on the node its
+    holders were not on and evicted nobody, and the gang waited for ever."""
+    devices, nodes = gpu_nodes
+    rack = {RACK: "r1"}
+    for node in nodes[2:]:
+        kube.label_node(node, {RACK: "r1"})
+    devices.publish_shared("rack-r1", 6, rack)
+    _pool_in_caches(extender, devices, "rack-r1")
+    devices.template("two-gpus", 2)
+    devices.template("four-gpus", 4)
+    devices.pod("bystander", None, "four-gpus", priority_class=LOW, node=nodes[0])
+    for i in range(3):
+        devices.pod(f"holder-{i}", None, "two-gpus", priority_class=LOW, labels=rack)
+    before = wait_for(
+        lambda: len(kube.bound(namespace)) == 4 and kube.bound(namespace),
+        40,
+        "the low-priority device holders bound",
+    )
+    assert {pool for pool, _device in devices.allocated("holder-")} == {"rack-r1"}
+    assert len(devices.allocated("holder-")) == 6
+    kube.create_podgroup(namespace, "urgent", 2, timeout=60)
+    for i in range(2):
+        devices.pod(f"urgent-{i}", "urgent", "two-gpus", priority_class=HIGH, labels=rack)
+    after = wait_for(
+        lambda: len(_bound(kube, namespace, "urgent-")) == 2 and kube.bound(namespace),
+        90,
+        "the high-priority device gang bound whole on the shared pool",
+    )
+    evicted = set(before) - set(after)
+    assert len(evicted) == 2 and evicted < {f"holder-{i}" for i in range(3)}, (evicted, after)
+    assert "bystander" in after
+    assert {after["urgent-0"], after["urgent-1"]} <= set(nodes[2:]), after
+    assert {pool for pool, _device in devices.allocated("urgent-")} == {"rack-r1"}
+    assert len(devices.allocated("urgent-")) == 4
+
+
+def test_two_gangs_needing_most_of_a_shared_pool_are_not_both_promised_it(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """dra-2 and dra-3 (rack r1) share a nodeSelector pool of 4 (12 devices in the cluster,
+    so the whole-gang count lets both by). Two gangs of 3 x 1 device that must run in r1,
+    members created interleaved: the first admitted holds its 3 of the pool, the second is
+    told the device it lacks and holds nothing (never admitted to wait in the gate for
+    devices the first has), and runs whole once the first ends."""
+    devices, nodes = gpu_nodes
+    rack = {RACK: "r1"}
+    for node in nodes[2:]:
+        kube.label_node(node, {RACK: "r1"})
+    devices.publish_shared("rack-r1", 4, rack)
+    _pool_in_caches(extender, devices, "rack-r1")
+    devices.template("one-gpu", 1)
+    for gang in ("a", "b"):
+        kube.create_podgroup(namespace, gang, 3)
+    for i in range(3):
+        for gang in ("a", "b"):
+            devices.pod(f"{gang}-{i}", gang, "one-gpu", exit_after=15, labels=rack)
+
+    def one_whole() -> str | None:
+        for gang in ("a", "b"):
+            if len(_bound(kube, namespace, f"{gang}-")) == 3:
+                return gang
+        return None
+
+    winner = wait_for(one_whole, 40, "one gang bound whole on the shared pool")
+    loser = "b" if winner == "a" else "a"
+    assert {pool for pool, _device in devices.allocated(f"{winner}-")} == {"rack-r1"}
+    wanted = f"short by 1 device(s) of class {devices.device_class}"
+    message = wait_for(
+        lambda: next(
+            (e for i in range(3) for e in kube.events(namespace, f"{loser}-{i}") if wanted in e),
+            None,
+        ),
+        20,
+        "the second gang told the device the pool lacks",
+    )
+    assert f"gang {namespace}/{loser} needs 3 more member(s) placed at once" in message, message
+    # While the first runs (its pods end 15 s after they start), the second holds nothing.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert not _bound(kube, namespace, f"{loser}-"), "the second gang bound partly"
+        assert not devices.allocated(f"{loser}-"), "the second gang holds devices"
+        time.sleep(0.5)
+    wait_for(
+        lambda: len(_bound(kube, namespace, f"{loser}-")) == 3,
+        60,
+        "the second gang bound whole after the first ended",
+    )
+    assert {pool for pool, _device in devices.allocated(f"{loser}-")} == {"rack-r1"}

@@ -659,21 +659,29 @@ def test_a_gang_asking_a_missing_class_is_held_with_its_name(state: ClusterState
 # ---- a pool for many nodes in the bins a gang is packed into (app/core/devices/shared.py)
 
 
+# A pool's nodeSelector: the nodes of rack r1.
+RACK = {
+    "nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+    ]
+}
+
+
+def rack_nodes(cluster: ClusterState, racked: tuple[str, ...], others: tuple[str, ...]) -> None:
+    """The nodes `racked` in rack r1 (labelled rack=r1), and `others` outside it."""
+    for name in (*racked, *others):
+        raw = node(name)
+        if name in racked:
+            raw["metadata"]["labels"]["rack"] = "r1"
+        cluster.apply_node(raw)
+
+
 def _rack_state() -> ClusterState:
     """n1 and n2 in rack r1 share its nodeSelector pool of 4; n3 is outside the rack."""
     cluster = ClusterState(CelEngine())
-    for name in ("n1", "n2", "n3"):
-        raw = node(name)
-        if name != "n3":
-            raw["metadata"]["labels"]["rack"] = "r1"
-        cluster.apply_node(raw)
+    rack_nodes(cluster, ("n1", "n2"), ("n3",))
     cluster.devices.apply(CLASSES, device_class())
-    selector = {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
-        ]
-    }
-    cluster.devices.apply(SLICES, resource_slice("rack", selector=selector))
+    cluster.devices.apply(SLICES, resource_slice("rack", selector=RACK))
     cluster.devices.apply(TEMPLATES, template("three", requests_of(3)))
     return cluster
 

@@ -140,6 +140,10 @@ _NODE = st.tuples(st.integers(0, 3), st.integers(1, 2), st.sets(st.integers(0, 1
 )
 @example(nodes=[(0, 2, {0}), (0, 2, {0})], free=[4, 0], gpus=[3, 3], fewer=0)
 @example(nodes=[(2, 2, {0}), (0, 2, {0})], free=[4, 0], gpus=[3, 3], fewer=0)
+# Found by this test: the search skipped the nodes a nested try had read on to.
+@example(
+    nodes=[(2, 2, set()), (3, 1, set()), (2, 1, set())], free=[0, 0], gpus=[1, 1, 2, 3], fewer=0
+)
 def test_the_packings_never_promise_a_pool_twice_and_the_search_is_exact_for_one_pool_a_node(
     nodes: list[tuple[int, int, set[int]]], free: list[int], gpus: list[int], fewer: int
 ) -> None:

@@ -57,6 +57,17 @@ def waiting(name: str, message: str = f"0/4 nodes are available: 2 {DRA_UNSCHEDU
     return raw
 
 
+def unasked_over(state: ClusterState) -> tuple[UnaskedPreemption, Deleted, PreemptionPlans]:
+    """The extender's own preemption over `state` (protect policy), recording deletions."""
+    plans = PreemptionPlans(state, VictimPolicy.PROTECT, Metrics())
+    deleted = Deleted()
+    preemption = UnaskedPreemption(
+        state, Admission(3), plans, deleted, NullObserver(), VictimPolicy.PROTECT
+    )
+    state.add_pod_listener(preemption.on_pod_change)
+    return preemption, deleted, plans
+
+
 def cluster() -> tuple[ClusterState, UnaskedPreemption, Deleted]:
     """n1's 4 devices held by 2 pods (2 each), n2's by 4 (1 each), all priority 100."""
     state = ClusterState(CelEngine())
@@ -133,12 +144,7 @@ def each_fits_alone(
         state.apply_node(node(f"n{i}"))
         state.apply_pod(pod(f"low-{i}", cpu="1500m", node=f"n{i}", phase="Running"))
     state.apply_podgroup(podgroup("whole", 5))
-    plans = PreemptionPlans(state, VictimPolicy.PROTECT, Metrics())
-    deleted = Deleted()
-    preemption = UnaskedPreemption(
-        state, Admission(3), plans, deleted, NullObserver(), VictimPolicy.PROTECT
-    )
-    state.add_pod_listener(preemption.on_pod_change)
+    preemption, deleted, plans = unasked_over(state)
 
     async def run() -> None:
         for i in range(5):

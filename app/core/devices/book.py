@@ -33,6 +33,7 @@ from app.core.devices.shared import SharedPools, placed_claims
 from app.core.pod_index import PodIndex
 from app.core.records import NodeRecord, PodRecord
 from app.core.resources import DEVICE_PREFIX, Resources, add, subtract
+from app.core.shared_pools import PoolHold
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,12 @@ class DeviceBook:
             lambda: (self.model.slices_version, self.version, changes.stamp),
             lambda: placed_claims(self.model, pods, self._device_pods),
         )
+
+    def pool_holds(self) -> list[PoolHold]:
+        """What allocated claims hold of the pools published for many nodes, and the pods
+        using each (app/core/shared_pools.py PoolHold): what evicting them gives back."""
+        pods = self._pods.pods
+        return self.shared.holds(pods[k] for k in self._device_pods if k in pods)
 
     # ---- pods and nodes on their way into the state -----------------------------------
 

@@ -23,6 +23,7 @@ from app.core.contention import Ruling
 from app.core.groups import GroupSpec
 from app.core.packing import Bin, Demand
 from app.core.resources import Resources, add
+from app.core.shared_pools import PoolHold, credited
 from app.core.state import ClusterState
 
 if TYPE_CHECKING:  # the arbiter's modules import the preemption plans, which import this
@@ -31,9 +32,15 @@ if TYPE_CHECKING:  # the arbiter's modules import the preemption plans, which im
 
 class LineCheck(Protocol):
     def waits(
-        self, spec: GroupSpec, preemptor_uid: str, own: Demand, freed: Mapping[str, Resources]
+        self,
+        spec: GroupSpec,
+        preemptor_uid: str,
+        own: Demand,
+        freed: Mapping[str, Resources],
+        given: Sequence[PoolHold] = (),
     ) -> str | None:
-        """Why the line would keep the gang waiting once `freed` is free; None: it would not."""
+        """Why the line would keep the gang waiting once `freed` is free (per node) and the
+        shared device pools have `given` back; None: it would not."""
         ...
 
 
@@ -45,7 +52,12 @@ class ArbiterLineCheck:
         self._state = state
 
     def waits(
-        self, spec: GroupSpec, preemptor_uid: str, own: Demand, freed: Mapping[str, Resources]
+        self,
+        spec: GroupSpec,
+        preemptor_uid: str,
+        own: Demand,
+        freed: Mapping[str, Resources],
+        given: Sequence[PoolHold] = (),
     ) -> str | None:
         arbiter = self._arbiter
         if not arbiter.applies(spec, None):
@@ -65,7 +77,7 @@ class ArbiterLineCheck:
         # aged gang ahead can never use) were worked out with the victims present: as
         # many or fewer than once they are gone, so the line is never told it may
         # admit what it would not.
-        after = replace(contest, free=_with_freed(contest.free, freed))
+        after = replace(contest, free=credited(_with_freed(contest.free, freed), given))
         settings = arbiter.settings
         decision, _domain, _groups = arbiter.topology.decide(
             gang,

@@ -99,6 +99,12 @@ class Plan:
             )
             for node in sorted(members)
         ]
+        # Victims where no member goes: they hold devices of a shared pool the members draw on.
+        parts += [
+            f"{node} (evicting {', '.join(sorted(by_node[node]))} for a shared device pool)"
+            for node in sorted(by_node)
+            if node not in members
+        ]
         text = f"{self.evictions} eviction(s) for {len(self.slots)} member(s): " + "; ".join(parts)
         if self.groups:
             ordered = sorted(self.groups.items(), key=lambda item: (len(item[0]), item[0]))

@@ -20,10 +20,12 @@ from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin, Demand
 from app.core.preemption.planner import Planner, PlanResult, plan, plan_in_domains
+from app.core.preemption.pool_victims import PoolVictims, pool_victims, pooled
 from app.core.preemption.tree_plan import plan_tree
 from app.core.preemption.victim_pool import VictimPool, victim_pool
 from app.core.preemption.victims import Preemptor, VictimPolicy
 from app.core.resources import Resources, add, fits
+from app.core.shared_pools import freed_by
 from app.core.state import ClusterState
 from app.core.topology.domains import (
     Domain,
@@ -87,17 +89,16 @@ class PlanMaker:
             return self._refusal(spec.key, f"gang {spec.key} cannot preempt: {error}")
         demands = self._demands(spec, preemptor, own, tree)
         bins = self._bins(spec.key, preemptor.priority, demands, offered)
-        pool = victim_pool(
-            self._state,
-            self._policy,
-            spec.key,
-            preemptor.priority,
-            [b.name for b in bins],
-            self._book.taken(),
-        )
+        gang, taken = (spec.key, preemptor.priority), self._book.taken()
+        pool = victim_pool(self._state, self._policy, *gang, [b.name for b in bins], taken)
         constraint = constraint_of(
             spec.topology, ((p.key, p.topology) for p in self._state.members(spec.key))
         )
+        pools = None
+        if any(b.pools for b in bins):  # victims may free devices of shared pools
+            holds = self._room.pool_holds()
+            pools = pool_victims(self._state, self._policy, gang, holds, pool, taken)
+            within = pooled(within, pools)
         domain, result = self._search(spec.key, constraint, demands, bins, pool, within)
         if result is None:
             return self._refusal(spec.key, self._cannot(spec.key, constraint, len(demands), tree))
@@ -113,7 +114,7 @@ class PlanMaker:
                 f"the {len(demands)} member(s) of gang {spec.key} still needing room fit "
                 "without evictions; they wait for it",
             )
-        waits = self._line_waits(spec, preemptor, own, made)
+        waits = self._line_waits(spec, preemptor, own, made, pools)
         if waits is not None:
             return self._refusal(
                 spec.key,
@@ -144,17 +145,27 @@ class PlanMaker:
         return Answer([], message)
 
     def _line_waits(
-        self, spec: GroupSpec, preemptor: Preemptor, own: Demand, made: Plan
+        self,
+        spec: GroupSpec,
+        preemptor: Preemptor,
+        own: Demand,
+        made: Plan,
+        pools: PoolVictims | None = None,
     ) -> str | None:
         """Why the line would keep the gang waiting once the plan's victims are gone."""
         if self.line is None:
             return None
         freed: dict[str, Resources] = {}
-        for uid, (_key, node) in made.victims.items():
+        gone: set[str] = set()
+        for uid, (key, node) in made.victims.items():
             victim = self._state.pod_by_uid(uid)
+            gone.add(key)
             if victim is not None:
                 add(freed.setdefault(node, {}), victim.requests)
-        return self.line.waits(spec, preemptor.uid, own, freed)
+                if pools is not None and victim.group is not None:
+                    gone |= pools.whole.get(victim.group.key, frozenset())
+        given = freed_by(pools.holds, gone | set(self._state.leaving)) if pools else []
+        return self.line.waits(spec, preemptor.uid, own, freed, given)
 
     def refuse(self, group_key: str, message: str) -> None:
         """Tell the gang's users why it cannot preempt, unless that was the last thing told."""

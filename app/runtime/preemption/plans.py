@@ -118,6 +118,31 @@ class PreemptionPlans:
             current = made
         return self._serve(current, preemptor, own, candidates)
 
+    def hand_pool_victims(self, group_key: str) -> list[str]:
+        """The victims of the gang's live plan that no member's slot carries, not handed yet.
+
+        Victims freeing devices of a pool published for many nodes
+        (app/core/preemption/pool_victims.py) may run where no member is planned:
+        no preempt answer names them (kube-scheduler takes a node's victims from
+        that node), so the extender's own preemption (unasked.py) deletes them.
+        """
+        current = self._book.get(group_key)
+        if current is None or not current.live or current.kind is not PlanKind.PREEMPTION:
+            return []
+        on_slots = {uid for slot in current.slots for uid in slot.victims}
+        present = [
+            uid
+            for uid in current.victims
+            if uid not in on_slots and uid not in current.handed and still_there(self._state, uid)
+        ]
+        if not present:
+            return []
+        current.handed.update(present)
+        if current.phase is PlanPhase.PLANNED:
+            current.phase = PlanPhase.EVICTING
+        self._victims.note(present, current.group)
+        return present
+
     def consult(self, line: LineCheck) -> None:
         """Ask the line (the arbiter) before evicting: no plan for a gang it keeps waiting.
 

@@ -2,13 +2,17 @@
 
 Promised: pods kube-scheduler nominated that rank at least as high (its
 filters keep their room), and the open slots of other live plans of gangs
-that rank at least as high; their handed victims count as gone.
+that rank at least as high; their handed victims count as gone. A pod gone
+(leaving, or another plan's handed victim) also gives back what its claims
+hold of the device pools published for many nodes (app/core/shared_pools.py
+PoolHold), which no one node's room holds.
 """
 
 from __future__ import annotations
 
 from app.core.packing import Bin, index_of
 from app.core.resources import add, subtract
+from app.core.shared_pools import PoolHold, credited, freed_by
 from app.core.state import ClusterState
 from app.runtime.preemption.plan import Plan, slot_filled
 from app.runtime.preemption.plan_book import PlanBook
@@ -29,22 +33,33 @@ class PreemptionRoom:
                 target = by_node.get(pod.nominated_node)
                 if target is not None:
                     subtract(target.free, pod.requests)
+        gone = set(self._state.leaving)
         for other in self._book:
             if other.group == group_key or not other.live:
                 continue
-            self._give_handed(other, by_node)
+            gone |= self._give_handed(other, by_node)
             if other.priority >= priority:
                 self._take_open_slots(other, by_node)
-        return bins
+        if not any(b.pools for b in bins):
+            return bins
+        return credited(bins, freed_by(self.pool_holds(), gone))
 
-    def _give_handed(self, other: Plan, by_node: dict[str, Bin]) -> None:
+    def pool_holds(self) -> list[PoolHold]:
+        """What allocated claims hold of the shared device pools, and the pods using each."""
+        return self._state.devices.pool_holds()
+
+    def _give_handed(self, other: Plan, by_node: dict[str, Bin]) -> set[str]:
+        """Give back the room of the other plan's handed victims still there; their keys."""
         leaving = self._state.leaving
+        given: set[str] = set()
         for uid in other.handed:
             victim = self._state.pod_by_uid(uid)
             if victim is not None and victim.key not in leaving and not victim.terminal:
                 target = by_node.get(victim.placed_node)
                 if target is not None:
                     add(target.free, victim.requests)
+                given.add(victim.key)
+        return given
 
     def _take_open_slots(self, other: Plan, by_node: dict[str, Bin]) -> None:
         for slot in other.slots:

@@ -124,10 +124,14 @@ class UnaskedPreemption:
         """The pods to delete so the gang's waiting members get room ([] when none may go).
 
         None while the gang has a live plan: its victims were named and are going
-        (by kube-scheduler's hand or ours), and its members wait for the room.
+        (by kube-scheduler's hand or ours), and its members wait for the room; but
+        for those no slot carries (victims holding devices of a shared pool where
+        no member goes), which only this deletes.
         """
         if self._plans.lives(group_key):
-            return []
+            # Its slots' victims were named; those freeing a shared device pool elsewhere
+            # are named by nobody else (a plan made for a preempt call).
+            return self._whole(self._plans.hand_pool_victims(group_key))
         members = self._state.members(group_key)
         waiting = [p for p in members if not p.placed_node and p.group is not None]
         if not waiting or waiting[0].group is None:
@@ -153,7 +157,7 @@ class UnaskedPreemption:
             answer = self._plans.answer(spec, ref, preemptor, demand, nodes)
             log.info("preemption (unasked): %s", answer.message, extra={"pod": pod.key})
             uids += [uid for c in answer.candidates for uid in c.victim_uids]
-        return self._whole(uids)
+        return self._whole([*uids, *self._plans.hand_pool_victims(group_key)])
 
     def _whole(self, uids: list[str]) -> list[PodRecord]:
         """The victims, with the rest of their gangs under the whole-gang policy."""
