@@ -327,3 +327,6 @@ class Running:
     # Requests of its placed members per node.
     held: Mapping[str, Mapping[str, int]]
     total: Mapping[str, int]
+    # Its placed members' pod keys: the devices their claims hold of shared pools come back
+    # when they go (app/core/shared_pools.py freed_by).
+    pods: frozenset[str] = frozenset()

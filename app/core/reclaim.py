@@ -15,6 +15,7 @@ from app.core.packing import Bin, Demand, give, index_of, pack
 from app.core.queues import QueueView, Running
 from app.core.resources import Resources, add, total_of
 from app.core.resources import fits as fits_in
+from app.core.shared_pools import PoolHold, credited, freed_by
 
 Fits = Callable[[Sequence[Bin]], bool]
 """Whether the needy gang fits in this room by its own placement rules (its required
@@ -36,6 +37,7 @@ def choose_victims(
     *,
     fits: Fits | None = None,
     domains: Sequence[Collection[str]] = (),
+    pool_holds: Sequence[PoolHold] = (),
 ) -> list[str] | None:
     """The gangs to evict so a gang of queue `needy` fits; None when reclaim cannot help
     (or is not needed: the gang fits in `free` already).
@@ -56,6 +58,9 @@ def choose_victims(
     candidate in the order above (at equal, lowest level first), those that
     could not hold the gang even with every candidate the share lets go are
     passed over without a packing, and the first plan found is taken.
+    `pool_holds`: what allocated claims hold of the device pools published for many nodes
+    (app/core/shared_pools.py): a victim's going gives its pools back what its members'
+    claims hold, as its nodes get their room back.
     """
     test = fits or flat_fits(demands, need)
     if test(free):
@@ -65,10 +70,22 @@ def choose_victims(
         key=lambda g: (g.priority, -g.created, g.key),
     )
     if domains:
-        plan = _per_domain(order, free, views, test, (domains, _least(demands, need)))
+        where = (domains, _least(demands, need))
+        plan = _per_domain(order, free, views, (test, pool_holds), where)
     else:
-        plan = _plan(order, free, views, test)
+        plan = _plan(order, free, views, (test, pool_holds))
     return [g.key for g in plan] if plan is not None else None
+
+
+def _given_back(
+    bins: Sequence[Bin], chosen: Sequence[Running], holds: Sequence[PoolHold]
+) -> Sequence[Bin]:
+    """`bins` (the victims' nodes given their room back) with the shared pools given back
+    what the `chosen` victims' claims hold: the room the gang would have once they go."""
+    if not holds or not chosen:
+        return bins
+    freed = freed_by(holds, frozenset().union(*(g.pods for g in chosen)))
+    return credited(bins, freed) if freed else bins
 
 
 def _least(demands: Sequence[Demand], need: int) -> Resources:
@@ -81,7 +98,7 @@ def _per_domain(
     order: Sequence[Running],
     free: Sequence[Bin],
     views: Mapping[str, QueueView],
-    test: Fits,
+    test: tuple[Fits, Sequence[PoolHold]],
     where: tuple[Sequence[Collection[str]], Resources],
 ) -> list[Running] | None:
     """The first plan of one domain's candidates (choose_victims); `where`: the domains and
@@ -106,8 +123,12 @@ def _may_hold(
 ) -> bool:
     """Could the domain hold `least` with every candidate in `pool` gone (those the greedy
     pass may take)? A cheap bound: most domains of a large cluster are passed over
-    without a packing."""
-    room = total_of(b.free for b in free if b.name in nodes)
+    without a packing. Not one served by a shared device pool: its devices are not in
+    the nodes' free room, so no bound is read there."""
+    within = [b for b in free if b.name in nodes]
+    if any(b.pools for b in within):
+        return True
+    room = total_of(b.free for b in within)
     for gang in pool:
         for node, amounts in gang.held.items():
             if node in nodes:
@@ -138,17 +159,19 @@ def _plan(
     order: Sequence[Running],
     free: Sequence[Bin],
     views: Mapping[str, QueueView],
-    fits: Fits,
+    test: tuple[Fits, Sequence[PoolHold]],
 ) -> list[Running] | None:
     """choose_victims() over the candidates `order` (gangs of reclaimable queues other
-    than the needy one), in that order; None: no plan."""
+    than the needy one), in that order; None: no plan. `test`: the gang's fits test and
+    the shared pools' holds (given back for the victims chosen)."""
+    fits, holds = test
     bins = [b.with_free(dict(b.free)) for b in free]
     index = index_of(bins)
     chosen: list[Running] = []
     for gang in _takeable(order, views):
         chosen.append(gang)
         give(bins, gang.held, index=index)
-        if fits(bins):
+        if fits(_given_back(bins, chosen, holds)):
             break
     else:
         return None
@@ -162,7 +185,7 @@ def _plan(
             give(
                 trial, {n: {r: -v for r, v in amounts.items()} for n, amounts in gang.held.items()}
             )
-            if fits(trial):
+            if fits(_given_back(trial, [g for g in chosen if g is not gang], holds)):
                 bins = trial
                 chosen.remove(gang)
                 spared = True

@@ -21,7 +21,9 @@ from app.core.queues import (
     queue_from,
 )
 from app.core.reclaim import Fits, choose_victims, flat_fits
+from app.core.shared_pools import PoolHold, SharedPool
 from app.core.topology.domains import TopologyConstraint, Where, fits_one_domain
+from tests.unit.test_devices import GPU
 
 CPU = 1000
 CAPACITY = {"cpu": 12 * CPU, "memory": 48 * 2**30 * 1000, "pods": 330 * 1000}
@@ -397,3 +399,26 @@ def test_a_large_cluster_packs_only_in_the_domains_that_could_hold_the_gang() ->
         victims = choose_victims("b", demands, 32, bins, gangs, views, fits=fits, domains=domains)
         assert victims == expected
         assert packings <= 1 + 2 * lets_go, packings
+
+
+def test_reclaim_gives_a_shared_device_pool_back_what_its_victims_hold() -> None:
+    """n1 and n2 are served by one pool of 4 devices, all held by a/holder's claim on n1,
+    a full node; the gang of queue b needs 2 CPUs and all 4 devices, so only n2 can take it,
+    once the pool has its devices back. a/other, more recent, holds none of them: spared."""
+    pool = SharedPool("gpu/rack", {GPU: 4000}, {GPU: 0}, {"n1": {GPU: 4000}})
+    # Each node's bin shows the pool less what its own pods use of it (PoolDraws.local).
+    free = [
+        Bin("n1", {**cpu(0), GPU: 0}, pools=(pool,)),
+        Bin("n2", {**cpu(3), GPU: 4000}, pools=(pool,)),
+    ]
+    held = {"n1": {**cpu(1), GPU: 4000}}
+    holder = Running("a/holder", "a", 0, 1, held, cpu(1), frozenset({"a/holder-0"}))
+    other = Running("a/other", "a", 0, 3, {"n2": cpu(1)}, cpu(1), frozenset({"a/other-0"}))
+    holds = [PoolHold(pool, {GPU: 4000}, frozenset({"a/holder-0"}), "n1")]
+    views = {"a": view(q("a"), 2, 0), "b": view(q("b"), 0, 3, head=2)}
+    demands = [Demand("b/x-0", {**cpu(2), GPU: 4000})]
+    # Node by node only, n1 gets 1 CPU back and n2's devices stay taken: no plan.
+    assert choose_victims("b", demands, 1, free, [holder, other], views) is None
+    victims = choose_victims("b", demands, 1, free, [holder, other], views, pool_holds=holds)
+    assert victims == ["a/holder"]
+    assert pool.free == {GPU: 0}  # the state's pool is as it was

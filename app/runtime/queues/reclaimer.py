@@ -107,8 +107,18 @@ class Reclaimer:
         running = [
             r for r in running if r.key not in self._evicting and not self._planned_victim(r.key)
         ]
+        # A victim's claims give back what they hold of pools published for many nodes.
+        holds = self._state.devices.pool_holds() if any(b.pools for b in room) else ()
         victims = choose_victims(
-            queue, gang.demands, gang.need, room, running, views, fits=fits, domains=domains
+            queue,
+            gang.demands,
+            gang.need,
+            room,
+            running,
+            views,
+            fits=fits,
+            domains=domains,
+            pool_holds=holds,
         )
         if not victims:
             return None

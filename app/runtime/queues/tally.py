@@ -295,6 +295,7 @@ def _gang_part(state: ClusterState, key: str, pods: Sequence[PodRecord]) -> _Gan
     unplaced: list[PodRecord] = []
     queues: set[str] = set()
     placed, admitting, priority, latest = 0, False, 0, 0.0
+    keys: list[str] = []
     for pod in pods:
         node = pod.placed_node
         if not node:
@@ -311,6 +312,7 @@ def _gang_part(state: ClusterState, key: str, pods: Sequence[PodRecord]) -> _Gan
         queues.add(name)
         add(allocated.setdefault(name, {}), pod.requests)
         add(held.setdefault(node, {}), pod.requests)
+        keys.append(pod.key)
         priority = pod.priority if not placed else max(priority, pod.priority)
         latest = max(latest, pod.created)
         placed += 1
@@ -320,7 +322,7 @@ def _gang_part(state: ClusterState, key: str, pods: Sequence[PodRecord]) -> _Gan
         for amounts in held.values():
             add(total, amounts)
         created = podgroup_created(state, key, latest)
-        running = Running(key, min(queues), priority, created, held, total)
+        running = Running(key, min(queues), priority, created, held, total, frozenset(keys))
     return _GangPart(allocated, on_nodes, running, _waiting(state, key, placed, unplaced))
 
 
