@@ -202,6 +202,7 @@ def wire_listeners(parts: Components, unmarked: UnmarkedMembers | None) -> None:
     state, rt = parts.cluster.state, parts.runtime
     state.add_pod_listener(rt.waker.on_pod_change)
     state.add_pod_listener(parts.writers.status.on_pod_change)
+    state.add_pod_listener(parts.writers.events.on_pod_change)
     state.add_pod_listener(rt.gate.on_pod_change)
     rt.gate.add_settle_listener(rt.arbiter.on_settled)
     rt.reclaimer.when_refused(rt.arbiter.retry_reclaim)

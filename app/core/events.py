@@ -24,7 +24,7 @@ from app.core.event_aggregation import (
 )
 from app.core.groups import GROUP_APIS, GroupSpec
 from app.core.observer import MemberRef
-from app.core.records import PodGroupRecord
+from app.core.records import PodGroupRecord, PodRecord
 from app.core.state import ClusterState
 
 __all__ = ["GangEvents", "Recorder", "pod_ref", "podgroup_ref"]
@@ -76,6 +76,8 @@ class Recorder(Protocol):
 
 # Bound on the groups GangEvents remembers as told GangWaiting.
 _MAX_TOLD = 10_000
+# Bound on the groups whose Events wait for a first member in the watch.
+_MAX_UNSEEN = 1_000
 
 
 class GangEvents:
@@ -98,6 +100,9 @@ class GangEvents:
         # binding itself (bench/e2e.py's profile); the PodGroup's status counts
         # the members as they come.
         self._waiting_told: set[str] = set()
+        # Events about a group with no object and no member in our watch yet, by group
+        # (oldest first): recorded on its first member the watch delivers.
+        self._unseen: dict[str, list[tuple[str, str, str]]] = {}
 
     def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
         """The filter turned a member away; the filter's message, with what to do about it."""
@@ -273,8 +278,25 @@ class GangEvents:
         if record is not None:
             self._recorder.record(podgroup_ref(record), type_, reason, message)
             return
+        if not members and not self._state.members(group_key):
+            # No object and no member in our watch yet (the filter may see the leader
+            # first): kept for the first member the watch delivers (on_pod_change).
+            if len(self._unseen) >= _MAX_UNSEEN:
+                del self._unseen[next(iter(self._unseen))]
+            self._unseen.setdefault(group_key, []).append((type_, reason, message))
+            return
         for member in members:
             self._recorder.record(pod_ref(member), type_, reason, message)
+
+    def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        """A group's first member reaches our watch: the Events kept for it go on it."""
+        if not self._unseen or new is None or old is not None or new.group is None:
+            return
+        kept = self._unseen.pop(new.group.key, None)
+        for type_, reason, message in kept or ():
+            self._recorder.record(
+                pod_ref(MemberRef(new.namespace, new.name, new.uid)), type_, reason, message
+            )
 
     def _on_group_and_pods(
         self, group_key: str, members: Sequence[MemberRef], reason: str, message: str

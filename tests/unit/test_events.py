@@ -25,6 +25,7 @@ from app.core.events import (
     PREEMPTION_ENDED,
     PREEMPTION_PLANNED,
     PREEMPTION_REFUSED,
+    TOPOLOGY_PLACED,
     WAITING_FOR_SIBLINGS,
     WARNING,
     GangEvents,
@@ -414,3 +415,20 @@ def test_preemption_plan_events_go_on_the_podgroup_or_the_pending_members() -> N
         (XK8S_API.kind, "g", WARNING, PREEMPTION_ENDED),
         ("Pod", "l-0", WARNING, PREEMPTION_REFUSED),  # the placed member is not told
     ]
+
+
+def test_an_objectless_gang_placed_before_the_watch_brings_a_member_tells_the_first_one() -> None:
+    """The filter can admit a label-only gang from its leader's call before our watch has
+    the leader: the TopologyPlaced Event waits for the first member the watch delivers."""
+    events, recorded, state = gang_events()
+    events.gang_placed("default/light", "gang default/light is placed in rack r2")
+    assert recorded.events == []
+    state.add_pod_listener(events.on_pod_change)
+    state.apply_pod(pod("light-0", light=("light", "2")))
+    state.apply_pod(pod("light-1", light=("light", "2")))
+    [(ref, type_, reason, message)] = recorded.events
+    assert (ref.kind, ref.name, type_, reason) == ("Pod", "light-0", NORMAL, TOPOLOGY_PLACED)
+    assert message == "gang default/light is placed in rack r2"
+    # A group with members in the watch gets its Events at once, as before.
+    events.gang_placed("default/light", "again")
+    assert sorted(r.name for r, _, _, _ in recorded.events[1:]) == ["light-0", "light-1"]
