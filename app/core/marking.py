@@ -264,7 +264,10 @@ def review_response(
     if not needs_member_mark(pod, scheduler_names, member_labels):
         return answer, "skipped"
     ops = member_patch(pod)
-    held = hold and holds(pod)
+    # Not a LeaderWorkerSet's pod (member_labels): LWS creates the workers only once the
+    # leader has a node, so a held leader would hold its group back for good.
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    held = hold and holds(pod) and not any(label in labels for label in member_labels)
     if held:
         ops += hold_patch(pod)
     if not ops:

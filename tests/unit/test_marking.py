@@ -319,3 +319,13 @@ def test_holding_leaves_preemptors_and_bound_pods_ungated(spec: dict[str, Any]) 
 def test_a_member_that_may_preempt_only_with_policy_never_is_held() -> None:
     member = pod({"scheduling.x-k8s.io/pod-group": "g"}, priority=1000, preemptionPolicy="Never")
     assert holds(member)
+
+
+def test_holding_leaves_a_leaderworkerset_pod_ungated() -> None:
+    """LWS creates the workers once the leader has a node: a held leader waits for ever."""
+    lws = pod({"leaderworkerset.sigs.k8s.io/name": "lw"})
+    answer, result = review_response(
+        review(lws), member_labels=("leaderworkerset.sigs.k8s.io/name",), hold=True
+    )
+    assert result == "marked"
+    assert _gates(lws, orjson.loads(base64.b64decode(answer["response"]["patch"]))) == []
