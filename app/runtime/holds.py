@@ -174,7 +174,11 @@ class LineHolds:
             return
         key = new.group.key
         self._held.setdefault(key, {}).setdefault(new.key, now)
-        if self.enabled:
+        if self.may_release(key):
+            # A gang admitted or running already (a member beyond minMember, one created
+            # late): it follows its siblings at once.
+            self._release(key, [new], now)
+        else:
             self._join(key, new.group)
 
     def _forget(self, group_key: str, pod_key: str) -> None:

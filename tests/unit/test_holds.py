@@ -297,3 +297,15 @@ async def test_a_held_pod_whose_group_cannot_be_read_is_released_until_it_is() -
     world.holds.sweep()
     await world.settled()
     assert calls == ["bad-0", "bad-0"]
+
+
+async def test_a_member_created_after_its_gang_runs_is_released_at_once() -> None:
+    world = World()
+    world.state.apply_podgroup(podgroup("r", 2))
+    for i in range(2):
+        world.state.apply_pod(pod(f"r-{i}", group="r", cpu="1", node=f"n{i}", phase="Running"))
+    late = held(pod("r-2", group="r", cpu="1"))
+    world.api.raw["r-2"] = late
+    world.state.apply_pod(copy.deepcopy(late))
+    await world.settled()
+    assert world.api.released == ["r-2"] and "default/r" not in world.arbiter.waiting
