@@ -293,10 +293,13 @@ class GangEvents:
         if not self._unseen or new is None or old is not None or new.group is None:
             return
         kept = self._unseen.pop(new.group.key, None)
-        for type_, reason, message in kept or ():
-            self._recorder.record(
-                pod_ref(MemberRef(new.namespace, new.name, new.uid)), type_, reason, message
-            )
+        if kept:
+            self._tell_late(MemberRef(new.namespace, new.name, new.uid), kept)
+
+    def _tell_late(self, member: MemberRef, kept: list[tuple[str, str, str]]) -> None:
+        """The Events kept for a group (each listed under its own reason) on its member."""
+        for type_, reason, message in kept:
+            self._recorder.record(pod_ref(member), type_, reason, message)
 
     def _on_group_and_pods(
         self, group_key: str, members: Sequence[MemberRef], reason: str, message: str

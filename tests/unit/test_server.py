@@ -68,6 +68,7 @@ def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPa
     assert heard == [
         "pod:SiblingWaker",
         "pod:PodGroupStatus",
+        "pod:GangEvents",
         "pod:PermitGate",
         "settle:Arbiter",
         "pod:Arbiter",
