@@ -97,7 +97,7 @@ class Arbiter:
         )
         self.line = Line(state, admission, self.topology, peers.queues, self._revision, self.ledger)
         self._release = ClaimRelease(self.ledger, self.line, gate, admission, peers, self._clock)
-        admitting = Admitting(self.ledger, self.line, self.topology)
+        admitting = Admitting(self.ledger, self.line, self.topology, settings.every_gang)
         self._reclaims = ReclaimChecks(state, admission, admitting, peers.reclaimer, self._clock)
         self._reconsider = Reconsider(
             self.line, self.waker, self._prune, settings.aging_seconds, self._clock

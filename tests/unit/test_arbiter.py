@@ -467,3 +467,21 @@ async def test_a_retried_gang_short_of_devices_is_not_counted_again_until_they_c
     devices.apply(dra.SLICES, dra.resource_slice("n1-gpus", "n1"))
     assert world.filter(spec, "train-0").reason == FilterReason.CLAIMED
     assert memo.computed == computed + 1
+
+
+async def test_a_gang_kube_scheduler_found_no_node_for_joins_the_line_and_keeps_its_place() -> None:
+    """Its members never reached our filter (kube-scheduler's own filters turned them away:
+    every node short of CPU), yet it waits for room as any other: in line, by creation."""
+    world = World()
+    world.two_gangs_a_claiming()
+    late = world.gang("late", 3, "2500m")
+    raw = world.state.pods["default/late-0"]
+    assert "default/late" not in world.arbiter.waiting
+    world.state.apply_pod(
+        with_unschedulable(
+            pod("late-0", group="late", cpu="2500m"), "0/3 nodes are available: 3 Insufficient cpu."
+        )
+    )
+    await eventually(lambda: "default/late" in world.arbiter.waiting)
+    assert world.state.pods["default/late-0"].uid == raw.uid
+    assert late.key == "default/late" and "default/a" in world.arbiter.claims

@@ -55,6 +55,8 @@ class Admitting(NamedTuple):
     ledger: ClaimLedger
     line: Line
     topology: GangTopology
+    # --gang-feasibility: every gang waits in the line (else only those with a topology).
+    every_gang: bool = True
 
 
 def fits_test(topology: GangTopology, gang: Gang, needy: Needy) -> Fits:
@@ -106,7 +108,7 @@ class ReclaimChecks:
     ) -> None:
         self._state = state
         self._admission = admission
-        self._ledger, self._line, self._topology = admitting
+        self._ledger, self._line, self._topology, self._every_gang = admitting
         self._reclaimer = reclaimer
         self._clock = clock
         # Gangs kube-scheduler found no node for (its own filters, before ours): may reclaim.
@@ -151,11 +153,11 @@ class ReclaimChecks:
         return f"; {text}" if text else ""
 
     def unplaced(self, old: PodRecord, new: PodRecord) -> None:
-        """kube-scheduler may have found no node for a member of a gang holding no claim."""
+        """kube-scheduler may have found no node for a member of a gang holding no claim:
+        its own filters (not enough CPU on any node) turned it away before ours was asked."""
         assert new.group is not None
         if (
-            self._line.queues is not None
-            and new.unschedulable_message
+            new.unschedulable_message
             and new.unschedulable_message != old.unschedulable_message
             and not new.placed_node
             and new.group.key not in self._ledger.held
@@ -176,15 +178,18 @@ class ReclaimChecks:
         return True
 
     def check(self) -> None:
-        """Reclaim for the gangs found no node that belong to queues below their share.
+        """The gangs kube-scheduler found no node for join the line (they wait for room as
+        any gang our filter turned away: their place, aging, a wake-up when room frees);
+        those of queues below their share reclaim.
 
-        They join the line too, to be woken when room frees.
+        A gang whose members kube-scheduler's own filters turned away (every node short
+        of CPU once the gangs ahead were bound) was never asked about by our filter: out
+        of line, it lost its place to gangs created after it (found by the deep-line
+        smoke test under load: one gang of 18 never joined).
         """
         self._timer = None
         pending, self._unplaced = self._unplaced, {}
         book = self._line.queues
-        if book is None:
-            return
         now = self._clock()
         for key, ref in pending.items():
             if key in self._ledger.held or key in self._admission.denied:
@@ -193,6 +198,8 @@ class ReclaimChecks:
                 spec = self._state.group_spec(ref)
             except (GroupNotFound, PodGroupSpecError):
                 continue
+            if not (self._every_gang or self._topology.applies(spec, None)):
+                continue
             members = self._state.members(key)
             if wholeness(spec, len(members)).missing:
                 continue
@@ -200,6 +207,8 @@ class ReclaimChecks:
             if gang.need <= 0:
                 continue
             self._line.join(key, ref, now)
+            if book is None or self._reclaimer is None:
+                continue
             contest = self._line.contest(exclude=key)
             queue = queue_of(spec, members)
             queued = self._line.assess(gang, queue, contest.line, contest.holders)
@@ -211,7 +220,7 @@ class ReclaimChecks:
                 self.reclaim(gang, needy, queued, contest, room)
 
     def _schedule(self) -> None:
-        if self._timer is not None or self._reclaimer is None:
+        if self._timer is not None:
             return
         try:
             loop = asyncio.get_running_loop()
