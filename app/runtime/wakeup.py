@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from cachetools import TTLCache
@@ -172,51 +172,30 @@ class SiblingWaker:
             self._touches.spawn(self._release(why, pods))
 
     async def _release(self, why: str, pods: list[PodRecord]) -> None:
-        results = await asyncio.gather(
-            *(self._api.release_pod(p.namespace, p.name, p.uid) for p in pods),
-            return_exceptions=True,
+        """Remove the line's gate from `pods`; the sweep (app/runtime/holds.py) asks again
+        for any still held."""
+        done = await _each(
+            pods,
+            lambda p: self._api.release_pod(p.namespace, p.name, p.uid),
+            ("released %d held members", "releasing %d held members failed: %s"),
+            {"podgroup": why, "reason": "line-release"},
         )
-        failed = [r for r in results if isinstance(r, BaseException)]
-        self.released += len(pods) - len(failed)
-        log.debug(
-            "released %d held members",
-            len(pods) - len(failed),
-            extra={"podgroup": why, "reason": "line-release"},
-        )
-        if failed:
-            # The sweep (app/runtime/holds.py) releases them again while they stay held.
-            log.warning(
-                "releasing %d held members failed: %s",
-                len(failed),
-                failed[0],
-                extra={"podgroup": why},
-            )
+        self.released += sum(done)
 
     async def _touch(self, why: str, pods: list[PodRecord]) -> None:
         """Patch the wake-up annotation on `pods`; `why` (a group key or a reason) is logged."""
         stamp = wakeup_stamp(self._wall(), next(self._stamps))
-        results = await asyncio.gather(
-            *(self._api.touch_pod(p.namespace, p.name, p.uid, stamp) for p in pods),
-            return_exceptions=True,
+        done = await _each(
+            pods,
+            lambda p: self._api.touch_pod(p.namespace, p.name, p.uid, stamp),
+            ("woke %d pending members", "waking %d members failed: %s"),
+            {"podgroup": why, "reason": "sibling-wakeup"},
         )
-        failed = [r for r in results if isinstance(r, BaseException)]
-        for pod, result in zip(pods, results, strict=True):
-            if not isinstance(result, BaseException) and pod.group is not None:
+        for pod, ok in zip(pods, done, strict=True):
+            if ok and pod.group is not None:
                 # Requeued now; a new rejection by our filter puts it back.
                 self._forget(pod.group.key, pod.uid)
-        self.touched += len(pods) - len(failed)
-        log.debug(
-            "woke %d pending members",
-            len(pods) - len(failed),
-            extra={"podgroup": why, "reason": "sibling-wakeup"},
-        )
-        if failed:
-            log.warning(
-                "waking %d members failed: %s",
-                len(failed),
-                failed[0],
-                extra={"podgroup": why},
-            )
+        self.touched += sum(done)
 
     def _forget(self, group_key: str, uid: str) -> None:
         uids = self._turned_away.get(group_key)
@@ -224,3 +203,19 @@ class SiblingWaker:
             uids.discard(uid)
             if not uids:
                 del self._turned_away[group_key]
+
+
+async def _each(
+    pods: list[PodRecord],
+    write: Callable[[PodRecord], Awaitable[None]],
+    said: tuple[str, str],
+    extra: dict[str, str],
+) -> list[bool]:
+    """`write` every pod at once; per pod whether it was written. `said`: the debug line
+    (count written) and the warning (count failed, the first error), logged with `extra`."""
+    results = await asyncio.gather(*(write(p) for p in pods), return_exceptions=True)
+    failed = [r for r in results if isinstance(r, BaseException)]
+    log.debug(said[0], len(pods) - len(failed), extra=extra)
+    if failed:
+        log.warning(said[1], len(failed), failed[0], extra={"podgroup": extra["podgroup"]})
+    return [not isinstance(r, BaseException) for r in results]

@@ -13,8 +13,9 @@ import functools
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
-from hack.clusterkit import wait_for
+from hack.clusterkit import local_cluster, wait_for
 from tests.cluster.kube import Kube
+from tests.cluster.session import Extender
 
 RACK = "example.com/rack"
 BLOCK = "example.com/block"
@@ -29,6 +30,27 @@ def create_labelled_nodes(
         kube.create_node(name, cpu)
         created.append(name)
         kube.label_node(name, dict(its_labels))
+
+
+@contextlib.contextmanager
+def node_pool(
+    kube: Kube, extender: Extender, pool: str, shape: tuple[int, str, str], *extender_args: str
+) -> Iterator[list[str]]:
+    """`shape`: (count, cpu, memory) of fake nodes named `pool`-0.. and labelled
+    pool=`pool`, with the extender restarted with `extender_args` added to its flags; both
+    undone afterwards. Yields the nodes' names."""
+    count, cpu, memory = shape
+    names = [f"{pool}-{i}" for i in range(count)]
+    for name in names:
+        local_cluster("add-node", name, "--cpu", cpu, "--memory", memory, "--label", f"pool={pool}")
+    previous = extender.extra_args
+    extender.restart(*previous, *extender_args)
+    try:
+        yield names
+    finally:
+        extender.restart(*previous)
+        for name in names:
+            kube.delete_node(name)
 
 
 @contextlib.contextmanager

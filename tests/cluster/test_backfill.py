@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from hack.clusterkit import local_cluster, wait_for
+from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
+from tests.cluster.racks import node_pool
 from tests.cluster.session import PERMIT_WAIT_SECONDS, Extender
 
 NODES = 4
@@ -31,28 +32,20 @@ SMALL_BOUND_SECONDS = 30
 @pytest.fixture
 def backfill_pool(kube: Kube, extender: Extender) -> Iterator[list[str]]:
     """NODES nodes of 8 CPUs labelled pool=backfill, and the extender with short aging."""
-    names = [f"backfill-{i}" for i in range(NODES)]
-    for name in names:
-        local_cluster(
-            "add-node", name, "--cpu", "8", "--memory", "64Gi", "--label", "pool=backfill"
-        )
-    previous = extender.extra_args
-    extender.restart(*previous, "--gang-aging-seconds", str(AGING_SECONDS))
-    try:
-        yield names
-    finally:
-        extender.restart(*previous)
-        for name in names:
-            kube.delete_node(name)
+    shape = (NODES, "8", "64Gi")
+    with node_pool(kube, extender, "backfill", shape, "--gang-aging-seconds", str(AGING_SECONDS)):
+        yield [f"backfill-{i}" for i in range(NODES)]
 
 
-def gang(kube: Kube, namespace: str, name: str, members: int, cpu: str) -> list[str]:
-    """A PodGroup of `members` pods of `cpu` each, held to the pool; their names."""
+def gang(
+    kube: Kube, namespace: str, name: str, members: int, cpu: str, pool: str = "backfill"
+) -> list[str]:
+    """A PodGroup of `members` pods of `cpu` each, held to the nodes of `pool`; their names."""
     kube.create_podgroup(namespace, name, members)
     pods = [f"{name}-{i}" for i in range(members)]
     for pod in pods:
         body: dict[str, Any] = kube.pod_body(pod, group=name, cpu=cpu)
-        body["spec"]["nodeSelector"] = {"pool": "backfill"}
+        body["spec"]["nodeSelector"] = {"pool": pool}
         kube.core.create_namespaced_pod(namespace, body)
     return pods
 

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 
 from bench import deepline, e2e
-from hack.clusterkit import local_cluster
 from tests.cluster.bench_runner import bench_runner
 from tests.cluster.kube import Kube
+from tests.cluster.racks import node_pool
 from tests.cluster.session import Extender
 
 NODES = 8
@@ -29,26 +29,9 @@ POOL = {"pool": "deepline"}
 @pytest.fixture
 def deepline_pool(kube: Kube, extender: Extender) -> Iterator[list[str]]:
     """NODES nodes of 8 CPUs labelled pool=deepline, and the extender with short aging."""
-    names = [f"deepline-{i}" for i in range(NODES)]
-    for name in names:
-        local_cluster(
-            "add-node",
-            name,
-            "--cpu",
-            str(deepline.NODE_SHAPE["cpu"]),
-            "--memory",
-            "32Gi",
-            "--label",
-            "pool=deepline",
-        )
-    previous = extender.extra_args
-    extender.restart(*previous, "--gang-aging-seconds", "2")
-    try:
-        yield names
-    finally:
-        extender.restart(*previous)
-        for name in names:
-            kube.delete_node(name)
+    shape = (NODES, str(deepline.NODE_SHAPE["cpu"]), "32Gi")
+    with node_pool(kube, extender, "deepline", shape, "--gang-aging-seconds", "2"):
+        yield [f"deepline-{i}" for i in range(NODES)]
 
 
 def test_small_gangs_run_beside_the_line_and_big_gangs_start_in_line_order(

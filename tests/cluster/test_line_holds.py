@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from app.core.marking import LINE_GATE
-from hack.clusterkit import local_cluster, wait_for
+from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
+from tests.cluster.racks import node_pool
 from tests.cluster.session import GANG_ONLY, Extender
 from tests.cluster.test_backfill import bound_within
+from tests.cluster.test_backfill import gang as backfill_gang
 
 pytestmark = pytest.mark.skipif(not GANG_ONLY, reason="holding needs the gang-only webhook")
 
@@ -33,29 +34,13 @@ AGING_SECONDS = 2
 @pytest.fixture
 def hold_pool(kube: Kube, extender: Extender) -> Iterator[list[str]]:
     """NODES nodes of 8 CPUs labelled pool=holds, and the extender holding, with short aging."""
-    names = [f"holds-{i}" for i in range(NODES)]
-    for name in names:
-        local_cluster("add-node", name, "--cpu", "8", "--memory", "64Gi", "--label", "pool=holds")
-    previous = extender.extra_args
-    extender.restart(
-        *previous, "--gang-aging-seconds", str(AGING_SECONDS), "--hold-waiting-gangs", "true"
-    )
-    try:
-        yield names
-    finally:
-        extender.restart(*previous)
-        for name in names:
-            kube.delete_node(name)
+    flags = ("--gang-aging-seconds", str(AGING_SECONDS), "--hold-waiting-gangs", "true")
+    with node_pool(kube, extender, "holds", (NODES, "8", "64Gi"), *flags):
+        yield [f"holds-{i}" for i in range(NODES)]
 
 
 def gang(kube: Kube, namespace: str, name: str, members: int, cpu: str) -> list[str]:
-    kube.create_podgroup(namespace, name, members)
-    pods = [f"{name}-{i}" for i in range(members)]
-    for pod in pods:
-        body: dict[str, Any] = kube.pod_body(pod, group=name, cpu=cpu)
-        body["spec"]["nodeSelector"] = {"pool": "holds"}
-        kube.core.create_namespaced_pod(namespace, body)
-    return pods
+    return backfill_gang(kube, namespace, name, members, cpu, pool="holds")
 
 
 def gates(kube: Kube, namespace: str, pod: str) -> list[str]:

@@ -87,7 +87,7 @@ class QueueBook:
         self._published = -_PUBLISH_SECONDS
         self.last: dict[str, QueueView] = {}
         # group key -> (the gang in line, what it asks for): see request().
-        self._asks: dict[str, tuple[Gang, Resources]] = {}
+        self._asks: dict[str, tuple[Gang, Resources, tuple[tuple[str, int], ...]]] = {}
         # The last verdict on a line: (the line, its verdicts per (queue, shape), the gangs
         # let in): see _admitted.
         self._allowed: tuple[Sequence[tuple[Gang, str]], dict[Asked, bool], list[Gang]] | None
@@ -215,7 +215,7 @@ class QueueBook:
             if verdicts == kept[1]:
                 return kept[2]
         verdicts = {}
-        allowed = admitted(line, views, capacity, self.overcommit, self.request, verdicts)
+        allowed = admitted(line, views, capacity, self.overcommit, self.asked, verdicts)
         self._allowed = (line, verdicts, allowed)
         return allowed
 
@@ -223,13 +223,21 @@ class QueueBook:
         """request_of(gang), kept while the line hands out the same Gang (it rebuilds only
         the gangs that changed): 10,000 gangs in line summed afresh at every admission
         were a third of its queue check."""
+        return self._ask(gang)[1]
+
+    def asked(self, gang: Gang) -> tuple[tuple[str, int], ...]:
+        """request(gang) as the hashable key the queue verdicts are kept by."""
+        return self._ask(gang)[2]
+
+    def _ask(self, gang: Gang) -> tuple[Gang, Resources, tuple[tuple[str, int], ...]]:
         kept = self._asks.get(gang.key)
         if kept is not None and kept[0] is gang:
-            return kept[1]
+            return kept
         if len(self._asks) > 20_000:
             self._asks.clear()
-        request = self._asks[gang.key] = (gang, request_of(gang))
-        return request[1]
+        request = request_of(gang)
+        kept = self._asks[gang.key] = (gang, request, tuple(request.items()))
+        return kept
 
     def share(self, placed: Iterable[PodRecord]) -> float:
         """DRF: the dominant share of the cluster a gang's placed members hold.
@@ -320,31 +328,32 @@ def admitted(
     views: Mapping[str, QueueView],
     capacity: Resources,
     overcommit: float,
-    asks: Callable[[Gang], Resources] | None = None,
+    asked: Callable[[Gang], tuple[tuple[str, int], ...]] | None = None,
     verdicts: dict[Asked, bool] | None = None,
 ) -> list[Gang]:
     """The gangs of `line` (gang, its queue) whose queue lets them in.
 
     Gangs in line are often alike (one Job's shape, run after run): one
-    verdict per queue and request, not one per gang. `asks`: request_of, or
-    the caller's memo of it; `verdicts`: filled with the verdict per queue and
-    request asked.
+    verdict per queue and request, not one per gang. `asked`: a gang's request
+    as a hashable key (request_of's items; the caller's memo of them: at 10,000
+    gangs this pass is the warm-up's longest step); `verdicts`: filled with the
+    verdict per queue and request asked.
     """
-    asks = asks or request_of
+    key_of = asked or (lambda gang: tuple(request_of(gang).items()))
     if verdicts is None:
         verdicts = {}
-    allowed = []
+    allowed: list[Gang] = []
+    append = allowed.append
     for gang, name in line:
         if name not in views:
             continue
-        request = asks(gang)
-        asked = (name, tuple(request.items()))
-        verdict = verdicts.get(asked)
+        ask = (name, key_of(gang))
+        verdict = verdicts.get(ask)
         if verdict is None:
-            verdict = enqueue(name, request, views, capacity, overcommit) is None
-            verdicts[asked] = verdict
+            verdict = enqueue(name, dict(ask[1]), views, capacity, overcommit) is None
+            verdicts[ask] = verdict
         if verdict:
-            allowed.append(gang)
+            append(gang)
     return allowed
 
 
