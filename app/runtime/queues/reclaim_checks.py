@@ -37,6 +37,11 @@ from app.runtime.queues.book import Assessment, request_of
 from app.runtime.queues.reclaimer import Reclaimer
 from app.runtime.queues.tally import queue_of
 
+# kube-scheduler's NodeResourcesFit reason ("3 Insufficient cpu"): the gang waits for room.
+# Other reasons (anti-affinity, volumes) are not what the line models: such a gang aged
+# in line would hold room back for a placement kube-scheduler refuses.
+_SHORT_OF = "Insufficient "
+
 
 @dataclass(frozen=True, slots=True)
 class Needy:
@@ -156,9 +161,12 @@ class ReclaimChecks:
         """kube-scheduler may have found no node for a member of a gang holding no claim:
         its own filters (not enough CPU on any node) turned it away before ours was asked."""
         assert new.group is not None
+        message = new.unschedulable_message
         if (
-            new.unschedulable_message
-            and new.unschedulable_message != old.unschedulable_message
+            message
+            # Any reason where queues may reclaim (as before); else short of room only.
+            and (self._line.queues is not None or _SHORT_OF in message)
+            and message != old.unschedulable_message
             and not new.placed_node
             and new.group.key not in self._ledger.held
         ):
