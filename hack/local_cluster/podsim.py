@@ -26,6 +26,9 @@ from .api import Api, message
 from .nodes import FAKE_NODE_LABEL
 from .report import ClusterError
 
+# A failed call is tried again from a fresh read after this, doubling up to the maximum.
+RETRY_FIRST_SECONDS = 0.5
+RETRY_MAX_SECONDS = 10.0
 EXIT_AFTER_ANNOTATION = "local-cluster.dev/exit-after-seconds"
 EXIT_PHASE_ANNOTATION = "local-cluster.dev/exit-phase"
 EXIT_PHASES = ("Succeeded", "Failed")
@@ -209,8 +212,11 @@ class WatchExpired(Exception):
 class PodSimulator:
     """List + watch every pod and act as the kubelet of fake nodes.
 
-    Each action is sent once per pod (remembered by uid) and forgotten if the
-    API call fails, so the next event about that pod retries it.
+    Each action is sent once per pod (remembered by uid). A failed call is
+    tried again on a timer (RETRY_FIRST_SECONDS, doubling to RETRY_MAX_SECONDS)
+    from a fresh read of the pod: the next event about it may never come (a
+    terminating pod does not change until it is gone, and kube-scheduler counts
+    its room as taken all that while, as it would a kubelet that never finished).
     """
 
     def __init__(self, api: Api, log: Callable[[str], None]) -> None:
@@ -220,6 +226,8 @@ class PodSimulator:
         self._lock = threading.Lock()
         self._sent: dict[str, Action] = {}  # uid -> action already sent
         self._timers: dict[str, threading.Timer] = {}  # uid -> pending exit
+        # uid -> (the retry timer not fired yet or None, its delay)
+        self._retries: dict[str, tuple[threading.Timer | None, float]] = {}
 
     def run(self, stop: threading.Event) -> None:
         resource_version = ""
@@ -296,18 +304,26 @@ class PodSimulator:
                 return
             if action != Action.EXIT:
                 self._sent[uid] = action
-        if action == Action.DELETE:
-            self._delete(pod)
-        elif action == Action.RUN:
-            self._run(pod)
-        else:
-            self._schedule_exit(pod, started_at(pod, time.time()))
+        try:
+            if action == Action.DELETE:
+                self._delete(pod)
+            elif action == Action.RUN:
+                self._run(pod)
+            else:
+                self._schedule_exit(pod, started_at(pod, time.time()))
+        except (OSError, ssl.SSLError) as err:
+            # No answer (the API server restarting): the action is not sent. A relist
+            # alone would not retry it: the uid is still remembered as sent.
+            self._failed(pod, f"{action.value} of", 0, str(err))
 
     def _forget_locked(self, uid: str) -> None:
         self._sent.pop(uid, None)
         timer = self._timers.pop(uid, None)
         if timer is not None:
             timer.cancel()
+        retry = self._retries.pop(uid, None)
+        if retry is not None and retry[0] is not None:
+            retry[0].cancel()
 
     def _key(self, pod: dict[str, Any]) -> str:
         meta = pod.get("metadata") or {}
@@ -330,10 +346,45 @@ class PodSimulator:
         return fake
 
     def _failed(self, pod: dict[str, Any], what: str, status: int, body: Any) -> None:
+        """Forget the action and read the pod again later (see the class docstring)."""
         uid = (pod.get("metadata") or {}).get("uid") or ""
         with self._lock:
             self._sent.pop(uid, None)
-        self._log(f"{what} {self._key(pod)} failed: HTTP {status}: {message(body)}")
+            earlier = self._retries.get(uid)
+            if earlier is not None and earlier[0] is not None:
+                delay = earlier[1]  # a retry is already on its way
+            else:
+                delay = RETRY_FIRST_SECONDS if earlier is None else earlier[1] * 2
+                delay = min(delay, RETRY_MAX_SECONDS)
+                timer = threading.Timer(delay, self._retry, (pod,))
+                timer.daemon = True
+                self._retries[uid] = (timer, delay)
+                timer.start()
+        self._log(
+            f"{what} {self._key(pod)} failed: {status or 'no answer'}: {message(body)}; "
+            f"reading it again in {delay:g}s"
+        )
+
+    def _retry(self, pod: dict[str, Any]) -> None:
+        """Act on a fresh read of a pod whose last call failed (on the retry timer's thread)."""
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        with self._lock:
+            retry = self._retries.get(uid)
+            if retry is None:
+                return  # forgotten meanwhile (the pod was deleted)
+            self._retries[uid] = (None, retry[1])
+        try:
+            status, fresh = self._api.request("GET", self._path(pod))
+            if status == 404 or (status == 200 and (fresh.get("metadata") or {}).get("uid") != uid):
+                with self._lock:
+                    self._forget_locked(uid)
+                return
+            if status != 200:
+                self._failed(pod, "reading", status, fresh)
+                return
+            self.handle("MODIFIED", fresh)
+        except (OSError, ssl.SSLError) as err:
+            self._failed(pod, "reading", 0, str(err))
 
     def _delete(self, pod: dict[str, Any]) -> None:
         uid = (pod.get("metadata") or {}).get("uid")
@@ -389,7 +440,10 @@ class PodSimulator:
                 return  # deleted meanwhile
             self._sent[uid] = Action.EXIT
         patch = terminal_status_patch(pod, phase, started, time.time())
-        status, body = self._patch_status(pod, patch)
+        try:
+            status, body = self._patch_status(pod, patch)
+        except (OSError, ssl.SSLError) as err:  # the API server is away (a restart)
+            status, body = 0, str(err)
         if status == 200:
             self._log(f"{self._key(pod)} exited: {phase}")
         elif status not in (404, 409):

@@ -28,6 +28,9 @@ from tests.soak.stream import HIGH_PRIORITY, Source
 
 # A binding wave completes in milliseconds; a partial gang outliving this is a violation.
 WAVE_SECONDS = 2.0
+# The pod simulator finishes a deleted bound pod at once (a kubelet would, its containers
+# stopped); one terminating longer holds room kube-scheduler cannot use: a harness fault.
+TERMINATING_SECONDS = 30.0
 # Past this many lower-priority pods on the cluster the exhaustive oracle is not asked.
 ORACLE_MAX_CANDIDATES = 40
 # The extender's --gang-aging-seconds (default): an aged gang is not overtaken by
@@ -72,6 +75,15 @@ class Snapshot:
     pods: dict[str, Any]
     # schedulable node -> millicpu allocatable
     nodes: dict[str, int]
+
+    def terminating(self) -> dict[str, str]:
+        """Bound pods being deleted -> node: kube-scheduler counts their room as taken until
+        they are gone (the pod simulator's final delete, as a kubelet's)."""
+        return {
+            name: p.spec.node_name
+            for name, p in self.pods.items()
+            if p.spec.node_name and p.metadata.deletion_timestamp
+        }
 
 
 @dataclass
@@ -153,6 +165,10 @@ class World:
         if lower > ORACLE_MAX_CANDIDATES:
             return f"{lower} candidates: too many for the exhaustive oracle"
         alloc = {node: {"cpu": cpu} for node, cpu in snap.nodes.items()}
+        for pod, node in snap.terminating().items():
+            leaving = self.gang_of(pod)
+            if node in alloc and leaving is not None:
+                alloc[node]["cpu"] -= leaving.cpu
         # kube-scheduler keeps a nominated pod's room for it against pods of its
         # priority or lower (the extender's planner does too).
         for pod, (node, cpu, nominee) in self.nominated(snap).items():
@@ -230,6 +246,7 @@ class Monitor:
         self.samples = 0
         self._stop = threading.Event()
         self._partial_since: dict[str, float] = {}
+        self._terminating_since: dict[str, float] = {}
         self._thread = threading.Thread(target=self._run, name="soak-monitor", daemon=True)
 
     def start(self) -> Monitor:
@@ -264,6 +281,20 @@ class Monitor:
                     self._partial_since[gang.name] = now  # report again only if it lasts
             else:
                 self._partial_since.pop(gang.name, None)
+        self._stuck_terminating(snap, now)
+
+    def _stuck_terminating(self, snap: Snapshot, now: float) -> None:
+        terminating = snap.terminating()
+        for name in [n for n in self._terminating_since if n not in terminating]:
+            del self._terminating_since[name]
+        for name, node in terminating.items():
+            since = self._terminating_since.setdefault(name, now)
+            if now - since > TERMINATING_SECONDS:
+                self.world.violation(
+                    f"{self.step()}: pod {name} on {node} terminating for {now - since:.0f}s: "
+                    "the pod simulator did not finish it (its room stays taken)"
+                )
+                self._terminating_since[name] = now  # report again only if it lasts
 
 
 def caches_diff(extender_url: str, kube: Kube) -> str:

@@ -231,3 +231,74 @@ def test_a_pod_whose_time_is_up_exits_once() -> None:
     simulator.handle("MODIFIED", running)  # the exit was sent; not scheduled again
     time.sleep(0.1)
     assert api.sent == [("PATCH", "/api/v1/namespaces/ns/pods/p/status")]
+
+
+class FlakyApi(RecordingApi):
+    """The API server away for the first `away` writes (no answer, or `status`), then back.
+
+    `pod` is what a fresh GET of the pod returns (None: it is gone, 404).
+    """
+
+    def __init__(self, away: int, status: int | None, current: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.away = away
+        self.status = status
+        self.current = current
+
+    def request(self, method: str, path: str, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+        if method == "GET" and path.startswith("/api/v1/namespaces/"):
+            self.sent.append((method, path))
+            return (200, self.current) if self.current is not None else (404, {})
+        if method != "GET" and self.away > 0:
+            self.away -= 1
+            if self.status is None:
+                raise ConnectionRefusedError("connection refused")
+            return self.status, {"message": "etcd leader changed"}
+        return super().request(method, path, *args, **kwargs)
+
+
+def wait_sent(api: RecordingApi, count: int) -> None:
+    deadline = time.monotonic() + 5
+    while len(api.sent) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("status", [None, 503])
+def test_a_failed_delete_is_retried_though_no_event_comes(
+    status: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A terminating pod does not change until it is gone: without a retry of our own it
+    would stay Terminating, its room counted by kube-scheduler, for ever (issue 49's soak)."""
+    monkeypatch.setattr("local_cluster.podsim.RETRY_FIRST_SECONDS", 0.01)
+    terminating = pod("Running", deleting=True)
+    api = FlakyApi(away=2, status=status, current=terminating)
+    simulator = PodSimulator(api, lambda _: None)
+    simulator.handle("MODIFIED", terminating)  # no exception reaches the watch loop
+    path = "/api/v1/namespaces/ns/pods/p"
+    wait_sent(api, 3)
+    # The first DELETE found nobody (not recorded), a fresh read, the second failed too,
+    # a fresh read, the third went through.
+    assert api.sent[:3] == [("GET", path), ("GET", path), ("DELETE", path)]
+    time.sleep(0.1)
+    assert len(api.sent) == 3  # done: nothing more
+
+
+def test_a_pod_gone_meanwhile_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("local_cluster.podsim.RETRY_FIRST_SECONDS", 0.01)
+    api = FlakyApi(away=1, status=None, current=None)
+    simulator = PodSimulator(api, lambda _: None)
+    simulator.handle("MODIFIED", pod("Pending"))
+    wait_sent(api, 1)
+    time.sleep(0.1)
+    assert api.sent == [("GET", "/api/v1/namespaces/ns/pods/p")]  # read once, then forgotten
+
+
+def test_an_exit_the_api_server_missed_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("local_cluster.podsim.RETRY_FIRST_SECONDS", 0.01)
+    running = pod("Running", annotations=exits("0"), start_time="2026-01-02T03:04:05Z")
+    api = FlakyApi(away=1, status=None, current=running)
+    simulator = PodSimulator(api, lambda _: None)
+    simulator.handle("ADDED", running)
+    wait_sent(api, 2)
+    status_path = "/api/v1/namespaces/ns/pods/p/status"
+    assert api.sent[:2] == [("GET", "/api/v1/namespaces/ns/pods/p"), ("PATCH", status_path)]

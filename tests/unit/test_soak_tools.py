@@ -14,11 +14,14 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 from tests.soak.relay import Delay, slow_relay
 from tests.soak.stream import Action, Fault, steps
+from tests.soak.world import Gang, Snapshot, World
 
 
 def test_the_same_seed_gives_the_same_steps_and_another_seed_others() -> None:
@@ -26,6 +29,29 @@ def test_the_same_seed_gives_the_same_steps_and_another_seed_others() -> None:
     assert first == list(itertools.islice(steps(7), 200))
     assert first != list(itertools.islice(steps(8), 200))
     assert {s.action for s in first} == set(Action)
+
+
+def a_pod(node: str, deleting: bool = False) -> Any:
+    return SimpleNamespace(
+        spec=SimpleNamespace(node_name=node),
+        metadata=SimpleNamespace(deletion_timestamp="2026-11-29T00:00:00Z" if deleting else None),
+        status=SimpleNamespace(nominated_node_name=None),
+    )
+
+
+def test_the_oracle_counts_a_terminating_pods_room_as_taken() -> None:
+    """kube-scheduler does until the pod is gone: the oracle must not call such room free
+    (the soak's plain pods 'not placed though they fit' while kube-scheduler said
+    Insufficient cpu)."""
+    world = World(kube=cast(Any, None), namespace="soak")
+    world.gangs["old"] = Gang("old", 1, 1, 2000, 0, None, 0.0, "step 1")
+    world.gangs["new"] = Gang("new", 1, 1, 2000, 0, None, 0.0, "step 2")
+    pods = {"old": a_pod("n1", deleting=True), "new": a_pod("")}
+    snap = Snapshot(placed={}, pods=pods, nodes={"n1": 3000})
+    assert snap.terminating() == {"old": "n1"}
+    assert world.need(world.gangs["new"], snap) is None  # no room while "old" leaves
+    gone = Snapshot(placed={}, pods={"new": a_pod("")}, nodes={"n1": 3000})
+    assert world.need(world.gangs["new"], gone) == 0
 
 
 def test_only_the_faults_asked_for_are_injected() -> None:
