@@ -139,6 +139,13 @@ class PodRecord:
         """A sibling that can still take part in the gang (a gated pod cannot, yet)."""
         return not self.terminal and not self.deleting and not self.gated
 
+    @property
+    def refused_for_room(self) -> bool:
+        """kube-scheduler's last refusal was its NodeResourcesFit's ("3 Insufficient cpu"):
+        the pod waits for room, as a gang the line turned away does. Its condition has no
+        structured reason (always "Unschedulable"), so the message is all there is."""
+        return _SHORT_OF_ROOM in self.unschedulable_message
+
 
 @dataclass(slots=True)
 class NodeRecord:
@@ -302,6 +309,10 @@ def _unplaced(conditions: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | No
         ):
             return condition
     return None
+
+
+# NodeResourcesFit's reason in kube-scheduler's "0/3 nodes are available: ..." message.
+_SHORT_OF_ROOM = "Insufficient "
 
 
 def _unschedulable_message(status: Mapping[str, Any]) -> str:

@@ -485,3 +485,29 @@ async def test_a_gang_kube_scheduler_found_no_node_for_joins_the_line_and_keeps_
     await eventually(lambda: "default/late" in world.arbiter.waiting)
     assert world.state.pods["default/late-0"].uid == raw.uid
     assert late.key == "default/late" and "default/a" in world.arbiter.claims
+
+
+@pytest.mark.parametrize(
+    ("message", "joins"),
+    [
+        ("0/3 nodes are available: 3 Insufficient cpu.", True),
+        ("0/3 nodes are available: 1 Insufficient memory, 2 Insufficient cpu.", True),
+        (
+            "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.",
+            False,
+        ),
+    ],
+)
+async def test_only_a_refusal_for_room_puts_the_gang_in_line(message: str, joins: bool) -> None:
+    """The line models room only: a gang refused for anti-affinity aged in line would hold
+    room back for a placement kube-scheduler refuses anyway."""
+    world = World()
+    world.two_gangs_a_claiming()
+    world.gang("late", 3, "2500m")
+    world.state.apply_pod(with_unschedulable(pod("late-0", group="late", cpu="2500m"), message))
+    assert world.state.pods["default/late-0"].refused_for_room == joins
+    if joins:
+        await eventually(lambda: "default/late" in world.arbiter.waiting)
+    else:
+        await asyncio.sleep(0.3)
+        assert "default/late" not in world.arbiter.waiting

@@ -37,11 +37,6 @@ from app.runtime.queues.book import Assessment, request_of
 from app.runtime.queues.reclaimer import Reclaimer
 from app.runtime.queues.tally import queue_of
 
-# kube-scheduler's NodeResourcesFit reason ("3 Insufficient cpu"): the gang waits for room.
-# Other reasons (anti-affinity, volumes) are not what the line models: such a gang aged
-# in line would hold room back for a placement kube-scheduler refuses.
-_SHORT_OF = "Insufficient "
-
 
 @dataclass(frozen=True, slots=True)
 class Needy:
@@ -164,8 +159,10 @@ class ReclaimChecks:
         message = new.unschedulable_message
         if (
             message
-            # Any reason where queues may reclaim (as before); else short of room only.
-            and (self._line.queues is not None or _SHORT_OF in message)
+            # Any reason where queues may reclaim; else short of room only. Other reasons
+            # (anti-affinity, volumes) are not what the line models: such a gang aged in
+            # line would hold room back for a placement kube-scheduler refuses.
+            and (self._line.queues is not None or new.refused_for_room)
             and message != old.unschedulable_message
             and not new.placed_node
             and new.group.key not in self._ledger.held
