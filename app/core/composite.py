@@ -23,9 +23,9 @@ a choice (which children must be whole), the first `minGroupCount` children
 by name are held to their minimum, as Volcano's minSubGroups is read
 (app/core/topology/subgroups.py); the others may start with fewer.
 
-This module reads the objects and builds the tree (GangTree); watching
-CompositePodGroups is for when the API is served (the session's control
-plane does not enable the gate).
+This module reads the objects and builds the tree (GangTree);
+app/core/composite_trees.py keeps every namespace's trees as the watches
+deliver them and turns each root into a gang.
 """
 
 from __future__ import annotations
