@@ -30,7 +30,7 @@ from app.core.composite import (
 )
 from app.core.groups import SOURCE_NATIVE, GroupRef, GroupSpec, PodGroupSpecError, group_key
 from app.core.pod_index import PodIndex
-from app.core.records import PodGroupRecord, PodRecord, parse_timestamp
+from app.core.records import PodGroupRecord, PodRecord, parse_timestamp, pod_record_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +259,7 @@ class CompositeTrees:
         self._podgroups = podgroups
         # The root keys of the records the trees put in `podgroups`.
         self._keys: set[str] = set()
+        self._listeners: list[Callable[[str], None]] = []
 
     def rekey(self, ref: GroupRef | None) -> GroupRef | None:
         """A pod's pointer as the state keys it (a leaf's pod: its tree's root)."""
@@ -272,21 +273,46 @@ class CompositeTrees:
         if error is not None:
             raise PodGroupSpecError(f"PodGroup {ref.key} cannot be scheduled: {error}")
 
-    def leaf_changed(self, namespace: str, raw: Mapping[str, Any]) -> list[str]:
-        """A native PodGroup stored: returns the root keys whose gang appeared."""
-        if not self.watched:
+    def problem(self, ref: GroupRef) -> str | None:
+        """Why the tree a member's pointer leads to cannot be used (None: it can, or the
+        pointer is no tree's): the leaf's error, else its root's."""
+        if not self.watched or ref.source != SOURCE_NATIVE:
+            return None
+        try:
+            self.check_leaf(ref)
+        except PodGroupSpecError as err:
+            return str(err)
+        if not ref.task:
+            return None
+        root = self.book.records(ref.namespace).get(ref.name)
+        return root.error if root is not None else None
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """`listener(group key)` whenever the tree behind a leaf's or root's key changed."""
+        self._listeners.append(listener)
+
+    def pod_record(self, raw: Mapping[str, Any], sources: frozenset[str]) -> PodRecord:
+        """A pod's record, its group as the state keys it: a leaf PodGroup's pod joins its
+        tree's gang."""
+        record = pod_record_from(raw, sources)
+        record.group = self.rekey(record.group)
+        return record
+
+    def leaf_changed(self, source: str, namespace: str, raw: Mapping[str, Any]) -> list[str]:
+        """A group object stored: returns the root keys whose gang appeared."""
+        if not self.watched or source != SOURCE_NATIVE:
             return []
         self.book.set_leaf(namespace, raw)
         return self.resolve(namespace)
 
-    def leaf_gone(self, namespace: str, name: str) -> None:
-        if self.watched:
+    def leaf_gone(self, source: str, namespace: str, name: str) -> None:
+        if self.watched and source == SOURCE_NATIVE:
             self.book.drop_leaf(namespace, name)
             self.resolve(namespace)
 
-    def relist_leaves(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        """A fresh list of native PodGroups (their records already replaced)."""
-        if not self.watched:
+    def relist_leaves(self, source: str, objects: Iterable[Mapping[str, Any]]) -> None:
+        """A fresh list of one source's group objects (their records already replaced)."""
+        if not self.watched or source != SOURCE_NATIVE:
             return
         self.book.clear(leaves=True)
         for raw in objects:
@@ -329,7 +355,14 @@ class CompositeTrees:
         for name, root in self.book.records(namespace).items():
             key = group_key(SOURCE_NATIVE, namespace, name)
             record = PodGroupRecord(
-                namespace, name, root.uid, root.spec, root.error, SOURCE_NATIVE, root.created
+                namespace,
+                name,
+                root.uid,
+                root.spec,
+                root.error,
+                SOURCE_NATIVE,
+                root.created,
+                composite=True,
             )
             stale.discard(key)
             if key not in self._keys:
@@ -337,18 +370,23 @@ class CompositeTrees:
                 self._keys.add(key)
             if podgroups.get(key) != record:
                 podgroups[key] = record
-                self._changes.group_object_changed(key)
+                self._changed(key)
         for key in stale:
             self._keys.discard(key)
             if podgroups.pop(key, None) is not None:
-                self._changes.group_object_changed(key)
+                self._changed(key)
         for leaf, (old, new) in moved.items():
             self._rekey_pods(namespace, leaf, old, new)
         errors = self.book.leaf_errors(namespace)
         for leaf in {*old_errors, *errors}:
             if old_errors.get(leaf) != errors.get(leaf):
-                self._changes.group_object_changed(group_key(SOURCE_NATIVE, namespace, leaf))
+                self._changed(group_key(SOURCE_NATIVE, namespace, leaf))
         return appeared
+
+    def _changed(self, key: str) -> None:
+        self._changes.group_object_changed(key)
+        for listener in self._listeners:
+            listener(key)
 
     def _rekey_pods(self, namespace: str, leaf: str, old: str | None, new: str | None) -> None:
         """The leaf's pods, keyed under `old`'s gang (None: the leaf's own), move to `new`'s."""

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from app.core.admission import FilterReason, WaitPolicy
+from app.core.composite import COMPOSITE_GROUP, COMPOSITE_KIND, COMPOSITE_VERSION
 from app.core.event_aggregation import (
     ObjectRef,
 )
@@ -63,6 +64,9 @@ def pod_ref(member: MemberRef) -> ObjectRef:
 
 
 def podgroup_ref(record: PodGroupRecord) -> ObjectRef:
+    if record.composite:
+        version = f"{COMPOSITE_GROUP}/{COMPOSITE_VERSION}"
+        return ObjectRef(COMPOSITE_KIND, version, record.namespace, record.name, record.uid)
     api = GROUP_APIS[record.source]
     return ObjectRef(api.kind, api.api_version, record.namespace, record.name, record.uid)
 

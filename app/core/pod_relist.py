@@ -6,6 +6,7 @@ loop free between them; ClusterState.replace_pods adopts one at once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,12 @@ class PodRelist:
     @classmethod
     def of(cls, state: ClusterState, objects: Sequence[Mapping[str, Any]]) -> PodRelist:
         """A fresh list for `state` to adopt a slice at a time, the state usable between."""
-        relist = cls(state.devices, state.pods, state.pod_record, objects)
+        relist = cls(
+            state.devices,
+            state.pods,
+            functools.partial(state.trees.pod_record, sources=state.sources),
+            objects,
+        )
         relist._gone_pods = state.gone
         state.gone.relists += 1  # a pod read in flight across a relist is not stored (Gone)
         return relist

@@ -26,7 +26,6 @@ from app.core.devices.records import SelectorEngine
 from app.core.group_rules import spec_from_labels
 from app.core.groups import (
     ALL_SOURCES,
-    SOURCE_NATIVE,
     SOURCE_XK8S,
     GroupRef,
     GroupSpec,
@@ -43,7 +42,6 @@ from app.core.records import (
     PodRecord,
     node_record_from,
     not_found_message,
-    pod_record_from,
     podgroup_record_from,
 )
 from app.core.resources import Resources
@@ -97,14 +95,7 @@ class ClusterState(ChangeReader):
 
     def apply_pod(self, raw: Mapping[str, Any]) -> None:
         """Insert or replace a pod from its API object (ADDED/MODIFIED event or list item)."""
-        self.devices.store_pod(self.pod_record(raw))
-
-    def pod_record(self, raw: Mapping[str, Any]) -> PodRecord:
-        """A pod's record, its group as the state knows it: a leaf PodGroup's pod joins its
-        CompositePodGroup tree's gang (app/core/composite.py)."""
-        record = pod_record_from(raw, self.sources)
-        record.group = self.trees.rekey(record.group)
-        return record
+        self.devices.store_pod(self.trees.pod_record(raw, self.sources))
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
         self.devices.delete_pod(f"{namespace}/{name}", uid)
@@ -280,13 +271,12 @@ class ClusterState(ChangeReader):
         record = podgroup_record_from(raw, source)
         self.podgroups[record.key] = record
         self._changes.group_object_changed(record.key)
-        return self.trees.leaf_changed(record.namespace, raw) if source == SOURCE_NATIVE else []
+        return self.trees.leaf_changed(source, record.namespace, raw)
 
     def delete_podgroup(self, namespace: str, name: str, source: str = SOURCE_XK8S) -> None:
         if self.podgroups.pop(key := make_group_key(source, namespace, name), None) is not None:
             self._changes.group_object_changed(key)
-        if source == SOURCE_NATIVE:
-            self.trees.leaf_gone(namespace, name)
+        self.trees.leaf_gone(source, namespace, name)
 
     def replace_podgroups(
         self, objects: Iterable[Mapping[str, Any]], source: str = SOURCE_XK8S
@@ -298,8 +288,7 @@ class ClusterState(ChangeReader):
         for key in {k for k, r in self.podgroups.items() if r.source == source} | set(fresh):
             self._changes.group_object_changed(key)
         self.podgroups = {**kept, **fresh}
-        if source == SOURCE_NATIVE:
-            self.trees.relist_leaves(objects)
+        self.trees.relist_leaves(source, objects)
 
     def group_spec(self, ref: GroupRef) -> GroupSpec:
         """The group's rules; raises GroupNotFound or PodGroupSpecError with a usable message."""

@@ -86,7 +86,7 @@ class BindVerb:
         raw = await self._api.read_pod(args.pod_namespace, args.pod_name)
         if raw is None:
             raise GateError(f"pod {args.pod_key} not found: it was deleted before binding")
-        fresh = state.pod_record(raw)
+        fresh = state.trees.pod_record(raw, state.sources)
         if args.pod_uid and fresh.uid != args.pod_uid:
             raise GateError(
                 f"pod {args.pod_key} was recreated (uid {fresh.uid}, scheduler asked to "

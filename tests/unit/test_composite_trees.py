@@ -78,7 +78,7 @@ def test_every_leaf_pod_joins_the_root_gang_with_its_leaf_as_sub_group() -> None
     ]
     assert spec.min_task_member == (("job-a", 3), ("job-b", 3))
     # A pod read afresh (a relist, the bind verb's read) is keyed the same way.
-    assert state.pod_record(member("a9", "job-a")).group == ref.__class__(
+    assert state.trees.pod_record(member("a9", "job-a"), state.sources).group == ref.__class__(
         "ml", "job", source=SOURCE_NATIVE, task="job-a"
     )
     # The root goes: its leaves' pods are plain native members again, held with the reason.
@@ -119,13 +119,13 @@ def test_a_cycle_and_an_unreadable_composite_hold_the_leaves_below() -> None:
     state.trees.replace([composite("x", parent="y"), composite("y", parent="x")])
     state.apply_podgroup(leaf("l", parent="x"), SOURCE_NATIVE)
     with pytest.raises(PodGroupSpecError, match="is its own ancestor"):
-        state.group_spec(state.pod_record(member("p", "l")).group)  # type: ignore[arg-type]
+        state.group_spec(state.trees.pod_record(member("p", "l"), state.sources).group)  # type: ignore[arg-type]
     bad = composite("job")
     bad["spec"]["schedulingPolicy"] = {"gang": {"minGroupCount": 0}}
     state.trees.apply(bad)
     state.apply_podgroup(leaf("job-a"), SOURCE_NATIVE)
     with pytest.raises(PodGroupSpecError, match="minGroupCount must be an integer"):
-        state.group_spec(state.pod_record(member("q", "job-a")).group)  # type: ignore[arg-type]
+        state.group_spec(state.trees.pod_record(member("q", "job-a"), state.sources).group)  # type: ignore[arg-type]
 
 
 def test_not_watched_a_leaf_is_a_flat_native_podgroup() -> None:
