@@ -22,9 +22,9 @@ from typing import Any
 from app.core.changes import ChangeLog
 from app.core.composite import (
     CompositeError,
-    CompositeGang,
     GroupNode,
     composite_gang,
+    composite_spec,
     node_from,
     root_of,
 )
@@ -211,29 +211,6 @@ class CompositeBook:
         except CompositeError as err:
             return RootRecord(root, uid, created, None, f"CompositePodGroup tree {key}: {err}")
         return RootRecord(root, uid, created, composite_spec(key, gang), None)
-
-
-def composite_spec(key: str, gang: CompositeGang) -> GroupSpec:
-    """The tree's gang as every source's GroupSpec: its nodes as named sub-groups (as KAI's,
-    a member's leaf is its `task`), each leaf the root holds to its minCount a role."""
-    groups = gang.tree.groups
-    required = {g.path: g.min_member for g in groups}
-    inner = {g.path[:-1] for g in groups}
-    roles = sorted(
-        (g.path[-1], g.min_member)
-        for g in groups
-        if g.path not in inner
-        and g.min_member > 0
-        and all(required.get(g.path[:depth], 1) > 0 for depth in range(1, len(g.path)))
-    )
-    return GroupSpec(
-        key=key,
-        min_member=gang.min_member,
-        source=SOURCE_NATIVE,
-        topology=gang.constraint,
-        sub_groups=groups,
-        min_task_member=tuple(roles),
-    )
 
 
 class CompositeTrees:

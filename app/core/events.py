@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from app.core import composite
 from app.core.admission import FilterReason, WaitPolicy
-from app.core.composite import COMPOSITE_GROUP, COMPOSITE_KIND, COMPOSITE_VERSION
 from app.core.event_aggregation import (
     ObjectRef,
 )
@@ -65,8 +65,8 @@ def pod_ref(member: MemberRef) -> ObjectRef:
 
 def podgroup_ref(record: PodGroupRecord) -> ObjectRef:
     if record.composite:
-        version = f"{COMPOSITE_GROUP}/{COMPOSITE_VERSION}"
-        return ObjectRef(COMPOSITE_KIND, version, record.namespace, record.name, record.uid)
+        kind, version = composite.COMPOSITE_KIND, composite.COMPOSITE_API_VERSION
+        return ObjectRef(kind, version, record.namespace, record.name, record.uid)
     api = GROUP_APIS[record.source]
     return ObjectRef(api.kind, api.api_version, record.namespace, record.name, record.uid)
 

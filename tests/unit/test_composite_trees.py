@@ -10,6 +10,7 @@ from app.core.groups import SOURCE_NATIVE, PodGroupSpecError
 from app.core.records import GroupNotFound
 from app.core.state import ClusterState
 from tests.unit.builders import pod
+from tests.unit.test_composite import cpg_object
 
 RACK = "example.com/rack"
 BLOCK = "example.com/block"
@@ -19,15 +20,7 @@ ROOT_KEY = "native:ml/job"
 def composite(
     name: str, *, parent: str = "", min_groups: int | None = 2, key: str = BLOCK
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"workloadRef": {"workloadName": "job", "templateName": name}}
-    if parent:
-        spec["parentCompositePodGroupName"] = parent
-    spec["schedulingPolicy"] = (
-        {"gang": {"minGroupCount": min_groups}} if min_groups else {"basic": {}}
-    )
-    if key:
-        spec["schedulingConstraints"] = {"topology": [{"key": key}]}
-    return {"metadata": {"name": name, "namespace": "ml", "uid": f"cpg-{name}"}, "spec": spec}
+    return cpg_object(name, parent, min_groups, key)
 
 
 def leaf(name: str, parent: str = "job", min_count: int = 3) -> dict[str, Any]:
