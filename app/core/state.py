@@ -20,7 +20,7 @@ from typing import Any
 
 from app.core import free_room
 from app.core.changes import ChangeLog, ChangeReader
-from app.core.composite_trees import CompositeTrees
+from app.core.composite_state import CompositeTrees
 from app.core.devices.book import DeviceBook
 from app.core.devices.records import SelectorEngine
 from app.core.group_rules import spec_from_labels
@@ -63,7 +63,7 @@ class ClusterState(ChangeReader):
         self._bins = free_room.FreeRoom(self._pods.requested, self._changes, self.devices.shared)
         # Group sources in use (flags and API discovery); pods naming another are plain pods.
         self.sources: frozenset[str] = ALL_SOURCES
-        # Kubernetes' CompositePodGroup trees (app/core/composite_trees.py), once served.
+        # Kubernetes' CompositePodGroup trees (app/core/composite_state.py), once served.
         self.trees = CompositeTrees(
             self._changes, self._pods, self.devices.store_pod, lambda: self.podgroups
         )

@@ -59,6 +59,8 @@ def test_every_leaf_pod_joins_the_root_gang_with_its_leaf_as_sub_group() -> None
     assert len(state.members(ROOT_KEY)) == 6
     assert state.members("native:ml/job-a") == []
     assert {p.group.task for p in state.members(ROOT_KEY) if p.group} == {"job-a", "job-b"}
+    # The leaves are no gangs of their own meanwhile (/debug/gangs, the podgroups gauge).
+    assert "native:ml/job-a" not in state.podgroups
     ref = state.pods["ml/a0"].group
     assert ref is not None
     spec = state.group_spec(ref)
@@ -77,6 +79,7 @@ def test_every_leaf_pod_joins_the_root_gang_with_its_leaf_as_sub_group() -> None
     # The root goes: its leaves' pods are plain native members again, held with the reason.
     state.trees.delete("ml", "job")
     assert ROOT_KEY not in state.podgroups and len(state.members("native:ml/job-a")) == 3
+    assert state.podgroups["native:ml/job-a"].spec is not None
     with pytest.raises(PodGroupSpecError, match="CompositePodGroup job not found"):
         state.group_spec(state.pods["ml/a0"].group)  # type: ignore[arg-type]
 
