@@ -73,8 +73,8 @@ def read_objects(api: Api, namespace: str | None, *, nodes: bool = True) -> Obje
         try:
             found.composites = _items(api, _scoped(prefix, COMPOSITE_PLURAL, namespace))
         except ApiError as err:
-            if err.status != 404:
-                raise
+            if err.status != 404:  # not served: no trees; else said, as for nodes
+                found.unreadable.append(f"{COMPOSITE_PLURAL} ({err})")
     if nodes:
         try:
             for node in _items(api, "/api/v1/nodes"):
