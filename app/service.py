@@ -19,6 +19,7 @@ from app.config import Settings
 from app.core.events import GangEvents
 from app.core.observer import Observers
 from app.kube.discovery import (
+    composites_served,
     discover_dra,
     discover_queues,
     discover_sources,
@@ -153,9 +154,10 @@ class Service:
         self._loops.append(asyncio.get_running_loop())
         state.sources = await discover_sources(requests, settings)
         hypernodes = await hypernodes_served(requests, state.sources)
+        state.trees.watched = await composites_served(requests, state.sources)
         parts.writers.status.start()
         watches = Watches(state, parts.cluster.admission, rt.waker, requests, parts.cluster.metrics)
-        self.reflectors.extend(watches.cluster(state.sources, hypernodes))
+        self.reflectors.extend(watches.cluster(state.sources, hypernodes, state.trees.watched))
         if await discover_dra(requests):
             self.reflectors.extend(watches.devices())
         if settings.gang_feasibility and await discover_queues(requests, settings):

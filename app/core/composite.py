@@ -23,9 +23,9 @@ a choice (which children must be whole), the first `minGroupCount` children
 by name are held to their minimum, as Volcano's minSubGroups is read
 (app/core/topology/subgroups.py); the others may start with fewer.
 
-This module reads the objects and builds the tree (GangTree); watching
-CompositePodGroups is for when the API is served (the session's control
-plane does not enable the gate).
+This module reads the objects and builds the tree (GangTree);
+app/core/composite_trees.py keeps every namespace's trees as the watches
+deliver them and turns each root into a gang.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.api_ints import INT32_MAX, is_int32
+from app.core.groups import SOURCE_NATIVE, GroupSpec
 from app.core.topology.domains import TopologyConstraint, TopologyError
 from app.core.topology.sources import constraint_from_native
 from app.core.topology.subgroups import GangTree, Path, SubGroup
@@ -43,6 +44,7 @@ COMPOSITE_GROUP = "scheduling.k8s.io"
 COMPOSITE_VERSION = "v1alpha3"
 COMPOSITE_PLURAL = "compositepodgroups"
 COMPOSITE_KIND = "CompositePodGroup"
+COMPOSITE_API_VERSION = f"{COMPOSITE_GROUP}/{COMPOSITE_VERSION}"
 # KEP-6012: the tree is at most four levels deep (the root included).
 MAX_DEPTH = 4
 
@@ -221,3 +223,26 @@ def _tree(
         if node_name:
             placed.append((path, node_name))
     return GangTree(groups, member_paths, tuple(placed))
+
+
+def composite_spec(key: str, gang: CompositeGang) -> GroupSpec:
+    """The tree's gang as every source's GroupSpec: its nodes as named sub-groups (as KAI's,
+    a member's leaf is its `task`), each leaf the root holds to its minCount a role."""
+    groups = gang.tree.groups
+    required = {g.path: g.min_member for g in groups}
+    inner = {g.path[:-1] for g in groups}
+    roles = sorted(
+        (g.path[-1], g.min_member)
+        for g in groups
+        if g.path not in inner
+        and g.min_member > 0
+        and all(required.get(g.path[:depth], 1) > 0 for depth in range(1, len(g.path)))
+    )
+    return GroupSpec(
+        key=key,
+        min_member=gang.min_member,
+        source=SOURCE_NATIVE,
+        topology=gang.constraint,
+        sub_groups=groups,
+        min_task_member=tuple(roles),
+    )

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from app.core import composite
 from app.core.admission import FilterReason, WaitPolicy
 from app.core.event_aggregation import (
     ObjectRef,
@@ -63,6 +64,9 @@ def pod_ref(member: MemberRef) -> ObjectRef:
 
 
 def podgroup_ref(record: PodGroupRecord) -> ObjectRef:
+    if record.composite:
+        kind, version = composite.COMPOSITE_KIND, composite.COMPOSITE_API_VERSION
+        return ObjectRef(kind, version, record.namespace, record.name, record.uid)
     api = GROUP_APIS[record.source]
     return ObjectRef(api.kind, api.api_version, record.namespace, record.name, record.uid)
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from app.core.groups import (
     SOURCE_KAI,
+    SOURCE_NATIVE,
     SOURCE_YUNIKORN,
     VOLCANO_TASK_ANNOTATION,
     GroupRef,
@@ -155,6 +156,8 @@ def role_problem(spec: GroupSpec, member: str, task: str) -> str | None:
 
 # Per source: what its per-role minimums are called and where a member names its role.
 _ROLE_WORDS = {
+    # A CompositePodGroup tree's leaves (app/core/composite.py).
+    SOURCE_NATIVE: ("PodGroup", "minCount", "spec.schedulingGroup.podGroupName"),
     SOURCE_KAI: ("sub-group", "subGroups minMember", f"label {KAI_SUBGROUP_LABEL}"),
     SOURCE_YUNIKORN: (
         "task group",

@@ -6,12 +6,13 @@ loop free between them; ClusterState.replace_pods adopts one at once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.core.devices.book import DeviceBook
 from app.core.pod_index import Gone
-from app.core.records import PodRecord, pod_record_from
+from app.core.records import PodRecord
 
 if TYPE_CHECKING:
     from app.core.state import ClusterState
@@ -35,13 +36,14 @@ class PodRelist:
         self,
         devices: DeviceBook,
         pods: Mapping[str, PodRecord],
-        sources: frozenset[str],
+        read: Callable[[Mapping[str, Any]], PodRecord],
         objects: Sequence[Mapping[str, Any]],
     ) -> None:
-        """`pods`: the state's pods by key, as they change; `sources`: the group sources used."""
+        """`pods`: the state's pods by key, as they change; `read`: a pod's record
+        as the state keys it (ClusterState.pod_record)."""
         self._devices = devices
         self._pods = pods
-        self._sources = sources
+        self._read = read
         self._objects = objects
         self._next = 0
         self._seen: set[str] = set()
@@ -54,7 +56,12 @@ class PodRelist:
     @classmethod
     def of(cls, state: ClusterState, objects: Sequence[Mapping[str, Any]]) -> PodRelist:
         """A fresh list for `state` to adopt a slice at a time, the state usable between."""
-        relist = cls(state.devices, state.pods, state.sources, objects)
+        relist = cls(
+            state.devices,
+            state.pods,
+            functools.partial(state.trees.pod_record, sources=state.sources),
+            objects,
+        )
         relist._gone_pods = state.gone
         state.gone.relists += 1  # a pod read in flight across a relist is not stored (Gone)
         return relist
@@ -65,7 +72,7 @@ class PodRelist:
         budget = max(1, most)
         objects = self._objects
         while budget and self._next < len(objects):
-            record = pod_record_from(objects[self._next], self._sources)
+            record = self._read(objects[self._next])
             self._next += 1
             budget -= 1
             devices.store_pod(record)

@@ -170,6 +170,9 @@ class PodGroupRecord:
     source: str = SOURCE_XK8S
     # metadata.creationTimestamp, seconds since the epoch (0 when absent).
     created: float = 0.0
+    # The root of a CompositePodGroup tree (app/core/composite_trees.py), not a PodGroup:
+    # its Events name that kind.
+    composite: bool = False
 
     @property
     def key(self) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from app.core import free_room
 from app.core.changes import ChangeLog, ChangeReader
+from app.core.composite_state import CompositeTrees
 from app.core.devices.book import DeviceBook
 from app.core.devices.records import SelectorEngine
 from app.core.group_rules import spec_from_labels
@@ -41,7 +42,6 @@ from app.core.records import (
     PodRecord,
     node_record_from,
     not_found_message,
-    pod_record_from,
     podgroup_record_from,
 )
 from app.core.resources import Resources
@@ -63,6 +63,10 @@ class ClusterState(ChangeReader):
         self._bins = free_room.FreeRoom(self._pods.requested, self._changes, self.devices.shared)
         # Group sources in use (flags and API discovery); pods naming another are plain pods.
         self.sources: frozenset[str] = ALL_SOURCES
+        # Kubernetes' CompositePodGroup trees (app/core/composite_state.py), once served.
+        self.trees = CompositeTrees(
+            self._changes, self._pods, self.devices.store_pod, lambda: self.podgroups
+        )
         self._schedulable_version = 0  # see schedulable_version
         self.gone = self._pods.gone  # pods lately deleted, for a pod read while the watch lagged
 
@@ -91,7 +95,7 @@ class ClusterState(ChangeReader):
 
     def apply_pod(self, raw: Mapping[str, Any]) -> None:
         """Insert or replace a pod from its API object (ADDED/MODIFIED event or list item)."""
-        self.devices.store_pod(pod_record_from(raw, self.sources))
+        self.devices.store_pod(self.trees.pod_record(raw, self.sources))
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
         self.devices.delete_pod(f"{namespace}/{name}", uid)
@@ -262,29 +266,35 @@ class ClusterState(ChangeReader):
 
     # ---- podgroups --------------------------------------------------------------------
 
-    def apply_podgroup(self, raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> None:
+    def apply_podgroup(self, raw: Mapping[str, Any], source: str = SOURCE_XK8S) -> list[str]:
+        """Store the group object; returns the CompositePodGroup roots whose gang it made."""
         record = podgroup_record_from(raw, source)
         self.podgroups[record.key] = record
         self._changes.group_object_changed(record.key)
+        return self.trees.leaf_changed(source, record.namespace, raw)
 
     def delete_podgroup(self, namespace: str, name: str, source: str = SOURCE_XK8S) -> None:
         if self.podgroups.pop(key := make_group_key(source, namespace, name), None) is not None:
             self._changes.group_object_changed(key)
+        self.trees.leaf_gone(source, namespace, name)
 
     def replace_podgroups(
         self, objects: Iterable[Mapping[str, Any]], source: str = SOURCE_XK8S
     ) -> None:
         """Adopt a fresh list of one source's objects; the other sources' records stay."""
+        objects = list(objects)
         fresh = {r.key: r for r in (podgroup_record_from(o, source) for o in objects)}
         kept = {k: r for k, r in self.podgroups.items() if r.source != source}
         for key in {k for k, r in self.podgroups.items() if r.source == source} | set(fresh):
             self._changes.group_object_changed(key)
         self.podgroups = {**kept, **fresh}
+        self.trees.relist_leaves(source, objects)
 
     def group_spec(self, ref: GroupRef) -> GroupSpec:
         """The group's rules; raises GroupNotFound or PodGroupSpecError with a usable message."""
         if ref.min_available is not None:  # objectless: labels, Kueue, YuniKorn
             return spec_from_labels(ref, self._pods.labelled)
+        self.trees.check_leaf(ref)
         record = self.podgroups.get(ref.key)
         if record is None:
             raise GroupNotFound(not_found_message(ref))

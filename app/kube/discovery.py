@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from app.config import Settings
+from app.core.composite import COMPOSITE_GROUP, COMPOSITE_PLURAL, COMPOSITE_VERSION
 from app.core.devices.records import API_GROUP as DRA_GROUP
 from app.core.devices.records import API_VERSION as DRA_VERSION
 from app.core.groups import (
@@ -84,6 +85,31 @@ async def hypernodes_served(requests: Requests, sources: frozenset[str]) -> bool
     )
     if served:
         log.info("Volcano HyperNodes are read: their tiers are the levels of networkTopology")
+    return served
+
+
+async def composites_served(requests: Requests, sources: frozenset[str]) -> bool:
+    """Read Kubernetes' CompositePodGroups (KEP-6012, scheduling.k8s.io/v1alpha3, gate
+    CompositePodGroup): native PodGroups are in use and the API server serves them.
+
+    Asked at start-up. Without them a PodGroup naming a parent
+    (spec.parentCompositePodGroupName) is read as a flat native PodGroup.
+    """
+    if SOURCE_NATIVE not in sources:
+        return False
+    served = await _served(
+        requests,
+        COMPOSITE_GROUP,
+        COMPOSITE_VERSION,
+        COMPOSITE_PLURAL,
+        "CompositePodGroups",
+        "--native-podgroups",
+    )
+    if served:
+        log.info(
+            "CompositePodGroups watched: the pods of every leaf PodGroup of a tree form one "
+            "gang, keyed by its root"
+        )
     return served
 
 

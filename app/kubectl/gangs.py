@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.core.groups import GroupRef
+from app.core.composite_trees import CompositeBook
+from app.core.groups import SOURCE_NATIVE, GroupRef
 from app.core.marking import LINE_GATE
 from app.core.queues import DEFAULT_QUEUE
 from app.core.records import (
@@ -81,8 +82,10 @@ def build_gangs(objects: Objects, live: Live) -> list[Gang]:
     """Every gang the objects show (a group object, or pods naming a group), sorted."""
     members: dict[str, list[tuple[PodRecord, Obj]]] = {}
     refs: dict[str, GroupRef] = {}
+    trees = CompositeBook.of(objects.composites, objects.groups.get(SOURCE_NATIVE, ()))
     for raw in objects.pods:
         pod = pod_record_from(raw)
+        pod.group = trees.rekey(pod.group)  # a leaf PodGroup's pod: its tree's gang
         if pod.group is None:
             continue
         members.setdefault(pod.group.key, []).append((pod, raw))
@@ -91,7 +94,12 @@ def build_gangs(objects: Objects, live: Live) -> list[Gang]:
     for source, items in objects.groups.items():
         for raw in items:
             record = podgroup_record_from(raw, source)
-            records[record.key] = (record, raw)
+            if source != SOURCE_NATIVE or trees.root_of(record.namespace, record.name) is None:
+                records[record.key] = (record, raw)  # a tree's leaf is no gang of its own
+    for raw in objects.composites:
+        root = trees.root_record(raw)
+        if root is not None:
+            records[root.key] = (root, raw)
     gangs = [
         _gang(key, refs.get(key), records.get(key), members.get(key, []), objects, live)
         for key in set(members) | set(records)

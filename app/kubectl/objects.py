@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from app.core.groups import GROUP_APIS
+from app.core.composite import COMPOSITE_API_VERSION, COMPOSITE_PLURAL
+from app.core.groups import GROUP_APIS, SOURCE_NATIVE
 from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from app.kubectl.api import Api, ApiError
 
@@ -38,6 +39,9 @@ class Objects:
     not_served: list[str] = field(default_factory=list)
     # Wall clock when read, for ages.
     now: float = 0.0
+    # Kubernetes' CompositePodGroups (served with the gate CompositePodGroup): the trees
+    # whose leaves' pods form one gang each (app/core/composite_trees.py).
+    composites: list[Obj] = field(default_factory=list)
 
 
 def _scoped(prefix: str, plural: str, namespace: str | None) -> str:
@@ -64,6 +68,13 @@ def read_objects(api: Api, namespace: str | None, *, nodes: bool = True) -> Obje
             if err.status != 404:
                 raise
             found.not_served.append(source)
+    if SOURCE_NATIVE in found.groups:
+        prefix = f"/apis/{COMPOSITE_API_VERSION}"
+        try:
+            found.composites = _items(api, _scoped(prefix, COMPOSITE_PLURAL, namespace))
+        except ApiError as err:
+            if err.status != 404:  # not served: no trees; else said, as for nodes
+                found.unreadable.append(f"{COMPOSITE_PLURAL} ({err})")
     if nodes:
         try:
             for node in _items(api, "/api/v1/nodes"):

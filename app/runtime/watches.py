@@ -17,10 +17,11 @@ from urllib.parse import quote
 
 from app.base.metrics import Metrics
 from app.core.admission import Admission
+from app.core.composite import COMPOSITE_GROUP, COMPOSITE_PLURAL, COMPOSITE_VERSION
 from app.core.devices.records import API_GROUP as DRA_GROUP
 from app.core.devices.records import API_VERSION as DRA_VERSION
 from app.core.devices.records import PLURALS as DRA_PLURALS
-from app.core.groups import GROUP_APIS, SOURCE_XK8S, GroupApi, group_key
+from app.core.groups import GROUP_APIS, SOURCE_NATIVE, SOURCE_XK8S, GroupApi, group_key
 from app.core.pod_relist import PodRelist
 from app.core.queues import QUEUE_GROUP, QUEUE_PLURAL, QUEUE_VERSION
 from app.core.state import ClusterState
@@ -62,8 +63,11 @@ class Watches:
         self._requests = requests
         self._metrics = metrics
 
-    def cluster(self, sources: Iterable[str], hypernodes: bool) -> list[Reflector]:
-        """Nodes, pods, the PodGroups of `sources` and, when served, HyperNodes; in that order."""
+    def cluster(
+        self, sources: Iterable[str], hypernodes: bool, composites: bool = False
+    ) -> list[Reflector]:
+        """Nodes, pods, the PodGroups of `sources` and, when served, HyperNodes and
+        CompositePodGroups; in that order."""
         state = self._state
         reflectors = [
             self._reflector("nodes", "/api/v1/nodes", _node_sink(state)),
@@ -77,6 +81,10 @@ class Watches:
         if hypernodes:
             path = f"/apis/{hypernode.API_GROUP}/{hypernode.API_VERSION}/{hypernode.PLURAL}"
             reflectors.append(self._reflector("hypernodes", path, _hypernode_sink(state)))
+        if composites:
+            path = f"/apis/{COMPOSITE_GROUP}/{COMPOSITE_VERSION}/{COMPOSITE_PLURAL}"
+            sink = _composite_sink(state, self._admission, self._waker)
+            reflectors.append(self._reflector("native-compositepodgroups", path, sink))
         return reflectors
 
     def devices(self) -> list[Reflector]:
@@ -183,9 +191,9 @@ def _podgroup_sink(
         namespace, name = _name(obj)
         key = group_key(source, namespace or "default", name)
         new = key not in state.podgroups
-        state.apply_podgroup(obj, source)
-        if new:
-            waker.podgroups_appeared([key])
+        roots = state.apply_podgroup(obj, source)
+        if new or roots:
+            waker.podgroups_appeared([key, *roots] if new else roots)
 
     return Sink(
         replace,
@@ -193,6 +201,25 @@ def _podgroup_sink(
         delete,
         lambda: sum(1 for r in state.podgroups.values() if r.source == source),
     )
+
+
+def _composite_sink(state: ClusterState, admission: Admission, waker: SiblingWaker) -> Sink:
+    """CompositePodGroups into their trees (app/core/composite.py): a root's gang appears,
+    changes or goes as its tree does."""
+
+    def delete(obj: Mapping[str, Any]) -> None:
+        namespace, name = _name(obj)
+        state.trees.delete(namespace or "default", name)
+        admission.forget(group_key(SOURCE_NATIVE, namespace or "default", name))
+
+    def replace(objects: list[Mapping[str, Any]]) -> None:
+        waker.podgroups_appeared(state.trees.replace(objects))
+
+    def upsert(obj: Mapping[str, Any]) -> None:
+        if roots := state.trees.apply(obj):
+            waker.podgroups_appeared(roots)
+
+    return Sink(replace, upsert, delete, state.trees.count)
 
 
 def _dra_sink(state: ClusterState, kind: str) -> Sink:

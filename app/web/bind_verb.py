@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.core.observer import MemberRef
-from app.core.records import GroupNotFound, PodRecord, pod_record_from
+from app.core.records import GroupNotFound, PodRecord
 from app.kube.errors import ApiError
 from app.runtime.gate import PermitGate
 from app.runtime.waiting_room import GateError
@@ -86,7 +86,7 @@ class BindVerb:
         raw = await self._api.read_pod(args.pod_namespace, args.pod_name)
         if raw is None:
             raise GateError(f"pod {args.pod_key} not found: it was deleted before binding")
-        fresh = pod_record_from(raw, state.sources)
+        fresh = state.trees.pod_record(raw, state.sources)
         if args.pod_uid and fresh.uid != args.pod_uid:
             raise GateError(
                 f"pod {args.pod_key} was recreated (uid {fresh.uid}, scheduler asked to "

@@ -94,7 +94,9 @@ class PodViews:
         problem: GroupProblem | None = None
         shape = PodShape()
         try:
-            ref = group_ref_of_pod(namespace, meta, pod_spec, self._state.sources)
+            ref = self._state.trees.rekey(
+                group_ref_of_pod(namespace, meta, pod_spec, self._state.sources)
+            )
             if ref is not None:
                 shape = pod_shape(meta)
         except (GroupLabelError, TopologyError) as err:

@@ -81,7 +81,7 @@ NODES = 3
 NODE_CPU = "4"
 NODE_MEMORY = "8Gi"
 # Kubernetes' native PodGroups (scheduling.k8s.io/v1beta1) are served only with this gate.
-FEATURE_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+FEATURE_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true"
 # CRDs the tests need but the chart does not ship (Volcano's PodGroup).
 TEST_CRDS = REPO / "tests" / "cluster" / "crds"
 # Short waits keep the suite fast; the tests reason in these units.

@@ -16,7 +16,10 @@ BLOCK = "example.com/block"
 LEVELS = (HOST, RACK, BLOCK)
 
 
-def cpg(name: str, parent: str = "", min_groups: int | None = None, key: str = "") -> GroupNode:
+def cpg_object(
+    name: str, parent: str = "", min_groups: int | None = None, key: str = ""
+) -> dict[str, Any]:
+    """A CompositePodGroup as the API delivers it (namespace ml)."""
     spec: dict[str, Any] = {"workloadRef": {"workloadName": "job", "templateName": name}}
     if parent:
         spec["parentCompositePodGroupName"] = parent
@@ -25,7 +28,11 @@ def cpg(name: str, parent: str = "", min_groups: int | None = None, key: str = "
     )
     if key:
         spec["schedulingConstraints"] = {"topology": [{"key": key}]}
-    return node_from({"metadata": {"name": name}, "spec": spec}, leaf=False)
+    return {"metadata": {"name": name, "namespace": "ml", "uid": f"cpg-{name}"}, "spec": spec}
+
+
+def cpg(name: str, parent: str = "", min_groups: int | None = None, key: str = "") -> GroupNode:
+    return node_from(cpg_object(name, parent, min_groups, key), leaf=False)
 
 
 def pg(name: str, parent: str, min_count: int, key: str = "") -> GroupNode:

@@ -31,6 +31,8 @@ from app.kubectl.gangs import (
 from app.kubectl.live import Live
 from app.kubectl.objects import Objects
 from tests.unit.builders import pod, podgroup
+from tests.unit.test_composite import cpg_object
+from tests.unit.test_composite_trees import leaf
 
 NOW = 1_800_000_000.0
 UNREACHABLE = Live(
@@ -260,3 +262,22 @@ def test_a_gang_held_in_the_line_says_so_and_its_members_count() -> None:
     gang = only(build_gangs(objects(pods, **{"x-k8s": [group]}), UNREACHABLE))
     assert gang.pending == 2 and {m.state for m in gang.members} == {GATED}
     assert gang.reason == "held in gang-extender's line until the gang can be admitted whole"
+
+
+def test_a_composite_podgroup_tree_is_one_gang_keyed_by_its_root() -> None:
+    leaves = [leaf("job-a"), leaf("job-b")]
+    for raw in leaves:
+        raw["metadata"]["namespace"] = "default"
+    root = cpg_object("job", min_groups=2, key=RACK)
+    root["metadata"]["namespace"] = "default"
+    members = []
+    for name in ("job-a", "job-b"):
+        for i in range(3):
+            raw = pod(f"{name}-{i}", node="n1" if name == "job-a" else "")
+            raw["spec"]["schedulingGroup"] = {"podGroupName": name}
+            members.append(raw)
+    found = objects(members, native=leaves)
+    found.composites = [root]
+    gang = only(build_gangs(found, UNREACHABLE))  # the leaves are no gangs of their own
+    assert (gang.key, gang.min_member, gang.bound, gang.pending) == ("native:default/job", 6, 3, 3)
+    assert gang.object is root

@@ -77,4 +77,5 @@ def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPa
         "pod:PreemptionPlans",
         "pod:UnaskedPreemption",
         "node:PreemptionPlans",
+        "pod:HeldTrees",
     ]
