@@ -376,9 +376,10 @@ FLAGS = (
     Flag(
         "hold_waiting_gangs",
         _bool,
-        "the webhook gives gang members that cannot preempt a scheduling gate "
-        "(gang-extender.dev/line), removed once their gang can be admitted as a whole: a gang "
-        "waiting in line costs kube-scheduler nothing (needs --webhook-port; see "
+        "the webhook gives gang members a scheduling gate (gang-extender.dev/line), removed "
+        "once their gang can be admitted as a whole or, for a gang that may preempt, once its "
+        "preemption plan lives: a gang waiting in line costs kube-scheduler nothing (needs "
+        "--webhook-port; see "
         '"Held in line" in docs/contention.md)',
         "BOOL",
     ),

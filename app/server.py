@@ -162,6 +162,9 @@ def build_runtime(
     plans.consult(ArbiterLineCheck(arbiter, state))
     follower = PreemptionFollower(state, pod_writes, observer, victims, plans)
     devices = UnaskedPreemption(state, cluster.admission, plans, pod_writes, observer, victims)
+    if holds is not None:
+        # kube-scheduler never tries a held member: a held gang's preemption starts here.
+        holds.preempting = devices.for_held
     return Runtime(waker, plans, gate, queues, reclaimer, arbiter, follower, devices)
 
 

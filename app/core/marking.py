@@ -211,15 +211,18 @@ def member_patch(pod: Mapping[str, Any], resource: str = MEMBER_RESOURCE) -> Jso
 
 
 def holds(pod: Mapping[str, Any]) -> bool:
-    """Whether a member gets LINE_GATE (with --hold-waiting-gangs): not one that may preempt.
+    """Whether a member gets LINE_GATE (with --hold-waiting-gangs).
 
-    A member that may preempt stays in kube-scheduler's queue: kube-scheduler's
-    own preemption dry run is what starts the gang's preemption (docs/preemption.md),
-    and a gated pod is never tried. A pod created bound (spec.nodeName) may not
-    carry gates (the API server refuses it), and one that has ours already keeps it.
+    Members that may preempt too: kube-scheduler's dry run never tries a gated pod,
+    so the extender starts a held gang's preemption itself, when its plan finds
+    victims (app/runtime/holds.py); kept in kube-scheduler's queue instead, a
+    high-priority gang that cannot fit even with evictions is retried on every
+    cluster event and keeps lower-priority pods from being tried at all (issue
+    49's soak). A pod created bound (spec.nodeName) may not carry gates (the API
+    server refuses it), and one that has ours already keeps it.
     """
     spec = pod.get("spec") or {}
-    if can_preempt(pod) or spec.get("nodeName"):
+    if spec.get("nodeName"):
         return False
     gates = spec.get("schedulingGates")
     return not isinstance(gates, list) or all(

@@ -18,6 +18,14 @@ How: the webhook gives each member that cannot preempt the gate LINE_GATE
   chooses it, and waking a chosen gang's held members removes their gate
   (app/runtime/wakeup.py): kube-scheduler then calls the filter, which admits the gang
   as it would any other;
+- a held gang whose members may preempt (priority above zero, preemptionPolicy not
+  Never) and that the line does not admit is offered to the preemption planner, a few
+  each sweep and each gang at most every few seconds (`preempting`, set by the server:
+  app/runtime/preemption/unasked.py): kube-scheduler's dry run never tries a gated pod,
+  so the extender starts its preemption. Once a plan lives (its victims named and
+  going) the gang's members are released; a gang that cannot fit even with evictions
+  stays held, costing kube-scheduler nothing (kept in its queue, such gangs were retried
+  on every cluster event ahead of every lower-priority pod);
 - the sweep, every second, releases what the line does not decide: a gang holding a
   claim or with a placed member (a member that was not held got it admitted: the rest
   must follow), a member another controller's gate holds too, a gang not in line
@@ -30,7 +38,8 @@ How: the webhook gives each member that cannot preempt the gate LINE_GATE
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +68,8 @@ _CHOSEN_SECONDS = 30.0
 _NO_GROUP = ""
 # Groups listed by name in /debug/gangs.
 _SHOWN = 50
+# Held gangs that may preempt offered to the planner per sweep (each plan walks the nodes).
+PREEMPTORS_PER_SWEEP = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +108,11 @@ class LineHolds:
         # pod key -> when its release was last asked.
         self._asked: dict[str, float] = {}
         self._told: set[str] = set()
+        # Held gangs whose members may preempt, in the order they are offered to the planner.
+        self._preemptors: deque[str] = deque()
+        self._preemptor_keys: set[str] = set()
+        # group key -> True when its plan lives (its members may go); set by the server.
+        self.preempting: Callable[[str], Awaitable[bool]] | None = None
         waker.release_held = self._woken
         self._loop = Periodic(
             self._sweep_step,
@@ -173,6 +189,9 @@ class LineHolds:
             self._release(_NO_GROUP, [new], now)
             return
         key = new.group.key
+        if new.may_preempt and new.priority > 0 and key not in self._preemptor_keys:
+            self._preemptor_keys.add(key)
+            self._preemptors.append(key)
         self._held.setdefault(key, {}).setdefault(new.key, now)
         if self.may_release(key):
             # A gang admitted or running already (a member beyond minMember, one created
@@ -219,6 +238,28 @@ class LineHolds:
 
     async def _sweep_step(self) -> None:
         self.sweep()
+        await self.offer_preemptors()
+
+    async def offer_preemptors(self) -> None:
+        """Offer a few held gangs that may preempt to the planner (see the module docstring);
+        release those whose plan lives."""
+        queue, offered = self._preemptors, 0
+        for _ in range(len(queue)):
+            if offered >= PREEMPTORS_PER_SWEEP or self.preempting is None or not self.enabled:
+                return
+            key = queue.popleft()
+            if key not in self._held:
+                self._preemptor_keys.discard(key)
+                continue  # its members are gone or released
+            queue.append(key)
+            if key not in self._line.waiting or key in self._chosen or key in self._ledger.held:
+                continue  # not whole yet, or the line decides it
+            offered += 1
+            if await self.preempting(key):
+                self._chosen[key] = now = self._clock()
+                pods = self._state.pods
+                held = [p for k in self._held.get(key, ()) if (p := pods.get(k)) is not None]
+                self._release(key, [p for p in held if p.held and not p.gated], now)
 
     def sweep(self) -> None:
         """Release what the line does not decide (see the module docstring)."""

@@ -8,6 +8,9 @@ The story is test_backfill's on four nodes: one big gang runs, two more wait and
 small gangs run in the room no big member can use, and the waiting big gangs start whole
 in line order as the running ones end. Then holding is turned off with a gang held:
 its members are released to kube-scheduler, whose filter call says why they wait.
+Gangs that may preempt are held too: the extender starts their preemption (kube-scheduler
+never tries a gated pod), and one that cannot fit even with evictions stays held, so
+lower-priority pods created after it are tried and placed (issue 49's soak).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pytest
 
 from app.core.marking import LINE_GATE
 from hack.clusterkit import wait_for
-from tests.cluster.kube import Kube
+from tests.cluster.kube import HIGH, LOW, Kube
 from tests.cluster.racks import node_pool
 from tests.cluster.session import GANG_ONLY, Extender
 from tests.cluster.test_backfill import bound_within
@@ -41,6 +44,15 @@ def hold_pool(kube: Kube, extender: Extender) -> Iterator[list[str]]:
 
 def gang(kube: Kube, namespace: str, name: str, members: int, cpu: str) -> list[str]:
     return backfill_gang(kube, namespace, name, members, cpu, pool="holds")
+
+
+def pool_pod(
+    kube: Kube, namespace: str, name: str, cpu: str, priority: str, group: str | None = None
+) -> str:
+    body = kube.pod_body(name, group=group, cpu=cpu, priority_class=priority)
+    body["spec"]["nodeSelector"] = {"pool": "holds"}
+    kube.core.create_namespaced_pod(namespace, body)
+    return name
 
 
 def gates(kube: Kube, namespace: str, pod: str) -> list[str]:
@@ -119,3 +131,35 @@ def test_turning_holding_off_releases_the_held_gangs_to_the_filter(
         namespace, second[0], "FailedScheduling", "Insufficient cpu", what="a member tried"
     )
     assert not set(second) & set(kube.bound(namespace))
+
+
+@pytest.mark.usefixtures("priorities")
+def test_a_held_gang_that_may_preempt_evicts_only_what_it_needs_and_starts_whole(
+    kube: Kube, namespace: str, hold_pool: list[str]
+) -> None:
+    big = [pool_pod(kube, namespace, f"low-big-{i}", "6", LOW) for i in range(NODES)]
+    wait_for(lambda: set(big) <= set(kube.bound(namespace)), 30, "the low-priority pods bound")
+    small = [pool_pod(kube, namespace, f"low-small-{i}", "1", LOW) for i in range(NODES)]
+    wait_for(lambda: set(small) <= set(kube.bound(namespace)), 30, "the small ones bound")
+
+    # Hopeless: no node has 9 CPUs. Held, never tried, nothing evicted for it.
+    kube.create_podgroup(namespace, "hopeless", 2)
+    hopeless = [
+        pool_pod(kube, namespace, f"hopeless-{i}", "9", HIGH, group="hopeless") for i in range(2)
+    ]
+    kube.create_podgroup(namespace, "urgent", 2)
+    urgent = [pool_pod(kube, namespace, f"urgent-{i}", "6", HIGH, group="urgent") for i in range(2)]
+    assert all(gates(kube, namespace, p) == [LINE_GATE] for p in hopeless + urgent)
+
+    # urgent needs two of the 6-CPU pods gone, and nothing else.
+    wait_for(lambda: set(urgent) <= set(kube.bound(namespace)), 60, "the urgent gang bound whole")
+    left = {p.metadata.name for p in kube.pods(namespace) if not p.metadata.deletion_timestamp}
+    assert set(small) <= left, f"a bystander was evicted: {set(small) - left}"
+    assert len(set(big) - left) == 2, f"evicted {sorted(set(big) - left)}, the fewest is 2"
+
+    # A low-priority pod created after the hopeless gang is tried and placed: the hopeless
+    # gang is not in kube-scheduler's queue ahead of it.
+    late = pool_pod(kube, namespace, "late", "1", LOW)
+    wait_for(lambda: late in kube.bound(namespace), 30, "the late low-priority pod bound")
+    never_tried(kube, namespace, hopeless)
+    assert not set(hopeless) & set(kube.bound(namespace))

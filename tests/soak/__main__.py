@@ -68,6 +68,12 @@ def parser() -> argparse.ArgumentParser:
         "LOW-HIGH ms (requests by a fifth of it); 0 for none (default 200-500)",
     )
     p.add_argument(
+        "--hold",
+        action="store_true",
+        help="the extender holds waiting gangs out of kube-scheduler's queue "
+        "(--hold-waiting-gangs; the gang-only mode only)",
+    )
+    p.add_argument(
         "--faults",
         type=_faults,
         default=tuple(sorted(ALL_FAULTS)),
@@ -86,7 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         wait_for_default_service_account,
     )
     from tests.cluster.kube import Kube
-    from tests.cluster.session import CLUSTER_DIR, UP_ARGS, Extender, apply_test_crds
+    from tests.cluster.session import CLUSTER_DIR, GANG_ONLY, UP_ARGS, Extender, apply_test_crds
+
+    if args.hold and not GANG_ONLY:
+        print("--hold needs the gang-only mode (its webhook gates the members)", file=sys.stderr)
+        return 2
     from tests.soak.components import APISERVER_PORT, extender_behind, scheduler_behind
     from tests.soak.load import api_load, cpu_burners
     from tests.soak.relay import slow_relay
@@ -100,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_path = CLUSTER_DIR / "logs" / "extender-soak.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     extender = Extender(kubeconfig, log_path)
-    extender.start()
+    extender.start(*(("--hold-waiting-gangs", "true") if args.hold else ()))
     namespace = f"soak-{args.seed}-{uuid.uuid4().hex[:5]}"
     kube.core.create_namespace({"metadata": {"name": namespace}})
     wait_for_default_service_account(kube.core, namespace, 30)

@@ -12,6 +12,7 @@ from app.core.admission import Admission, FilterReason
 from app.core.groups import POD_GROUP_LABEL, GroupRef, GroupSpec
 from app.core.marking import LINE_GATE
 from app.core.observer import NullObserver
+from app.core.preemption.victims import VictimPolicy
 from app.core.records import pod_record_from
 from app.core.state import ClusterState
 from app.runtime.arbiter import Arbiter
@@ -19,6 +20,9 @@ from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.gate import PermitGate
 from app.runtime.holds import GRACE_SECONDS, LineHolds
 from app.runtime.line import Candidate
+from app.runtime.preemption.line_check import ArbiterLineCheck
+from app.runtime.preemption.plans import PreemptionPlans
+from app.runtime.preemption.unasked import UnaskedPreemption
 from app.runtime.reconsider import SLICE
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
@@ -99,7 +103,14 @@ class World:
         return self.arbiter.holds
 
     def gang(
-        self, name: str, members: int, cpu: str, *, created: int | None = None, gates: int = 0
+        self,
+        name: str,
+        members: int,
+        cpu: str,
+        *,
+        created: int | None = None,
+        gates: int = 0,
+        priority: int = 0,
     ) -> GroupSpec:
         """A PodGroup of minMember `members`; `created` of its pods (all by default), held.
         Each PodGroup is created a second after the one before (the line's order)."""
@@ -110,6 +121,7 @@ class World:
         self.state.apply_podgroup(group)
         for i in range(members if created is None else created):
             raw = held(pod(f"{name}-{i}", group=name, cpu=cpu), *(["other.io/wait"] * gates))
+            raw["spec"]["priority"] = priority
             self.api.raw[f"{name}-{i}"] = raw
             self.state.apply_pod(copy.deepcopy(raw))  # the state keeps what it needs of it
         return GroupSpec(f"default/{name}", members)
@@ -128,6 +140,30 @@ class World:
 
     def held_now(self) -> set[str]:
         return {p.name for p in self.state.pods.values() if p.held}
+
+    def preemption(self) -> list[str]:
+        """The extender's own preemption for held gangs, as the server wires it: the deleted
+        pods' keys (the fake API deletes them at once, as the pod simulator does)."""
+        plans = PreemptionPlans(self.state, VictimPolicy.PROTECT, Metrics())
+        plans.consult(ArbiterLineCheck(self.arbiter, self.state))
+        state, deleted = self.state, list[str]()
+
+        class Evicter:
+            async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+                deleted.append(f"{namespace}/{name}")
+                state.delete_pod(namespace, name)
+
+        unasked = UnaskedPreemption(
+            self.state, self.admission, plans, Evicter(), NullObserver(), VictimPolicy.PROTECT
+        )
+        self.state.add_pod_listener(plans.on_pod_change)
+        self.holds.preempting = unasked.for_held
+        return deleted
+
+    def running(self, name: str, at: str, cpu: str, priority: int) -> None:
+        raw = pod(name, cpu=cpu, node=at, phase="Running")
+        raw["spec"]["priority"] = priority
+        self.state.apply_pod(raw)
 
 
 def test_a_held_member_counts_for_its_gang_and_is_not_unschedulable() -> None:
@@ -309,3 +345,52 @@ async def test_a_member_created_after_its_gang_runs_is_released_at_once() -> Non
     world.state.apply_pod(copy.deepcopy(late))
     await world.settled()
     assert world.api.released == ["r-2"] and "default/r" not in world.arbiter.waiting
+
+
+async def test_a_held_gang_that_may_preempt_evicts_what_it_needs_and_is_then_released() -> None:
+    """kube-scheduler never tries a held member, so its dry run never starts the gang's
+    preemption: the sweep offers the gang to the planner, which evicts the fewest pods of
+    lower priority; its members go once the plan lives."""
+    world = World()
+    deleted = world.preemption()
+    for i in range(3):
+        world.running(f"low-{i}", f"n{i}", "3", priority=100)
+    world.gang("urgent", 3, "2500m", priority=1000)
+    await world.settled()
+    assert world.held_now() == {"urgent-0", "urgent-1", "urgent-2"}  # the line cannot admit it
+    await world.holds.offer_preemptors()
+    await world.settled()
+    assert sorted(deleted) == ["default/low-0", "default/low-1", "default/low-2"]
+    assert world.held_now() == set()
+
+
+async def test_a_held_gang_that_cannot_fit_even_with_evictions_stays_held_and_evicts_none() -> None:
+    world = World()
+    deleted = world.preemption()
+    world.running("low-0", "n0", "3", priority=100)
+    world.running("same-1", "n1", "3", priority=1000)  # not of lower priority: stays
+    world.running("same-2", "n2", "3", priority=1000)
+    world.gang("urgent", 3, "2500m", priority=1000)
+    await world.settled()
+    for _ in range(3):
+        await world.holds.offer_preemptors()
+    await world.settled()
+    assert deleted == []
+    assert world.held_now() == {"urgent-0", "urgent-1", "urgent-2"}
+
+
+async def test_a_held_gang_of_priority_zero_is_not_offered_to_the_planner() -> None:
+    world = World()
+    offered: list[str] = []
+
+    async def preempting(key: str) -> bool:
+        offered.append(key)
+        return True
+
+    world.holds.preempting = preempting
+    world.running("low-0", "n0", "3", priority=0)
+    world.gang("big", 3, "4")  # fits no node beside low-0 ... and priority 0 may not preempt
+    world.gang("urgent", 3, "4", priority=1000)
+    await world.settled()
+    await world.holds.offer_preemptors()
+    assert offered == ["default/urgent"]

@@ -109,6 +109,21 @@ class UnaskedPreemption:
     async def _later(self, group_key: str) -> None:
         await asyncio.sleep(SETTLE_SECONDS)
         self._pending.discard(group_key)
+        await self._try(group_key)
+
+    async def for_held(self, group_key: str) -> bool:
+        """A gang held in line (app/runtime/holds.py) whose members may preempt: kube-scheduler
+        never tries a gated pod, so its preemption starts here. True when its members should
+        go to kube-scheduler: a plan lives for it (its victims were named and are going).
+
+        Tried at most once each RETRY_SECONDS per gang, as for a gang kube-scheduler left.
+        """
+        if group_key in self._pending or self._next_try.get(group_key, 0.0) > monotonic():
+            return self._plans.lives(group_key)
+        await self._try(group_key)
+        return self._plans.lives(group_key)
+
+    async def _try(self, group_key: str) -> None:
         now = monotonic()
         self._next_try = {k: t for k, t in self._next_try.items() if t > now}
         self._next_try[group_key] = now + RETRY_SECONDS
