@@ -29,7 +29,7 @@ _Cost = tuple[int, int, tuple[Running, ...]]
 
 @dataclass(frozen=True, slots=True)
 class SliceRoom:
-    """What reclaim reads of a gang constrained only on its slices (no required level of its own)."""
+    """What reclaim reads of a gang with no required level of its own, only on its slices."""
 
     # The slices' level(s), lowest first (the admission takes the lowest that holds them all):
     # each domain's node names.
