@@ -25,8 +25,15 @@ from app.core.groups import VOLCANO_GROUP_ANNOTATIONS
 from app.core.topology.sources import KUEUE_POD_INDEX, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
-from tests.cluster.racks import RACK, racks, slice_racks
-from tests.cluster.test_queue_reclaim_racks import gang_counts, reclaimed, volcano_gang
+from tests.cluster.racks import RACK, slice_racks
+from tests.cluster.test_queue_reclaim_racks import (
+    counts_stay,
+    gang_counts,
+    needy_bound,
+    queued_racks,
+    reclaimed,
+    volcano_gang,
+)
 
 OWNER, NEEDY = "slice-owner", "slice-needy"
 # slice-owner's gangs in creation order: (pods, the rack they are pinned to).
@@ -43,17 +50,10 @@ NEEDY_SIZE, SLICE = 4, 2
 
 @pytest.fixture
 def rack_of(kube: Kube, namespace: str) -> Iterator[dict[str, str]]:
-    """Racks r1..r4 of two 1-CPU nodes each (node -> rack), the two Queues, and afterwards
-    the namespace's pods and the Queues gone."""
-    with racks(kube, {f"r{i}": ("b1", 2) for i in range(1, 5)}) as nodes:
-        try:
-            kube.create_queue(OWNER, 1)
-            kube.create_queue(NEEDY, 1)
-            yield nodes
-        finally:
-            kube.delete_pods_now(namespace)
-            kube.delete_queue(OWNER)
-            kube.delete_queue(NEEDY)
+    """Racks r1..r4 of two 1-CPU nodes each (node -> rack) and the two Queues."""
+    layout = {f"r{i}": ("b1", 2) for i in range(1, 5)}
+    with queued_racks(kube, namespace, layout, OWNER, NEEDY) as nodes:
+        yield nodes
 
 
 def sliced_gang(kube: Kube, namespace: str, name: str) -> None:
@@ -87,24 +87,16 @@ def test_a_gang_of_slices_reclaims_the_fewest_gangs_only_in_the_racks_its_slices
         60,
         "slice-owner's six gangs fill the four racks",
     )
-    started = time.monotonic()
     sliced_gang(kube, namespace, "needy")
-    wait_for(
-        lambda: gang_counts(kube, namespace).get("needy") == NEEDY_SIZE or None,
-        60,
-        "slice-needy's gang bound whole once room was reclaimed for its slices",
+    elapsed = needy_bound(
+        kube, namespace, NEEDY_SIZE, "slice-needy's gang bound whole once room was reclaimed"
     )
-    elapsed = time.monotonic() - started
     bound = kube.bound(namespace)
     needy = {f"needy-{i}": bound[f"needy-{i}"] for i in range(NEEDY_SIZE)}
     assert sorted(slice_racks(needy, rack_of, "needy-", SLICE)) == ["r3", "r4"]
     # Only the gangs of r3 and r4 were evicted (two, the fewest); r1's and r2's keep running.
     kept = {name: size for name, size in owners.items() if name.startswith("one-")}
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline:
-        counts = gang_counts(kube, namespace)
-        assert counts == {**kept, "needy": NEEDY_SIZE}, counts
-        time.sleep(0.3)
+    counts_stay(kube, namespace, {**kept, "needy": NEEDY_SIZE})
     assert reclaimed(kube, namespace, "own-r3") and reclaimed(kube, namespace, "own-r4")
     assert not any(reclaimed(kube, namespace, name) for name in kept)
     print(f"\nslice-needy's gang bound in r3 and r4 {elapsed:.1f}s after creation")

@@ -99,8 +99,7 @@ class Reclaimer:
         `room`: free capacity per node less what admitted gangs were promised.
         `fits`: the gang's own fits test (its topology: app/runtime/queues/reclaim_checks.py;
         default: a flat packing), `domains` the node sets its required level has, `slices`
-        the domains its slices may take (a gang constrained only on its slices), as
-        choose_victims() takes them.
+        the domains its slices may take, as choose_victims() takes them.
         """
         now = self._clock()
         under_way = self._under_way.get(gang.key)
