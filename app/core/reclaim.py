@@ -175,7 +175,7 @@ def _sliced(
         planned.sort(key=lambda g: rank[g.key])
         first = {g.key for g in planned}
         rest = (g for g in _in(order, pools, chosen) if g.key not in first)
-        plan = _plan([*planned, *rest], free, views, test)
+        plan = _plan([*planned, *rest], free, views, test, len(planned))
         if plan is not None or sorted(chosen) == every:
             return plan
     # The bound was wrong (nodes of other shapes, a pinned slice): every domain that may
@@ -233,18 +233,22 @@ def _plan(
     free: Sequence[Bin],
     views: Mapping[str, QueueView],
     test: tuple[Fits, Sequence[PoolHold]],
+    at_once: int = 0,
 ) -> list[Running] | None:
     """choose_victims() over the candidates `order` (gangs of reclaimable queues other
     than the needy one), in that order; None: no plan. `test`: the gang's fits test and
-    the shared pools' holds (given back for the victims chosen)."""
+    the shared pools' holds (given back for the victims chosen). `at_once`: the first so
+    many candidates are taken before the first test (a bound said they are needed)."""
     fits, holds = test
     bins = [b.with_free(dict(b.free)) for b in free]
     index = index_of(bins)
     chosen: list[Running] = []
-    for gang in _takeable(order, views):
+    takeable = _takeable(order, views)
+    at_once = min(at_once, len(takeable))
+    for gang in takeable:
         chosen.append(gang)
         give(bins, gang.held, index=index)
-        if fits(_given_back(bins, chosen, holds)):
+        if len(chosen) >= at_once and fits(_given_back(bins, chosen, holds)):
             break
     else:
         return None

@@ -70,6 +70,10 @@ class DomainCosts:
         while len(found) < shape.count:
             need = (len(found) + 1) * shape.size
             if have >= need:
+                last = found[-1] if found else None
+                if last is not None and last[0] == len(taken):
+                    found.append(last)  # none could be spared for fewer slots: none for more
+                    continue
                 kept = self._needed(taken, need)
                 found.append((len(kept), sum(rank[g.key] for g in kept), tuple(kept)))
                 continue

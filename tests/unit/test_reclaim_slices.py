@@ -189,7 +189,8 @@ def test_a_large_cluster_costs_the_racks_by_bound_and_packs_little() -> None:
     """100 racks of ten 4-CPU nodes, full of queue a's 1,000 one-node gangs, the most recent
     of each rack interleaved; a gang of 4 slices of 8 one-CPU members (2 nodes a slice).
     Reclaim's order would take one gang in each of 100 racks first; the slices' search takes
-    2 in each of 4 racks, with few fits tests, in well under a second."""
+    2 in each of 4 racks. Fits tests are counted, not timed: the racks are costed by the
+    bound, the picked victims tested at once, then each for sparing."""
     racks, per_rack = 100, 10
     bins = [
         Bin(f"n{r}-{i}", cpu(0), {RACK: f"r{r}"}) for r in range(racks) for i in range(per_rack)
@@ -216,6 +217,5 @@ def test_a_large_cluster_costs_the_racks_by_bound_and_packs_little() -> None:
     elapsed = time.perf_counter() - started
     assert victims is not None and len(victims) == 8
     assert len({v.split("-")[0] for v in victims}) == 4  # two gangs in each of four racks
-    assert tests <= 1 + 2 * len(victims), tests
+    assert tests <= 2 + len(victims), tests
     print(f"\nslice-only reclaim over 1,000 nodes and 1,000 gangs: {elapsed:.3f}s, {tests} fits")
-    assert elapsed < 2.0
