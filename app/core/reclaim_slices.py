@@ -34,7 +34,7 @@ class SliceRoom:
     # The slices' level(s), lowest first (the admission takes the lowest that holds them all):
     # each domain's node names.
     levels: Sequence[Sequence[Collection[str]]]
-    # The smallest member's requests: a node's room is counted in slots of it.
+    # What every member of a slice asks at least: a node's room is counted in slots of it.
     member: Resources
     # Members of the smallest slice still to place, and slices to place.
     size: int

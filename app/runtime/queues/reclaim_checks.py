@@ -132,13 +132,14 @@ def slice_room(
     levels, anywhere = topology.resolver()(constraint)
     if anywhere or not levels:
         return None  # a slice may straddle domains: any room will do
-    smallest = min(sliced, key=lambda d: (sum(d.requests.values()), d.key))
+    # What every member asks at least: a node's slots of it bound the members it may take.
+    least = {r: min(d.requests.get(r, 0) for d in sliced) for r in sliced[0].requests}
     return SliceRoom(
         tuple(
             tuple(frozenset(b.name for b in group) for group in by_domain(room, level).values())
             for level in levels
         ),
-        smallest.requests,
+        least,
         min(counts.values()),
         len(counts),
         loose=len(sliced) < len(gang.demands),
