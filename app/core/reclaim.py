@@ -4,7 +4,9 @@ The rule is in docs/queues.md ("Reclaim") and choose_victims(); the queues'
 shares it reads are app/core/queues.py's, the evictions
 app/runtime/queues/reclaimer.py's. Room is judged by the needy gang's own
 fits test (its topology: one domain of a required level, its slices in
-theirs), so no victim is taken whose room the gang cannot use.
+theirs), so no victim is taken whose room the gang cannot use; a gang
+constrained only on its slices looks for victims only in the domains its
+slices take (app/core/reclaim_slices.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from app.core.packing import Bin, Demand, give, index_of, pack
 from app.core.queues import QueueView, Running
+from app.core.reclaim_slices import DomainCosts, SliceRoom, cheapest_domains
 from app.core.resources import Resources, add, total_of
 from app.core.resources import fits as fits_in
 from app.core.shared_pools import PoolHold, credited, freed_by
@@ -38,6 +41,7 @@ def choose_victims(
     fits: Fits | None = None,
     domains: Sequence[Collection[str]] = (),
     pool_holds: Sequence[PoolHold] = (),
+    slices: SliceRoom | None = None,
 ) -> list[str] | None:
     """The gangs to evict so a gang of queue `needy` fits; None when reclaim cannot help
     (or is not needed: the gang fits in `free` already).
@@ -58,6 +62,9 @@ def choose_victims(
     candidate in the order above (at equal, lowest level first), those that
     could not hold the gang even with every candidate the share lets go are
     passed over without a packing, and the first plan found is taken.
+    `slices`: for a gang with no required level of its own whose slices each
+    need one domain of theirs: victims only in the domains the slices take,
+    the fewest (_by_slices).
     `pool_holds`: what allocated claims hold of the device pools published for many nodes
     (app/core/shared_pools.py): a victim's going gives its pools back what its members'
     claims hold, as its nodes get their room back.
@@ -72,6 +79,8 @@ def choose_victims(
     if domains:
         where = (domains, _least(demands, need))
         plan = _per_domain(order, free, views, (test, pool_holds), where)
+    elif slices is not None:
+        plan = _by_slices(order, free, views, (test, pool_holds), slices)
     else:
         plan = _plan(order, free, views, (test, pool_holds))
     return [g.key for g in plan] if plan is not None else None
@@ -118,6 +127,70 @@ def _per_domain(
     return None
 
 
+def _by_slices(
+    order: Sequence[Running],
+    free: Sequence[Bin],
+    views: Mapping[str, QueueView],
+    test: tuple[Fits, Sequence[PoolHold]],
+    slices: SliceRoom,
+) -> list[Running] | None:
+    """choose_victims() for a gang constrained only on its slices: at each of their levels
+    (lowest first), the victims of the domains the knapsack picks (reclaim_slices.py) tried
+    first, then the rest of those domains' candidates; failing that, those of every domain
+    that may hold a slice. Members in no slice may need room elsewhere: then, last, any."""
+    for domains in slices.levels:
+        plan = _sliced(order, free, views, test, (slices, domains))
+        if plan is not None:
+            return plan
+    return _plan(order, free, views, test) if slices.loose else None
+
+
+def _sliced(
+    order: Sequence[Running],
+    free: Sequence[Bin],
+    views: Mapping[str, QueueView],
+    test: tuple[Fits, Sequence[PoolHold]],
+    where: tuple[SliceRoom, Sequence[Collection[str]]],
+) -> list[Running] | None:
+    """_by_slices() at one level; `where`: the slices and the domains of the level."""
+    shape, domains = where
+    domain_of = {node: i for i, nodes in enumerate(domains) for node in nodes}
+    pools: list[list[Running]] = [[] for _ in domains]
+    for gang in order:
+        for i in sorted({domain_of[n] for n in gang.held if n in domain_of}):
+            pools[i].append(gang)
+    bins: list[list[Bin]] = [[] for _ in domains]
+    for b in free:
+        if b.name in domain_of:
+            bins[domain_of[b.name]].append(b)
+    rank = {g.key: i for i, g in enumerate(order)}
+    options = [
+        DomainCosts(bins[i], _takeable(pools[i], views), shape).costs(rank)
+        for i in range(len(domains))
+    ]
+    picked = cheapest_domains(options, shape.count)
+    every = [i for i, o in enumerate(options) if o]
+    if picked is not None:
+        planned, chosen = picked
+        planned.sort(key=lambda g: rank[g.key])
+        first = {g.key for g in planned}
+        rest = (g for g in _in(order, pools, chosen) if g.key not in first)
+        plan = _plan([*planned, *rest], free, views, test, len(planned))
+        if plan is not None or sorted(chosen) == every:
+            return plan
+    # The bound was wrong (nodes of other shapes, a pinned slice): every domain that may
+    # hold a slice, in reclaim's order.
+    return _plan(_in(order, pools, every), free, views, test) if every else None
+
+
+def _in(
+    order: Sequence[Running], pools: Sequence[Sequence[Running]], chosen: Sequence[int]
+) -> list[Running]:
+    """The candidates of `order` holding room in the domains `chosen` (pools: each domain's)."""
+    keys = {g.key for i in chosen for g in pools[i]}
+    return [g for g in order if g.key in keys]
+
+
 def _may_hold(
     nodes: Collection[str], free: Sequence[Bin], pool: Sequence[Running], least: Resources
 ) -> bool:
@@ -160,18 +233,22 @@ def _plan(
     free: Sequence[Bin],
     views: Mapping[str, QueueView],
     test: tuple[Fits, Sequence[PoolHold]],
+    at_once: int = 0,
 ) -> list[Running] | None:
     """choose_victims() over the candidates `order` (gangs of reclaimable queues other
     than the needy one), in that order; None: no plan. `test`: the gang's fits test and
-    the shared pools' holds (given back for the victims chosen)."""
+    the shared pools' holds (given back for the victims chosen). `at_once`: the first so
+    many candidates are taken before the first test (a bound said they are needed)."""
     fits, holds = test
     bins = [b.with_free(dict(b.free)) for b in free]
     index = index_of(bins)
     chosen: list[Running] = []
-    for gang in _takeable(order, views):
+    takeable = _takeable(order, views)
+    at_once = min(at_once, len(takeable))
+    for gang in takeable:
         chosen.append(gang)
         give(bins, gang.held, index=index)
-        if fits(_given_back(bins, chosen, holds)):
+        if len(chosen) >= at_once and fits(_given_back(bins, chosen, holds)):
             break
     else:
         return None

@@ -14,6 +14,7 @@ running, and the gang starts whole in r2.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 
@@ -31,19 +32,28 @@ OWNER_GANGS = {"owner-0": "r2", "owner-1": "r1", "owner-2": "r1", "owner-3": "r2
 NEEDY_SIZE = 4
 
 
-@pytest.fixture
-def rack_of(kube: Kube, namespace: str) -> Iterator[dict[str, str]]:
-    """Racks r1 and r2 of four 1-CPU nodes each (node -> rack), the two Queues, and
-    afterwards the namespace's pods and the Queues gone."""
-    with racks(kube, {"r1": ("b1", 4), "r2": ("b1", 4)}) as nodes:
+@contextlib.contextmanager
+def queued_racks(
+    kube: Kube, namespace: str, layout: dict[str, tuple[str, int]], owner: str, needy: str
+) -> Iterator[dict[str, str]]:
+    """The racks of `layout` (node -> rack) and the Queues `owner` and `needy` (weight 1
+    each); afterwards the namespace's pods and the Queues gone."""
+    with racks(kube, layout) as nodes:
         try:
-            kube.create_queue(OWNER, 1)
-            kube.create_queue(NEEDY, 1)
+            kube.create_queue(owner, 1)
+            kube.create_queue(needy, 1)
             yield nodes
         finally:
             kube.delete_pods_now(namespace)
-            kube.delete_queue(OWNER)
-            kube.delete_queue(NEEDY)
+            kube.delete_queue(owner)
+            kube.delete_queue(needy)
+
+
+@pytest.fixture
+def rack_of(kube: Kube, namespace: str) -> Iterator[dict[str, str]]:
+    """Racks r1 and r2 of four 1-CPU nodes each (node -> rack) and the two Queues."""
+    with queued_racks(kube, namespace, {"r1": ("b1", 4), "r2": ("b1", 4)}, OWNER, NEEDY) as nodes:
+        yield nodes
 
 
 def volcano_gang(
@@ -88,6 +98,22 @@ def reclaimed(kube: Kube, namespace: str, gang: str) -> bool:
     )
 
 
+def needy_bound(kube: Kube, namespace: str, size: int, what: str) -> float:
+    """Seconds until the gang `needy` has `size` members bound (60 s at most)."""
+    started = time.monotonic()
+    wait_for(lambda: gang_counts(kube, namespace).get("needy") == size or None, 60, what)
+    return time.monotonic() - started
+
+
+def counts_stay(kube: Kube, namespace: str, counts: dict[str, int], seconds: float = 3) -> None:
+    """The gangs' bound members are `counts` and stay so for `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        now = gang_counts(kube, namespace)
+        assert now == counts, now
+        time.sleep(0.3)
+
+
 def test_a_gang_that_needs_one_rack_reclaims_both_gangs_of_one_rack_and_starts_there(
     kube: Kube, namespace: str, rack_of: dict[str, str]
 ) -> None:
@@ -104,22 +130,14 @@ def test_a_gang_that_needs_one_rack_reclaims_both_gangs_of_one_rack_and_starts_t
     for name, rack in OWNER_GANGS.items():
         one_rack(kube.bound(namespace), rack_of, (f"{name}-{i}" for i in range(2)))
         assert rack_of[kube.bound(namespace)[f"{name}-0"]] == rack
-    started = time.monotonic()
     volcano_gang(kube, namespace, "needy", NEEDY_SIZE, NEEDY, annotations={KUEUE_REQUIRED: RACK})
-    wait_for(
-        lambda: gang_counts(kube, namespace).get("needy") == NEEDY_SIZE or None,
-        60,
-        "rack-needy's gang bound whole once room was reclaimed in one rack",
+    elapsed = needy_bound(
+        kube, namespace, NEEDY_SIZE, "rack-needy's gang bound whole once room was reclaimed"
     )
-    elapsed = time.monotonic() - started
     bound = kube.bound(namespace)
     assert one_rack(bound, rack_of, (f"needy-{i}" for i in range(NEEDY_SIZE))) == "r2"
     # Only r2's gangs were evicted; r1's keep running whole, and stay so.
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline:
-        counts = gang_counts(kube, namespace)
-        assert counts == {"owner-1": 2, "owner-2": 2, "needy": NEEDY_SIZE}, counts
-        time.sleep(0.3)
+    counts_stay(kube, namespace, {"owner-1": 2, "owner-2": 2, "needy": NEEDY_SIZE})
     assert reclaimed(kube, namespace, "owner-3") and reclaimed(kube, namespace, "owner-0")
     assert not reclaimed(kube, namespace, "owner-2") and not reclaimed(kube, namespace, "owner-1")
     print(f"\nrack-needy's gang bound in r2 {elapsed:.1f}s after creation (r2's gangs reclaimed)")

@@ -215,24 +215,21 @@ async def test_deleting_an_unbound_preemption_victim_wakes_the_nominated_preempt
     assert touches.pods == ["urgent"]
 
 
-def test_a_gang_of_slices_plans_each_slice_in_one_rack_and_its_members_take_their_own() -> None:
-    """Racks r0 (n1 empty, n2 full) and r1 (n3, n4 full); a Kueue gang of 4 x 2 CPUs in
-    slices of 2 by rack. A flat plan would put 2 members on n1 and the other slice on n2
-    and n3, over two racks; the tree's plan keeps each slice in one rack, and a member
-    is answered only with a slot of its own slice."""
+def racked_state(racks: dict[str, str], pods: dict[str, list[str]]) -> ClusterState:
+    """Nodes (node -> rack) of 4 CPUs with low-priority pods (node -> their CPUs) bound."""
     state = ClusterState()
-    raws = [node(n) for n in ("n1", "n2", "n3", "n4")]
-    for raw, rack in zip(raws, ("r0", "r0", "r1", "r1"), strict=True):
-        raw["metadata"]["labels"][RACK] = rack
+    raws = [node(n) for n in racks]
+    for raw in raws:
+        raw["metadata"]["labels"][RACK] = racks[raw["metadata"]["name"]]
     state.replace_nodes(raws)
-    for n in ("n2", "n3", "n4"):
-        state.apply_pod(pod(f"big-{n}", node=n, cpu="3"))
-        state.apply_pod(pod(f"small-{n}", node=n, cpu="1"))
-    told = Told()
-    plans = PreemptionPlans(
-        state, VictimPolicy.PROTECT, Metrics(), observer=told, settings=PlanSettings(clock=Clock())
-    )
-    state.add_pod_listener(plans.on_pod_change)
+    for n, cpus in pods.items():
+        for i, cores in enumerate(cpus):
+            state.apply_pod(pod(f"low-{n}-{i}", node=n, cpu=cores))
+    return state
+
+
+def slice_gang(state: ClusterState) -> None:
+    """A high-priority Kueue gang of 4 x 2 CPUs in slices of 2 by rack, no rack of its own."""
     for i in range(4):
         raw = with_priority(pod(f"train-{i}", cpu="2"), 1000)
         raw["metadata"]["labels"] |= {KUEUE_GROUP_LABEL: "train", KUEUE_POD_INDEX: str(i)}
@@ -242,18 +239,33 @@ def test_a_gang_of_slices_plans_each_slice_in_one_rack_and_its_members_take_thei
             KUEUE_SLICE_SIZE: "2",
         }
         state.apply_pod(raw)
+
+
+def ask(state: ClusterState, plans: PreemptionPlans, i: int) -> list[VictimCandidate]:
+    """Member train-`i` asks to preempt, every node offered: the candidates it is answered."""
+    member = state.pods[f"default/train-{i}"]
+    assert member.group is not None
+    spec = state.group_spec(member.group)
+    preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
+    own = Demand(member.key, member.requests, member.placement)
+    offered = [VictimCandidate(n, [], 0) for n in state.nodes]
+    return plans.answer(spec, member.group, preemptor, own, offered).candidates
+
+
+def test_a_gang_of_slices_plans_each_slice_in_one_rack_and_its_members_take_their_own() -> None:
+    """Racks r0 (n1 empty, n2 full) and r1 (n3, n4 full); a Kueue gang of 4 x 2 CPUs in
+    slices of 2 by rack. A flat plan would put 2 members on n1 and the other slice on n2
+    and n3, over two racks; the tree's plan keeps each slice in one rack, and a member
+    is answered only with a slot of its own slice."""
     rack_of = {"n1": "r0", "n2": "r0", "n3": "r1", "n4": "r1"}
-
-    def ask(i: int) -> list[VictimCandidate]:
-        member = state.pods[f"default/train-{i}"]
-        assert member.group is not None
-        spec = state.group_spec(member.group)
-        preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
-        own = Demand(member.key, member.requests, member.placement)
-        offered = [VictimCandidate(n, [], 0) for n in state.nodes]
-        return plans.answer(spec, member.group, preemptor, own, offered).candidates
-
-    ask(2)  # a member of the slice that must evict asks first
+    state = racked_state(rack_of, {n: ["3", "1"] for n in ("n2", "n3", "n4")})
+    told = Told()
+    plans = PreemptionPlans(
+        state, VictimPolicy.PROTECT, Metrics(), observer=told, settings=PlanSettings(clock=Clock())
+    )
+    state.add_pod_listener(plans.on_pod_change)
+    slice_gang(state)
+    ask(state, plans, 2)  # a member of the slice that must evict asks first
     (made,) = plans.plans.values()
     assert made.evictions == 2, told.planned
     for path in {("rack-0",), ("rack-1",)}:
@@ -262,8 +274,28 @@ def test_a_gang_of_slices_plans_each_slice_in_one_rack_and_its_members_take_thei
         assert made.groups[path].value in racks
     assert "sub-groups: rack-0 in rack" in told.planned[0]
     for i in range(4):
-        answer = ask(i)
+        answer = ask(state, plans, i)
         planned = made.groups[made.paths[f"default/train-{i}"]].value
         mine = [s for s in made.slots if s.member == state.pods[f"default/train-{i}"].uid]
         assert len(mine) == 1 and rack_of[mine[0].node] == planned
         assert all(rack_of[c.node] == planned for c in answer)
+
+
+def test_a_gang_of_slices_with_no_rack_of_its_own_evicts_the_fewest_only_in_its_racks() -> None:
+    """Three racks of 4-CPU nodes: r0's two nodes each hold one 4-CPU pod, r1's node one
+    4-CPU pod and r2's node four 1-CPU pods. Each slice of 2 x 2 CPUs takes one node: one
+    eviction in r0 or r1, four in r2. The plan (the preempt verb's, through the plan
+    maker) evicts two pods, only in the racks its slices take, never in r2."""
+    rack_of = {"n1": "r0", "n2": "r0", "n3": "r1", "n4": "r2"}
+    state = racked_state(rack_of, {"n1": ["4"], "n2": ["4"], "n3": ["4"], "n4": ["1"] * 4})
+    plans = PreemptionPlans(
+        state, VictimPolicy.PROTECT, Metrics(), settings=PlanSettings(clock=Clock())
+    )
+    state.add_pod_listener(plans.on_pod_change)
+    slice_gang(state)
+    ask(state, plans, 0)
+    (made,) = plans.plans.values()
+    taken = {domain.value for domain in made.groups.values()}
+    assert made.evictions == 2, made.victims
+    assert {rack_of[node] for _, node in made.victims.values()} <= taken
+    assert "r2" not in taken

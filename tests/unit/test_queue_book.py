@@ -12,7 +12,12 @@ from app.core.observer import NullObserver
 from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.queues import QUEUE_ANNOTATION
 from app.core.state import ClusterState
-from app.core.topology.sources import KUEUE_REQUIRED
+from app.core.topology.sources import (
+    KUEUE_POD_INDEX,
+    KUEUE_REQUIRED,
+    KUEUE_SLICE_REQUIRED,
+    KUEUE_SLICE_SIZE,
+)
 from app.kube.errors import Transient
 from app.ops.queue_status import QueueStatusWriter
 from app.runtime.arbiter import Arbiter
@@ -350,31 +355,45 @@ def test_a_younger_gang_does_not_take_the_queue_room_an_older_one_waits_for() ->
 RACK = "example.com/rack"
 
 
-async def test_a_gang_that_needs_one_rack_reclaims_room_in_one_rack_only() -> None:
-    """Racks r1 (n0, n1) and r2 (n2, n3) of 2-CPU nodes, full of team-a's gangs; team-b's
-    gang of 4 one-CPU pods must fit in one rack (Kueue's podset-required-topology). Team-a
-    may lose 2 gangs (half the CPUs is its share): by age alone that is a3 (r2) and a2
-    (r1), room the gang cannot use; its own fits test takes both of one rack."""
-    world = World()
+def racked(world: World, racks: tuple[str, ...], cpu: str) -> None:
+    """The world's nodes made n0.. with `cpu` each, node i in rack racks[i]; queues team-a
+    and team-b."""
     nodes = []
-    for i, rack in enumerate(("r1", "r1", "r2", "r2")):
-        raw = node(f"n{i}", cpu="2", memory="64Gi")
+    for i, rack in enumerate(racks):
+        raw = node(f"n{i}", cpu=cpu, memory="64Gi")
         raw["metadata"]["labels"][RACK] = rack
         nodes.append(raw)
     world.state.replace_nodes(nodes)
     world.book.replace([queue("team-a"), queue("team-b")])
-    for name, on in (("a0", "n2"), ("a1", "n0"), ("a2", "n1"), ("a3", "n3")):
-        world.gang(name, "team-a", bound_on=on)
+
+
+def needy_gang(world: World, annotations: dict[str, str], ranked: bool = False) -> GroupSpec:
+    """team-b's gang b0 of 4 one-CPU pods, each with `annotations` (and its rank)."""
     group = podgroup("b0", 4)
     group["metadata"]["annotations"] = {QUEUE_ANNOTATION: "team-b"}
     group["metadata"]["creationTimestamp"] = "2026-01-01T00:01:00Z"
     world.state.apply_podgroup(group)
     for i in range(4):
         raw = pod(f"b0-{i}", group="b0", cpu="1")
-        raw["metadata"]["annotations"] = {KUEUE_REQUIRED: RACK}
+        raw["metadata"]["annotations"] = dict(annotations)
+        if ranked:
+            raw["metadata"]["labels"][KUEUE_POD_INDEX] = str(i)
         world.state.apply_pod(raw)
     spec = world.state.podgroups["default/b0"].spec
     assert spec is not None
+    return spec
+
+
+async def test_a_gang_that_needs_one_rack_reclaims_room_in_one_rack_only() -> None:
+    """Racks r1 (n0, n1) and r2 (n2, n3) of 2-CPU nodes, full of team-a's gangs; team-b's
+    gang of 4 one-CPU pods must fit in one rack (Kueue's podset-required-topology). Team-a
+    may lose 2 gangs (half the CPUs is its share): by age alone that is a3 (r2) and a2
+    (r1), room the gang cannot use; its own fits test takes both of one rack."""
+    world = World()
+    racked(world, ("r1", "r1", "r2", "r2"), "2")
+    for name, on in (("a0", "n2"), ("a1", "n0"), ("a2", "n1"), ("a3", "n3")):
+        world.gang(name, "team-a", bound_on=on)
+    spec = needy_gang(world, {KUEUE_REQUIRED: RACK})
     verdict = world.filter(spec, "b0-0")
     assert verdict.message.endswith(
         "reclaiming 2 gang(s) for it from queues above their share: "
@@ -387,3 +406,31 @@ async def test_a_gang_that_needs_one_rack_reclaims_room_in_one_rack_only() -> No
         "default/a3-0",
         "default/a3-1",
     ]
+
+
+async def test_a_gang_of_slices_reclaims_the_fewest_only_in_the_racks_its_slices_take() -> None:
+    """Racks r1..r4 of two 1-CPU nodes: team-a's two oldest gangs of two hold all of r3
+    and all of r4, its four most recent hold one node each of r1 and r2. team-b's gang of
+    4 in slices of 2 by rack (no rack of its own) reclaims the gangs of r3 and r4, two;
+    by age alone the four of r1 and r2 would go."""
+    world = World()
+    racked(world, ("r1", "r1", "r2", "r2", "r3", "r3", "r4", "r4"), "1")
+    for name, nodes in (("a0", ("n4", "n5")), ("a1", ("n6", "n7"))):
+        world.gang(name, "team-a")
+        for i, on in enumerate(nodes):
+            world.state.apply_pod(pod(f"{name}-{i}", group=name, cpu="1", node=on))
+    for name, on in (("a2", "n2"), ("a3", "n0"), ("a4", "n3"), ("a5", "n1")):
+        group = podgroup(name, 1)
+        group["metadata"]["annotations"] = {QUEUE_ANNOTATION: "team-a"}
+        group["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{int(name[1]):02d}Z"
+        world.state.apply_podgroup(group)
+        world.state.apply_pod(pod(f"{name}-0", group=name, cpu="1", node=on))
+    slices = {KUEUE_SLICE_REQUIRED: RACK, KUEUE_SLICE_SIZE: "2"}
+    verdict = world.filter(needy_gang(world, slices, ranked=True), "b0-0")
+    assert verdict.message.endswith(
+        "reclaiming 2 gang(s) for it from queues above their share: "
+        "default/a1 (queue team-a), default/a0 (queue team-a)"
+    ), verdict.message
+    await world.reclaimer.drain()
+    evicted = [f"default/{name}-{i}" for name in ("a0", "a1") for i in range(2)]
+    assert sorted(world.evictions.evicted) == evicted  # r1's and r2's gangs keep running

@@ -10,7 +10,9 @@ Reclaim judges the room by the gang's own admission (`fits_test`): the
 decision the filter verb makes (GangTopology.decide: one domain of a required
 level, each slice in its own, LWS exclusive topology, else a thorough
 packing) over the room alone, and names the domains of its required level so
-that victims in one of them are tried on their own.
+that victims in one of them are tried on their own; for a gang constrained
+only on its slices, the domains of the slices' level and the slices' shape
+(`slice_room`), so that victims are taken only in the domains they take.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from app.core.groups import GroupRef, GroupSpec, PodGroupSpecError
 from app.core.packing import Bin
 from app.core.queues import starving
 from app.core.reclaim import Fits
+from app.core.reclaim_slices import SliceRoom
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
 from app.core.topology.domains import TopologyError, by_domain
+from app.core.topology.subgroups import Path
 from app.runtime.claims import ClaimLedger
 from app.runtime.gang_topology import GangTopology
 from app.runtime.line import Candidate, Line
@@ -95,6 +99,48 @@ def required_domains(
     ]
 
 
+def slice_room(
+    topology: GangTopology, gang: Gang, needy: Needy, room: Sequence[Bin]
+) -> SliceRoom | None:
+    """For a gang with no required level of its own whose outermost constrained sub-groups
+    (slices) share one required constraint: the domains of its level(s) and the slices'
+    shape, for choose_victims() to take victims only in the domains they take (None: not
+    such a gang; sub-groups of several constraints are left to the fits test alone)."""
+    try:
+        tree = topology.tree(needy.spec, needy.pod)
+    except TopologyError:
+        return None
+    if tree is None or not tree.groups:
+        return None
+    counts: dict[Path, int] = {}
+    sliced = []
+    for demand in gang.demands:
+        chain = tree.constrained(tree.paths.get(demand.key, ()))
+        if chain:
+            counts[chain[0].path] = counts.get(chain[0].path, 0) + 1
+            sliced.append(demand)
+    constraints = {group.constraint for group in tree.groups if group.path in counts}
+    if len(constraints) != 1:
+        return None
+    (constraint,) = constraints
+    assert constraint is not None
+    levels, anywhere = topology.resolver()(constraint)
+    if anywhere or not levels:
+        return None  # a slice may straddle domains: any room will do
+    # What every member asks at least: a node's slots of it bound the members it may take.
+    least = {r: min(d.requests.get(r, 0) for d in sliced) for r in sliced[0].requests}
+    return SliceRoom(
+        tuple(
+            tuple(frozenset(b.name for b in group) for group in by_domain(room, level).values())
+            for level in levels
+        ),
+        least,
+        min(counts.values()),
+        len(counts),
+        loose=len(sliced) < len(gang.demands),
+    )
+
+
 class ReclaimChecks:
     """Which gangs reclaim is asked about, and when."""
 
@@ -140,6 +186,7 @@ class ReclaimChecks:
             return None
         if room is None:
             room = room_left(contest.free, contest.holders, contest.positions)
+        domains = required_domains(self._topology, needy, room)
         text = self._reclaimer.reclaim(
             gang,
             needy.ref,
@@ -148,7 +195,8 @@ class ReclaimChecks:
             room,
             queued.running,
             fits_test(self._topology, gang, needy),
-            required_domains(self._topology, needy, room),
+            domains,
+            None if domains else slice_room(self._topology, gang, needy, room),
         )
         return f"; {text}" if text else ""
 

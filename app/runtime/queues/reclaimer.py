@@ -33,6 +33,7 @@ from app.core.observer import GangObserver, MemberRef
 from app.core.packing import Bin
 from app.core.queues import QueueView, Running
 from app.core.reclaim import Fits, choose_victims
+from app.core.reclaim_slices import SliceRoom
 from app.core.records import PodRecord
 from app.core.state import ClusterState
 from app.runtime.preemption.evictor import evict_each
@@ -91,13 +92,14 @@ class Reclaimer:
         running: Sequence[Running],
         fits: Fits | None = None,
         domains: Sequence[Collection[str]] = (),
+        slices: SliceRoom | None = None,
     ) -> str | None:
         """Evict whole gangs so `gang` fits in `room`; what is being done, None: nothing can.
 
         `room`: free capacity per node less what admitted gangs were promised.
         `fits`: the gang's own fits test (its topology: app/runtime/queues/reclaim_checks.py;
-        default: a flat packing), `domains` the node sets its required level has, as
-        choose_victims() takes them.
+        default: a flat packing), `domains` the node sets its required level has, `slices`
+        the domains its slices may take, as choose_victims() takes them.
         """
         now = self._clock()
         under_way = self._under_way.get(gang.key)
@@ -119,6 +121,7 @@ class Reclaimer:
             fits=fits,
             domains=domains,
             pool_holds=holds,
+            slices=slices,
         )
         if not victims:
             return None
