@@ -313,16 +313,13 @@ class Kube:
     def node_names(self) -> list[str]:
         return [n.metadata.name for n in self.core.list_node().items]
 
-    def create_node(self, name: str, cpu: str, memory: str = "64Gi") -> None:
-        """A Ready fake node (the pod simulator plays its kubelet), as hack/local-cluster makes."""
-        self.core.create_node(
-            {
-                "metadata": {
-                    "name": name,
-                    "labels": {"kubernetes.io/hostname": name, "type": "fake-node"},
-                },
-            }
-        )
+    def create_node(
+        self, name: str, cpu: str, memory: str = "64Gi", labels: dict[str, str] | None = None
+    ) -> None:
+        """A Ready fake node (the pod simulator plays its kubelet), as hack/local-cluster makes;
+        `labels` added to its own (a topology level's, say)."""
+        own = {"kubernetes.io/hostname": name, "type": "fake-node"}
+        self.core.create_node({"metadata": {"name": name, "labels": own | (labels or {})}})
         resources = {"cpu": cpu, "memory": memory, "pods": "110"}
         ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake"}
         self.core.patch_node_status(

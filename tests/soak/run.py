@@ -7,11 +7,14 @@ checkpoint waits until no pending gang fits any more (in the free room, or
 for a preemptor after the evictions its priority allows) within
 `live_seconds`. A preempting gang is created at such a quiet moment: what it
 evicts must be exactly the minimum the exhaustive oracle finds on the same
-snapshot. After every fault the extender's caches must equal a fresh list.
+snapshot (for a gang required to keep to one rack, the cheapest rack). After
+every fault the extender's caches must equal a fresh list.
 At the end the pending gangs must say why they wait, and once everything is
 deleted the extender must hold nothing for them (gate, plans, claims, line).
 Low-priority classes never preempt (preemptionPolicy Never), so every
-eviction is a preempting gang's or pod's, and attributable.
+eviction is a preempting gang's or pod's, and attributable. Every node the
+soak creates is in a rack (stream.rack_of, label RACK_LABEL); a gang of a
+step with `rack` carries Kueue's required-topology annotation on its pods.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from app.core.groups import (
     VOLCANO_GROUP_ANNOTATIONS,
     XK8S_API,
 )
+from app.core.topology.sources import KUEUE_REQUIRED
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import Extender
@@ -54,10 +58,12 @@ from tests.soak.stream import (
     ALL_FAULTS,
     HIGH_PRIORITY,
     LOW_PRIORITIES,
+    RACK_LABEL,
     Action,
     Fault,
     Source,
     Step,
+    rack_of,
     steps,
 )
 from tests.soak.world import Gang, Monitor, Snapshot, World, caches_diff
@@ -194,6 +200,7 @@ def gang_of(step: Step) -> Gang:
         None if plain else step.source,
         time.monotonic(),
         step.describe(),
+        rack=step.rack and not plain,
     )
 
 
@@ -213,6 +220,8 @@ class Soak:
         self.world = World(kube, namespace)
         self.report = Report(config.seed)
         self.nodes: list[str] = []
+        # Nodes created so far (removed ones too): the next one's rack is rack_of(this).
+        self.created_nodes = 0
         self.current = "setup"
 
     @property
@@ -325,6 +334,9 @@ class Soak:
         elif gang.source is Source.KUEUE:
             labels[KUEUE_GROUP_LABEL] = gang.name
             annotations[KUEUE_TOTAL_COUNT_ANNOTATION] = str(gang.members)
+        if gang.rack:
+            # Every source reads Kueue's annotation on the pods when its group says nothing.
+            annotations[KUEUE_REQUIRED] = RACK_LABEL
 
     def _delete(self, gang: Gang) -> None:
         gang.deleted = True
@@ -408,7 +420,9 @@ class Soak:
     # ---- nodes -----------------------------------------------------------------------------
 
     def _add_node(self, name: str, cpu: int) -> None:
-        self.kube.create_node(name, f"{cpu}m")
+        """A node in the next rack's slot: racks of 2 and 3 nodes in turn (stream.rack_of)."""
+        self.kube.create_node(name, f"{cpu}m", labels={RACK_LABEL: rack_of(self.created_nodes)})
+        self.created_nodes += 1
         self.nodes.append(name)
 
     def _schedulable(self) -> list[str]:
