@@ -95,6 +95,9 @@ class Report:
     steps: int = 0
     gangs: int = 0
     placed: int = 0
+    # gangs required to keep to one rack: created, placed
+    racked: int = 0
+    racked_placed: int = 0
     preemptions: int = 0
     evicted: int = 0
     minimum: int = 0
@@ -115,6 +118,7 @@ class Report:
         lines = [
             f"soak seed {self.seed}: {self.steps} steps, {self.gangs} gangs and pods created, "
             f"{self.placed} placed",
+            f"  kept to one rack: {self.racked} created, {self.racked_placed} placed",
             f"  preempting gangs {self.preemptions}: evicted {self.evicted}, minimum "
             f"{self.minimum} (oracle not asked {self.oracle_skipped} time(s))",
             f"  time to place: p50 {pct(0.5)}, p99 {pct(0.99)}, max "
@@ -246,6 +250,9 @@ class Soak:
         self.report.violations = list(self.world.violations)
         self.report.gangs = len(self.world.gangs)
         self.report.placed = sum(1 for g in self.world.gangs.values() if g.placed_at is not None)
+        racked = [g for g in self.world.gangs.values() if g.rack]
+        self.report.racked = len(racked)
+        self.report.racked_placed = sum(1 for g in racked if g.placed_at is not None)
         self.report.time_to_place = [
             g.placed_at - g.created_at for g in self.world.gangs.values() if g.placed_at
         ]
