@@ -14,7 +14,8 @@ deleted the extender must hold nothing for them (gate, plans, claims, line).
 Low-priority classes never preempt (preemptionPolicy Never), so every
 eviction is a preempting gang's or pod's, and attributable. Every node the
 soak creates is in a rack (stream.rack_of, label RACK_LABEL); a gang of a
-step with `rack` carries Kueue's required-topology annotation on its pods.
+step with `rack` carries Kueue's required-topology annotation on its pods,
+or, a native PodGroup, spec.schedulingConstraints.topology.
 """
 
 from __future__ import annotations
@@ -321,7 +322,11 @@ class Soak:
         elif gang.source is Source.NATIVE:
             # Its members' class: kube-scheduler schedules no member of another priority.
             self.kube.create_native_podgroup(
-                ns, name, size, priority_class=priority_class(gang.priority)
+                ns,
+                name,
+                size,
+                priority_class=priority_class(gang.priority),
+                topology_key=RACK_LABEL if gang.rack else None,
             )
 
     def _join(self, body: dict[str, Any], gang: Gang) -> None:
@@ -341,8 +346,9 @@ class Soak:
         elif gang.source is Source.KUEUE:
             labels[KUEUE_GROUP_LABEL] = gang.name
             annotations[KUEUE_TOTAL_COUNT_ANNOTATION] = str(gang.members)
-        if gang.rack:
-            # Every source reads Kueue's annotation on the pods when its group says nothing.
+        if gang.rack and gang.source is not Source.NATIVE:
+            # Every source reads Kueue's annotation on the pods when its group says nothing
+            # (a native PodGroup says it itself: spec.schedulingConstraints.topology).
             annotations[KUEUE_REQUIRED] = RACK_LABEL
 
     def _delete(self, gang: Gang) -> None:

@@ -10,7 +10,8 @@ a node, or inject a fault.
 Topology: every node is in a rack (RACK_LABEL; `rack_of` the k-th node
 created, racks of 2 and 3 nodes in turn), and about one gang in four (of
 GANG and PREEMPT_GANG steps) must be placed in one rack (`Step.rack`: Kueue's
-required-topology annotation on its pods, which every source reads). That
+required-topology annotation on its pods, which every source reads; a native
+PodGroup's own spec.schedulingConstraints.topology). That
 choice is drawn from a Random of its own, so the other steps of a seed are
 what they were before topology came into the stream.
 """
