@@ -54,7 +54,7 @@ class Gang:
     step: str
     placed_at: float | None = None
     deleted: bool = False
-    # Every member in one rack (Kueue's required topology annotation, RACK_LABEL).
+    # Every member in one rack (a required topology level, RACK_LABEL; run.py _join).
     rack: bool = False
 
     @property
