@@ -54,7 +54,7 @@ class Gang:
     step: str
     placed_at: float | None = None
     deleted: bool = False
-    # Every member in one rack (a required topology level, RACK_LABEL; run.py _join).
+    # Every member in one rack (required; RACK_LABEL: run.py _join and _create_group).
     rack: bool = False
 
     @property
