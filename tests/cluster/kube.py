@@ -136,15 +136,24 @@ class Kube:
         create_group(self.custom, VOLCANO_API, namespace, name, spec)
 
     def create_native_podgroup(
-        self, namespace: str, name: str, min_count: int, *, priority_class: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        min_count: int,
+        *,
+        priority_class: str | None = None,
+        topology_key: str | None = None,
     ) -> None:
         """A native (scheduling.k8s.io) PodGroup. kube-scheduler schedules none of its pods
         unless their priority is the group's ("all pods in a single pod group should have
         the same priority as the pod group's priority"): members with a priority class need
-        the group to name the same class."""
+        the group to name the same class. topology_key: every member in one domain of that
+        node label (spec.schedulingConstraints.topology, required)."""
         spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
         if priority_class:
             spec["priorityClassName"] = priority_class
+        if topology_key:
+            spec["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
         create_group(self.custom, NATIVE_API, namespace, name, spec)
 
     def create_queue(
@@ -313,16 +322,13 @@ class Kube:
     def node_names(self) -> list[str]:
         return [n.metadata.name for n in self.core.list_node().items]
 
-    def create_node(self, name: str, cpu: str, memory: str = "64Gi") -> None:
-        """A Ready fake node (the pod simulator plays its kubelet), as hack/local-cluster makes."""
-        self.core.create_node(
-            {
-                "metadata": {
-                    "name": name,
-                    "labels": {"kubernetes.io/hostname": name, "type": "fake-node"},
-                },
-            }
-        )
+    def create_node(
+        self, name: str, cpu: str, memory: str = "64Gi", labels: dict[str, str] | None = None
+    ) -> None:
+        """A Ready fake node (the pod simulator plays its kubelet), as hack/local-cluster makes;
+        `labels` added to its own (a topology level's, say)."""
+        own = {"kubernetes.io/hostname": name, "type": "fake-node"}
+        self.core.create_node({"metadata": {"name": name, "labels": own | (labels or {})}})
         resources = {"cpu": cpu, "memory": memory, "pods": "110"}
         ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake"}
         self.core.patch_node_status(

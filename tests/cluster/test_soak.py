@@ -16,15 +16,17 @@ own (a half-open connection that client-go's HTTP/2 ping ends after 45 s):
 the relay now breaks both sides (tests/unit/test_soak_tools.py), and the
 extender's watches end one silent for 150 s (tests/unit/test_kube_watch.py).
 
-tests/soak/ plays a seeded stream of gangs of every source, plain pods,
+tests/soak/ plays a seeded stream of gangs of every source (about one in
+four required to keep to one rack of the soak's nodes), plain pods,
 preempting gangs and pods, deletions mid-wait, node changes and faults
 (extender SIGKILL, kube-scheduler and kube-apiserver restarts with etcd
 compacted, watch connections cut) against the real control plane, with
 kube-scheduler and the extender behind a relay that delays the API server's
 answers and watch events. Every invariant it checks (never bound below
 minMember, evictions exactly the oracle's minimum, every gang that fits is
-placed, pending gangs say why, nothing held after the gangs are gone, caches
-equal to a fresh list after each fault) must hold; the report lists what
+placed, a gang kept to one rack never bound across two and its evictions
+those of its cheapest rack, pending gangs say why, nothing held after the
+gangs are gone, caches equal to a fresh list after each fault) must hold; the report lists what
 broke, with the seed and the step. `make soak` runs the long version.
 """
 

@@ -7,11 +7,15 @@ checkpoint waits until no pending gang fits any more (in the free room, or
 for a preemptor after the evictions its priority allows) within
 `live_seconds`. A preempting gang is created at such a quiet moment: what it
 evicts must be exactly the minimum the exhaustive oracle finds on the same
-snapshot. After every fault the extender's caches must equal a fresh list.
+snapshot (for a gang required to keep to one rack, the cheapest rack). After
+every fault the extender's caches must equal a fresh list.
 At the end the pending gangs must say why they wait, and once everything is
 deleted the extender must hold nothing for them (gate, plans, claims, line).
 Low-priority classes never preempt (preemptionPolicy Never), so every
-eviction is a preempting gang's or pod's, and attributable.
+eviction is a preempting gang's or pod's, and attributable. Every node the
+soak creates is in a rack (stream.rack_of, label RACK_LABEL); a gang of a
+step with `rack` carries Kueue's required-topology annotation on its pods,
+or, a native PodGroup, spec.schedulingConstraints.topology.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from app.core.groups import (
     VOLCANO_GROUP_ANNOTATIONS,
     XK8S_API,
 )
+from app.core.topology.sources import KUEUE_REQUIRED
 from hack.clusterkit import wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.session import Extender
@@ -54,10 +59,12 @@ from tests.soak.stream import (
     ALL_FAULTS,
     HIGH_PRIORITY,
     LOW_PRIORITIES,
+    RACK_LABEL,
     Action,
     Fault,
     Source,
     Step,
+    rack_of,
     steps,
 )
 from tests.soak.world import Gang, Monitor, Snapshot, World, caches_diff
@@ -89,6 +96,9 @@ class Report:
     steps: int = 0
     gangs: int = 0
     placed: int = 0
+    # gangs required to keep to one rack: created, placed
+    racked: int = 0
+    racked_placed: int = 0
     preemptions: int = 0
     evicted: int = 0
     minimum: int = 0
@@ -109,6 +119,7 @@ class Report:
         lines = [
             f"soak seed {self.seed}: {self.steps} steps, {self.gangs} gangs and pods created, "
             f"{self.placed} placed",
+            f"  kept to one rack: {self.racked} created, {self.racked_placed} placed",
             f"  preempting gangs {self.preemptions}: evicted {self.evicted}, minimum "
             f"{self.minimum} (oracle not asked {self.oracle_skipped} time(s))",
             f"  time to place: p50 {pct(0.5)}, p99 {pct(0.99)}, max "
@@ -194,6 +205,7 @@ def gang_of(step: Step) -> Gang:
         None if plain else step.source,
         time.monotonic(),
         step.describe(),
+        rack=step.rack and not plain,
     )
 
 
@@ -213,6 +225,8 @@ class Soak:
         self.world = World(kube, namespace)
         self.report = Report(config.seed)
         self.nodes: list[str] = []
+        # Nodes created so far (removed ones too): the next one's rack is rack_of(this).
+        self.created_nodes = 0
         self.current = "setup"
 
     @property
@@ -237,6 +251,9 @@ class Soak:
         self.report.violations = list(self.world.violations)
         self.report.gangs = len(self.world.gangs)
         self.report.placed = sum(1 for g in self.world.gangs.values() if g.placed_at is not None)
+        racked = [g for g in self.world.gangs.values() if g.rack]
+        self.report.racked = len(racked)
+        self.report.racked_placed = sum(1 for g in racked if g.placed_at is not None)
         self.report.time_to_place = [
             g.placed_at - g.created_at for g in self.world.gangs.values() if g.placed_at
         ]
@@ -305,7 +322,11 @@ class Soak:
         elif gang.source is Source.NATIVE:
             # Its members' class: kube-scheduler schedules no member of another priority.
             self.kube.create_native_podgroup(
-                ns, name, size, priority_class=priority_class(gang.priority)
+                ns,
+                name,
+                size,
+                priority_class=priority_class(gang.priority),
+                topology_key=RACK_LABEL if gang.rack else None,
             )
 
     def _join(self, body: dict[str, Any], gang: Gang) -> None:
@@ -325,6 +346,10 @@ class Soak:
         elif gang.source is Source.KUEUE:
             labels[KUEUE_GROUP_LABEL] = gang.name
             annotations[KUEUE_TOTAL_COUNT_ANNOTATION] = str(gang.members)
+        if gang.rack and gang.source is not Source.NATIVE:
+            # Every source reads Kueue's annotation on the pods when its group says nothing
+            # (a native PodGroup says it itself: spec.schedulingConstraints.topology).
+            annotations[KUEUE_REQUIRED] = RACK_LABEL
 
     def _delete(self, gang: Gang) -> None:
         gang.deleted = True
@@ -408,7 +433,9 @@ class Soak:
     # ---- nodes -----------------------------------------------------------------------------
 
     def _add_node(self, name: str, cpu: int) -> None:
-        self.kube.create_node(name, f"{cpu}m")
+        """A node in the next rack's slot: racks of 2 and 3 nodes in turn (stream.rack_of)."""
+        self.kube.create_node(name, f"{cpu}m", labels={RACK_LABEL: rack_of(self.created_nodes)})
+        self.created_nodes += 1
         self.nodes.append(name)
 
     def _schedulable(self) -> list[str]:

@@ -6,6 +6,14 @@ is one thing a user, an operator or a fault does: create a gang (any source,
 any size, low priority), a plain pod, a high-priority gang or pod that has
 to preempt, delete a gang (often one still waiting), add, cordon or remove
 a node, or inject a fault.
+
+Topology: every node is in a rack (RACK_LABEL; `rack_of` the k-th node
+created, racks of 2 and 3 nodes in turn), and about one gang in four (of
+GANG and PREEMPT_GANG steps) must be placed in one rack (`Step.rack`: Kueue's
+required-topology annotation on its pods, which every source reads; a native
+PodGroup's own spec.schedulingConstraints.topology). That
+choice is drawn from a Random of its own, so the other steps of a seed are
+what they were before topology came into the stream.
 """
 
 from __future__ import annotations
@@ -51,6 +59,9 @@ LOW_PRIORITIES = (0, 100)
 HIGH_PRIORITY = 10_000
 NODE_CPUS = (4000, 6000, 8000)
 MEMBER_CPUS = (500, 1000, 1500, 2000, 2500)
+# The node label of the soak's racks, and the share of gangs required to keep to one rack.
+RACK_LABEL = "soak.example.com/rack"
+RACK_SHARE = 0.25
 
 # How often each action comes, out of the total weight.
 _WEIGHTS: dict[Action, int] = {
@@ -80,6 +91,8 @@ class Step:
     # For DELETE_GANG, CORDON and REMOVE_NODE: which of the live ones, as a fraction
     # (the runner picks index int(pick * len(live))), so the stream needs no cluster state.
     pick: float = 0.0
+    # For GANG and PREEMPT_GANG: every member in one rack (a required topology level).
+    rack: bool = False
 
     def describe(self) -> str:
         if self.action is Action.FAULT:
@@ -87,7 +100,8 @@ class Step:
         if self.action in (Action.GANG, Action.PREEMPT_GANG):
             return (
                 f"step {self.index}: {self.action} {self.name} ({self.source}, "
-                f"{self.min_member}/{self.members} x {self.cpu}m, priority {self.priority})"
+                f"{self.min_member}/{self.members} x {self.cpu}m, priority {self.priority}"
+                f"{', one rack' if self.rack else ''})"
             )
         if self.action in (Action.PLAIN, Action.PREEMPT_POD):
             return f"step {self.index}: {self.action} {self.name} ({self.cpu}m, {self.priority})"
@@ -99,6 +113,8 @@ class Step:
 def steps(seed: int, faults: Sequence[Fault] = tuple(ALL_FAULTS)) -> Iterator[Step]:
     """The endless stream of seed `seed`; only the `faults` given are injected."""
     rng = random.Random(seed)
+    # Its own Random: the topology choice leaves the other draws (and steps) as they were.
+    topology = random.Random(f"topology-{seed}")
     actions = [a for a in _WEIGHTS if a is not Action.FAULT or faults]
     weights = [_WEIGHTS[a] for a in actions]
     fault_kinds = sorted(faults)
@@ -123,6 +139,7 @@ def steps(seed: int, faults: Sequence[Fault] = tuple(ALL_FAULTS)) -> Iterator[St
                 cpu=rng.choice(MEMBER_CPUS),
                 priority=HIGH_PRIORITY if high else rng.choice(LOW_PRIORITIES),
                 source=source,
+                rack=topology.random() < RACK_SHARE,
             )
         elif action in (Action.PLAIN, Action.PREEMPT_POD):
             high = action is Action.PREEMPT_POD
@@ -141,3 +158,12 @@ def steps(seed: int, faults: Sequence[Fault] = tuple(ALL_FAULTS)) -> Iterator[St
             yield Step(index, action, fault=rng.choice(fault_kinds))
         else:
             yield Step(index, action, pick=rng.random())
+
+
+def rack_of(k: int) -> str:
+    """The rack of the k-th node the soak creates (from 0): racks of 2 and 3 nodes in turn.
+
+    The soak's first four nodes make two racks; the nodes the stream adds
+    fill the second one, then the next ones.
+    """
+    return f"rack-{(2 * k + 1) // 5}"

@@ -4,9 +4,12 @@
 gang of one for the checks). `Monitor` lists the soak's namespace every
 0.3 s on its own thread: no gang may be bound below its minimum (a binding
 wave takes milliseconds; a partial state lasting WAVE_SECONDS is a
-violation), and it notes when each gang first held its minimum (time to
-place). `fitting` says which pending gangs fit the room the API server shows
-(tests/preemption_oracle.py, exhaustive), the liveness check's question.
+violation), no gang required to keep to one rack is bound across two, and
+it notes when each gang first held its minimum (time to place). `fitting`
+says which pending gangs fit the room the API server shows
+(tests/preemption_oracle.py, exhaustive), the liveness check's question; for
+a gang required to keep to one rack, the cheapest rack (the one its placed
+members are in, once it has some).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from typing import Any
 from app.core.groups import NATIVE_API, VOLCANO_API, group_key
 from tests.cluster.kube import Kube
 from tests.cluster.test_faults import diff_caches, fresh_caches
-from tests.preemption_oracle import Running, fewest_evictions
-from tests.soak.stream import HIGH_PRIORITY, Source
+from tests.preemption_oracle import Running, fewest_evictions, fewest_evictions_in_one_domain
+from tests.soak.stream import HIGH_PRIORITY, RACK_LABEL, Source
 
 # A binding wave completes in milliseconds; a partial gang outliving this is a violation.
 WAVE_SECONDS = 2.0
@@ -51,6 +54,8 @@ class Gang:
     step: str
     placed_at: float | None = None
     deleted: bool = False
+    # Every member in one rack (required; RACK_LABEL: run.py _join and _create_group).
+    rack: bool = False
 
     @property
     def pods(self) -> list[str]:
@@ -75,6 +80,12 @@ class Snapshot:
     pods: dict[str, Any]
     # schedulable node -> millicpu allocatable
     nodes: dict[str, int]
+    # every node with a rack (cordoned ones too) -> its rack
+    racks: dict[str, str] = field(default_factory=dict)
+
+    def racks_of(self, pods: list[str]) -> set[str]:
+        """The racks the bound ones of `pods` are in ('' for a node without a rack)."""
+        return {self.racks.get(self.placed[p], "") for p in pods if p in self.placed}
 
     def terminating(self) -> dict[str, str]:
         """Bound pods being deleted -> node: kube-scheduler counts their room as taken until
@@ -114,12 +125,18 @@ class World:
             for name, p in pods.items()
             if p.spec.node_name and not p.metadata.deletion_timestamp
         }
+        listed = self.kube.core.list_node().items
         nodes = {
             n.metadata.name: _millicpu(n.status.allocatable["cpu"])
-            for n in self.kube.core.list_node().items
+            for n in listed
             if not n.spec.unschedulable and (n.status.allocatable or {}).get("cpu")
         }
-        return Snapshot(placed, pods, nodes)
+        racks = {
+            n.metadata.name: n.metadata.labels[RACK_LABEL]
+            for n in listed
+            if RACK_LABEL in (n.metadata.labels or {})
+        }
+        return Snapshot(placed, pods, nodes, racks)
 
     def placed_count(self, gang: Gang, snap: Snapshot) -> int:
         return sum(1 for pod in gang.pods if pod in snap.placed)
@@ -153,14 +170,20 @@ class World:
                 mins[in_gang] = gang.min_member
         return running, mins
 
-    def need(self, gang: Gang, snap: Snapshot) -> int | str | None:
-        """Fewest evictions letting its missing members fit (None: never; str: not asked)."""
+    def need(self, gang: Gang, snap: Snapshot, free_only: bool = False) -> int | str | None:
+        """Fewest evictions letting its missing members fit (None: never; str: not asked).
+
+        A gang required to keep to one rack: the cheapest rack, each searched
+        with its own nodes and pods only; the rack of its placed members once
+        it has some (None when they are in two: the Monitor reports that).
+        free_only: in the free room, whatever its priority.
+        """
         running, mins = self.running(snap)
         missing = gang.min_member - self.placed_count(gang, snap)
         if missing <= 0:
             return 0
         # Low-priority classes never preempt (preemptionPolicy Never): free room only.
-        priority = gang.priority if gang.preempts else 0
+        priority = gang.priority if gang.preempts and not free_only else 0
         lower = sum(1 for r in running if r.priority < priority)
         if lower > ORACLE_MAX_CANDIDATES:
             return f"{lower} candidates: too many for the exhaustive oracle"
@@ -174,7 +197,15 @@ class World:
         for pod, (node, cpu, nominee) in self.nominated(snap).items():
             if node in alloc and nominee >= gang.priority and pod not in gang.pods:
                 alloc[node]["cpu"] -= cpu
-        return fewest_evictions(alloc, running, [{"cpu": gang.cpu}] * missing, priority, mins)
+        demands = [{"cpu": gang.cpu}] * missing
+        if not gang.rack:
+            return fewest_evictions(alloc, running, demands, priority, mins)
+        pinned = snap.racks_of(gang.pods)
+        if len(pinned) > 1:
+            return None
+        return fewest_evictions_in_one_domain(
+            alloc, running, demands, priority, mins, snap.racks, next(iter(pinned), None)
+        )
 
     def nominated(self, snap: Snapshot) -> dict[str, tuple[str, int, int]]:
         """Unplaced pods kube-scheduler nominated: pod -> (node, millicpu, priority)."""
@@ -191,7 +222,10 @@ class World:
 
         A gang that waits behind an aged gang of its priority or higher that
         fits the empty cluster is not counted: the extender holds the room
-        for that one by design (aging), until the cluster drains for it.
+        for that one by design (aging), until the cluster drains for it. An
+        aged gang required to keep to one rack holds others back only while
+        some rack holds it in the free room: otherwise the extender leaves it
+        out of the line (docs/topology.md).
         """
         pending = self.pending(snap)
         now = time.monotonic()
@@ -203,6 +237,7 @@ class World:
             and g.source is not None
             and g.min_member * g.cpu <= capacity
             and g.min_member * g.cpu <= g.members * max(snap.nodes.values(), default=0)
+            and (not g.rack or isinstance(self.need(g, snap, free_only=True), int))
         ]
         found: list[tuple[Gang, int]] = []
         for gang in pending:
@@ -238,7 +273,8 @@ def _millicpu(quantity: str) -> int:
 
 
 class Monitor:
-    """Lists the namespace every 0.3 s: no gang bound below its minimum; when each was placed."""
+    """Lists the namespace every 0.3 s: no gang bound below its minimum, none required to keep
+    to one rack bound across two; when each was placed."""
 
     def __init__(self, world: World, step: Callable[[], str]) -> None:
         self.world = world
@@ -247,6 +283,7 @@ class Monitor:
         self._stop = threading.Event()
         self._partial_since: dict[str, float] = {}
         self._terminating_since: dict[str, float] = {}
+        self._split: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="soak-monitor", daemon=True)
 
     def start(self) -> Monitor:
@@ -281,6 +318,17 @@ class Monitor:
                     self._partial_since[gang.name] = now  # report again only if it lasts
             else:
                 self._partial_since.pop(gang.name, None)
+            if gang.rack and gang.name not in self._split:
+                racks = snap.racks_of(gang.pods)
+                if len(racks) > 1:
+                    self._split.add(gang.name)  # reported once: it stays split until deleted
+                    self.world.violation(
+                        f"{self.step()}: gang {gang.name} ({gang.step}) required to keep to one "
+                        f"rack is bound across racks {sorted(racks)}: "
+                        + ", ".join(
+                            f"{p} on {snap.placed[p]}" for p in gang.pods if p in snap.placed
+                        )
+                    )
         self._stuck_terminating(snap, now)
 
     def _stuck_terminating(self, snap: Snapshot, now: float) -> None:

@@ -1,7 +1,9 @@
-"""The soak's own tools (tests/soak): the seeded stream and the slow relay.
+"""The soak's own tools (tests/soak): the seeded stream, the oracle's rack rule, the relay.
 
 The stream must be the same for the same seed (a failing seed is replayed
-exactly) and inject only the faults asked for. The relay must delay what it
+exactly) and inject only the faults asked for. A gang required to keep to
+one rack needs the fewest evictions of its cheapest rack (of its placed
+members' rack once it has some), and is never bound across two. The relay must delay what it
 carries by the delay asked for, per direction, keep the bytes in order, and
 drop every connection when told to (the soak's watch cut).
 """
@@ -19,9 +21,10 @@ from typing import Any, cast
 
 import pytest
 
+from tests.preemption_oracle import Running, fewest_evictions, fewest_evictions_in_one_domain
 from tests.soak.relay import Delay, slow_relay
-from tests.soak.stream import Action, Fault, steps
-from tests.soak.world import Gang, Snapshot, World
+from tests.soak.stream import HIGH_PRIORITY, Action, Fault, Source, rack_of, steps
+from tests.soak.world import Gang, Monitor, Snapshot, World
 
 
 def test_the_same_seed_gives_the_same_steps_and_another_seed_others() -> None:
@@ -177,3 +180,112 @@ def test_a_reset_server_side_breaks_the_client_side_at_once(resetting: int) -> N
             ended = True
         assert ended
         assert time.monotonic() - start < 2
+
+
+# ---- topology: gangs required to keep to one rack ----------------------------------------
+
+
+def test_about_a_gang_in_four_keeps_to_one_rack_drawn_apart_from_the_other_steps() -> None:
+    """The rack choice has a Random of its own: the seed's other draws are as they were."""
+    drawn = list(itertools.islice(steps(5), 600))
+    gangs = [s for s in drawn if s.action in (Action.GANG, Action.PREEMPT_GANG)]
+    racked = [s for s in gangs if s.rack]
+    assert 0.15 < len(racked) / len(gangs) < 0.35
+    assert {s.action for s in racked} == {Action.GANG, Action.PREEMPT_GANG}
+    assert not any(s.rack for s in drawn if s.action not in (Action.GANG, Action.PREEMPT_GANG))
+    assert "one rack" in racked[0].describe()
+    assert drawn == list(itertools.islice(steps(5), 600))  # the rack choice too, per seed
+
+
+def test_racks_are_of_two_and_three_nodes_in_turn() -> None:
+    assert [rack_of(k) for k in range(7)] == [
+        "rack-0",
+        "rack-0",
+        "rack-1",
+        "rack-1",
+        "rack-1",
+        "rack-2",
+        "rack-2",
+    ]
+
+
+LOW, HIGH = 0, HIGH_PRIORITY
+
+
+def low_pods(*nodes: str) -> list[Running]:
+    """One low-priority 2000m plain pod on each node named."""
+    return [Running(f"p{i}-{node}", node, {"cpu": 2000}, LOW) for i, node in enumerate(nodes)]
+
+
+def test_the_oracle_picks_the_one_rack_that_holds_the_gang() -> None:
+    """Free room on a1 and b1 holds two members across racks; only rack A holds both."""
+    alloc = {"a1": {"cpu": 4000}, "b1": {"cpu": 2000}, "b2": {"cpu": 2000}}
+    racks = {"a1": "A", "b1": "B", "b2": "B"}
+    running = low_pods("b1")
+    two = [{"cpu": 2000}] * 2
+    assert fewest_evictions_in_one_domain(alloc, running, two, LOW, {}, racks) == 0
+    # Pinned to B (a member placed there): B has room for one member only.
+    assert fewest_evictions_in_one_domain(alloc, running, two, LOW, {}, racks, "B") is None
+
+
+def test_the_oracle_takes_the_rack_with_the_fewest_evictions() -> None:
+    """Rack A needs 2 evictions, rack B 1, rack C (one node) cannot hold two: 1. Across racks
+    the free room of b1 and c1 would need none."""
+    alloc = {n: {"cpu": 2000} for n in ("a1", "a2", "b1", "b2", "c1")}
+    racks = {"a1": "A", "a2": "A", "b1": "B", "b2": "B", "c1": "C"}
+    running = low_pods("a1", "a2", "b2")
+    two = [{"cpu": 2000}] * 2
+    assert fewest_evictions(alloc, running, two, HIGH, {}) == 0
+    assert fewest_evictions_in_one_domain(alloc, running, two, HIGH, {}, racks) == 1
+    assert fewest_evictions_in_one_domain(alloc, running, two, HIGH, {}, racks, "A") == 2
+    # A running gang keeps its minimum counted over every rack: b2's pod may not go.
+    ganged = [*low_pods("a1", "a2"), Running("g-0", "b2", {"cpu": 2000}, LOW, "g")]
+    ganged.append(Running("g-1", "a1", {"cpu": 0}, LOW, "g"))
+    assert fewest_evictions_in_one_domain(alloc, ganged, two, HIGH, {"g": 2}, racks) == 2
+
+
+def test_the_oracle_says_none_when_no_rack_is_big_enough() -> None:
+    alloc = {n: {"cpu": 2000} for n in ("a1", "a2", "b1", "b2")}
+    racks = {"a1": "A", "a2": "A", "b1": "B", "b2": "B"}
+    three = [{"cpu": 2000}] * 3
+    assert fewest_evictions(alloc, [], three, HIGH, {}) == 0
+    assert fewest_evictions_in_one_domain(alloc, low_pods("a1"), three, HIGH, {}, racks) is None
+
+
+def racked_world() -> tuple[World, Snapshot]:
+    """Rack A: a1 (4000m); rack B: b1, b2 (2000m each, b1 taken by a plain pod). Gang g of
+    3 x 2000m keeps to one rack; g-0 is bound on b2."""
+    world = World(kube=cast(Any, None), namespace="soak")
+    world.gangs["g"] = Gang("g", 3, 3, 2000, 0, Source.KUEUE, 0.0, "step 1", rack=True)
+    world.gangs["p"] = Gang("p", 1, 1, 2000, 0, None, 0.0, "step 2")
+    pods = {"g-0": a_pod("b2"), "g-1": a_pod(""), "g-2": a_pod(""), "p": a_pod("b1")}
+    snap = Snapshot(
+        placed={"g-0": "b2", "p": "b1"},
+        pods=pods,
+        nodes={"a1": 4000, "b1": 2000, "b2": 2000},
+        racks={"a1": "A", "b1": "B", "b2": "B"},
+    )
+    return world, snap
+
+
+def test_a_gang_partly_placed_keeps_to_its_members_rack() -> None:
+    """Its two missing members fit a1 (rack A) but not rack B, where g-0 is: it never fits."""
+    world, snap = racked_world()
+    gang = world.gangs["g"]
+    assert world.need(gang, snap) is None
+    gang.rack = False
+    assert world.need(gang, snap) == 0  # unconstrained, a1 holds both
+
+
+def test_the_monitor_reports_a_gang_bound_across_two_racks() -> None:
+    world, snap = racked_world()
+    snap.placed["g-1"] = "a1"
+    monitor = Monitor(world, lambda: "step 9")
+    monitor.look(snap)
+    monitor.look(snap)  # once per gang: it stays split until deleted
+    assert len(world.violations) == 1
+    assert (
+        "g (step 1) required to keep to one rack is bound across racks ['A', 'B']"
+        in (world.violations[0])
+    )
+    assert world.need(world.gangs["g"], snap) is None  # split: no rack is its own
