@@ -20,11 +20,12 @@ or, a native PodGroup, spec.schedulingConstraints.topology.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
 import statistics
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,28 @@ from tests.soak.world import Gang, Monitor, Snapshot, World, caches_diff
 HIGH_CLASS = "soak-high"
 # How long a pending member may go without showing why it waits.
 REASON_SECONDS = 30.0
+
+
+# How long a delete is tried again while the API server does not answer (a restart).
+DELETE_SECONDS = 90.0
+
+
+def _until_gone(delete: Callable[[], object]) -> None:
+    """Call `delete` until it succeeds or the object is not found (404)."""
+    deadline = time.monotonic() + DELETE_SECONDS
+    while True:
+        try:
+            delete()
+            return
+        except ApiException as err:
+            if err.status == 404:
+                return
+            failure: Exception = err
+        except Exception as err:  # no answer at all: the API server restarting
+            failure = err
+        if time.monotonic() > deadline:
+            raise AssertionError(f"a delete kept failing for {DELETE_SECONDS:g}s: {failure}")
+        time.sleep(1)
 
 
 def priority_class(priority: int) -> str:
@@ -352,19 +375,29 @@ class Soak:
             annotations[KUEUE_REQUIRED] = RACK_LABEL
 
     def _delete(self, gang: Gang) -> None:
+        """Delete the gang's pods and group object, each until the API server says it is gone:
+        a delete lost to an API server restart would leave a gang the soak counts as deleted
+        while the extender rightly keeps it in line (and holds room for it)."""
         gang.deleted = True
         for pod in gang.pods:
             self.world.deleted_pods.add(pod)
-            with contextlib.suppress(ApiException):
-                self.kube.core.delete_namespaced_pod(pod, self.namespace, grace_period_seconds=0)
+            _until_gone(
+                functools.partial(
+                    self.kube.core.delete_namespaced_pod,
+                    pod,
+                    self.namespace,
+                    grace_period_seconds=0,
+                )
+            )
         api = {Source.XK8S: XK8S_API, Source.VOLCANO: VOLCANO_API, Source.NATIVE: NATIVE_API}.get(
             gang.source or Source.LABELS
         )
         if api is not None:
-            with contextlib.suppress(ApiException):
-                self.kube.custom.delete_namespaced_custom_object(
+            _until_gone(
+                lambda: self.kube.custom.delete_namespaced_custom_object(
                     api.group, api.version, self.namespace, api.plural, gang.name
                 )
+            )
 
     # ---- preemption: exactly the minimum --------------------------------------------------
 

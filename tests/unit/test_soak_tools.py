@@ -289,3 +289,36 @@ def test_the_monitor_reports_a_gang_bound_across_two_racks() -> None:
         in (world.violations[0])
     )
     assert world.need(world.gangs["g"], snap) is None  # split: no rack is its own
+
+
+def test_a_soak_delete_is_tried_until_the_object_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete lost to an API server restart would leave a gang the soak thinks deleted
+    while the extender rightly keeps it in line: each is tried until gone (or 404)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from tests.soak import run
+
+    monkeypatch.setattr("tests.soak.run.time.sleep", lambda _s: None)
+    answers: list[Exception | None] = [
+        ConnectionRefusedError("connection refused"),
+        ApiException(status=503),
+        None,
+    ]
+    calls: list[int] = []
+
+    def delete() -> None:
+        calls.append(1)
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+
+    run._until_gone(delete)
+    assert len(calls) == 3
+
+    def gone() -> None:
+        raise ApiException(status=404)
+
+    run._until_gone(gone)  # already gone: done
+    monkeypatch.setattr(run, "DELETE_SECONDS", -1.0)
+    with pytest.raises(AssertionError, match="kept failing"):
+        run._until_gone(lambda: (_ for _ in ()).throw(ApiException(status=500)))
