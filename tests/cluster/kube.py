@@ -136,15 +136,24 @@ class Kube:
         create_group(self.custom, VOLCANO_API, namespace, name, spec)
 
     def create_native_podgroup(
-        self, namespace: str, name: str, min_count: int, *, priority_class: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        min_count: int,
+        *,
+        priority_class: str | None = None,
+        topology_key: str | None = None,
     ) -> None:
-        """A native (scheduling.k8s.io) PodGroup. kube-scheduler schedules none of its pods
-        unless their priority is the group's ("all pods in a single pod group should have
-        the same priority as the pod group's priority"): members with a priority class need
-        the group to name the same class."""
+        """A native (scheduling.k8s.io) PodGroup, whole in one domain of `topology_key` if
+        given. kube-scheduler schedules none of its pods unless their priority is the
+        group's ("all pods in a single pod group should have the same priority as the pod
+        group's priority"): members with a priority class need the group to name the same
+        class."""
         spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
         if priority_class:
             spec["priorityClassName"] = priority_class
+        if topology_key:
+            spec["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
         create_group(self.custom, NATIVE_API, namespace, name, spec)
 
     def create_queue(
