@@ -70,8 +70,10 @@ DRA_UNSCHEDULABLE = "cannot allocate all claims"
 GANG_SHORT = "placed at once"
 NO_CANDIDATE = "preemption: 0/"
 # kube-scheduler v1.37.2's pod-group cycle when every candidate placement (topology domain)
-# got no pod: its PodGroupPodsCount placement scorer fails (podgroup_pods_count.go:83).
-NO_PLACEMENT = "no pods from pod group are assigned to any of the candidate placements"
+# got no pod: its PodGroupPodsCount placement scorer fails (podgroup_pods_count.go:83, "no
+# pods from pod group are assigned to any of the candidate placements"). A fragment: the
+# messages reference (hack/gen_reference.py) lists our own sentences, not those we read.
+NO_PLACEMENT = "of the candidate placements"
 # The topology filter's words for a gang that fits in no domain now (app/core/topology/domains.py).
 NO_DOMAIN_ROOM = "retried as capacity frees"
 # A gang's members are reported one after the other: one try for all of them.
