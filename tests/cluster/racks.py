@@ -85,6 +85,22 @@ def fill_racks(kube: Kube, namespace: str, layout: Mapping[str, list[list[int]]]
     return bound
 
 
+@contextlib.contextmanager
+def filled_racks(
+    kube: Kube,
+    namespace: str,
+    layout: Mapping[str, list[list[int]]],
+    block_of: Mapping[str, str] | None = None,
+) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
+    """racks() of `layout` (each rack in its block of `block_of`, else b0) filled by
+    fill_racks(): yields (node -> rack, low-priority pod -> node)."""
+    blocks = {
+        rack: ((block_of or {}).get(rack, "b0"), len(nodes)) for rack, nodes in layout.items()
+    }
+    with racks(kube, blocks) as rack_of:
+        yield rack_of, fill_racks(kube, namespace, layout)
+
+
 def one_rack(bound: Mapping[str, str], rack_of: Mapping[str, str], pods: Iterable[str]) -> str:
     """The one rack `pods` (bound: pod -> node) landed in; fails if they straddle racks."""
     pods = list(pods)

@@ -19,7 +19,7 @@ import pytest
 
 from hack.clusterkit import wait_for
 from tests.cluster.kube import HIGH, Kube
-from tests.cluster.racks import RACK, fill_racks, one_rack, racks
+from tests.cluster.racks import RACK, filled_racks, one_rack
 from tests.cluster.test_composite import leaf_pods, tree
 
 pytestmark = pytest.mark.usefixtures("priorities")
@@ -64,9 +64,7 @@ def gang_bound(kube: Kube, namespace: str, members: set[str]) -> dict[str, str]:
 def test_a_native_podgroup_with_a_rack_key_evicts_the_fewest_in_one_rack(
     kube: Kube, namespace: str
 ) -> None:
-    layout = {rack: ("b0", len(nodes)) for rack, nodes in FLAT.items()}
-    with racks(kube, layout) as rack_of:
-        before = fill_racks(kube, namespace, FLAT)
+    with filled_racks(kube, namespace, FLAT) as (rack_of, before):
         kube.create_native_podgroup(namespace, "train", 2, priority_class=HIGH, topology_key=RACK)
         members = {"train-0", "train-1"}
         for name in sorted(members):
@@ -86,9 +84,7 @@ def test_a_native_podgroup_with_a_rack_key_evicts_the_fewest_in_one_rack(
 def test_a_composite_tree_evicts_the_fewest_in_its_racks_of_one_block(
     kube: Kube, namespace: str
 ) -> None:
-    layout = {rack: (TREE_BLOCKS[rack], len(nodes)) for rack, nodes in TREE.items()}
-    with racks(kube, layout) as rack_of:
-        before = fill_racks(kube, namespace, TREE)
+    with filled_racks(kube, namespace, TREE, TREE_BLOCKS) as (rack_of, before):
         tree(kube, namespace, "job", {"job-a": 2, "job-b": 2}, priority_class=HIGH)
         leaf_pods(kube, namespace, "job-a", 2, priority_class=HIGH)
         leaf_pods(kube, namespace, "job-b", 2, priority_class=HIGH)

@@ -16,7 +16,7 @@ from app.core.groups import KUEUE_GROUP_LABEL, KUEUE_TOTAL_COUNT_ANNOTATION
 from app.core.topology.sources import KUEUE_POD_INDEX, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE
 from hack.clusterkit import wait_for
 from tests.cluster.kube import HIGH, Kube
-from tests.cluster.racks import RACK, fill_racks, racks, slice_racks
+from tests.cluster.racks import RACK, filled_racks, slice_racks
 
 pytestmark = pytest.mark.usefixtures("priorities")
 
@@ -32,9 +32,7 @@ LAYOUT: dict[str, list[list[int]]] = {
 def test_a_high_priority_gang_of_slices_evicts_the_fewest_only_in_the_racks_it_takes(
     kube: Kube, namespace: str
 ) -> None:
-    layout = {rack: ("b0", len(nodes)) for rack, nodes in LAYOUT.items()}
-    with racks(kube, layout) as rack_of:
-        before = fill_racks(kube, namespace, LAYOUT)
+    with filled_racks(kube, namespace, LAYOUT) as (rack_of, before):
         for i in range(4):
             kube.create_pod(
                 namespace,
