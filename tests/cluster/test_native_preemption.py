@@ -30,6 +30,11 @@ FLAT: dict[str, list[list[int]]] = {
     "r1": [[1000], [1000]],  # 2: the fewest in one rack
     "r2": [[500, 500], [500, 500]],  # 4
 }
+# No topology key: a free node in r1, and one pod to evict on each node of r0.
+ANYWHERE: dict[str, list[list[int]]] = {
+    "r0": [[1000], [1000]],
+    "r1": [[500, 500], []],
+}
 # Racks r0, r1 in block b0 (2 + 2), r2 alone in block b1 (1, but no room for the second
 # leaf in its block). Only one rack in b1: with a second one, kube-scheduler v1.37.2 could
 # not place the tree even on free room (docs/preemption.md, "Kubernetes' own PodGroups").
@@ -79,6 +84,25 @@ def test_a_native_podgroup_with_a_rack_key_evicts_the_fewest_in_one_rack(
         assert len(evicted) == 2, (evicted, before, after)
         assert set(after) - members == set(before) - evicted
         assert "2 eviction(s) for 2 member(s)" in planned(kube, namespace)
+
+
+def test_a_native_podgroup_without_topology_evicts_the_fewest_anywhere(
+    kube: Kube, namespace: str
+) -> None:
+    with filled_racks(kube, namespace, ANYWHERE) as (_, before):
+        # kube-scheduler has one placement (the whole cluster): no scorer error, its own
+        # pod-group preemption runs and fails; the pods carry the filter's refusal.
+        kube.create_native_podgroup(namespace, "train", 2, priority_class=HIGH)
+        members = {"train-0", "train-1"}
+        for name in sorted(members):
+            kube.create_pod(namespace, name, cpu="1", scheduling_group="train", priority_class=HIGH)
+        after = gang_bound(kube, namespace, members)
+        evicted = set(before) - set(after)
+        # The free node and one 1-CPU pod: 1 eviction (r1's first node would cost 2).
+        assert len(evicted) == 1, (evicted, before, after)
+        assert before[evicted.pop()] in {"sub-r0-n0", "sub-r0-n1"}, (before, after)
+        assert "sub-r1-n1" in set(after[m] for m in members), after
+        assert "1 eviction(s) for 2 member(s)" in planned(kube, namespace)
 
 
 def test_a_composite_tree_evicts_the_fewest_in_its_racks_of_one_block(
