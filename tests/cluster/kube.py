@@ -144,11 +144,11 @@ class Kube:
         priority_class: str | None = None,
         topology_key: str | None = None,
     ) -> None:
-        """A native (scheduling.k8s.io) PodGroup. kube-scheduler schedules none of its pods
-        unless their priority is the group's ("all pods in a single pod group should have
-        the same priority as the pod group's priority"): members with a priority class need
-        the group to name the same class. topology_key: every member in one domain of that
-        node label (spec.schedulingConstraints.topology, required)."""
+        """A native (scheduling.k8s.io) PodGroup, whole in one domain of `topology_key` if
+        given. kube-scheduler schedules none of its pods unless their priority is the
+        group's ("all pods in a single pod group should have the same priority as the pod
+        group's priority"): members with a priority class need the group to name the same
+        class."""
         spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
         if priority_class:
             spec["priorityClassName"] = priority_class

@@ -13,8 +13,9 @@ import functools
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
+from app.core.topology.domains import HOSTNAME
 from hack.clusterkit import local_cluster, wait_for
-from tests.cluster.kube import Kube
+from tests.cluster.kube import LOW, Kube
 from tests.cluster.session import Extender
 
 RACK = "example.com/rack"
@@ -63,6 +64,41 @@ def racks(kube: Kube, layout: dict[str, tuple[str, int]]) -> Iterator[dict[str, 
     with kube.nodes_of_its_own() as created:
         create_labelled_nodes(kube, created, labels, "1")
         yield rack_of
+
+
+def fill_racks(kube: Kube, namespace: str, layout: Mapping[str, list[list[int]]]) -> dict[str, str]:
+    """Low-priority pods pinned to the nodes of racks() (layout: per rack, per node, the
+    millicpu of each pod on it), named low-0..; returns pod -> node once all are bound."""
+    count = 0
+    for rack, nodes in layout.items():
+        for n, pods in enumerate(nodes):
+            for millicpu in pods:
+                body = kube.pod_body(f"low-{count}", cpu=f"{millicpu}m", priority_class=LOW)
+                body["spec"]["nodeSelector"] = {HOSTNAME: f"sub-{rack}-n{n}"}
+                kube.core.create_namespaced_pod(namespace, body)
+                count += 1
+    bound: dict[str, str] = wait_for(
+        lambda: len(kube.bound(namespace)) == count and kube.bound(namespace),
+        30,
+        "the low-priority pods bound",
+    )
+    return bound
+
+
+@contextlib.contextmanager
+def filled_racks(
+    kube: Kube,
+    namespace: str,
+    layout: Mapping[str, list[list[int]]],
+    block_of: Mapping[str, str] | None = None,
+) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
+    """racks() of `layout` (each rack in its block of `block_of`, else b0) filled by
+    fill_racks(): yields (node -> rack, low-priority pod -> node)."""
+    blocks = {
+        rack: ((block_of or {}).get(rack, "b0"), len(nodes)) for rack, nodes in layout.items()
+    }
+    with racks(kube, blocks) as rack_of:
+        yield rack_of, fill_racks(kube, namespace, layout)
 
 
 def one_rack(bound: Mapping[str, str], rack_of: Mapping[str, str], pods: Iterable[str]) -> str:

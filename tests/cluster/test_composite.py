@@ -36,22 +36,21 @@ def tree(
     *,
     min_groups: int = 2,
     parent: str | None = None,
+    priority_class: str | None = None,
 ) -> None:
     """A CompositePodGroup `root` (all in one block, `min_groups` children needed) and a
     leaf PodGroup per entry of `leaves` (name -> minCount, all in one rack) naming
-    `parent` (default: the root) as its parent."""
+    `parent` (default: the root) as its parent. kube-scheduler schedules a tree only
+    when its members' priority is the root's: `priority_class` names the pods' class."""
     workload = {"workloadName": root, "templateName": root}
-    create_group(
-        kube.custom,
-        COMPOSITE_API,
-        namespace,
-        root,
-        {
-            "workloadRef": workload,
-            "schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
-            "schedulingConstraints": {"topology": [{"key": BLOCK}]},
-        },
-    )
+    root_spec: dict[str, Any] = {
+        "workloadRef": workload,
+        "schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
+        "schedulingConstraints": {"topology": [{"key": BLOCK}]},
+    }
+    if priority_class:
+        root_spec["priorityClassName"] = priority_class
+    create_group(kube.custom, COMPOSITE_API, namespace, root, root_spec)
     for name, min_count in leaves.items():
         spec: dict[str, Any] = {
             "parentCompositePodGroupName": parent or root,
@@ -59,13 +58,28 @@ def tree(
             "schedulingPolicy": {"gang": {"minCount": min_count}},
             "schedulingConstraints": {"topology": [{"key": RACK}]},
         }
+        if priority_class:
+            spec["priorityClassName"] = priority_class
         create_group(kube.custom, NATIVE_API, namespace, name, spec)
 
 
-def leaf_pods(kube: Kube, namespace: str, leaf: str, count: int, cpu: str = "1") -> None:
+def leaf_pods(
+    kube: Kube,
+    namespace: str,
+    leaf: str,
+    count: int,
+    cpu: str = "1",
+    priority_class: str | None = None,
+) -> None:
     """`count` pods of the leaf PodGroup, named <leaf>-<i>."""
     for i in range(count):
-        kube.create_pod(namespace, f"{leaf}-{i}", cpu=cpu, scheduling_group=leaf)
+        kube.create_pod(
+            namespace,
+            f"{leaf}-{i}",
+            cpu=cpu,
+            scheduling_group=leaf,
+            priority_class=priority_class,
+        )
 
 
 def test_two_leaves_land_three_and_three_each_in_a_rack_of_one_block(

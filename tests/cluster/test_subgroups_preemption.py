@@ -13,11 +13,10 @@ from __future__ import annotations
 import pytest
 
 from app.core.groups import KUEUE_GROUP_LABEL, KUEUE_TOTAL_COUNT_ANNOTATION
-from app.core.topology.domains import HOSTNAME
 from app.core.topology.sources import KUEUE_POD_INDEX, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE
 from hack.clusterkit import wait_for
-from tests.cluster.kube import HIGH, LOW, Kube
-from tests.cluster.racks import RACK, racks, slice_racks
+from tests.cluster.kube import HIGH, Kube
+from tests.cluster.racks import RACK, filled_racks, slice_racks
 
 pytestmark = pytest.mark.usefixtures("priorities")
 
@@ -30,28 +29,10 @@ LAYOUT: dict[str, list[list[int]]] = {
 }
 
 
-def pinned_low_pod(kube: Kube, namespace: str, name: str, node: str, millicpu: int) -> None:
-    body = kube.pod_body(name, cpu=f"{millicpu}m", priority_class=LOW)
-    body["spec"]["nodeSelector"] = {HOSTNAME: node}
-    kube.core.create_namespaced_pod(namespace, body)
-
-
 def test_a_high_priority_gang_of_slices_evicts_the_fewest_only_in_the_racks_it_takes(
     kube: Kube, namespace: str
 ) -> None:
-    layout = {rack: ("b0", len(nodes)) for rack, nodes in LAYOUT.items()}
-    with racks(kube, layout) as rack_of:
-        count = 0
-        for rack, nodes in LAYOUT.items():
-            for n, pods in enumerate(nodes):
-                for millicpu in pods:
-                    pinned_low_pod(kube, namespace, f"low-{count}", f"sub-{rack}-n{n}", millicpu)
-                    count += 1
-        before = wait_for(
-            lambda: len(kube.bound(namespace)) == count and kube.bound(namespace),
-            30,
-            "the low-priority pods bound",
-        )
+    with filled_racks(kube, namespace, LAYOUT) as (rack_of, before):
         for i in range(4):
             kube.create_pod(
                 namespace,

@@ -44,6 +44,7 @@ from app.core.topology.sources import (
     constraint_from_volcano,
     constraint_of,
 )
+from app.runtime.preemption.unasked import NO_DOMAIN_ROOM
 
 RACK = "example.com/rack"
 BLOCK = "example.com/block"
@@ -273,6 +274,9 @@ def test_no_rack_holds_the_gang_so_it_is_short_with_a_message_naming_the_level()
         "gang ml/a needs its 3 missing member(s) (cpu 9, pods 3) in one rack (required by "
         "topology key example.com/rack); no rack has that much free now"
     )
+    # The words the extender's own preemption of a native gang reads (kube-scheduler's
+    # pod-group cycle asks no preempt verb).
+    assert NO_DOMAIN_ROOM in placed.decision.message
 
 
 def test_preferred_rack_falls_back_to_block_then_zone_then_anywhere() -> None:

@@ -11,8 +11,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from app.base.metrics import Metrics
 from app.core.admission import Admission
+from app.core.groups import SOURCE_NATIVE
 from app.core.observer import NullObserver
 from app.core.packing import Packing
 from app.core.preemption.victims import VictimPolicy
@@ -20,7 +23,7 @@ from app.core.state import ClusterState
 from app.runtime.device_cel import CelEngine
 from app.runtime.preemption import unasked as unasked_preemption
 from app.runtime.preemption.plans import PreemptionPlans
-from app.runtime.preemption.unasked import DRA_UNSCHEDULABLE, UnaskedPreemption
+from app.runtime.preemption.unasked import DRA_UNSCHEDULABLE, NO_DOMAIN_ROOM, UnaskedPreemption
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.test_devices import (
     CLASSES,
@@ -185,3 +188,102 @@ def test_no_unasked_preemption_for_a_pod_that_may_not_or_when_kube_scheduler_fou
 def test_the_words_it_reads_are_the_ones_written() -> None:
     """The trigger reads the filter's refusal: the packing's message must keep its words."""
     assert unasked_preemption.GANG_SHORT in Packing({}, 3).describe("default/g", [])
+
+
+# What kube-scheduler v1.37.2 wrote (PodScheduled, reason SchedulerError) for a native
+# PodGroup with a rack key whose filter left no node in any rack (tests/cluster/
+# test_native_preemption.py, its log "Error scheduling pod group").
+NO_PLACEMENT = (
+    'running NormalizePlacementScore on PlacementScore plugins: plugin "PodGroupPodsCount" '
+    "failed with: no pods from pod group are assigned to any of the candidate placements"
+)
+
+# The topology filter's refusal of a gang with a rack key in a single rack (kube-scheduler
+# then has one placement, no scorer error; tests/unit/test_topology.py checks the words).
+DOMAIN_SHORT = (
+    "0/2 nodes are available: 2 gang native:default/whole needs its 2 missing member(s) "
+    "(cpu 6, pods 2) in one rack (required by topology key example.com/rack); no rack has "
+    "that much free now (nodes without the node label example.com/rack belong to none)"
+)
+
+
+def native_member(name: str, message: str, *, native: bool = True) -> Any:
+    """A high-priority member of PodGroup `whole` (native, or scheduler-plugins') asking 3
+    CPUs, which kube-scheduler reported with `message`."""
+    raw = pod(name, group=None if native else "whole", cpu="3")
+    if native:
+        raw["spec"]["schedulingGroup"] = {"podGroupName": "whole"}
+    raw["spec"]["priority"] = 1000
+    raw["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulerError", "message": message}
+    ]
+    return raw
+
+
+def native_cluster(*, native: bool = True) -> tuple[ClusterState, UnaskedPreemption, Deleted]:
+    """3 nodes of 4 CPUs, a 1500m pod of priority 0 on each, and PodGroup `whole` of 2."""
+    state = ClusterState()
+    for i in range(3):
+        state.apply_node(node(f"n{i}"))
+        state.apply_pod(pod(f"low-{i}", cpu="1500m", node=f"n{i}", phase="Running"))
+    if native:
+        spec = {"schedulingPolicy": {"gang": {"minCount": 2}}}
+        raw = {"metadata": {"name": "whole", "namespace": "default", "uid": "pg"}, "spec": spec}
+        state.apply_podgroup(raw, SOURCE_NATIVE)
+    else:
+        state.apply_podgroup(podgroup("whole", 2))
+    preemption, deleted, _ = unasked_over(state)
+    return state, preemption, deleted
+
+
+@pytest.mark.parametrize(
+    ("message", "native", "evicts"),
+    [
+        (NO_PLACEMENT, True, True),
+        # The filter's refusal without a preemption verdict: kube-scheduler's pod-group
+        # preemption asks no extender, so none follows for a native gang.
+        (STALLED.split(" preemption:", maxsplit=1)[0], True, True),
+        (
+            f"{DOMAIN_SHORT}; it stays pending, nothing is reserved, and is {NO_DOMAIN_ROOM}",
+            True,
+            True,
+        ),
+        # Preemption would not help: a priority kube-scheduler refuses to schedule.
+        ("all pods in a single pod group should have the same priority", True, False),
+        # Another source's pods go kube-scheduler's per-pod way, whose preemption asks.
+        (NO_PLACEMENT, False, False),
+    ],
+)
+def test_a_native_gang_kube_scheduler_left_without_preemption_evicts(
+    monkeypatch: Any, message: str, native: bool, evicts: bool
+) -> None:
+    monkeypatch.setattr(unasked_preemption, "SETTLE_SECONDS", 0)
+    state, preemption, deleted = native_cluster(native=native)
+
+    async def run() -> None:
+        for i in range(2):
+            state.apply_pod(native_member(f"whole-{i}", message, native=native))
+        await preemption.drain()
+
+    asyncio.run(run())
+    assert len(deleted.pods) == (2 if evicts else 0), deleted.pods
+
+
+def test_a_member_reported_during_the_retry_window_is_tried_when_it_ends(
+    monkeypatch: Any,
+) -> None:
+    """kube-scheduler writes a message only when it changes: the same scorer error on the
+    last member, while its gang's try (one member short) is recent, must not be lost."""
+    monkeypatch.setattr(unasked_preemption, "SETTLE_SECONDS", 0)
+    monkeypatch.setattr(unasked_preemption, "RETRY_SECONDS", 0.2)
+    state, preemption, deleted = native_cluster()
+
+    async def run() -> None:
+        state.apply_pod(native_member("whole-0", NO_PLACEMENT))
+        await preemption.drain()  # one of 2: no plan
+        assert deleted.pods == []
+        state.apply_pod(native_member("whole-1", NO_PLACEMENT))
+        await preemption.drain()
+
+    asyncio.run(run())
+    assert len(deleted.pods) == 2, deleted.pods

@@ -14,6 +14,22 @@ dry run found victims on, one pod at a time. Two kinds of gang get none:
   finds that each member would fit somewhere with no victim, so it finds no
   candidate ("preemption: 0/N nodes are available"). A high-priority gang
   would wait for lower-priority work to end by itself.
+- A gang of Kubernetes' own PodGroups (a flat one or a CompositePodGroup
+  tree). kube-scheduler (gate GenericWorkload) sends its pods through its
+  pod-group cycle, whose preemption (DefaultPreemption's PodGroupPostFilter,
+  framework/preemption/podgrouppreemption.go in v1.37.2) asks no extender: it
+  removes every lower-priority pod from its snapshot and re-runs the cycle,
+  whose extender filter, reading the cluster as it is, still refuses. And
+  with GangScheduling disabled (as the extender needs) the cycle of a gang
+  with a topology key and several domains never gets that far: when the
+  filter leaves no node in any domain, every placement "succeeds" with no
+  pod (no PlacementFeasible plugin holds minCount) and the PodGroupPodsCount
+  placement scorer fails ("no pods from pod group are assigned to any of the
+  candidate placements", a TODO in its NormalizePlacementScore): the pods get
+  PodScheduled=False with reason SchedulerError and are retried with backoff,
+  preemption never runs. So for these pods the verdict is kube-scheduler's
+  scorer error, or the filter's own refusal for want of room (whole gang or
+  topology domain), and no preemption verdict follows either.
 
 So when a gang member whose pod may preempt is reported unschedulable for
 either reason, this asks the one owner of preemption
@@ -36,7 +52,7 @@ import logging
 from app.base.tasks import TaskSet
 from app.core.admission import Admission, wholeness
 from app.core.clock import monotonic
-from app.core.groups import PodGroupSpecError
+from app.core.groups import SOURCE_NATIVE, PodGroupSpecError
 from app.core.observer import GangObserver, MemberRef
 from app.core.packing import Demand
 from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
@@ -53,6 +69,13 @@ DRA_UNSCHEDULABLE = "cannot allocate all claims"
 # kube-scheduler's when its preemption dry run found no candidate node.
 GANG_SHORT = "placed at once"
 NO_CANDIDATE = "preemption: 0/"
+# kube-scheduler v1.37.2's pod-group cycle when every candidate placement (topology domain)
+# got no pod: its PodGroupPodsCount placement scorer fails (podgroup_pods_count.go:83, "no
+# pods from pod group are assigned to any of the candidate placements"). A fragment: the
+# messages reference (hack/gen_reference.py) lists our own sentences, not those we read.
+NO_PLACEMENT = "of the candidate placements"
+# The topology filter's words for a gang that fits in no domain now (app/core/topology/domains.py).
+NO_DOMAIN_ROOM = "retried as capacity frees"
 # A gang's members are reported one after the other: one try for all of them.
 SETTLE_SECONDS = 1.0
 # The least time between two tries for one gang.
@@ -66,7 +89,13 @@ def unasked(pod: PodRecord) -> bool:
         return bool(pod.claims)
     # Priority 0 or less evicts only pods of negative priority: not worth a plan at
     # every retry of every waiting gang of a long line.
-    return pod.priority > 0 and GANG_SHORT in message and NO_CANDIDATE in message
+    if pod.priority <= 0:
+        return False
+    if pod.group is not None and pod.group.source == SOURCE_NATIVE:
+        # kube-scheduler's pod-group cycle never asks the preempt verb (see above): its
+        # scorer's error, or the filter's refusal for room, is the last word it writes.
+        return any(words in message for words in (NO_PLACEMENT, GANG_SHORT, NO_DOMAIN_ROOM))
+    return GANG_SHORT in message and NO_CANDIDATE in message
 
 
 class UnaskedPreemption:
@@ -100,14 +129,17 @@ class UnaskedPreemption:
             or not new.may_preempt
             or not unasked(new)
             or new.group.key in self._pending
-            or self._next_try.get(new.group.key, 0.0) > monotonic()
         ):
             return
+        # Tried lately: once more when the gang may be tried again, not never. kube-scheduler
+        # writes a message only when it changes, and a gang's first try may come before its
+        # last member exists (a native gang's pods all carry the same scorer error then).
+        delay = max(SETTLE_SECONDS, self._next_try.get(new.group.key, 0.0) - monotonic())
         self._pending.add(new.group.key)
-        self._tasks.spawn(self._later(new.group.key))
+        self._tasks.spawn(self._later(new.group.key, delay))
 
-    async def _later(self, group_key: str) -> None:
-        await asyncio.sleep(SETTLE_SECONDS)
+    async def _later(self, group_key: str, delay: float) -> None:
+        await asyncio.sleep(delay)
         self._pending.discard(group_key)
         await self._try(group_key)
 
