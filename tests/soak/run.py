@@ -630,9 +630,21 @@ class Soak:
                     continue
                 conditions = {c.type: c for c in (pod.status.conditions or [])}
                 scheduled = conditions.get("PodScheduled")
-                if scheduled is None or scheduled.status != "False" or not scheduled.message:
+                if scheduled is not None and scheduled.status == "False" and scheduled.message:
+                    continue
+                # kube-scheduler's condition write can be lost to an injected fault (its
+                # status PATCH met the API server's restart: "Error updating pod ...
+                # unexpected EOF", not retried); its FailedScheduling Event, which its
+                # broadcaster retries, is what `kubectl describe pod` shows the user too.
+                if not any(e.startswith("FailedScheduling: ") for e in self._events(name)):
                     silent.append((gang, name))
         return silent
+
+    def _events(self, pod: str) -> list[str]:
+        try:
+            return self.kube.events(self.namespace, pod)
+        except Exception:  # the API server away (a fault): no Event seen
+            return []
 
     def _clean_up(self) -> None:
         """Everything deleted: the extender holds nothing for the namespace, its caches are true."""
