@@ -25,9 +25,10 @@ dry run found victims on, one pod at a time. Two kinds of gang get none:
   filter leaves no node in any domain, every placement "succeeds" with no
   pod (no PlacementFeasible plugin holds minCount) and the PodGroupPodsCount
   placement scorer fails ("no pods from pod group are assigned to any of the
-  candidate placements", a TODO in its NormalizePlacementScore): the pods get
-  PodScheduled=False with reason SchedulerError and are retried with backoff,
-  preemption never runs. So for these pods the verdict is kube-scheduler's
+  candidate placements", a case its NormalizePlacementScore leaves to
+  GangScheduling): the pods get PodScheduled=False with reason
+  SchedulerError and are retried with backoff, preemption never runs. So for
+  these pods the verdict is kube-scheduler's
   scorer error, or the filter's own refusal for want of room (whole gang or
   topology domain), and no preemption verdict follows either.
 
