@@ -160,6 +160,8 @@ def build_runtime(
         metrics.held_members.set_function(lambda: float(holds.members))
     # A plan evicts only for a gang the line would then admit (issue 49).
     plans.consult(ArbiterLineCheck(arbiter, state))
+    # Every planned member nominated for its node: no lower-priority pod takes its room.
+    plans.nominate_through(pod_writes)
     follower = PreemptionFollower(state, pod_writes, observer, victims, plans)
     devices = UnaskedPreemption(state, cluster.admission, plans, pod_writes, observer, victims)
     if holds is not None:

@@ -181,6 +181,7 @@ class Service:
         await rt.gate.drain()
         await rt.waker.drain()
         await rt.follower.drain()
+        await rt.plans.stop()
         await rt.reclaimer.drain()
         await rt.arbiter.warmup.stop()
         if rt.arbiter.holds is not None:

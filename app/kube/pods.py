@@ -29,7 +29,7 @@ _RETRY_DELAY_SECONDS = 0.2
 
 
 class PodApi:
-    """The API calls of the verbs: bindings, pod reads, wake-up patches, evictions."""
+    """The verbs' pod calls: bindings, reads, wake-up and nomination patches, evictions."""
 
     def __init__(self, requests: Requests, *, timeout_seconds: float = 10) -> None:
         self._requests = requests
@@ -72,6 +72,21 @@ class PodApi:
         await self._run(
             "PATCH",
             _pod_path(namespace, name),
+            patch,
+            absent=(NotFound, Conflict, Invalid),
+            content_type="application/merge-patch+json",
+        )
+
+    async def nominate_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Set (or, with node "", remove) status.nominatedNodeName of a pending pod.
+
+        kube-scheduler's filters count a nominated pod's requests on its node
+        for every pod of no higher priority (app/runtime/preemption/nominations.py).
+        """
+        patch = {"metadata": {"uid": uid}, "status": {"nominatedNodeName": node or None}}
+        await self._run(
+            "PATCH",
+            _pod_path(namespace, name, "/status"),
             patch,
             absent=(NotFound, Conflict, Invalid),
             content_type="application/merge-patch+json",

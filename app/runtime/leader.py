@@ -107,6 +107,8 @@ class PodWriter(Protocol):
 
     async def release_pod(self, namespace: str, name: str, uid: str) -> None: ...
 
+    async def nominate_pod(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None: ...
 
 
@@ -124,6 +126,10 @@ class LeaderOnlyPodWrites:
     async def release_pod(self, namespace: str, name: str, uid: str) -> None:
         if self._leader.is_leader():
             await self._inner.release_pod(namespace, name, uid)
+
+    async def nominate_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        if self._leader.is_leader():
+            await self._inner.nominate_pod(namespace, name, uid, node)
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         if self._leader.is_leader():

@@ -250,3 +250,62 @@ def test_a_gang_whose_members_each_fit_alone_still_preempts_for_the_whole(
     left = {n for n in names(kube, namespace) if n.startswith("low-")}
     assert len(left) == 1, f"evicted {set(before) - left}, exactly 2 were needed"
     assert list(after.values()).count(before[left.pop()]) == 1, after
+
+
+HOLD = "gang-extender.dev/test-hold"
+
+
+def test_planned_room_is_kept_from_a_lower_priority_pod_while_victims_leave(
+    kube: Kube, namespace: str
+) -> None:
+    """Every member a plan places is nominated for its node, not only the one kube-scheduler
+    acted on (issue 49's soak): a lower-priority pod waiting as the victim leaves must not
+    take the room of the member whose slot had no victim of its own.
+
+    node-2 and node-3 are full; node-1 runs one low-priority pod of 4 CPUs, whose finalizer
+    keeps it Terminating once evicted. The gang's 2 members of 2 CPUs both go to node-1:
+    kube-scheduler nominates the one whose preempt answer named the victim.
+    """
+    schedulable = sorted(
+        n.metadata.name for n in kube.core.list_node().items if not n.spec.unschedulable
+    )
+    assert len(schedulable) == 3, schedulable
+    node1, node2, node3 = schedulable
+    pinned = [("top-3", node3, TOP), ("top-2", node2, TOP), ("low-0", node1, LOW)]
+    for name, node, priority in pinned:
+        body = kube.pod_body(name, cpu="4", memory="1Mi", priority_class=priority)
+        body["spec"]["nodeName"] = node
+        if name == "low-0":
+            body["metadata"]["finalizers"] = [HOLD]
+        kube.core.create_namespaced_pod(namespace, body)
+    try:
+        kube.create_podgroup(namespace, "urgent", 2, timeout=60)
+        for i in range(2):
+            kube.create_pod(namespace, f"urgent-{i}", group="urgent", cpu="2", priority_class=HIGH)
+
+        def nominated() -> dict[str, str] | None:
+            pods = {p.metadata.name: p for p in kube.pods(namespace)}
+            shown = {n: pods[n].status.nominated_node_name or "" for n in ("urgent-0", "urgent-1")}
+            leaving = pods["low-0"].metadata.deletion_timestamp
+            return shown if leaving and all(shown.values()) else None
+
+        shown = wait_for(nominated, 60, "the victim evicted and both members nominated")
+        assert set(shown.values()) == {node1}, shown
+        # A low-priority pod that fits half of node-1, waiting when the victim leaves.
+        kube.create_pod(namespace, "thief", cpu="2", memory="1Mi", priority_class=LOW)
+        wait_for(
+            lambda: kube.event_on(namespace, "thief", "FailedScheduling"), 30, "thief unplaced"
+        )
+    finally:
+        kube.core.patch_namespaced_pod("low-0", namespace, {"metadata": {"finalizers": None}})
+
+    def gang_bound() -> dict[str, str] | None:
+        bound = kube.bound(namespace)
+        assert "thief" not in bound, f"the thief took a planned member's room: {bound}"
+        placed = {n: at for n, at in bound.items() if n.startswith("urgent-")}
+        return placed if len(placed) == 2 else None
+
+    placed = wait_for(gang_bound, 60, "the gang bound on node-1")
+    assert set(placed.values()) == {node1}, placed
+    time.sleep(2)
+    assert "thief" not in kube.bound(namespace)

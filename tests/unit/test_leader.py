@@ -55,11 +55,14 @@ class Recorded:
     async def release_pod(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(f"release {name}")
 
+    async def nominate_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.calls.append(f"nominate {name}")
+
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(f"evict {name}")
 
 
-def test_a_standby_writes_no_event_no_wakeup_no_release_no_eviction() -> None:
+def test_a_standby_writes_no_event_no_wakeup_no_release_no_nomination_no_eviction() -> None:
     election = LeaderElection("pod-a", clock=lambda: NOW)
     election.replace([lease("pod-b_1")])
     inner = Recorded()
@@ -71,10 +74,16 @@ def test_a_standby_writes_no_event_no_wakeup_no_release_no_eviction() -> None:
         recorder.record(ref, "Normal", "GangAdmitted", "m")
         await pods.touch_pod("ns", "p", "u", "now")
         await pods.release_pod("ns", "p", "u")
+        await pods.nominate_pod("ns", "p", "u", "n1")
         await pods.evict_pod("ns", "p", "u")
 
     asyncio.run(write())
     assert inner.events == [] and inner.calls == []
     election.apply(lease("pod-a_1"))
     asyncio.run(write())
-    assert inner.events == ["GangAdmitted"] and inner.calls == ["touch p", "release p", "evict p"]
+    assert inner.events == ["GangAdmitted"] and inner.calls == [
+        "touch p",
+        "release p",
+        "nominate p",
+        "evict p",
+    ]

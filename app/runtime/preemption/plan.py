@@ -49,6 +49,9 @@ class Slot:
     # A gang made of groups: the sub-groups of the member it was planned for (only a
     # member of the same sub-groups takes it, so each lands in its sub-group's domain).
     path: Path = ()
+    # Key of the member the planner placed here (its placement rules fit the node):
+    # the first choice to nominate for it (app/runtime/preemption/nominations.py).
+    planned: str = ""
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ told to the gang's users.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from app.base.metrics import Metrics
 from app.core.admission import wholeness
@@ -42,6 +42,8 @@ class PlanBook:
         self._clock = clock
         self.plan_seconds = plan_seconds
         self.plans: dict[str, Plan] = {}
+        # Told after a plan ended (the nominations follow: app/runtime/preemption/nominations.py).
+        self.ended: Callable[[], None] = lambda: None
 
     def __iter__(self) -> Iterator[Plan]:
         return iter(list(self.plans.values()))
@@ -153,6 +155,7 @@ class PlanBook:
             self._observer.preemption_ended(
                 current.group, f"preemption plan {phase.value}: {reason}"
             )
+        self.ended()
 
     def _cancel_lower(self, made: Plan) -> None:
         """A lower-priority gang's live plan on the same nodes gives way to this one."""

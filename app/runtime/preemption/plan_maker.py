@@ -313,6 +313,7 @@ def _from_result(
                     requests[member],
                     uids if i == 0 else (),
                     path=paths.get(member, ()),
+                    planned=member,
                 )
             )
     return Plan(

@@ -37,6 +37,7 @@ from app.core.records import PodRecord
 from app.core.state import ClusterState
 from app.core.topology.domains import DEFAULT_LEVELS
 from app.runtime.preemption.line_check import LineCheck
+from app.runtime.preemption.nominations import Nominations, PodNominator
 from app.runtime.preemption.plain import PlainPreemption
 from app.runtime.preemption.plan import Answer, Plan, PlanKind, PlanPhase, still_there
 from app.runtime.preemption.plan_book import PLAN_SECONDS, PlanBook
@@ -78,6 +79,7 @@ class PreemptionPlans:
         room = PreemptionRoom(state, self._book)
         self._maker = PlanMaker(state, policy, self._book, room, told, settings.levels)
         self._wakeup = PreemptorWakeup(state, waker)
+        self._nominations: Nominations | None = None
 
     @property
     def plans(self) -> dict[str, Plan]:
@@ -116,7 +118,9 @@ class PreemptionPlans:
             if isinstance(made, Answer):
                 return made
             current = made
-        return self._serve(current, preemptor, own, candidates)
+        answer = self._serve(current, preemptor, own, candidates)
+        self._nominate()
+        return answer
 
     def hand_pool_victims(self, group_key: str) -> list[str]:
         """The victims of the gang's live plan that no member's slot carries, not handed yet.
@@ -141,6 +145,7 @@ class PreemptionPlans:
         if current.phase is PlanPhase.PLANNED:
             current.phase = PlanPhase.EVICTING
         self._victims.note(present, current.group)
+        self._nominate()
         return present
 
     def consult(self, line: LineCheck) -> None:
@@ -149,6 +154,23 @@ class PreemptionPlans:
         Set once at start-up (app/server.py): the arbiter is built after the plans.
         """
         self._maker.line = line
+
+    def nominate_through(self, api: PodNominator) -> Nominations:
+        """Nominate every planned member for its node (set once at start-up, app/server.py).
+
+        Without it (unit tests of the plans alone) only kube-scheduler nominates.
+        """
+        nominations = Nominations(self._state, api, lambda: self._book, clock=self._clock)
+        nominations.on_expiry(self.on_nodes_changed)
+        self._nominations = nominations
+        self._book.ended = nominations.sync
+        return nominations
+
+    async def stop(self) -> None:
+        """No more expiry checks; let the nomination writes under way finish."""
+        if self._nominations is not None:
+            self._nominations.cancel()
+            await self._nominations.drain()
 
     def lives(self, group_key: str) -> bool:
         """Has this gang a plan that still holds (checked against the cluster now)?"""
@@ -226,6 +248,24 @@ class PreemptionPlans:
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """Move plans along as victims leave and members land; wake whoever waits for room."""
+        self._follow(old, new)
+        pod = new or old
+        nominations = self._nominations
+        if (
+            nominations is not None
+            and pod is not None
+            and (
+                nominations.concerns(pod)
+                or (pod.group is not None and pod.group.key in self._book.plans)
+            )
+        ):
+            nominations.sync()
+
+    def _nominate(self) -> None:
+        if self._nominations is not None:
+            self._nominations.sync()
+
+    def _follow(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if old is None:
             return
         gone = new is None or new.terminal or (not new.placed_node and bool(old.placed_node))

@@ -1,10 +1,11 @@
 """The room a preempting gang may plan with: free room minus what others were promised.
 
-Promised: pods kube-scheduler nominated that rank at least as high (its
+Promised: nominated pods that rank at least as high (kube-scheduler's
 filters keep their room), and the open slots of other live plans of gangs
-that rank at least as high; their handed victims count as gone. A pod gone
-(leaving, or another plan's handed victim) also gives back what its claims
-hold of the device pools published for many nodes (app/core/shared_pools.py
+that rank at least as high (their members are nominated too, counted
+once); their handed victims count as gone. A pod gone (leaving, or another
+plan's handed victim) also gives back what its claims hold of the device
+pools published for many nodes (app/core/shared_pools.py
 PoolHold), which no one node's room holds.
 """
 
@@ -28,8 +29,12 @@ class PreemptionRoom:
         # Copies: the state's bins are shared (app/core/free_room.py), these are changed.
         bins = [b.with_free(dict(b.free)) for b in self._state.room()]
         by_node = index_of(bins)
+        planned = self._book.plans
         for pod in self._state.nominated.values():
-            if pod.priority >= priority and (pod.group is None or pod.group.key != group_key):
+            # A member of a live plan is nominated for its slot: counted with the open slots.
+            if pod.group is not None and (pod.group.key == group_key or pod.group.key in planned):
+                continue
+            if pod.priority >= priority:
                 target = by_node.get(pod.nominated_node)
                 if target is not None:
                     subtract(target.free, pod.requests)
