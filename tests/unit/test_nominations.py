@@ -169,3 +169,37 @@ async def test_one_write_per_pod_at_a_time_the_latest_last() -> None:
         by_pod.setdefault(name, []).append(node)
     assert by_pod["u-0"][-1] == "" and by_pod["u-1"][-1] == ""
     assert len(by_pod["u-0"]) == 2 and by_pod["u-0"][0] != ""
+
+
+def waiting_nominated(name: str, node: str) -> Any:
+    """A gang member kube-scheduler reported unschedulable, nominated for `node`."""
+    raw = member(name, "u", nominated=node)
+    raw["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}
+    ]
+    return raw
+
+
+async def test_a_restarted_extender_removes_the_nominations_of_a_plan_it_never_knew() -> None:
+    w, api = World(), Api()
+    nominations = w.plans.nominate_through(api)
+    w.state.apply_podgroup(podgroup("u", 2))
+    # What the watch lists after a restart: the members nominated by a plan now gone.
+    w.state.apply_pod(waiting_nominated("u-0", "n1"))
+    w.state.apply_pod(waiting_nominated("u-1", "n2"))
+    await nominations.drain()
+    assert sorted(api.writes) == [("u-0", ""), ("u-1", "")]
+    w.state.apply_pod(member("u-0", "u", rv=3))
+    w.state.apply_pod(member("u-1", "u", rv=3))
+    assert nominations.ours == {}
+    nominations.cancel()
+
+
+async def test_a_nomination_a_live_plan_wants_is_kept() -> None:
+    w, api, nominations, written = await planned()
+    raw = waiting_nominated("u-1", written["u-1"])
+    raw["metadata"]["resourceVersion"] = "3"
+    w.state.apply_pod(raw)
+    await nominations.drain()
+    assert all(node for _name, node in api.writes)
+    nominations.cancel()

@@ -17,7 +17,9 @@ nominator reads status.nominatedNodeName of each pod it is told of
 the extender writes it for one unplaced member per slot: the member the slot
 was given to, else the member the planner placed there, else another that
 fits the slot. When the plan ends without a member placed, what was written
-is removed (unless kube-scheduler has nominated the pod elsewhere since).
+is removed (unless kube-scheduler has nominated the pod elsewhere since), and
+so is a nomination a restarted extender finds on a waiting member of a gang
+with no plan (its plan ended with the process that made it).
 
 No plan, no work: `sync` walks the live plans' slots and the pods written.
 """
@@ -80,6 +82,22 @@ class Nominations:
     def concerns(self, pod: PodRecord) -> bool:
         """Is this pod one this nominated (so a change of it may call for a write)?"""
         return pod.uid in self._ours
+
+    def adopt(self, pod: PodRecord) -> bool:
+        """Take over a nomination left by a plan this process never knew (it ended with
+        an extender that restarted): a pending gang member kube-scheduler reported
+        unschedulable, nominated while its gang has no live plan. The next sync removes
+        it, or keeps it if a plan made meanwhile wants it there. True: adopted."""
+        if (
+            pod.group is None
+            or not pod.nominated_node
+            or pod.placed_node
+            or not pod.unschedulable
+            or pod.uid in self._ours
+        ):
+            return False
+        self._ours[pod.uid] = pod.nominated_node
+        return True
 
     def on_expiry(self, check: Callable[[], None]) -> None:
         """What to run at the earliest live plan's deadline (plans end by time, not events)."""

@@ -251,14 +251,10 @@ class PreemptionPlans:
         self._follow(old, new)
         pod = new or old
         nominations = self._nominations
-        if (
-            nominations is not None
-            and pod is not None
-            and (
-                nominations.concerns(pod)
-                or (pod.group is not None and pod.group.key in self._book.plans)
-            )
-        ):
+        if nominations is None or pod is None:
+            return
+        planned = pod.group is not None and pod.group.key in self._book.plans
+        if nominations.concerns(pod) or planned or (new is not None and nominations.adopt(new)):
             nominations.sync()
 
     def _nominate(self) -> None:
