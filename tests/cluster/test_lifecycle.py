@@ -196,7 +196,13 @@ def test_gang_lifecycle_status_events_and_metrics(
     assert any(e.message.startswith("1 of minMember 3 members placed") for e in gang_waiting)
 
     assert moved("gang_extender_gang_admissions_total", result="admitted") >= 1
-    assert moved("gang_extender_requests_total", verb="bind", code="200") >= 3
+    # The bind calls are answered (and counted) once the bindings are done: a moment after
+    # the API server shows the pods bound.
+    wait_for(
+        lambda: moved("gang_extender_requests_total", verb="bind", code="200") >= 3,
+        30,
+        "the three bind calls answered",
+    )
     assert moved("gang_extender_gate_wait_seconds_count") >= 3
     assert moved("gang_extender_events_total", result="created") >= 3
     assert moved("gang_extender_podgroup_status_writes_total", result="written") >= 3

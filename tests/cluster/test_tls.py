@@ -14,6 +14,7 @@ import ssl
 import urllib.request
 from pathlib import Path
 
+from hack.clusterkit import wait_for
 from tests.cluster.chart_pod import run_chart_pod, schedule_gang
 from tests.cluster.kube import Kube
 from tests.packaging.helm import find, render
@@ -68,7 +69,12 @@ def test_scheduler_reaches_the_extender_over_mutual_tls_and_nobody_else_does(
 
         schedule_gang(kube, namespace, pod)
         # Every bind went over the mTLS link and succeeded.
-        assert pod.metric("gang_extender_requests_total", verb="bind", code="200") >= 3
+        # (answered, and counted, a moment after the API server shows the pods bound)
+        wait_for(
+            lambda: pod.metric("gang_extender_requests_total", verb="bind", code="200") >= 3,
+            30,
+            "the three bind calls answered",
+        )
 
         pod_cert = (secret / "tls.crt", secret / "tls.key")
         assert call(port, secret / "ca.crt", pod_cert) == "HTTP/1.1 200 OK"
