@@ -7,7 +7,9 @@ and finishes the deletion kube-scheduler starts. Nodes: 3 x 4 CPUs.
 from __future__ import annotations
 
 import functools
+import json
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -256,7 +258,7 @@ HOLD = "gang-extender.dev/test-hold"
 
 
 def test_planned_room_is_kept_from_a_lower_priority_pod_while_victims_leave(
-    kube: Kube, namespace: str
+    kube: Kube, extender: Extender, namespace: str
 ) -> None:
     """Every member a plan places is nominated for its node, not only the one kube-scheduler
     acted on (issue 49's soak): room freed by a victim that left must not go to a
@@ -284,6 +286,14 @@ def test_planned_room_is_kept_from_a_lower_priority_pod_while_victims_leave(
         if name == "low-0":
             body["metadata"]["finalizers"] = [HOLD]
         kube.core.create_namespaced_pod(namespace, body)
+    # The gang comes once the extender's cache holds these four pods on the nodes and
+    # nothing else. Its watch may still show the last test's pods a moment after the API
+    # server dropped them. A preempt call then finds no room and is refused, and nothing
+    # asks again (a stall found by CI, reported in issue 49, not fixed yet).
+    ours = {f"{namespace}/{name}" for name, *_ in pinned}
+    wait_for(
+        lambda: on_nodes(extender, set(schedulable)) == ours, 30, "the extender's cache settled"
+    )
     members = [f"urgent-{i}" for i in range(3)]
     try:
         kube.create_podgroup(namespace, "urgent", 3, timeout=60)
@@ -318,3 +328,10 @@ def test_planned_room_is_kept_from_a_lower_priority_pod_while_victims_leave(
     # Once both victims are gone node-1 holds the gang and, beside it, the thief.
     placed = kube.wait_bound(namespace, "urgent-", 3)
     assert set(placed.values()) == {node1}, placed
+
+
+def on_nodes(extender: Extender, nodes: set[str]) -> set[str]:
+    """The pods the extender's cache (/debug/caches) places on `nodes`."""
+    with urllib.request.urlopen(f"{extender.url}/debug/caches", timeout=10) as response:
+        pods = json.loads(response.read())["pods"]
+    return {key for key, pod in pods.items() if pod["nodeName"] in nodes}
