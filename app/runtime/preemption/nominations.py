@@ -71,6 +71,7 @@ class Nominations:
         self._next: dict[str, tuple[PodRecord, str]] = {}
         self._writes = TaskSet()
         self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_at: float | None = None  # the deadline the timer is set for
         self._expire: Callable[[], None] = lambda: None
         self.written = 0
 
@@ -131,7 +132,7 @@ class Nominations:
     def cancel(self) -> None:
         if self._expiry is not None:
             self._expiry.cancel()
-            self._expiry = None
+        self._expiry, self._expiry_at = None, None
 
     async def drain(self) -> None:
         await self._writes.drain()
@@ -216,10 +217,18 @@ class Nominations:
         )
 
     def _time_expiry(self) -> None:
-        """Check the plans again at the earliest live plan's deadline."""
-        deadlines = [p.deadline for p in self._plans() if p.live]
-        self.cancel()
-        if not deadlines:
+        """Check the plans again at the earliest live plan's deadline (a sync runs on every
+        change of a planned member: the timer is set anew only when that deadline moves)."""
+        earliest = min((p.deadline for p in self._plans() if p.live), default=None)
+        if earliest == self._expiry_at:
             return
-        delay = max(0.0, min(deadlines) - self._clock()) + 0.05
-        self._expiry = asyncio.get_running_loop().call_later(delay, self._expire)
+        self.cancel()
+        if earliest is None:
+            return
+        delay = max(0.0, earliest - self._clock()) + 0.05
+        self._expiry_at = earliest
+        self._expiry = asyncio.get_running_loop().call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._expiry, self._expiry_at = None, None
+        self._expire()
