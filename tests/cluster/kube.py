@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
@@ -17,6 +19,8 @@ from hack.clusterkit import create_group, pause_pod, wait_for
 
 # The tests' PriorityClasses (the `priorities` fixture, tests/cluster/conftest.py).
 LOW, HIGH, TOP = "gang-test-low", "gang-test-high", "gang-test-top"
+# How long the reports' watch waits for an API server that went away before it gives up.
+_API_AWAY_SECONDS = 120.0
 
 
 class SchedulingReports:
@@ -57,8 +61,17 @@ class SchedulingReports:
         self._stopped.set()
 
     def _run(self, version: str) -> None:
-        try:
-            while not self._stopped.is_set():
+        """Watch until stopped; an API server away (a fault the soak injects) or a version
+        compacted away (410) is followed by a fresh list, as an informer does. Only what
+        that cannot mend ends the reports, and of() then says so."""
+        lost_since: float | None = None
+        while not self._stopped.is_set():
+            try:
+                if version == "":
+                    listing = self._core.list_namespaced_pod(self._namespace)
+                    for pod in listing.items:
+                        self._record(pod)
+                    version = listing.metadata.resource_version
                 stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                     self._core.list_namespaced_pod,
                     self._namespace,
@@ -71,8 +84,16 @@ class SchedulingReports:
                     version = pod.metadata.resource_version
                     if event["type"] != "BOOKMARK":
                         self._record(pod)
-        except Exception as err:  # reported by of(), loudly
-            self._failure = err
+                lost_since = None
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+                # Compacted away (410), the server away or not ready yet (a restarted one
+                # answers 403 until its RBAC is loaded): list again, for a while.
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since > _API_AWAY_SECONDS:
+                    self._failure = err  # reported by of(), loudly
+                    return
+                version = ""
+                self._stopped.wait(0.5)
 
     def _record(self, pod: Any) -> None:
         for condition in pod.status.conditions or ():

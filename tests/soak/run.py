@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from app.core.groups import (
@@ -610,10 +611,18 @@ class Soak:
             if not silent or time.monotonic() > deadline:
                 break
             time.sleep(1)
+        snap = self.world.snapshot()
         for gang, name in silent:
+            pod = snap.pods.get(name)
+            conditions = (
+                [f"{c.type}={c.status} {c.reason or ''}" for c in (pod.status.conditions or [])]
+                if pod is not None
+                else []
+            )
             self.world.violation(
                 f"seed {self.config.seed}: {name} of {gang.name} ({gang.step}) waits "
-                f"without saying why (no PodScheduled=False message in {REASON_SECONDS:g}s)"
+                f"without saying why (no PodScheduled=False message in {REASON_SECONDS:g}s); "
+                f"conditions {conditions}, events {self._events(name)}"
             )
 
     def _silent(self) -> list[tuple[Gang, str]]:
@@ -643,8 +652,8 @@ class Soak:
     def _events(self, pod: str) -> list[str]:
         try:
             return self.kube.events(self.namespace, pod)
-        except Exception:  # the API server away (a fault): no Event seen
-            return []
+        except (ApiException, urllib3.exceptions.HTTPError, OSError):
+            return []  # the API server away (a fault): no Event seen
 
     def _clean_up(self) -> None:
         """Everything deleted: the extender holds nothing for the namespace, its caches are true."""
