@@ -38,6 +38,10 @@ class PreemptVerb:
                 pod.problem.message,
                 extra={"pod": pod.key, "verb": "preempt", "reason": pod.problem.reason},
             )
+            if pod.ref is not None:
+                # Asked again when a member arrives or room frees (unasked.py): the
+                # PodGroup may be in kube-scheduler's view and not yet in ours.
+                self._plans.refusals.remember(pod.ref.key)
             return preempt_result([])
         spec = pod.spec
         preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key if spec else None)

@@ -288,8 +288,9 @@ def test_planned_room_is_kept_from_a_lower_priority_pod_while_victims_leave(
         kube.core.create_namespaced_pod(namespace, body)
     # The gang comes once the extender's cache holds these four pods on the nodes and
     # nothing else. Its watch may still show the last test's pods a moment after the API
-    # server dropped them. A preempt call then finds no room and is refused, and nothing
-    # asks again (a stall found by CI, reported in issue 49, not fixed yet).
+    # server dropped them; a preempt call then finds no room and is refused, and is asked
+    # again only once the view catches up (test_preemption_lag.py), by which time this
+    # test's moment (both victims leaving) may be over.
     ours = {f"{namespace}/{name}" for name, *_ in pinned}
     wait_for(
         lambda: on_nodes(extender, set(schedulable)) == ours, 30, "the extender's cache settled"

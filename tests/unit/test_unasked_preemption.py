@@ -17,8 +17,8 @@ from app.base.metrics import Metrics
 from app.core.admission import Admission
 from app.core.groups import SOURCE_NATIVE
 from app.core.observer import NullObserver
-from app.core.packing import Packing
-from app.core.preemption.victims import VictimPolicy
+from app.core.packing import Demand, Packing
+from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.state import ClusterState
 from app.runtime.device_cel import CelEngine
 from app.runtime.preemption import unasked as unasked_preemption
@@ -287,3 +287,97 @@ def test_a_member_reported_during_the_retry_window_is_tried_when_it_ends(
 
     asyncio.run(run())
     assert len(deleted.pods) == 2, deleted.pods
+
+
+def test_a_gang_refused_on_a_lagging_view_is_asked_again_when_that_view_frees_room(
+    monkeypatch: Any,
+) -> None:
+    """The CI stall of issue 49: the preempt verb answered from a view still holding a pod
+    already gone (`gone` on n1), refused the gang, and kube-scheduler, which had seen the
+    deletion, parked the members with no event left to wake them. When the extender's view
+    catches up (the deletion arrives), the refused gang is planned again and the victims its
+    plan names are evicted; a second deletion does not ask again without a new refusal.
+
+    Two nodes of 4 CPUs, each with a 2-CPU pod of priority 0 and a 2-CPU pod above the
+    gang's priority; a gang of 3 x 2 CPUs. With `gone` in view, evicting both low pods
+    leaves room for 2 members: refused. Without it, the same two evictions place all 3."""
+    monkeypatch.setattr(unasked_preemption, "SETTLE_SECONDS", 0)
+    state = ClusterState()
+    for name, high in (("n0", "guard"), ("n1", "gone")):
+        state.apply_node(node(name))
+        state.apply_pod(pod(f"low-{name}", cpu="2", node=name, phase="Running"))  # priority 0
+        above = pod(high, cpu="2", node=name, phase="Running")
+        above["spec"]["priority"] = 5000  # above the gang: never a victim
+        state.apply_pod(above)
+    state.apply_podgroup(podgroup("whole", 3))
+    for i in range(3):
+        raw = pod(f"whole-{i}", group="whole", cpu="2")
+        raw["spec"]["priority"] = 500
+        state.apply_pod(raw)
+    preemption, deleted, plans = unasked_over(state)
+
+    async def run() -> None:
+        member = state.pods["default/whole-0"]
+        assert member.group is not None
+        spec = state.group_spec(member.group)
+        preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
+        own = Demand(member.key, member.requests, member.placement)
+        offered = [VictimCandidate(n, [], 0) for n in ("n0", "n1")]
+        refusal = plans.answer(spec, member.group, preemptor, own, offered)
+        assert refusal.candidates == [] and "cannot preempt" in refusal.message
+        await preemption.drain()
+        assert deleted.pods == []
+        state.delete_pod("default", "gone")  # the view catches up
+        await preemption.drain()
+        assert sorted(deleted.pods) == ["default/low-n0", "default/low-n1"]
+        assert [p["group"] for p in plans.snapshot()] == ["default/whole"]
+        assert plans.refusals.take() == []  # asked once per refusal
+
+    asyncio.run(run())
+
+
+def test_a_pod_leaving_its_node_frees_room_and_nothing_else_does() -> None:
+    placed = state_record(pod("a", node="n0", phase="Running"))
+    assert unasked_preemption.frees_room(placed, None)
+    assert unasked_preemption.frees_room(placed, state_record(pod("a", node="n0", phase="Failed")))
+    assert not unasked_preemption.frees_room(placed, placed)
+    assert not unasked_preemption.frees_room(None, placed)
+    assert not unasked_preemption.frees_room(state_record(pod("a")), None)
+
+
+def state_record(raw: Any) -> Any:
+    state = ClusterState()
+    state.apply_pod(raw)
+    return next(iter(state.pods.values()))
+
+
+def test_a_gang_refused_before_its_last_member_was_in_view_is_asked_again_when_it_comes(
+    monkeypatch: Any,
+) -> None:
+    """The preempt verb refuses a gang whose members it does not all see yet (the blocker:
+    fewer than minMember); kube-scheduler, which saw them, parks them. The last member's
+    arrival in the extender's view asks again, and the plan's victims are evicted."""
+    monkeypatch.setattr(unasked_preemption, "SETTLE_SECONDS", 0)
+    state = ClusterState()
+    for name in ("n0", "n1"):
+        state.apply_node(node(name))
+        state.apply_pod(pod(f"low-{name}", cpu="4", node=name, phase="Running"))  # priority 0
+    state.apply_podgroup(podgroup("whole", 2))
+    preemption, deleted, plans = unasked_over(state)
+
+    def member(i: int) -> Any:
+        raw = pod(f"whole-{i}", group="whole", cpu="4")
+        raw["spec"]["priority"] = 500
+        return raw
+
+    async def run() -> None:
+        state.apply_pod(member(0))
+        plans.refuse("default/whole", "gang default/whole has 1 of its 2 members")  # the verb
+        await preemption.drain()
+        assert deleted.pods == []
+        state.apply_pod(member(1))  # the view catches up
+        await preemption.drain()
+        assert sorted(deleted.pods) == ["default/low-n0", "default/low-n1"]
+        assert plans.refusals.take("default/whole") == []
+
+    asyncio.run(run())

@@ -42,6 +42,7 @@ from app.runtime.preemption.plain import PlainPreemption
 from app.runtime.preemption.plan import Answer, Plan, PlanKind, PlanPhase, still_there
 from app.runtime.preemption.plan_book import PLAN_SECONDS, PlanBook
 from app.runtime.preemption.plan_maker import PlanMaker
+from app.runtime.preemption.refusals import Refusals
 from app.runtime.preemption.room import PreemptionRoom
 from app.runtime.preemption.victim_memory import VictimMemory
 from app.runtime.preemption.wakeup import PreemptorWakeup
@@ -80,6 +81,8 @@ class PreemptionPlans:
         self._maker = PlanMaker(state, policy, self._book, room, told, settings.levels)
         self._wakeup = PreemptorWakeup(state, waker)
         self._nominations: Nominations | None = None
+        # Gangs refused lately, asked again when the view changes (unasked.py).
+        self.refusals = Refusals(settings.clock)
 
     @property
     def plans(self) -> dict[str, Plan]:
@@ -116,6 +119,7 @@ class PreemptionPlans:
         if current is None:
             made = self._maker.make(spec, ref, preemptor, own, {c.node for c in candidates}, now)
             if isinstance(made, Answer):
+                self.refusals.remember(spec.key)
                 return made
             current = made
         answer = self._serve(current, preemptor, own, candidates)
@@ -188,6 +192,7 @@ class PreemptionPlans:
 
     def refuse(self, group_key: str, message: str) -> None:
         """The verb found the gang cannot preempt at all (too few members, denied, ...)."""
+        self.refusals.remember(group_key)
         self._maker.refuse(group_key, message)
 
     def snapshot(self) -> list[dict[str, Any]]:

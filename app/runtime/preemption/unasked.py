@@ -1,7 +1,8 @@
 """Preemption kube-scheduler never starts for a gang: the extender starts it.
 
 kube-scheduler asks an extender's preempt verb only about the nodes its own
-dry run found victims on, one pod at a time. Two kinds of gang get none:
+dry run found victims on, one pod at a time. Some gangs get none, or a wrong
+answer nobody asks again:
 
 - A gang short of DRA devices. kube-scheduler's DynamicResources plugin
   answers a pod whose claims it cannot allocate on a node with
@@ -32,8 +33,16 @@ dry run found victims on, one pod at a time. Two kinds of gang get none:
   scorer error, or the filter's own refusal for want of room (whole gang or
   topology domain), and no preemption verdict follows either.
 
+- A gang the preempt verb refused on a view that lagged kube-scheduler's:
+  pods already gone, still in the extender's caches, held the room (or a
+  member was not in them yet). kube-scheduler parks the members until an
+  event frees room, and it has seen those events already; ours arrive
+  later. Each gang refused in the last minute is asked again once when a
+  pod leaves its node, or one of its members arrives, in the extender's
+  view (app/runtime/preemption/refusals.py).
+
 So when a gang member whose pod may preempt is reported unschedulable for
-either reason, this asks the one owner of preemption
+any of these reasons, or a refused gang's view changes, this asks the one owner of preemption
 (app/runtime/preemption/plans.py) for the gang's plan as the preempt verb
 does, with every schedulable node a candidate, and deletes the victims the
 plan names for each waiting member, as kube-scheduler deletes the victims of
@@ -99,6 +108,13 @@ def unasked(pod: PodRecord) -> bool:
     return GANG_SHORT in message and NO_CANDIDATE in message
 
 
+def frees_room(old: PodRecord | None, new: PodRecord | None) -> bool:
+    """Did this change take a pod off its node (deleted, ended, or its binding undone)?"""
+    if old is None or not old.placed_node or old.terminal:
+        return False
+    return new is None or new.terminal or new.placed_node != old.placed_node
+
+
 class UnaskedPreemption:
     def __init__(
         self,
@@ -122,7 +138,15 @@ class UnaskedPreemption:
         self._tasks = TaskSet()
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
-        """A gang member kube-scheduler will not preempt for: plan for its gang."""
+        """A gang member kube-scheduler will not preempt for: plan for its gang.
+
+        And a pod leaving its node, or a member arriving: the gangs (the member's)
+        refused lately are asked again (app/runtime/preemption/refusals.py says why).
+        """
+        if old is not None and frees_room(old, new):
+            self._ask_again(self._plans.refusals.take(), f"{old.key} left {old.placed_node}")
+        elif old is None and new is not None and new.group is not None:
+            self._ask_again(self._plans.refusals.take(new.group.key), f"member {new.key} came")
         if (
             new is None
             or new.group is None
@@ -132,12 +156,27 @@ class UnaskedPreemption:
             or new.group.key in self._pending
         ):
             return
+        self._soon(new.group.key)
+
+    def _ask_again(self, group_keys: list[str], why: str) -> None:
+        for group_key in group_keys:
+            log.info(
+                "preemption (unasked): asking again for a gang refused lately: %s",
+                why,
+                extra={"podgroup": group_key},
+            )
+            self._soon(group_key)
+
+    def _soon(self, group_key: str) -> None:
+        """Try the gang's plan once its members have been reported (SETTLE_SECONDS)."""
+        if group_key in self._pending:
+            return
         # Tried lately: once more when the gang may be tried again, not never. kube-scheduler
         # writes a message only when it changes, and a gang's first try may come before its
         # last member exists (a native gang's pods all carry the same scorer error then).
-        delay = max(SETTLE_SECONDS, self._next_try.get(new.group.key, 0.0) - monotonic())
-        self._pending.add(new.group.key)
-        self._tasks.spawn(self._later(new.group.key, delay))
+        delay = max(SETTLE_SECONDS, self._next_try.get(group_key, 0.0) - monotonic())
+        self._pending.add(group_key)
+        self._tasks.spawn(self._later(group_key, delay))
 
     async def _later(self, group_key: str, delay: float) -> None:
         await asyncio.sleep(delay)
