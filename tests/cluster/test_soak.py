@@ -21,6 +21,11 @@ to the restart, and its Event, retried, did land; the soak's own record of
 the namespace's messages (tests/cluster/kube.py, SchedulingReports) had died
 with the watch behind it, and the soak read its error as "no Event". It now
 lists again after a break, as an informer does (tests/unit/test_soak_tools.py).
+With two sessions at once on 2 CPUs, seed 51 then found the soak's own restart
+of kube-scheduler starting the new process while the old one's last threads
+still held its port ("bind: address already in use"): the rest of the run had
+no scheduler. A component now counts as gone once its last thread is
+(tests/soak/components.py).
 
 tests/soak/ plays a seeded stream of gangs of every source (about one in
 four required to keep to one rack of the soak's nodes), plain pods,

@@ -42,14 +42,26 @@ def pid_of(component: str) -> int:
 
 
 def _alive(pid: int) -> bool:
+    """Does the process, or any thread of it, still run (and may still hold its ports)?
+
+    A zombie thread-group leader is not enough: under load its other threads may
+    still be exiting, and the files they share, the listening sockets among them, are
+    closed only when the last one is done. A kube-scheduler started again at that
+    moment failed "bind: address already in use" and the soak ran on without one
+    (seed 51, two sessions at once on 2 CPUs).
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and ") Z " not in stat.read_text()
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+    except FileNotFoundError:
+        return False
+    return ") Z " not in stat or threads > 1
 
 
 def kill_component(component: str) -> list[str]:
