@@ -70,6 +70,8 @@ class PreemptVerb:
             self._plans.refuse(spec.key, blocker)
             return preempt_result([])
         answer = self._plans.answer(spec, pod.ref, preemptor, pod.demand, args.candidates)
+        if answer.unplanned:
+            self._plans.refusals.remember(spec.key)  # asked again as our view changes
         log.info(
             "%s",
             answer.message,

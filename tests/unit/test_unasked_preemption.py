@@ -23,6 +23,7 @@ from app.core.state import ClusterState
 from app.runtime.device_cel import CelEngine
 from app.runtime.preemption import unasked as unasked_preemption
 from app.runtime.preemption.plans import PreemptionPlans
+from app.runtime.preemption.refusals import REFUSED_SECONDS, Refusals
 from app.runtime.preemption.unasked import DRA_UNSCHEDULABLE, NO_DOMAIN_ROOM, UnaskedPreemption
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.test_devices import (
@@ -324,7 +325,8 @@ def test_a_gang_refused_on_a_lagging_view_is_asked_again_when_that_view_frees_ro
         own = Demand(member.key, member.requests, member.placement)
         offered = [VictimCandidate(n, [], 0) for n in ("n0", "n1")]
         refusal = plans.answer(spec, member.group, preemptor, own, offered)
-        assert refusal.candidates == [] and "cannot preempt" in refusal.message
+        assert refusal.unplanned and refusal.candidates == [], refusal
+        plans.refusals.remember(spec.key)  # as the preempt verb does with a refusal
         await preemption.drain()
         assert deleted.pods == []
         state.delete_pod("default", "gone")  # the view catches up
@@ -336,13 +338,52 @@ def test_a_gang_refused_on_a_lagging_view_is_asked_again_when_that_view_frees_ro
     asyncio.run(run())
 
 
-def test_a_pod_leaving_its_node_frees_room_and_nothing_else_does() -> None:
+def test_a_pod_taking_or_leaving_room_on_a_node_moves_room_and_nothing_else_does() -> None:
     placed = state_record(pod("a", node="n0", phase="Running"))
-    assert unasked_preemption.frees_room(placed, None)
-    assert unasked_preemption.frees_room(placed, state_record(pod("a", node="n0", phase="Failed")))
-    assert not unasked_preemption.frees_room(placed, placed)
-    assert not unasked_preemption.frees_room(None, placed)
-    assert not unasked_preemption.frees_room(state_record(pod("a")), None)
+    moves = unasked_preemption.moves_room
+    assert moves(placed, None) and moves(None, placed)
+    assert moves(placed, state_record(pod("a", node="n0", phase="Failed")))
+    assert moves(state_record(pod("a")), placed)  # bound
+    assert not moves(placed, placed)
+    assert not moves(state_record(pod("a")), None)
+
+
+def test_a_gang_told_its_room_is_free_on_a_view_missing_pods_is_asked_again_when_they_come(
+    monkeypatch: Any,
+) -> None:
+    """The lag the other way: the verb's view misses two pods kube-scheduler has bound, finds
+    the gang's room free and plans nothing ("they wait for it"); kube-scheduler, which saw the
+    node full, parks the members. The pods' arrival in view asks again: the low pods go."""
+    monkeypatch.setattr(unasked_preemption, "SETTLE_SECONDS", 0)
+    state = ClusterState()
+    for name in ("n0", "n1"):
+        state.apply_node(node(name))
+        state.apply_pod(pod(f"low-{name}", cpu="2", node=name, phase="Running"))  # priority 0
+    state.apply_podgroup(podgroup("whole", 2))
+    for i in range(2):
+        raw = pod(f"whole-{i}", group="whole", cpu="2")
+        raw["spec"]["priority"] = 500
+        state.apply_pod(raw)
+    preemption, deleted, plans = unasked_over(state)
+
+    async def run() -> None:
+        member = state.pods["default/whole-0"]
+        assert member.group is not None
+        spec = state.group_spec(member.group)
+        preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
+        own = Demand(member.key, member.requests, member.placement)
+        offered = [VictimCandidate(n, [], 0) for n in ("n0", "n1")]
+        free = plans.answer(spec, member.group, preemptor, own, offered)
+        assert free.unplanned and free.candidates == [] and "without evictions" in free.message
+        plans.refusals.remember(spec.key)  # as the preempt verb does with an unplanned answer
+        for name in ("n0", "n1"):
+            late = pod(f"late-{name}", cpu="2", node=name, phase="Running")
+            late["spec"]["priority"] = 5000
+            state.apply_pod(late)  # the view catches up
+        await preemption.drain()
+        assert sorted(deleted.pods) == ["default/low-n0", "default/low-n1"]
+
+    asyncio.run(run())
 
 
 def state_record(raw: Any) -> Any:
@@ -381,3 +422,21 @@ def test_a_gang_refused_before_its_last_member_was_in_view_is_asked_again_when_i
         assert plans.refusals.take("default/whole") == []
 
     asyncio.run(run())
+
+
+def test_a_refusal_is_asked_again_within_its_window_and_not_for_ever() -> None:
+    """Refused again on a look (renew), a gang keeps its first refusal's window: a gang that
+    cannot preempt is not planned again at every pod that leaves, for ever."""
+    now = [0.0]
+    refusals = Refusals(lambda: now[0])
+    refusals.remember("g")
+    assert refusals.take("other") == [] and refusals.take() == ["g"]
+    assert refusals.take() == []  # handed out once
+    now[0] = REFUSED_SECONDS / 2
+    refusals.renew("g")
+    assert refusals.take("g") == ["g"]
+    now[0] = REFUSED_SECONDS + 1
+    refusals.renew("g")  # the window is closed
+    assert refusals.take() == []
+    refusals.remember("g")  # kube-scheduler asked again, and was refused: a new window
+    assert refusals.take() == ["g"]

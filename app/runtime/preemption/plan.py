@@ -148,6 +148,10 @@ class Answer:
 
     candidates: list[VictimCandidate]
     message: str
+    # No plan was made for the gang on the extender's view: refused, or its room needs no
+    # eviction. Either is asked again as that view changes (app/runtime/preemption/
+    # refusals.py); an answer from a live plan is not.
+    unplanned: bool = False
 
 
 def still_there(state: ClusterState, uid: str) -> bool:

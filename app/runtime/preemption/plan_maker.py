@@ -113,6 +113,7 @@ class PlanMaker:
                 [],
                 f"the {len(demands)} member(s) of gang {spec.key} still needing room fit "
                 "without evictions; they wait for it",
+                unplanned=True,
             )
         waits = self._line_waits(spec, preemptor, own, made, pools)
         if waits is not None:
@@ -142,7 +143,7 @@ class PlanMaker:
     def _refusal(self, group_key: str, message: str) -> Answer:
         """Nothing to evict: the users are told why (refuse()), and so is the member."""
         self.refuse(group_key, message)
-        return Answer([], message)
+        return Answer([], message, unplanned=True)
 
     def _line_waits(
         self,

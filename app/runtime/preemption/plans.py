@@ -119,7 +119,6 @@ class PreemptionPlans:
         if current is None:
             made = self._maker.make(spec, ref, preemptor, own, {c.node for c in candidates}, now)
             if isinstance(made, Answer):
-                self.refusals.remember(spec.key)
                 return made
             current = made
         answer = self._serve(current, preemptor, own, candidates)

@@ -35,11 +35,12 @@ answer nobody asks again:
 
 - A gang the preempt verb refused on a view that lagged kube-scheduler's:
   pods already gone, still in the extender's caches, held the room (or a
-  member was not in them yet). kube-scheduler parks the members until an
-  event frees room, and it has seen those events already; ours arrive
-  later. Each gang refused in the last minute is asked again once when a
-  pod leaves its node, or one of its members arrives, in the extender's
-  view (app/runtime/preemption/refusals.py).
+  member was not in them yet; or pods already bound were not, and the verb
+  found the room free). kube-scheduler parks the members until an event
+  frees room, and it has seen those events already; ours arrive later. A
+  gang the verb found no plan for is asked again when a pod takes or leaves
+  room on a node, or one of its members arrives, in the extender's view,
+  for a minute after the verb's answer (app/runtime/preemption/refusals.py).
 
 So when a gang member whose pod may preempt is reported unschedulable for
 any of these reasons, or a refused gang's view changes, this asks the one owner of preemption
@@ -108,11 +109,16 @@ def unasked(pod: PodRecord) -> bool:
     return GANG_SHORT in message and NO_CANDIDATE in message
 
 
-def frees_room(old: PodRecord | None, new: PodRecord | None) -> bool:
-    """Did this change take a pod off its node (deleted, ended, or its binding undone)?"""
-    if old is None or not old.placed_node or old.terminal:
-        return False
-    return new is None or new.terminal or new.placed_node != old.placed_node
+def moves_room(old: PodRecord | None, new: PodRecord | None) -> bool:
+    """Did this change take a pod's room on a node, or give it back (ended, deleted)?"""
+    return _room_of(old) != _room_of(new)
+
+
+def _room_of(pod: PodRecord | None) -> str:
+    """The node whose room the pod holds ("": none)."""
+    if pod is None or pod.terminal:
+        return ""
+    return pod.placed_node or ""
 
 
 class UnaskedPreemption:
@@ -140,11 +146,14 @@ class UnaskedPreemption:
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """A gang member kube-scheduler will not preempt for: plan for its gang.
 
-        And a pod leaving its node, or a member arriving: the gangs (the member's)
-        refused lately are asked again (app/runtime/preemption/refusals.py says why).
+        And a pod taking or leaving room on a node, or a member arriving: the gangs
+        (the member's) the preempt verb refused or found no plan for lately are asked
+        again (app/runtime/preemption/refusals.py says why).
         """
-        if old is not None and frees_room(old, new):
-            self._ask_again(self._plans.refusals.take(), f"{old.key} left {old.placed_node}")
+        if moves_room(old, new):
+            key = new.key if new is not None else old.key if old is not None else ""
+            moved = f"{key}'s room moved from {_room_of(old) or '-'} to {_room_of(new) or '-'}"
+            self._ask_again(self._plans.refusals.take(), moved)
         elif old is None and new is not None and new.group is not None:
             self._ask_again(self._plans.refusals.take(new.group.key), f"member {new.key} came")
         if (
@@ -242,6 +251,10 @@ class UnaskedPreemption:
             preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key)
             demand = Demand(pod.key, pod.requests, pod.placement)
             answer = self._plans.answer(spec, ref, preemptor, demand, nodes)
+            if answer.unplanned:
+                # Within the first refusal's window only: no standing retry of a gang
+                # that cannot preempt while pods keep leaving.
+                self._plans.refusals.renew(spec.key)
             log.info("preemption (unasked): %s", answer.message, extra={"pod": pod.key})
             uids += [uid for c in answer.candidates for uid in c.victim_uids]
         return self._whole([*uids, *self._plans.hand_pool_victims(group_key)])
