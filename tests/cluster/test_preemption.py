@@ -280,12 +280,7 @@ def test_planned_room_is_kept_from_a_lower_priority_pod_while_victims_leave(
         ("low-0", node1, "2", LOW),
         ("low-1", node1, "2", LOW),
     ]
-    for name, node, cpu, priority in pinned:
-        body = kube.pod_body(name, cpu=cpu, memory="1Mi", priority_class=priority)
-        body["spec"]["nodeName"] = node
-        if name == "low-0":
-            body["metadata"]["finalizers"] = [HOLD]
-        kube.core.create_namespaced_pod(namespace, body)
+    pin(kube, namespace, pinned, held="low-0")
     # The gang comes once the extender's cache holds these four pods on the nodes and
     # nothing else. Its watch may still show the last test's pods a moment after the API
     # server dropped them; a preempt call then finds no room and is refused, and is asked
@@ -329,6 +324,19 @@ def test_planned_room_is_kept_from_a_lower_priority_pod_while_victims_leave(
     # Once both victims are gone node-1 holds the gang and, beside it, the thief.
     placed = kube.wait_bound(namespace, "urgent-", 3)
     assert set(placed.values()) == {node1}, placed
+
+
+def pin(
+    kube: Kube, namespace: str, pinned: list[tuple[str, str, str, str]], held: str = ""
+) -> None:
+    """Create each (name, node, cpu, priority class) pod bound to its node; `held` kept
+    Terminating by a finalizer once deleted."""
+    for name, node, cpu, priority in pinned:
+        body = kube.pod_body(name, cpu=cpu, memory="1Mi", priority_class=priority)
+        body["spec"]["nodeName"] = node
+        if name == held:
+            body["metadata"]["finalizers"] = [HOLD]
+        kube.core.create_namespaced_pod(namespace, body)
 
 
 def on_nodes(extender: Extender, nodes: set[str]) -> set[str]:

@@ -21,7 +21,7 @@ import pytest
 from hack.clusterkit import wait_for
 from tests.cluster.kube import HIGH, LOW, TOP, Kube
 from tests.cluster.session import Extender
-from tests.cluster.test_preemption import on_nodes
+from tests.cluster.test_preemption import on_nodes, pin
 from tests.soak.components import APISERVER_PORT, extender_behind
 from tests.soak.relay import Delay, slow_relay
 
@@ -57,10 +57,7 @@ def test_a_refusal_read_on_a_lagging_view_is_asked_again_once_the_view_catches_u
         slow_relay(APISERVER_PORT, down=Delay(), up=Delay(), seed=49) as relay,
         extender_behind(extender, relay.port),
     ):
-        for name, node, cpu, priority in pinned:
-            body = kube.pod_body(name, cpu=cpu, memory="1Mi", priority_class=priority)
-            body["spec"]["nodeName"] = node
-            kube.core.create_namespaced_pod(namespace, body)
+        pin(kube, namespace, pinned)
         ours = {f"{namespace}/{name}" for name, *_ in pinned}
         wait_for(lambda: on_nodes(extender, set(schedulable)) == ours, 30, "the extender's cache")
         kube.create_podgroup(namespace, "urgent", 2, timeout=120)

@@ -22,6 +22,7 @@ from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.state import ClusterState
 from app.runtime.device_cel import CelEngine
 from app.runtime.preemption import unasked as unasked_preemption
+from app.runtime.preemption.plan import Answer
 from app.runtime.preemption.plans import PreemptionPlans
 from app.runtime.preemption.refusals import REFUSED_SECONDS, Refusals
 from app.runtime.preemption.unasked import DRA_UNSCHEDULABLE, NO_DOMAIN_ROOM, UnaskedPreemption
@@ -290,6 +291,21 @@ def test_a_member_reported_during_the_retry_window_is_tried_when_it_ends(
     assert len(deleted.pods) == 2, deleted.pods
 
 
+def verb_answers(state: ClusterState, plans: PreemptionPlans, name: str) -> Answer:
+    """The preempt verb's call for member `name`, every node offered, and what the verb does
+    with an answer that makes no plan (app/web/preempt_verb.py): it is remembered."""
+    member = state.pods[f"default/{name}"]
+    assert member.group is not None
+    spec = state.group_spec(member.group)
+    preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
+    own = Demand(member.key, member.requests, member.placement)
+    offered = [VictimCandidate(n, [], 0) for n in state.nodes]
+    answer = plans.answer(spec, member.group, preemptor, own, offered)
+    if answer.unplanned:
+        plans.refusals.remember(spec.key)
+    return answer
+
+
 def test_a_gang_refused_on_a_lagging_view_is_asked_again_when_that_view_frees_room(
     monkeypatch: Any,
 ) -> None:
@@ -318,15 +334,8 @@ def test_a_gang_refused_on_a_lagging_view_is_asked_again_when_that_view_frees_ro
     preemption, deleted, plans = unasked_over(state)
 
     async def run() -> None:
-        member = state.pods["default/whole-0"]
-        assert member.group is not None
-        spec = state.group_spec(member.group)
-        preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
-        own = Demand(member.key, member.requests, member.placement)
-        offered = [VictimCandidate(n, [], 0) for n in ("n0", "n1")]
-        refusal = plans.answer(spec, member.group, preemptor, own, offered)
+        refusal = verb_answers(state, plans, "whole-0")
         assert refusal.unplanned and refusal.candidates == [], refusal
-        plans.refusals.remember(spec.key)  # as the preempt verb does with a refusal
         await preemption.drain()
         assert deleted.pods == []
         state.delete_pod("default", "gone")  # the view catches up
@@ -367,15 +376,8 @@ def test_a_gang_told_its_room_is_free_on_a_view_missing_pods_is_asked_again_when
     preemption, deleted, plans = unasked_over(state)
 
     async def run() -> None:
-        member = state.pods["default/whole-0"]
-        assert member.group is not None
-        spec = state.group_spec(member.group)
-        preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
-        own = Demand(member.key, member.requests, member.placement)
-        offered = [VictimCandidate(n, [], 0) for n in ("n0", "n1")]
-        free = plans.answer(spec, member.group, preemptor, own, offered)
+        free = verb_answers(state, plans, "whole-0")
         assert free.unplanned and free.candidates == [] and "without evictions" in free.message
-        plans.refusals.remember(spec.key)  # as the preempt verb does with an unplanned answer
         for name in ("n0", "n1"):
             late = pod(f"late-{name}", cpu="2", node=name, phase="Running")
             late["spec"]["priority"] = 5000
