@@ -216,6 +216,7 @@ def wire_listeners(parts: Components, unmarked: UnmarkedMembers | None) -> None:
     state.add_node_listener(rt.arbiter.on_nodes_changed)
     state.add_pod_listener(rt.follower.on_pod_change)
     state.add_pod_listener(rt.plans.on_pod_change)
+    state.add_placement_listener(rt.plans.on_pod_placed)
     if rt.unasked_preemption is not None:
         # After the plans: a plan that ended with this change is gone before it asks for one.
         state.add_pod_listener(rt.unasked_preemption.on_pod_change)

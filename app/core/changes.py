@@ -19,6 +19,11 @@ PodListener = Callable[[PodRecord | None, PodRecord | None], None]
 NodeListener = Callable[[], None]
 """Called after any node was added, changed, removed or relabelled."""
 
+PlacementListener = Callable[[PodRecord], None]
+"""Called after the extender placed a pod itself, or took the place back: reserved in the
+gate, released by it, or bound by its own call. The record changes in place and no pod
+listener hears of it: the watch's echo of such a binding changes nothing it reads."""
+
 
 class _RecentNames:
     """The latest names changed, as (stamp, name), oldest first; bounded: a reader that
@@ -53,6 +58,7 @@ class ChangeLog:
     ) -> None:
         self._pod_listeners: list[PodListener] = []
         self._node_listeners: list[NodeListener] = []
+        self._placement_listeners: list[PlacementListener] = []
         # Changes to a node's record or to the requests placed on it: prioritize
         # keeps per-node scores and forgets only the nodes named here
         # (app/core/scoring.py).
@@ -71,6 +77,9 @@ class ChangeLog:
 
     def add_node_listener(self, listener: NodeListener) -> None:
         self._node_listeners.append(listener)
+
+    def add_placement_listener(self, listener: PlacementListener) -> None:
+        self._placement_listeners.append(listener)
 
     @property
     def stamp(self) -> int:
@@ -120,6 +129,10 @@ class ChangeLog:
         for listener in self._pod_listeners:
             listener(old, new)
 
+    def pod_placed(self, pod: PodRecord) -> None:
+        for listener in self._placement_listeners:
+            listener(pod)
+
     def nodes_changed(self) -> None:
         for listener in self._node_listeners:
             listener()
@@ -139,6 +152,10 @@ class ChangeReader:
     def add_node_listener(self, listener: NodeListener) -> None:
         """Called after any node was added, changed or removed."""
         self._changes.add_node_listener(listener)
+
+    def add_placement_listener(self, listener: PlacementListener) -> None:
+        """Called after the extender reserved, released or bound a pod itself."""
+        self._changes.add_placement_listener(listener)
 
     def nodes_changed_since(self, stamp: int) -> tuple[int, list[str] | None]:
         """(the stamp now, the nodes changed after `stamp`); None: too many to tell, assume all."""

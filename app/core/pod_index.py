@@ -134,6 +134,7 @@ class PodIndex:
             pod.reserved_node = ""
         self._account(pod, +1)
         self._group_touched(pod)
+        self._changes.pod_placed(pod)
 
     def _store(self, old: PodRecord | None, new: PodRecord | None) -> None:
         if old is not None:

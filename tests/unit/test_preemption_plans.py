@@ -74,6 +74,7 @@ class World:
             settings=PlanSettings(clock=self.clock, plan_seconds=60),
         )
         self.state.add_pod_listener(self.plans.on_pod_change)
+        self.state.add_placement_listener(self.plans.on_pod_placed)
         self.state.add_node_listener(self.plans.on_nodes_changed)
 
     def gang(self, name: str, members: int, cpu: str = "2", priority: int = 1000) -> None:
@@ -93,6 +94,12 @@ class World:
 
     def victims(self, answers: list[list[VictimCandidate]]) -> list[str]:
         return [uid for a in answers for c in a for uid in c.victim_uids]
+
+    def victims_leave(self, answers: list[list[VictimCandidate]]) -> None:
+        for uid in self.victims(answers):
+            victim = self.state.pod_by_uid(uid)
+            assert victim is not None
+            self.state.delete_pod(victim.namespace, victim.name)
 
 
 def test_one_plan_for_the_gang_and_no_new_victims_while_it_lives() -> None:
@@ -117,10 +124,7 @@ def test_the_plan_is_done_once_the_gang_holds_its_nodes() -> None:
     w = World()
     w.gang("u", 2)
     answers = [w.ask("u", i) for i in range(2)]
-    for uid in w.victims(answers):
-        victim = w.state.pod_by_uid(uid)
-        assert victim is not None
-        w.state.delete_pod(victim.namespace, victim.name)
+    w.victims_leave(answers)
     assert w.plans.snapshot()[0]["phase"] == PlanPhase.PLACING
     for i, c in enumerate(c for a in answers for c in a):
         w.state.reserve(f"default/u-{i}", c.node)
@@ -299,3 +303,39 @@ def test_a_gang_of_slices_with_no_rack_of_its_own_evicts_the_fewest_only_in_its_
     assert made.evictions == 2, made.victims
     assert {rack_of[node] for _, node in made.victims.values()} <= taken
     assert "r2" not in taken
+
+
+def test_the_plan_ends_as_its_gang_is_placed_not_at_the_next_question() -> None:
+    """The gate reserves members and binds them in place: the watch's echo of a binding
+    changes nothing the plans hear of. The plan must end as the last member is placed;
+    left live, a gang gone right after (its Job deleted, its PodGroup lingering) keeps
+    its slots as a promise for a minute, and the next gang is refused room that is free
+    (test_preemption.py's planned-room test, after the test before it, under CI load)."""
+    w = World()
+    w.gang("u", 2)
+    answers = [w.ask("u", i) for i in range(2)]
+    w.victims_leave(answers)
+    nodes = {s.planned: s.node for s in w.plans.plans["default/u"].slots}
+    for key, node_name in nodes.items():
+        w.state.reserve(key, node_name)
+    assert w.plans.plans == {}
+    for key, node_name in nodes.items():
+        w.state.assume_bound(key, node_name)
+    for i in range(2):
+        w.state.delete_pod("default", f"u-{i}")
+    # Where u's victims were, 2 CPUs each are free: v of the same priority needs no eviction.
+    w.gang("v", 2)
+    assert [w.ask("v", i) for i in range(2)] == [[], []]
+    assert w.told.refused == []
+
+
+def test_a_plan_whose_members_all_left_is_cancelled() -> None:
+    """Every member gone (a Job deleted before its gang was placed; its PodGroup lingers
+    until the namespace goes): nothing may keep room for a gang that has no pod."""
+    w = World()
+    w.gang("u", 2)
+    assert w.victims([w.ask("u", i) for i in range(2)])
+    for i in range(2):
+        w.state.delete_pod("default", f"u-{i}")
+    assert w.plans.plans == {}
+    assert w.told.ended == ["preemption plan cancelled: its members are gone"]

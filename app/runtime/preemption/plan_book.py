@@ -122,7 +122,8 @@ class PlanBook:
             self.end(current, PlanPhase.EXPIRED, why)
 
     def _ended_by_cluster(self, current: Plan) -> tuple[PlanPhase, str] | None:
-        """How the cluster ends the plan now: its gang whole or gone, or a planned node gone."""
+        """How the cluster ends the plan now: its gang whole, its group or every member gone,
+        or a planned node gone."""
         try:
             spec = self._state.group_spec(current.ref)
         except (GroupNotFound, PodGroupSpecError):
@@ -130,6 +131,10 @@ class PlanBook:
         placed = len(self._state.placed_members(current.group))
         if not wholeness(spec, placed).missing:
             return PlanPhase.DONE, "the gang holds minMember"
+        pods = self._state.group_pods(current.group)
+        if not any(not p.terminal and not p.deleting for p in pods):
+            # Its Job deleted; a PodGroup may outlive its pods (until its namespace goes).
+            return PlanPhase.CANCELLED, "its members are gone"
         nodes = self._state.nodes
         gone = sorted(
             {s.node for s in current.slots if (n := nodes.get(s.node)) is None or n.unschedulable}

@@ -261,6 +261,14 @@ class PreemptionPlans:
         if nominations.concerns(pod) or planned or (new is not None and nominations.adopt(new)):
             nominations.sync()
 
+    def on_pod_placed(self, pod: PodRecord) -> None:
+        """A member the extender placed itself (the gate's reservation, its own binding):
+        no watch event tells of it, so the gang's plan is checked here, and ends as the
+        gang is whole rather than at the next question (app/core/changes.py)."""
+        current = self._book.get(pod.group.key) if pod.group is not None else None
+        if current is not None and pod.placed_node:
+            self._book.check(current, self._clock())
+
     def _nominate(self) -> None:
         if self._nominations is not None:
             self._nominations.sync()
@@ -273,11 +281,14 @@ class PreemptionPlans:
             # A victim that was only held (never bound) is gone: see PREEMPTOR_RETRY_SECONDS.
             self._wakeup.held_victim_gone()
         current = self._book.get(old.group.key) if old.group is not None else None
-        if current is not None and new is not None:
-            # A member reserved in the gate reaches the watch as bound: check then too.
-            if new.placed_node and (not old.placed_node or new.node_name != old.node_name):
+        if current is not None:
+            # A member bound by another hand than ours, or leaving: the gang may be whole,
+            # or have no pod left to keep room for.
+            landed = new is not None and bool(new.placed_node) and new.node_name != old.node_name
+            if landed or gone or new is None or new.deleting:
                 self._book.check(current, self._clock())
-            return
+            if new is not None:
+                return
         if not gone or not self._book.plans:
             return
         for current in self._book:
