@@ -63,6 +63,7 @@ def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPa
 
     monkeypatch.setattr(ClusterState, "add_pod_listener", record("pod"))
     monkeypatch.setattr(ClusterState, "add_node_listener", record("node"))
+    monkeypatch.setattr(ClusterState, "add_placement_listener", record("placement"))
     monkeypatch.setattr(PermitGate, "add_settle_listener", record("settle"))
     build_apps(Settings(gang_feasibility=True), k8s.Configuration())
     assert heard == [
@@ -75,6 +76,7 @@ def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPa
         "node:Arbiter",
         "pod:PreemptionFollower",
         "pod:PreemptionPlans",
+        "placement:PreemptionPlans",
         "pod:UnaskedPreemption",
         "node:PreemptionPlans",
         "pod:HeldTrees",
