@@ -99,6 +99,17 @@ def port_free(port: int) -> bool:
     return True
 
 
+def dump_scheduler_cache() -> str:
+    """Ask kube-scheduler to write its cache, its queue and their differences from its
+    informers to its log (SIGUSR2: pkg/scheduler/backend/cache/debugger, v1.37.2): what it
+    believed when an invariant broke. Returns a line for the violation's text."""
+    try:
+        os.kill(pid_of(SCHEDULER), signal.SIGUSR2)
+    except (OSError, ValueError) as error:
+        return f"kube-scheduler's cache not dumped: {error}"
+    return "kube-scheduler's cache and queue dumped to its log (SIGUSR2)"
+
+
 def restart_component(component: str) -> None:
     """SIGKILL it and start it again at once, with the same command line."""
     start_component(component, kill_component(component))

@@ -50,6 +50,7 @@ from tests.cluster.session import Extender
 from tests.cluster.test_faults import compact_etcd
 from tests.soak.components import (
     APISERVER_PORT,
+    dump_scheduler_cache,
     kill_component,
     port_free,
     restart_component,
@@ -582,8 +583,8 @@ class Soak:
         )
         self.world.violation(
             f"seed {self.config.seed}, {self.current}: not placed within "
-            f"{self.config.live_seconds:g}s though they fit: {names}; /debug/gangs: "
-            f"{debug_text(self.extender.url)}"
+            f"{self.config.live_seconds:g}s though they fit: {names}; {dump_scheduler_cache()}; "
+            f"/debug/gangs: {debug_text(self.extender.url)}"
         )
 
     @staticmethod
