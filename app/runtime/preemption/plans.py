@@ -285,7 +285,7 @@ class PreemptionPlans:
             # A member bound by another hand than ours, or leaving: the gang may be whole,
             # or have no pod left to keep room for.
             landed = new is not None and bool(new.placed_node) and new.node_name != old.node_name
-            if landed or gone or new is None or new.deleting:
+            if landed or gone or (new is not None and new.deleting):
                 self._book.check(current, self._clock())
             if new is not None:
                 return
