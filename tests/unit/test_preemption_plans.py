@@ -6,10 +6,9 @@ import asyncio
 from typing import Any
 
 from app.base.metrics import Metrics
-from app.core.groups import KUEUE_GROUP_LABEL, KUEUE_TOTAL_COUNT_ANNOTATION, GroupRef
+from app.core.groups import KUEUE_GROUP_LABEL, KUEUE_TOTAL_COUNT_ANNOTATION
 from app.core.observer import NullObserver
-from app.core.packing import Demand
-from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
+from app.core.preemption.victims import VictimCandidate, VictimPolicy
 from app.core.state import ClusterState
 from app.core.topology.sources import KUEUE_POD_INDEX, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE
 from app.runtime.preemption.plan import PlanPhase
@@ -17,6 +16,7 @@ from app.runtime.preemption.plans import PlanSettings, PreemptionPlans
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
+from tests.unit.preempt_call import preempt_call
 
 RACK = "example.com/rack"
 TWO_CPU = {"cpu": 2000, "memory": 1024**3 * 1000, "pods": 1000}
@@ -83,14 +83,7 @@ class World:
             self.state.apply_pod(with_priority(pod(f"{name}-{i}", group=name, cpu=cpu), priority))
 
     def ask(self, group: str, i: int) -> list[VictimCandidate]:
-        member = self.state.pods[f"default/{group}-{i}"]
-        ref = GroupRef("default", group)
-        spec = self.state.group_spec(ref)
-        preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
-        own = Demand(member.key, member.requests, member.placement)
-        # kube-scheduler offers every node where evicting lower-priority pods could help.
-        offered = [VictimCandidate(n, [], 0) for n in self.state.nodes]
-        return self.plans.answer(spec, ref, preemptor, own, offered).candidates
+        return preempt_call(self.state, self.plans, f"default/{group}-{i}").candidates
 
     def victims(self, answers: list[list[VictimCandidate]]) -> list[str]:
         return [uid for a in answers for c in a for uid in c.victim_uids]
@@ -247,13 +240,7 @@ def slice_gang(state: ClusterState) -> None:
 
 def ask(state: ClusterState, plans: PreemptionPlans, i: int) -> list[VictimCandidate]:
     """Member train-`i` asks to preempt, every node offered: the candidates it is answered."""
-    member = state.pods[f"default/train-{i}"]
-    assert member.group is not None
-    spec = state.group_spec(member.group)
-    preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
-    own = Demand(member.key, member.requests, member.placement)
-    offered = [VictimCandidate(n, [], 0) for n in state.nodes]
-    return plans.answer(spec, member.group, preemptor, own, offered).candidates
+    return preempt_call(state, plans, f"default/train-{i}").candidates
 
 
 def test_a_gang_of_slices_plans_each_slice_in_one_rack_and_its_members_take_their_own() -> None:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from app.base.metrics import Metrics
-from app.core.groups import GroupRef
 from app.core.observer import NullObserver
-from app.core.packing import Demand
-from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
+from app.core.preemption.victims import VictimCandidate, VictimPolicy
 from app.core.state import ClusterState
 from app.core.topology.domains import HOSTNAME, ZONE
 from app.core.topology.sources import KUEUE_REQUIRED
 from app.runtime.preemption.plans import PlanSettings, PreemptionPlans
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
+from tests.unit.preempt_call import preempt_call
 
 RACK = "example.com/rack"
 
@@ -63,13 +62,7 @@ class World:
             self.state.apply_pod(raw)
 
     def ask(self, i: int) -> list[VictimCandidate]:
-        member = self.state.pods[f"default/u-{i}"]
-        ref = GroupRef("default", "u")
-        spec = self.state.group_spec(ref)
-        preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
-        own = Demand(member.key, member.requests, member.placement)
-        offered = [VictimCandidate(n, [], 0) for n in self.state.nodes]
-        return self.plans.answer(spec, ref, preemptor, own, offered).candidates
+        return preempt_call(self.state, self.plans, f"default/u-{i}").candidates
 
 
 def test_the_gang_preempts_inside_the_rack_whose_victims_cost_least() -> None:

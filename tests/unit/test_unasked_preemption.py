@@ -17,8 +17,8 @@ from app.base.metrics import Metrics
 from app.core.admission import Admission
 from app.core.groups import SOURCE_NATIVE
 from app.core.observer import NullObserver
-from app.core.packing import Demand, Packing
-from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
+from app.core.packing import Packing
+from app.core.preemption.victims import VictimPolicy
 from app.core.state import ClusterState
 from app.runtime.device_cel import CelEngine
 from app.runtime.preemption import unasked as unasked_preemption
@@ -27,6 +27,7 @@ from app.runtime.preemption.plans import PreemptionPlans
 from app.runtime.preemption.refusals import REFUSED_SECONDS, Refusals
 from app.runtime.preemption.unasked import DRA_UNSCHEDULABLE, NO_DOMAIN_ROOM, UnaskedPreemption
 from tests.unit.builders import node, pod, podgroup
+from tests.unit.preempt_call import preempt_call
 from tests.unit.test_devices import (
     CLASSES,
     SLICES,
@@ -294,15 +295,10 @@ def test_a_member_reported_during_the_retry_window_is_tried_when_it_ends(
 def verb_answers(state: ClusterState, plans: PreemptionPlans, name: str) -> Answer:
     """The preempt verb's call for member `name`, every node offered, and what the verb does
     with an answer that makes no plan (app/web/preempt_verb.py): it is remembered."""
-    member = state.pods[f"default/{name}"]
-    assert member.group is not None
-    spec = state.group_spec(member.group)
-    preemptor = Preemptor(member.key, member.uid, member.priority, spec.key)
-    own = Demand(member.key, member.requests, member.placement)
-    offered = [VictimCandidate(n, [], 0) for n in state.nodes]
-    answer = plans.answer(spec, member.group, preemptor, own, offered)
-    if answer.unplanned:
-        plans.refusals.remember(spec.key)
+    answer = preempt_call(state, plans, f"default/{name}")
+    group = state.pods[f"default/{name}"].group
+    if answer.unplanned and group is not None:
+        plans.refusals.remember(group.key)
     return answer
 
 
