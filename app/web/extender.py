@@ -44,7 +44,7 @@ class GangExtender:
         )
         self._views = PodViews(state)
         self._scorer = NodeScorer(scoring or ScoringPolicy(), state)
-        self._filter = FilterVerb(core, self._views, links, self._scorer)
+        self._filter = FilterVerb(core, self._views, links, self._scorer, self.plans)
         self._preempt = PreemptVerb(core, self._views, self.plans)
         self._bind = BindVerb(core, gate, api, links)
 

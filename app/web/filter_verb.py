@@ -6,6 +6,11 @@ preempt for it; a gang held to a topology domain passes only that domain's
 nodes. An admitted member is given the one node the prioritize score ranks
 first, unless it has preferences only kube-scheduler weighs
 (app/core/node_choice.py): kube-scheduler then skips scoring for it.
+
+A pod in no gang passes every node but those whose room live preemption
+plans keep for a gang at its priority or above (PreemptionPlans.kept_from):
+unresolvable there, since evicting pods of lower priority than that gang
+cannot give the pod the gang's room.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from app.core.scoring import NodeScorer
 from app.core.topology.domains import Domain, TopologyConstraint, domain_message
 from app.core.topology.hypernode import tier_of
 from app.runtime.line import Candidate
+from app.runtime.preemption.plans import PreemptionPlans
 from app.web.pod_view import PodView, PodViews
 from app.web.verb_context import VerbCore, VerbLinks
 from app.web.wire import ExtenderArgs, filter_result
@@ -36,9 +42,15 @@ log = logging.getLogger(__name__)
 
 class FilterVerb:
     def __init__(
-        self, core: VerbCore, views: PodViews, links: VerbLinks, scorer: NodeScorer
+        self,
+        core: VerbCore,
+        views: PodViews,
+        links: VerbLinks,
+        scorer: NodeScorer,
+        plans: PreemptionPlans,
     ) -> None:
         self._core = core
+        self._plans = plans
         self._views = views
         self._links = links
         self._scorer = scorer
@@ -59,7 +71,7 @@ class FilterVerb:
             core.metrics.filter_decisions.labels(problem.reason).inc()
             return self._reject(args, names, pod, problem.reason, problem.message)
         if pod.ref is None or pod.spec is None or core.admission.soft.is_plain(pod.spec.key):
-            return filter_result(args, names, {}, {})
+            return self._plain(args, names, pod)
         spec = pod.spec
         siblings = self._views.siblings(spec, pod.ref, pod.uid)
         if siblings.task_gap:
@@ -102,6 +114,18 @@ class FilterVerb:
         if placed is not None:
             passed, outside = self._in_domain(args, names, spec.key, *placed)
         return filter_result(args, self._pick(args, passed, pod), {}, outside)
+
+    def _plain(self, args: ExtenderArgs, names: list[str], pod: PodView) -> dict[str, Any]:
+        """A pod placed alone: every node but those whose room a gang's preemption keeps."""
+        kept = self._plans.kept_from(pod.requests, pod.priority, names)
+        if not kept:
+            return filter_result(args, names, {}, {})
+        log.info(
+            "pod in no gang kept off %d node(s) a gang preempted for",
+            len(kept),
+            extra={"pod": pod.key, "verb": "filter", "nodes": sorted(kept)},
+        )
+        return filter_result(args, [n for n in names if n not in kept], {}, kept)
 
     def _pick(self, args: ExtenderArgs, passed: list[str], pod: PodView) -> list[str]:
         """[the node an admitted member goes to], or `passed` when kube-scheduler should rank them.

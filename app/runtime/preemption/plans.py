@@ -23,7 +23,7 @@ the waker and the observers do the writing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ from app.core.observer import GangObserver, NullObserver
 from app.core.packing import Demand
 from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.records import PodRecord
+from app.core.resources import Resources
 from app.core.state import ClusterState
 from app.core.topology.domains import DEFAULT_LEVELS
 from app.runtime.preemption.line_check import LineCheck
@@ -77,8 +78,8 @@ class PreemptionPlans:
         self._book = PlanBook(state, metrics, told, settings.clock, settings.plan_seconds)
         self._victims = VictimMemory(settings.clock)
         self._plain = PlainPreemption(state, policy, self._victims)
-        room = PreemptionRoom(state, self._book)
-        self._maker = PlanMaker(state, policy, self._book, room, told, settings.levels)
+        self._room = PreemptionRoom(state, self._book)
+        self._maker = PlanMaker(state, policy, self._book, self._room, told, settings.levels)
         self._wakeup = PreemptorWakeup(state, waker)
         self._nominations: Nominations | None = None
         # Gangs refused lately, asked again when the view changes (unasked.py).
@@ -102,6 +103,13 @@ class PreemptionPlans:
     ) -> list[VictimCandidate]:
         """A pod in no gang: kube-scheduler's candidates that break no running gang."""
         return self._plain.candidates(preemptor, candidates)
+
+    def kept_from(self, requests: Resources, priority: int, nodes: Iterable[str]) -> dict[str, str]:
+        """A pod in no gang: those of `nodes` whose room live plans keep (PreemptionRoom.kept)."""
+        if not self._book.plans:
+            return {}
+        self._book.check_all(self._clock())
+        return self._room.kept_from(requests, priority, nodes)
 
     def answer(
         self,

@@ -3,7 +3,10 @@
 Promised: nominated pods that rank at least as high (kube-scheduler's
 filters keep their room), and the open slots of other live plans of gangs
 that rank at least as high (their members are nominated too, counted
-once); their handed victims count as gone. A pod gone (leaving, or another
+once); their handed victims count as gone. `kept` gives the open slots to
+the filter, for a pod in no gang: kube-scheduler forgets a nomination it
+cleared while the victims leave, and a lower-priority pod would take the
+room a gang preempted for. A pod gone (leaving, or another
 plan's handed victim) also gives back what its claims hold of the device
 pools published for many nodes (app/core/shared_pools.py
 PoolHold), which no one node's room holds.
@@ -11,12 +14,23 @@ PoolHold), which no one node's room holds.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
 from app.core.packing import Bin, index_of
-from app.core.resources import add, subtract
+from app.core.resources import Resources, add, fits, subtract
 from app.core.shared_pools import PoolHold, credited, freed_by
 from app.core.state import ClusterState
 from app.runtime.preemption.plan import Plan, slot_filled
 from app.runtime.preemption.plan_book import PlanBook
+
+
+@dataclass(slots=True)
+class KeptRoom:
+    """A node where live plans hold open slots: the room left beside them, and for whom."""
+
+    free: Resources
+    gangs: set[str] = field(default_factory=set)
 
 
 class PreemptionRoom:
@@ -49,6 +63,47 @@ class PreemptionRoom:
             return bins
         return credited(bins, freed_by(self.pool_holds(), gone))
 
+    def kept(self, priority: int) -> dict[str, KeptRoom]:
+        """The nodes where live plans of gangs at `priority` or above hold open slots: what a
+        pod at `priority` may use there. Other nodes owe plans nothing (empty: no such plan).
+
+        Counted as kube-scheduler counts a nominated pod's room: the node's free room
+        now (pods leaving it, the plans' victims among them, still hold theirs) less
+        the open slots. Costs the live plans' slots, not the cluster's nodes.
+        """
+        kept: dict[str, KeptRoom] = {}
+        for plan in self._book:
+            if not plan.live or plan.priority < priority:
+                continue
+            for slot in plan.slots:
+                if slot_filled(self._state, slot):
+                    continue
+                held = kept.get(slot.node)
+                if held is None:
+                    record = self._state.nodes.get(slot.node)
+                    if record is None or record.unschedulable:  # kube-scheduler offers none
+                        continue
+                    held = kept[slot.node] = KeptRoom(dict(record.allocatable))
+                    subtract(held.free, self._state.requested_on(slot.node))
+                subtract(held.free, slot.requests)
+                held.gangs.add(plan.group)
+        return kept
+
+    def kept_from(
+        self, requests: Mapping[str, int], priority: int, nodes: Iterable[str]
+    ) -> dict[str, str]:
+        """A pod in no gang: those of `nodes` where it does not fit in what `kept` leaves
+        (node -> why). kube-scheduler keeps a planned member's room only while it
+        remembers the nomination, and clears one when its own dry run finds nothing to
+        evict (the victims are leaving already): the filter verb keeps it instead."""
+        kept = self.kept(priority)
+        refused: dict[str, str] = {}
+        for node in nodes if kept else ():
+            held = kept.get(node)
+            if held is not None and not fits(requests, held.free):
+                refused[node] = kept_room_message(node, held.gangs, priority)
+        return refused
+
     def pool_holds(self) -> list[PoolHold]:
         """What allocated claims hold of the shared device pools, and the pods using each."""
         return self._state.devices.pool_holds()
@@ -72,3 +127,12 @@ class PreemptionRoom:
                 target = by_node.get(slot.node)
                 if target is not None:
                     subtract(target.free, slot.requests)
+
+
+def kept_room_message(node: str, gangs: set[str], priority: int) -> str:
+    """Why a pod in no gang may not use a node's room: which gangs preempted for it."""
+    return (
+        f"node {node}: its free room is kept for gang {', '.join(sorted(gangs))}, which "
+        f"preempted lower-priority pods to get it (a priority at or above this pod's "
+        f"{priority}); this pod is tried again once that gang is placed or its plan ends"
+    )
