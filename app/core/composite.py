@@ -15,7 +15,7 @@ GangScheduling plugin reads it:
   inside its parent's);
 - depth at most 4; a cycle, a deeper tree or a missing parent is invalid.
 
-Here the whole tree is one gang keyed by its root (`native:<ns>/<root>`), so two
+Here the whole tree is one gang keyed by its root (`composite:<ns>/<root>`), so two
 leaves of one tree never form separate gangs. Its minimum is the pods the
 cheapest admissible selection needs: a leaf's minCount; a composite's
 smallest `minGroupCount` children's minimums summed. Where the plugin leaves

@@ -137,7 +137,7 @@ class CompositeTrees:
         podgroups = self._podgroups()
         old_errors = dict(self.book.leaf_errors(namespace))
         moved = self.book.resolve(namespace)
-        prefix = group_key(SOURCE_NATIVE, namespace, "")
+        prefix = group_key(SOURCE_NATIVE, namespace, "", composite=True)
         stale = {k for k in self._keys if k.startswith(prefix)}
         appeared: list[str] = []
         for record in self.book.gang_records(namespace):
@@ -179,9 +179,13 @@ class CompositeTrees:
 
     def _rekey_pods(self, namespace: str, leaf: str, old: str | None, new: str | None) -> None:
         """The leaf's pods, keyed under `old`'s gang (None: the leaf's own), move to `new`'s."""
-        old_key = group_key(SOURCE_NATIVE, namespace, old or leaf)
+        old_key = group_key(SOURCE_NATIVE, namespace, old or leaf, composite=old is not None)
         flat = GroupRef(namespace, leaf, source=SOURCE_NATIVE)
-        ref = GroupRef(namespace, new, source=SOURCE_NATIVE, task=leaf) if new else flat
+        ref = (
+            GroupRef(namespace, new, source=SOURCE_NATIVE, task=leaf, composite=True)
+            if new
+            else flat
+        )
         for pod in list(self._pods.labelled(old_key)):
             group = pod.group
             if group is None or group.source != SOURCE_NATIVE:

@@ -191,7 +191,7 @@ class CompositeBook:
         root = space.roots.get(ref.name) if space is not None else None
         if root is None:
             return ref
-        return GroupRef(ref.namespace, root, source=SOURCE_NATIVE, task=ref.name)
+        return GroupRef(ref.namespace, root, source=SOURCE_NATIVE, task=ref.name, composite=True)
 
     def resolve(self, namespace: str) -> dict[str, tuple[str | None, str | None]]:
         """Recompute the namespace's trees; returns the leaves whose root changed:
@@ -235,7 +235,7 @@ class CompositeBook:
         namespace: str, space: _Namespace, root: str, leaves: list[GroupNode]
     ) -> RootRecord:
         uid, created = space.meta.get(root, ("", 0.0))
-        key = group_key(SOURCE_NATIVE, namespace, root)
+        key = group_key(SOURCE_NATIVE, namespace, root, composite=True)
         try:
             gang = composite_gang(root, space.composites, leaves, ())
         except CompositeError as err:

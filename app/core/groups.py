@@ -88,13 +88,20 @@ class GroupLabelError(ValueError):
     """The pod's group labels cannot be understood; the message says how to fix them."""
 
 
-def group_key(source: str, namespace: str, name: str) -> str:
+COMPOSITE_KEY_PREFIX = "composite"
+"""The key prefix of a CompositePodGroup tree's gang (app/core/composite.py)."""
+
+
+def group_key(source: str, namespace: str, name: str, *, composite: bool = False) -> str:
     """The group's identity in caches, the gate and messages.
 
     x-k8s and label-only groups keep the plain `namespace/name` that
     Coscheduling users know; the other sources are prefixed so that a Volcano
-    and a native PodGroup of the same name never share a gang.
+    and a native PodGroup of the same name never share a gang, and so is the
+    root of a CompositePodGroup tree (`composite`): a PodGroup may bear its name.
     """
+    if composite:
+        return f"{COMPOSITE_KEY_PREFIX}:{namespace}/{name}"
     if source in (SOURCE_XK8S, SOURCE_LABELS):
         return f"{namespace}/{name}"
     return f"{source}:{namespace}/{name}"
@@ -119,10 +126,12 @@ class GroupRef:
     policy: SchedulingPolicy | None = None
     # LeaderWorkerSet (no object, more than a count): the spec its pod's labels declare.
     spec: GroupSpec | None = field(default=None, compare=False)
+    # The root of a CompositePodGroup tree (name), reached from a leaf (task).
+    composite: bool = False
 
     @property
     def key(self) -> str:
-        return group_key(self.source, self.namespace, self.name)
+        return group_key(self.source, self.namespace, self.name, composite=self.composite)
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,7 +176,7 @@ class PodGroupRecord:
 
     @property
     def key(self) -> str:
-        return group_key(self.source, self.namespace, self.name)
+        return group_key(self.source, self.namespace, self.name, composite=self.composite)
 
 
 class GroupNotFound(LookupError):

@@ -13,8 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.core.composite import COMPOSITE_KIND
 from app.core.composite_trees import CompositeBook
-from app.core.groups import SOURCE_NATIVE, GroupRef
+from app.core.groups import COMPOSITE_KEY_PREFIX, GROUP_APIS, SOURCE_NATIVE, GroupRef
 from app.core.marking import LINE_GATE
 from app.core.queues import DEFAULT_QUEUE
 from app.core.records import (
@@ -289,6 +290,19 @@ def _condition_message(raw_group: Obj | None) -> str:
         if isinstance(condition, dict) and condition.get("status") == "False":
             return str(condition.get("message") or condition.get("reason") or "")
     return ""
+
+
+def event_subjects(gang: Gang) -> set[tuple[str, str]]:
+    """(kind, name) of what the gang's Events are about: its pods and its group object
+    (a CompositePodGroup for a tree's gang, whose key is its root's)."""
+    about = {("Pod", m.name) for m in gang.members}
+    if gang.object is None:
+        return about
+    if gang.key.startswith(f"{COMPOSITE_KEY_PREFIX}:"):
+        about.add((COMPOSITE_KIND, gang.name))
+    elif gang.source in GROUP_APIS:
+        about.add((GROUP_APIS[gang.source].kind, gang.name))
+    return about
 
 
 def target_namespace(target: str, namespace: str) -> str:

@@ -14,11 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.core.groups import GROUP_APIS
 from app.kubectl.api import Api, ApiError, PluginError, connect
 from app.kubectl.args import Options, UsageError, parse
 from app.kubectl.describe import describe
-from app.kubectl.gangs import Gang, build_gangs, find, target_namespace
+from app.kubectl.gangs import Gang, build_gangs, event_subjects, find, target_namespace
 from app.kubectl.live import Endpoint, Live, read_live
 from app.kubectl.objects import Objects, read_events, read_objects
 from app.kubectl.output import as_list, dump, gang_document, gang_table, live_note
@@ -84,10 +83,7 @@ def show_describe(api: Api, view: View, options: Options, namespace: str, colour
         keys = ", ".join(g.key for g in matches)
         raise PluginError(f"{options.target!r} names several gangs ({keys}): give the key")
     gang = matches[0]
-    about = {("Pod", m.name) for m in gang.members}
-    if gang.object is not None and gang.source in GROUP_APIS:
-        about.add((GROUP_APIS[gang.source].kind, gang.name))
-    events = read_events(api, gang.namespace, about)
+    events = read_events(api, gang.namespace, event_subjects(gang))
     return describe(gang, view.live, events, view.objects.now, colour)
 
 

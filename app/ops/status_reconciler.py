@@ -193,7 +193,7 @@ class PodGroupStatus(NullObserver):
                 self._forget(key, tracked)
                 continue
             self.groups[key] = view
-            if view.source not in self._apis or not leader or tracked.written == view.status:
+            if not self._writable(key, view) or not leader or tracked.written == view.status:
                 self._dirty.discard(key)
                 continue
             if tracked.in_flight or now - tracked.last_write < self._settings.min_interval_seconds:
@@ -205,6 +205,12 @@ class PodGroupStatus(NullObserver):
             counts[view.status.phase] = counts.get(view.status.phase, 0) + 1
         for phase, count in counts.items():
             self._metrics.podgroups.labels(phase).set(count)
+
+    def _writable(self, key: str, view: GroupView) -> bool:
+        """A group object of a source we write: not a CompositePodGroup (its status is
+        kube-scheduler's), whose gang's view would go to a PodGroup of its name."""
+        record = self._state.podgroups.get(key)
+        return view.source in self._apis and not (record is not None and record.composite)
 
     def _compute(self, key: str, tracked: _Tracked) -> GroupView | None:
         record = self._state.podgroups.get(key)

@@ -210,7 +210,7 @@ def _composite_sink(state: ClusterState, admission: Admission, waker: SiblingWak
     def delete(obj: Mapping[str, Any]) -> None:
         namespace, name = _name(obj)
         state.trees.delete(namespace or "default", name)
-        admission.forget(group_key(SOURCE_NATIVE, namespace or "default", name))
+        admission.forget(group_key(SOURCE_NATIVE, namespace or "default", name, composite=True))
 
     def replace(objects: list[Mapping[str, Any]]) -> None:
         waker.podgroups_appeared(state.trees.replace(objects))

@@ -22,6 +22,7 @@ from app.core.groups import NATIVE_API, SOURCE_NATIVE, GroupApi
 from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import Kube
 from tests.cluster.racks import BLOCK, RACK, one_rack, racks, stays_unbound, told
+from tests.cluster.test_kubectl_gang import kubectl_gang
 
 COMPOSITE_API = GroupApi(
     SOURCE_NATIVE, COMPOSITE_GROUP, COMPOSITE_VERSION, COMPOSITE_PLURAL, COMPOSITE_KIND, True
@@ -98,7 +99,7 @@ def test_two_leaves_land_three_and_three_each_in_a_rack_of_one_block(
 
 
 def test_a_leaf_that_fits_no_node_holds_the_whole_tree_and_is_named(
-    kube: Kube, namespace: str
+    kube: Kube, kubeconfig: str, namespace: str
 ) -> None:
     with racks(kube, {"r0": ("b0", 4), "r1": ("b0", 4)}):
         tree(kube, namespace, "big", {"big-a": 2, "big-b": 2})
@@ -108,12 +109,15 @@ def test_a_leaf_that_fits_no_node_holds_the_whole_tree_and_is_named(
         # its PodGroupPodsCount plugin rather than the filter's message once no node passes;
         # the extender's Event on the CompositePodGroup names the gang and the leaf.
         event = wait_for(
-            lambda: told(kube, namespace, f"InsufficientResources: gang native:{namespace}/big"),
+            lambda: told(kube, namespace, f"InsufficientResources: gang composite:{namespace}/big"),
             30,
             "the InsufficientResources Event naming the tree's gang",
         )
         assert "group big-b needs cpu 2" in event, event
         stays_unbound(kube, namespace)
+        # `kubectl gang describe` shows the Event, which is on the root CompositePodGroup.
+        described = kubectl_gang(kubeconfig, "describe", f"composite:{namespace}/big").stdout
+        assert "CompositePodGroup/big" in described and "InsufficientResources" in described
 
 
 def test_a_leaf_naming_a_missing_parent_is_held_with_a_clear_message(

@@ -134,6 +134,6 @@ def test_the_tree_places_each_leaf_in_one_rack_inside_the_roots_block() -> None:
     )
     assert gang.constraint is not None
     keys = [k for k, _, _ in members]
-    _, where = racks_placed("native:ml/job", keys, gang.tree, gang.constraint, bins)
+    _, where = racks_placed("composite:ml/job", keys, gang.tree, gang.constraint, bins)
     assert where["ml/p0"] == where["ml/p1"] and where["ml/p2"] == where["ml/p3"]
     assert {where["ml/p0"], where["ml/p2"]} == {"c0", "c1"}

@@ -14,7 +14,7 @@ from tests.unit.test_composite import cpg_object
 
 RACK = "example.com/rack"
 BLOCK = "example.com/block"
-ROOT_KEY = "native:ml/job"
+ROOT_KEY = "composite:ml/job"
 
 
 def composite(
@@ -74,7 +74,7 @@ def test_every_leaf_pod_joins_the_root_gang_with_its_leaf_as_sub_group() -> None
     assert spec.min_task_member == (("job-a", 3), ("job-b", 3))
     # A pod read afresh (a relist, the bind verb's read) is keyed the same way.
     assert state.trees.pod_record(member("a9", "job-a"), state.sources).group == ref.__class__(
-        "ml", "job", source=SOURCE_NATIVE, task="job-a"
+        "ml", "job", source=SOURCE_NATIVE, task="job-a", composite=True
     )
     # The root goes: its leaves' pods are plain native members again, held with the reason.
     state.trees.delete("ml", "job")
@@ -143,3 +143,29 @@ def test_a_relist_of_leaves_keeps_the_root_records() -> None:
     assert state.podgroups[ROOT_KEY].spec.min_member == 3  # type: ignore[union-attr]
     state.replace_podgroups([], SOURCE_NATIVE)
     assert ROOT_KEY not in state.podgroups
+
+
+def test_a_podgroup_named_like_a_root_is_a_gang_apart_from_the_tree() -> None:
+    """A flat PodGroup `job` beside a CompositePodGroup `job`: two gangs, neither's pods
+    nor record taken for the other's."""
+    state = watched()
+    for i in range(3):
+        state.apply_pod(member(f"a{i}", "job-a"))
+        state.apply_pod(member(f"b{i}", "job-b"))
+        state.apply_pod(member(f"flat{i}", "job"))
+    state.apply_podgroup(leaf("job-a"), SOURCE_NATIVE)
+    state.apply_podgroup(leaf("job-b"), SOURCE_NATIVE)
+    state.apply_podgroup(leaf("job", parent="", min_count=3), SOURCE_NATIVE)
+    state.trees.apply(composite("job"))
+    trees = [key for key, record in state.podgroups.items() if record.composite]
+    assert trees == [ROOT_KEY]
+    tree, flat = state.podgroups[ROOT_KEY], state.podgroups["native:ml/job"]
+    assert tree.composite and not flat.composite
+    assert tree.spec is not None and tree.spec.min_member == 6
+    assert flat.spec is not None and flat.spec.min_member == 3
+    assert {p.name for p in state.members(ROOT_KEY)} == {"a0", "a1", "a2", "b0", "b1", "b2"}
+    assert {p.name for p in state.members("native:ml/job")} == {"flat0", "flat1", "flat2"}
+    # The tree goes: the flat PodGroup and its pods stay as they were.
+    state.trees.delete("ml", "job")
+    assert ROOT_KEY not in state.podgroups and "native:ml/job" in state.podgroups
+    assert {p.name for p in state.members("native:ml/job")} == {"flat0", "flat1", "flat2"}

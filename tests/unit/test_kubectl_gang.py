@@ -25,6 +25,7 @@ from app.kubectl.gangs import (
     RESERVED,
     Gang,
     build_gangs,
+    event_subjects,
     find,
     target_namespace,
 )
@@ -279,5 +280,14 @@ def test_a_composite_podgroup_tree_is_one_gang_keyed_by_its_root() -> None:
     found = objects(members, native=leaves)
     found.composites = [root]
     gang = only(build_gangs(found, UNREACHABLE))  # the leaves are no gangs of their own
-    assert (gang.key, gang.min_member, gang.bound, gang.pending) == ("native:default/job", 6, 3, 3)
+    assert (gang.key, gang.min_member, gang.bound, gang.pending) == (
+        "composite:default/job",
+        6,
+        3,
+        3,
+    )
     assert gang.object is root
+    # describe shows the Events on the root CompositePodGroup, not on a PodGroup of its name.
+    assert ("CompositePodGroup", "job") in event_subjects(gang)
+    assert ("PodGroup", "job") not in event_subjects(gang)
+    assert ("Pod", "job-b-2") in event_subjects(gang)

@@ -33,6 +33,9 @@ from app.ops.status_reconciler import PodGroupStatus, StatusSettings
 from app.ops.status_write import CONFLICT, GONE, KEPT, UNCHANGED, WRITTEN, write_status
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock
+from tests.unit.test_composite_trees import composite as tree_root
+from tests.unit.test_composite_trees import leaf as tree_leaf
+from tests.unit.test_composite_trees import member as tree_member
 
 # ---- compute_status: the phase as a pure function --------------------------------------
 
@@ -538,3 +541,21 @@ def test_x_k8s_status_fits_the_upstream_crd() -> None:
         fields = XK8sShape().render(GroupStatus(phase, 3, 2, 1, 0, "t"), {"scheduled": 1}, NOW)
         written = {k for k, v in fields.items() if v is not None}
         assert written - {"conditions"} <= upstream
+
+
+async def test_a_composite_pod_group_trees_gang_writes_no_podgroup_status() -> None:
+    """The tree's gang is keyed by its root, a CompositePodGroup: its status is not ours to
+    write, and never goes to a PodGroup that bears the root's name."""
+    state = ClusterState()
+    state.trees.watched = True
+    for i in range(3):
+        state.apply_pod(tree_member(f"a{i}", "job-a"))
+    state.apply_podgroup(tree_leaf("job-a"), SOURCE_NATIVE)
+    state.apply_podgroup(tree_leaf("job-b"), SOURCE_NATIVE)
+    state.trees.apply(tree_root("job"))
+    assert [key for key, r in state.podgroups.items() if r.composite] == ["composite:ml/job"]
+    api = MemoryStatusApi(podgroup_object())
+    writer = PodGroupStatus(state, {SOURCE_NATIVE: api}, Metrics(), clock=Clock())
+    await settle(writer)
+    assert api.patches == [] and api.reads == 0
+    assert "composite:ml/job" in writer.groups  # shown in /debug/gangs all the same
