@@ -39,30 +39,30 @@ def test_bench_cases_schedule_every_pod_and_report_their_figures(
 
     for result in (plain, through, gangs, yardstick):
         assert result.bound == result.pods, result
-        assert result.pods_per_second > 0
-        assert result.algorithm_p50 > 0  # kube-scheduler's metrics were read
-    assert plain.extender_cpu_per_1000 is None
-    assert through.extender_cpu_per_1000 is not None
-    assert {"filter", "prioritize", "bind"} <= set(through.verbs)
-    assert gangs.gang_latency_p50 is not None
-    assert yardstick.extender_cpu_per_1000 is not None  # the no-op extender's own CPU
-    assert not yardstick.verbs  # it has no gang-extender metrics
+        assert result.pods_per_second > 0, result
+        assert result.algorithm_p50 > 0, result  # kube-scheduler's metrics were read
+    assert plain.extender_cpu_per_1000 is None, plain
+    assert through.extender_cpu_per_1000 is not None, through
+    assert {"filter", "prioritize", "bind"} <= set(through.verbs), through
+    assert gangs.gang_latency_p50 is not None, gangs
+    assert yardstick.extender_cpu_per_1000 is not None, yardstick  # the no-op's own CPU
+    assert not yardstick.verbs, yardstick  # it has no gang-extender metrics
     # kube-scheduler's calls timed on the wire (bench/roundtrips.py), where tcpdump can
     # capture (.ci/run installs it); else the report says why they are missing.
-    assert plain.wire == {} and plain.wire_missing is None  # no extender, nothing to time
+    assert plain.wire == {} and plain.wire_missing is None, plain  # no extender, no wire
     if capture_possible():
         for result in (through, yardstick):
             assert result.wire_missing is None, result.wire_missing
             assert {"filter", "prioritize", "bind"} <= set(result.wire), result.wire
-            assert all(0 < p50 <= p99 < 30 for p50, p99 in result.wire.values())
-        assert "bind" in gangs.wire
+            assert all(0 < p50 <= p99 < 30 for p50, p99 in result.wire.values()), result
+        assert "bind" in gangs.wire, gangs
     else:
-        assert through.wire == {} and through.wire_missing
+        assert through.wire == {} and through.wire_missing, through
     for result in (plain, through, gangs, yardstick):
-        assert 0 < result.machine_busy <= 1
+        assert 0 < result.machine_busy <= 1, result
         # kube-apiserver and etcd did work for every case (bindings, watches).
-        assert result.control_plane_cpu_per_1000 is not None
-        assert result.control_plane_cpu_per_1000 > 0
+        assert result.control_plane_cpu_per_1000 is not None, result
+        assert result.control_plane_cpu_per_1000 > 0, result
     section = e2e.render_markdown(
         {
             "date": "today",
