@@ -10,7 +10,7 @@ holder's and evict nobody, and the gang would wait for devices nobody frees.
 
 So once a plan is found, its members are drawn on the pools as a packing
 draws on them (app/core/shared_pools.py PoolDraws: a member's node's own
-devices first, then its pools, each pool once for the gang), with each pool
+devices first, then its pools as a flow, each pool once for the gang), with each pool
 given back what the plan's victims hold of it (exactly their allocated
 claims' devices; a claim shared by several pods once, and only when every pod
 using it goes). What is still short is freed by the cheapest further victims
@@ -159,18 +159,10 @@ def pool_shortfall(
             continue
         b = trial[i]
         for key in planned.members:
-            need = requests.get(key, {})
-            if not draws.fits(i, b, need):
-                local = draws.local(i, b)
-                for resource, amount in need.items():
-                    own = local.get(resource)
-                    if own is None:
-                        continue
-                    missing = amount - own - sum(draws.left(p, resource) for p in b.pools)
-                    if missing > 0:
-                        short[resource] = short.get(resource, 0) + missing
-                        serving.update(p.name for p in b.pools)
-            draws.draw(i, b, need)
+            missing = draws.draw(i, b, requests.get(key, {}))
+            if missing:
+                add(short, missing)
+                serving.update(p.name for p in b.pools)
     return short, serving
 
 
