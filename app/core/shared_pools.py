@@ -225,15 +225,7 @@ def credited(bins: Sequence[Bin], freed: Iterable[PoolHold]) -> list[Bin]:
     """
     copies: dict[SharedPool, SharedPool] = {}
     for hold in freed:
-        pool = copies.get(hold.pool)
-        if pool is None:
-            source = hold.pool
-            pool = copies[source] = SharedPool(
-                source.name,
-                source.offer,
-                dict(source.free),
-                {node: dict(used) for node, used in source.used_on.items()},
-            )
+        pool = _copy(copies, hold.pool)
         for resource, amount in hold.held.items():
             pool.free[resource] = min(
                 pool.offer.get(resource, 0), pool.free.get(resource, 0) + amount
@@ -243,6 +235,43 @@ def credited(bins: Sequence[Bin], freed: Iterable[PoolHold]) -> list[Bin]:
             for resource, amount in hold.held.items():
                 if resource in used:
                     used[resource] = max(0, used[resource] - amount)
+    return _with_copies(bins, copies)
+
+
+def charged(bins: Sequence[Bin], draws: Iterable[PoolShare]) -> list[Bin]:
+    """The bins with each shared pool short of what `draws` take of it, as credited() gives
+    back (copies of the pools touched). Each draw is counted on its node as a placed pod's
+    would be (used_on): the caller takes the member's whole requests off the node's room,
+    so the node's own devices read as they are."""
+    copies: dict[SharedPool, SharedPool] = {}
+    by_name = {p.name: p for b in bins for p in b.pools}
+    for name, node, amounts in draws:
+        source = by_name.get(name)
+        if source is None:
+            continue
+        pool = _copy(copies, source)
+        used = pool.used_on.setdefault(node, {})
+        for resource, amount in amounts.items():
+            pool.free[resource] = max(0, pool.free.get(resource, 0) - amount)
+            used[resource] = used.get(resource, 0) + amount
+    return _with_copies(bins, copies)
+
+
+def _copy(copies: dict[SharedPool, SharedPool], source: SharedPool) -> SharedPool:
+    """`source`'s copy in `copies`, made on first use (its free and used_on its own)."""
+    pool = copies.get(source)
+    if pool is None:
+        pool = copies[source] = SharedPool(
+            source.name,
+            source.offer,
+            dict(source.free),
+            {node: dict(used) for node, used in source.used_on.items()},
+        )
+    return pool
+
+
+def _with_copies(bins: Sequence[Bin], copies: Mapping[SharedPool, SharedPool]) -> list[Bin]:
+    """`bins`, those carrying a copied pool made anew with the copies."""
     if not copies:
         return list(bins)
     return [
