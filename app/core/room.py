@@ -9,11 +9,13 @@ aged gang ahead that does not fit caps every node at what it can never use
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.core.backfill import Remainders, Shapes, resource_names
 from app.core.packing import AllowedNodes, Bin, Packing, give, pack, take
 from app.core.packing_search import pack_thoroughly
+from app.core.shared_pools import PoolShare, SharedPool, pool_shares
 
 if TYPE_CHECKING:
     from app.core.contention import Gang, Holder
@@ -39,6 +41,7 @@ class Room:
         "_on_allocatable",
         "_on_bins",
         "_own",
+        "_pools",
         "_position",
         "_promised",
         "_remainders",
@@ -69,6 +72,8 @@ class Room:
         # self.bins once one of them had to change, and the bins copied so far by node.
         self._own: list[Bin] | None = None
         self._copies: dict[str, Bin] = {}
+        # Shared pools this room took gangs' draws from: its own copies, by name.
+        self._pools: dict[str, SharedPool] = {}
         # Where each node is in `free`: the caller's, checked at each use, or
         # one built here from the bins themselves (then `_indexed`).
         self._position = positions
@@ -143,11 +148,55 @@ class Room:
                 self._failed.add(alike)
         return packing.fits
 
-    def take(self, gang: Gang, plan: Mapping[str, str]) -> None:
-        """The room of `plan` (a packing of `gang` over this room) is the gang's now."""
-        take(self.bins, plan, gang.demands, index=self._copied(plan.values()))
+    def take(self, gang: Gang, plan: Mapping[str, str]) -> list[PoolShare]:
+        """The room of `plan` (a packing of `gang` over this room) is the gang's now, and so
+        is what its members draw of the shared device pools (returned: none where no pool
+        serves its nodes), which no one node's room holds."""
+        copies = self._copied(plan.values())
+        pooled = [b for node in set(plan.values()) if (b := copies.get(node)) and b.pools]
+        shares: list[PoolShare] = []
+        if pooled:  # drawn as its packing drew them, over the room it was packed into
+            requests = {d.key: d.requests for d in gang.demands}
+            shares = [s for drawn in pool_shares(requests, plan, pooled).values() for s in drawn]
+        take(self.bins, plan, gang.demands, index=copies)
+        if shares:
+            self._charge(shares)
         if self._remainders is not None:
             self._taken.append(plan.values())
+        return shares
+
+    def _charge(self, shares: Iterable[PoolShare]) -> None:
+        """The shared pools are short of `shares` (in this room's own copies of them): each
+        share is counted on its node as a placed pod's (used_on), as take() took the
+        member's whole requests off the node's room."""
+        for name, node, amounts in shares:
+            pool = self._pools.get(name) or self._own_pool(name)
+            if pool is None:
+                continue
+            used = pool.used_on.setdefault(node, {})
+            for resource, amount in amounts.items():
+                pool.free[resource] = max(0, pool.free.get(resource, 0) - amount)
+                used[resource] = used.get(resource, 0) + amount
+
+    def _own_pool(self, name: str) -> SharedPool | None:
+        """A copy of pool `name`, ours to change, in every bin it serves (None: no bin has it).
+        The caller's pools (the state's, or another room's) stay as they were."""
+        self._copied(())
+        own = self._own
+        assert own is not None
+        source = next((p for b in own for p in b.pools if p.name == name), None)
+        if source is None:
+            return None
+        copy = SharedPool(
+            name, source.offer, dict(source.free), {n: dict(u) for n, u in source.used_on.items()}
+        )
+        self._pools[name] = copy
+        for i, b in enumerate(own):
+            if source in b.pools:
+                own[i] = replace(b, pools=tuple(copy if p is source else p for p in b.pools))
+                if b.name in self._copies:
+                    self._copies[b.name] = own[i]
+        return copy
 
     def may_ever_fit(self, gang: Gang) -> bool:
         """Would the gang fit in the empty cluster? (Yes when the empty cluster is not given.)"""

@@ -8,7 +8,8 @@ nodes take the pool twice over. So a bin also names the shared pools that
 serve it (`Bin.pools`, the same SharedPool object in each), and a packing
 draws a member's devices first from what is the node's own and then from
 its pools, each pool's free devices once for all the gang's members
-(PoolDraws). Bins with no pools (node-local devices only) cost nothing.
+(PoolDraws; which pool gives what is a flow, app/core/pool_flow.py). Bins
+with no pools (node-local devices only) cost nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from app.core.pool_flow import FlowState, PoolFlow, Source
 from app.core.resources import Resources, add
 
 if TYPE_CHECKING:
@@ -24,8 +26,8 @@ if TYPE_CHECKING:
 
 _NOTHING: Mapping[str, int] = {}
 
-# What draw() on one bin may change: (bin index, its own devices left, each pool's taken).
-Saved = tuple[int, Resources | None, tuple[tuple["SharedPool", Resources], ...]]
+# What draw() on one bin may change: (bin index, its own devices left, the flow, members).
+Saved = tuple[int, Resources | None, FlowState, int]
 
 
 @dataclass(eq=False, slots=True)
@@ -48,17 +50,20 @@ class PoolDraws:
 
     A bin's own devices left are its free less what its pools offer it (plus what
     its placed pods hold of them): the devices only it may use. A member takes
-    from those first, then from its bin's pools in order; the pools' free devices
-    are drawn once for the whole packing.
+    from those first, then from its bin's pools; which pool gives what is a flow
+    over all the members drawn (app/core/pool_flow.py), so a member is refused
+    only when no assignment of every member's devices to the pools exists. The
+    pools' free devices are drawn once for the whole packing.
     """
 
-    __slots__ = ("_local", "_taken")
+    __slots__ = ("_flow", "_local", "_members")
 
     def __init__(self) -> None:
         # Bin index -> its own devices left, per resource its pools offer.
         self._local: dict[int, Resources] = {}
-        # Pool -> what this packing took of it.
-        self._taken: dict[SharedPool, Resources] = {}
+        self._flow = PoolFlow()
+        # Each member drawn with a key: (key, node, source, what it drew of the pools).
+        self._members: list[tuple[str, str, Source, Resources]] = []
 
     def local(self, i: int, b: Bin) -> Resources:
         """Bin `i`'s own devices left (`b`: the bin as the packing was given it)."""
@@ -75,29 +80,30 @@ class PoolDraws:
         return local
 
     def left(self, pool: SharedPool, resource: str) -> int:
-        """What the pool has left of `resource` for this packing."""
-        return pool.free.get(resource, 0) - self._taken.get(pool, _NOTHING).get(resource, 0)
+        """What the pool has left of `resource` for this packing, as drawn so far (the flow
+        may still move draws between pools to make room: fits() says what fits)."""
+        return self._flow.left(pool, resource)
 
     def fits(self, i: int, b: Bin, requests: Mapping[str, int]) -> bool:
-        """Whether the devices of `requests` beyond bin `i`'s own are left in its pools."""
+        """Whether the devices of `requests` beyond bin `i`'s own can come from its pools."""
         local = self.local(i, b)
         for resource, amount in requests.items():
             own = local.get(resource)
             if (
                 own is not None
                 and amount > own
-                and amount - own > sum(self.left(p, resource) for p in b.pools)
+                and not self._flow.room_for(b.pools, resource, amount - own)
             ):
                 return False
         return True
 
-    def draw(
-        self, i: int, b: Bin, requests: Mapping[str, int]
-    ) -> list[tuple[SharedPool, str, int]]:
-        """Take `requests` (fits() said yes): own devices first, then the pools in order.
-        What it took of the pools: (pool, resource, amount) each."""
+    def draw(self, i: int, b: Bin, requests: Mapping[str, int], key: str = "") -> Resources:
+        """Take `requests`: own devices first, then the pools (as much as they have left
+        when fits() said no). What could not be drawn, per resource (empty: all was).
+        `key`: the member's, for shares()."""
         local = self.local(i, b)
-        drawn: list[tuple[SharedPool, str, int]] = []
+        drew: Resources = {}
+        missing: Resources = {}
         for resource, amount in requests.items():
             own = local.get(resource)
             if own is None:
@@ -105,16 +111,35 @@ class PoolDraws:
             mine = min(amount, own)
             local[resource] = own - mine
             rest = amount - mine
-            for pool in b.pools:
-                if rest <= 0:
-                    break
-                got = min(rest, self.left(pool, resource))
-                if got > 0:
-                    taken = self._taken.setdefault(pool, {})
-                    taken[resource] = taken.get(resource, 0) + got
-                    rest -= got
-                    drawn.append((pool, resource, got))
-        return drawn
+            if rest > 0:
+                got = self._flow.route(b.pools, resource, rest)
+                drew[resource] = got
+                if got < rest:
+                    missing[resource] = rest - got
+        if key and drew:
+            self._members.append((key, b.name, b.pools, drew))
+        return missing
+
+    def shares(self) -> dict[str, list[PoolShare]]:
+        """What each member drawn with a key takes of each pool: the flow's draws of its
+        node's source, shared out among that source's members in the order drawn."""
+        shares: dict[str, dict[str, Resources]] = {}
+        for resource in {r for *_, drew in self._members for r in drew}:
+            routes = {s: dict(drawn) for s, drawn in self._flow.routes(resource).items()}
+            for key, _node, source, drew in self._members:
+                want = drew.get(resource, 0)
+                for pool, amount in routes.get(source, {}).items():
+                    got = min(want, amount)
+                    if got > 0:
+                        routes[source][pool] -= got
+                        want -= got
+                        by_pool = shares.setdefault(key, {}).setdefault(pool.name, {})
+                        by_pool[resource] = by_pool.get(resource, 0) + got
+        nodes = {key: node for key, node, *_ in self._members}
+        return {
+            key: [(name, nodes[key], amounts) for name, amounts in by_pool.items()]
+            for key, by_pool in shares.items()
+        }
 
     def counted_once(self, bins: Sequence[Bin], free: Sequence[Mapping[str, int]]) -> Resources:
         """The total of `free` (each bin's, as the packing left it) with every shared pool
@@ -144,19 +169,19 @@ class PoolDraws:
         return room
 
     def save(self, i: int, b: Bin) -> Saved:
-        """What draw() on bin `i` may change, to put back with restore() (the search)."""
+        """What draw() on bin `i` may change, to put back with restore() (the search): its
+        own devices left, and the flow (a draw may move other members' draws)."""
         local = self._local.get(i)
-        taken = tuple((p, dict(self._taken.get(p, _NOTHING))) for p in b.pools)
-        return i, None if local is None else dict(local), taken
+        return i, None if local is None else dict(local), self._flow.snapshot(), len(self._members)
 
     def restore(self, saved: Saved) -> None:
-        i, local, taken = saved
+        i, local, flow, members = saved
         if local is None:
             self._local.pop(i, None)
         else:
             self._local[i] = local
-        for pool, amounts in taken:
-            self._taken[pool] = amounts
+        self._flow.restore(flow)
+        del self._members[members:]
 
     def signature(self, i: int, b: Bin) -> tuple[object, ...]:
         """What makes two pooled bins alike for the search: the pools, and own devices left."""
@@ -200,15 +225,7 @@ def credited(bins: Sequence[Bin], freed: Iterable[PoolHold]) -> list[Bin]:
     """
     copies: dict[SharedPool, SharedPool] = {}
     for hold in freed:
-        pool = copies.get(hold.pool)
-        if pool is None:
-            source = hold.pool
-            pool = copies[source] = SharedPool(
-                source.name,
-                source.offer,
-                dict(source.free),
-                {node: dict(used) for node, used in source.used_on.items()},
-            )
+        pool = _copy(copies, hold.pool)
         for resource, amount in hold.held.items():
             pool.free[resource] = min(
                 pool.offer.get(resource, 0), pool.free.get(resource, 0) + amount
@@ -218,6 +235,43 @@ def credited(bins: Sequence[Bin], freed: Iterable[PoolHold]) -> list[Bin]:
             for resource, amount in hold.held.items():
                 if resource in used:
                     used[resource] = max(0, used[resource] - amount)
+    return _with_copies(bins, copies)
+
+
+def charged(bins: Sequence[Bin], draws: Iterable[PoolShare]) -> list[Bin]:
+    """The bins with each shared pool short of what `draws` take of it, as credited() gives
+    back (copies of the pools touched). Each draw is counted on its node as a placed pod's
+    would be (used_on): the caller takes the member's whole requests off the node's room,
+    so the node's own devices read as they are."""
+    copies: dict[SharedPool, SharedPool] = {}
+    by_name = {p.name: p for b in bins for p in b.pools}
+    for name, node, amounts in draws:
+        source = by_name.get(name)
+        if source is None:
+            continue
+        pool = _copy(copies, source)
+        used = pool.used_on.setdefault(node, {})
+        for resource, amount in amounts.items():
+            pool.free[resource] = max(0, pool.free.get(resource, 0) - amount)
+            used[resource] = used.get(resource, 0) + amount
+    return _with_copies(bins, copies)
+
+
+def _copy(copies: dict[SharedPool, SharedPool], source: SharedPool) -> SharedPool:
+    """`source`'s copy in `copies`, made on first use (its free and used_on its own)."""
+    pool = copies.get(source)
+    if pool is None:
+        pool = copies[source] = SharedPool(
+            source.name,
+            source.offer,
+            dict(source.free),
+            {node: dict(used) for node, used in source.used_on.items()},
+        )
+    return pool
+
+
+def _with_copies(bins: Sequence[Bin], copies: Mapping[SharedPool, SharedPool]) -> list[Bin]:
+    """`bins`, those carrying a copied pool made anew with the copies."""
     if not copies:
         return list(bins)
     return [
@@ -237,20 +291,12 @@ def pool_shares(
     requests: Mapping[str, Mapping[str, int]], plan: Mapping[str, str], bins: Sequence[Bin]
 ) -> dict[str, list[PoolShare]]:
     """What each member of `plan` (member key -> node) takes of the shared pools, drawn as
-    the packing drew it (its node's own devices first, then the pools in order) over
+    the packing drew it (its node's own devices first, then the pools, as a flow) over
     `bins`, the room the gang was admitted into. Members on nodes no pool serves: none."""
     index = {b.name: i for i, b in enumerate(bins)}
     draws = PoolDraws()
-    shares: dict[str, list[PoolShare]] = {}
     for key, node in plan.items():
         i = index.get(node)
-        if i is None or not bins[i].pools:
-            continue
-        drawn = draws.draw(i, bins[i], requests.get(key, _NOTHING))
-        if drawn:
-            by_pool: dict[str, Resources] = {}
-            for pool, resource, amount in drawn:
-                taken = by_pool.setdefault(pool.name, {})
-                taken[resource] = taken.get(resource, 0) + amount
-            shares[key] = [(name, node, amounts) for name, amounts in by_pool.items()]
-    return shares
+        if i is not None and bins[i].pools:
+            draws.draw(i, bins[i], requests.get(key, _NOTHING), key)
+    return draws.shares()

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.core.contention import Contest, Gang, Holder, Walked, order_line
 from app.core.packing import Bin
 from app.core.resources import add
 from app.core.room import Room
+from app.core.shared_pools import PoolShare, charged
 
 _NEVER = float("inf")
 # A reach past every node: the gang read them all (some member did not fit, or the
@@ -58,6 +59,8 @@ class _Walk:
     # will), under `aging`: a kept gang that ages is looked for only once one may have.
     ages: list[float]
     aging: float
+    # Per gang of `order`, what it drew of the shared device pools (Room.take).
+    shares: list[list[PoolShare]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,7 @@ class LineWalk:
         kept = walk if walk is not None and start > 0 else None
         plans = kept.plans[:start] if kept is not None else []
         reach = kept.reach[:start] if kept is not None else []
+        shares = kept.shares[:start] if kept is not None else []
         room = Room(bins, (), ())
         whole = finished = True
         for gang in order[start:]:
@@ -142,13 +146,14 @@ class LineWalk:
                 break
             packing = room.pack(gang)
             if packing.fits:
-                room.take(gang, packing.plan)
+                shares.append(room.take(gang, packing.plan))
                 plans.append(packing.plan)
                 reach.append(_reach(gang, packing.plan, packing.unplaced, positions))
             elif gang.aged(now, aging_seconds):  # it may hold room back: the decision walks
                 whole = False
                 break
             else:  # it takes nothing; any node with more room may take it next time
+                shares.append([])
                 plans.append({})
                 reach.append(_EVERYWHERE)
         self.walked_again = len(plans) - start
@@ -160,7 +165,7 @@ class LineWalk:
                 soonest = min(soonest, gang.waiting_since + aging_seconds)
             ages.append(soonest)
         self._walk = _Walk(
-            free, holders, done, plans, reach, list(room.bins), order, ages, aging_seconds
+            free, holders, done, plans, reach, list(room.bins), order, ages, aging_seconds, shares
         )
         if not whole:
             return None, finished
@@ -246,7 +251,22 @@ class LineWalk:
                 promised = holder.remaining.get(b.name)
                 if promised:
                     add(bins[p].free, {k: -v for k, v in promised.items()})
+        if any(walk.shares):  # the gangs' pool draws: over the pools as they are now
+            return _drawn_before(bins, free, walk.shares[:start])
         return bins
+
+
+def _drawn_before(
+    bins: list[Bin], free: Sequence[Bin], shares: Sequence[Sequence[PoolShare]]
+) -> list[Bin]:
+    """`bins` with the shared pools as they are now (`free`'s) less what the gangs kept
+    from the walk drew of them (`shares`): the walk's own copies of the pools held the
+    draws of the gangs walked again too, and the pools may have changed since."""
+    now = {p.name: p for b in free for p in b.pools}
+    current = [
+        replace(b, pools=tuple(now.get(p.name, p) for p in b.pools)) if b.pools else b for b in bins
+    ]
+    return charged(current, [share for drawn in shares for share in drawn])
 
 
 def _before_aged(walk: _Walk | None, order: Sequence[Gang], start: int, over: LineAt) -> int:

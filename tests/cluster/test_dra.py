@@ -87,10 +87,17 @@ class Devices:
         )
         self.slices.append(name)
 
-    def publish_shared(self, name: str, count: int, labels: dict[str, str] | None = None) -> None:
+    def publish_shared(
+        self,
+        name: str,
+        count: int,
+        labels: dict[str, str] | None = None,
+        attributes: dict[str, Any] | None = None,
+    ) -> None:
         """A pool every node may use (allNodes), or those with `labels` (nodeSelector), as
-        a driver of network-attached devices."""
+        a driver of network-attached devices (each with `attributes`, if given)."""
         slice_name = f"{name}-{self.namespace}"[:63]
+        described = {"attributes": attributes} if attributes else {}
         serves: dict[str, Any] = {"allNodes": True}
         if labels:
             terms = [{"key": k, "operator": "In", "values": [v]} for k, v in labels.items()]
@@ -107,7 +114,7 @@ class Devices:
                     "driver": self.driver,
                     **serves,
                     "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-                    "devices": [{"name": f"shared-{i}"} for i in range(count)],
+                    "devices": [{"name": f"shared-{i}", **described} for i in range(count)],
                 },
             },
         )
@@ -649,6 +656,37 @@ def test_a_gang_on_two_nodes_sharing_a_pool_is_not_promised_it_twice(
     )
     assert set(bound.values()) <= set(nodes[2:]), bound
     assert {pool for pool, _device in devices.allocated("fits-")} == {"rack-r1"}
+
+
+def test_a_member_on_a_node_served_by_two_pools_leaves_the_pool_its_sibling_needs(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """Pool a (1 device) serves dra-2 and dra-3 (rack r1); pool b (2 devices) serves dra-2
+    alone. A gang of two: x on dra-2 asks 2 devices of b's (a selector on their fabric), y
+    on dra-3 asks 1 device, which only a can give. Both pools serve dra-2, and a fixed
+    order (a first) drew x's devices of the class from a, left y none and held the gang for
+    good; drawn as a flow, x's come from b and the gang runs whole, each on its pool."""
+    devices, nodes = gpu_nodes
+    for node in nodes[2:]:
+        kube.label_node(node, {RACK: "r1"})
+    kube.label_node(nodes[2], {"example.com/fabric-b": "yes"})
+    devices.publish_shared("a", 1, {RACK: "r1"}, {"fabric": {"string": "a"}})
+    devices.publish_shared("b", 2, {"example.com/fabric-b": "yes"}, {"fabric": {"string": "b"}})
+    _pool_in_caches(extender, devices, "a")
+    _pool_in_caches(extender, devices, "b")
+    devices.template("two-of-b", 2, f'device.attributes["{devices.driver}"].fabric == "b"')
+    devices.template("one-gpu", 1)
+    kube.create_podgroup(namespace, "pair", 2)
+    devices.pod("pair-x", "pair", "two-of-b", node=nodes[2])
+    devices.pod("pair-y", "pair", "one-gpu", node=nodes[3])
+    bound = wait_for(
+        lambda: (b := _bound_on(kube, namespace, "pair-")) and len(b) == 2 and b,
+        60,
+        "the gang bound whole, each member on a pool of its node",
+    )
+    assert bound == {"pair-x": nodes[2], "pair-y": nodes[3]}, bound
+    assert sorted(pool for pool, _device in devices.allocated("pair-x")) == ["b", "b"]
+    assert [pool for pool, _device in devices.allocated("pair-y")] == ["a"]
 
 
 @pytest.mark.usefixtures("priorities")

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from app.core.packing import Bin, Demand, pack
 from app.core.packing_search import pack_thoroughly, search
 from app.core.placement import Placement
-from app.core.shared_pools import SharedPool
+from app.core.shared_pools import PoolDraws, SharedPool, pool_shares
 
 GPU = "devices/gpu.example.com"
 
@@ -128,29 +128,34 @@ def _placeable(
     return False
 
 
-_NODE = st.tuples(st.integers(0, 3), st.integers(1, 2), st.sets(st.integers(0, 1), max_size=2))
+_NODE = st.tuples(st.integers(0, 3), st.integers(1, 2), st.sets(st.integers(0, 2), max_size=3))
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     nodes=st.lists(_NODE, min_size=1, max_size=3),
-    free=st.lists(st.integers(0, 4), min_size=2, max_size=2),
+    free=st.lists(st.integers(0, 4), min_size=3, max_size=3),
     gpus=st.lists(st.integers(1, 3), min_size=1, max_size=4),
     fewer=st.integers(0, 1),
 )
-@example(nodes=[(0, 2, {0}), (0, 2, {0})], free=[4, 0], gpus=[3, 3], fewer=0)
-@example(nodes=[(2, 2, {0}), (0, 2, {0})], free=[4, 0], gpus=[3, 3], fewer=0)
+@example(nodes=[(0, 2, {0}), (0, 2, {0})], free=[4, 0, 0], gpus=[3, 3], fewer=0)
+@example(nodes=[(2, 2, {0}), (0, 2, {0})], free=[4, 0, 0], gpus=[3, 3], fewer=0)
 # Found by this test: the search skipped the nodes a nested try had read on to.
 @example(
-    nodes=[(2, 2, set()), (3, 1, set()), (2, 1, set())], free=[0, 0], gpus=[1, 1, 2, 3], fewer=0
+    nodes=[(2, 2, set()), (3, 1, set()), (2, 1, set())],
+    free=[0, 0, 0],
+    gpus=[1, 1, 2, 3],
+    fewer=0,
 )
-def test_the_packings_never_promise_a_pool_twice_and_the_search_is_exact_for_one_pool_a_node(
+# Drawn in a fixed order, n0's member took p0 and left n1's short (p1 had room).
+@example(nodes=[(0, 1, {0, 1}), (0, 1, {0})], free=[2, 2, 0], gpus=[2, 2], fewer=0)
+def test_the_packings_never_promise_a_pool_twice_and_the_search_is_exact(
     nodes: list[tuple[int, int, set[int]]], free: list[int], gpus: list[int], fewer: int
 ) -> None:
-    """Nodes of `own` devices and `cpu` member slots, served by some of two pools; members
-    asking 1 to 3 devices and one slot. Every plan first fit or the search makes passes the
-    flow check; where each node has one pool at most, the search places exactly the gangs
-    brute force can (more pools a node: drawn in order, a "no" may be too careful)."""
+    """Nodes of `own` devices and `cpu` member slots, served by up to three of three
+    overlapping pools; members asking 1 to 3 devices and one slot. Every plan first fit or
+    the search makes passes the flow check, and the search places exactly the gangs brute
+    force can (a node per member, then Hall's condition over the pools)."""
     pools = [_pool(f, f"p{k}") for k, f in enumerate(free)]
     own = [n[0] for n in nodes]
     cpu = [n[1] for n in nodes]
@@ -167,8 +172,97 @@ def test_the_packings_never_promise_a_pool_twice_and_the_search_is_exact_for_one
         if packing.fits:
             placed = [(gpus[int(k[1:])], int(n[1:])) for k, n in packing.plan.items()]
             assert _fits_nodes(placed, cpu, own, served, free)
-    if all(len(s) <= 1 for s in served):
-        assert thorough.fits == _placeable(gpus, cpu, own, served, free, wanted)
+    assert thorough.fits == _placeable(gpus, cpu, own, served, free, wanted)
+
+
+def _splits(gpus: int, own: int, pools: list[int]) -> Iterable[tuple[int, ...]]:
+    """Every way a member of `gpus` devices on a node with `own` left may take them: how
+    many from its node (first entry) and from each of its `pools` (the others)."""
+    for parts in itertools.product(range(gpus + 1), repeat=len(pools) + 1):
+        if sum(parts) == gpus and parts[0] <= own:
+            yield parts
+
+
+def _assignable(
+    members: list[tuple[int, int]], own: list[int], served: list[list[int]], free: list[int]
+) -> bool:
+    """Exhaustive: some split of every member's devices (own node's, then its pools')
+    keeps every node's own devices and every pool within what it has."""
+    if not members:
+        return True
+    (gpus, node), rest = members[0], members[1:]
+    for parts in _splits(gpus, own[node], served[node]):
+        own_left = list(own)
+        own_left[node] -= parts[0]
+        free_left = list(free)
+        for p, take in zip(served[node], parts[1:], strict=True):
+            free_left[p] -= take
+        if min(free_left) >= 0 and _assignable(rest, own_left, served, free_left):
+            return True
+    return False
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    nodes=st.lists(
+        st.tuples(st.integers(0, 2), st.sets(st.integers(0, 2), min_size=1, max_size=3)),
+        min_size=1,
+        max_size=3,
+    ),
+    free=st.lists(st.integers(0, 3), min_size=3, max_size=3),
+    members=st.lists(st.tuples(st.integers(1, 3), st.integers(0, 2)), min_size=1, max_size=4),
+)
+@example(nodes=[(0, {0, 1}), (0, {0})], free=[2, 2, 0], members=[(2, 0), (2, 1)])
+def test_members_drawn_on_their_nodes_fit_exactly_when_some_assignment_exists(
+    nodes: list[tuple[int, set[int]]], free: list[int], members: list[tuple[int, int]]
+) -> None:
+    """Members (devices, node) drawn one by one: each is let in exactly when all of
+    those let in so far and it can be given devices (own node's and its pools'), by
+    exhaustive search over every split; a member refused takes nothing."""
+    pools = [_pool(f, f"p{k}") for k, f in enumerate(free)]
+    own = [n[0] for n in nodes]
+    served = [sorted(n[1]) for n in nodes]
+    bins = [_bin(f"n{i}", own[i], tuple(pools[p] for p in served[i])) for i in range(len(nodes))]
+    draws = PoolDraws()
+    admitted: list[tuple[int, int]] = []
+    for gpus, asked in members:
+        node = asked % len(nodes)
+        requests = {GPU: gpus * 1000}
+        expected = _assignable([*admitted, (gpus, node)], own, served, free)
+        assert draws.fits(node, bins[node], requests) == expected
+        if expected:
+            assert draws.draw(node, bins[node], requests) == {}
+            admitted.append((gpus, node))
+    for pool, f in zip(pools, free, strict=True):
+        assert 0 <= draws.left(pool, GPU) <= f * 1000
+
+
+def test_a_member_on_a_node_served_by_two_pools_leaves_the_one_another_node_needs() -> None:
+    """n1 is served by pools a and b, n2 by a alone, 2 devices each; one member of 2 must go
+    to n1, one to n2. Drawn in a fixed order (a first) n1's member took a's 2 and n2's was
+    refused; as a flow, n1's member draws b and both fit."""
+    a, b = _pool(2, "a"), _pool(2, "b")
+    bins = [_bin("n1", 0, (a, b)), _bin("n2", 0, (a,))]
+    bins[0].labels, bins[1].labels = {"name": "n1"}, {"name": "n2"}
+    gang = [
+        Demand(d.key, d.requests, Placement(node_selector=(("name", f"n{i + 1}"),)))
+        for i, d in enumerate(_members([2, 2]))
+    ]
+    assert pack(gang, bins).plan == {"m0": "n1", "m1": "n2"}
+    assert pack_thoroughly(gang, bins).fits
+    # The pools have 4 in all: a third member of 1 on n1 does not fit.
+    third = Demand("m2", {"cpu": 1000, GPU: 1000, "pods": 1000}, gang[0].placement)
+    assert not pack_thoroughly([*gang, third], bins).fits
+
+
+def test_each_member_s_share_follows_the_flow() -> None:
+    """What a gang's claim records of each pool per member (pool_shares) adds up to the
+    flow's draws: n1's member moved to b, n2's from a."""
+    a, b = _pool(2, "a"), _pool(2, "b")
+    bins = [_bin("n1", 0, (a, b)), _bin("n2", 0, (a,))]
+    requests = {"m0": {GPU: 2000}, "m1": {GPU: 2000}}
+    shares = pool_shares(requests, {"m0": "n1", "m1": "n2"}, bins)
+    assert shares == {"m0": [("b", "n1", {GPU: 2000})], "m1": [("a", "n2", {GPU: 2000})]}
 
 
 def test_the_message_counts_the_pool_once() -> None:

@@ -10,7 +10,7 @@ holder's and evict nobody, and the gang would wait for devices nobody frees.
 
 So once a plan is found, its members are drawn on the pools as a packing
 draws on them (app/core/shared_pools.py PoolDraws: a member's node's own
-devices first, then its pools, each pool once for the gang), with each pool
+devices first, then its pools as a flow, each pool once for the gang), with each pool
 given back what the plan's victims hold of it (exactly their allocated
 claims' devices; a claim shared by several pods once, and only when every pod
 using it goes). What is still short is freed by the cheapest further victims
@@ -29,7 +29,7 @@ from app.core.preemption.planner import PlannedNode, Planner, PlanResult
 from app.core.preemption.victim_pool import VictimPool, victim_pool
 from app.core.preemption.victims import VictimPolicy
 from app.core.resources import Resources, add
-from app.core.shared_pools import PoolDraws, PoolHold, credited, freed_by
+from app.core.shared_pools import PoolDraws, PoolHold, credited, freed_by, pool_shares
 from app.core.state import ClusterState
 
 # Rounds of further victims before the plan is given up (each round covers what the
@@ -141,14 +141,7 @@ def pool_shortfall(
 ) -> tuple[Resources, set[str]]:
     """What the plan's members lack of the shared pools once its victims are gone, and the
     names of the pools serving the members that lack it."""
-    chosen = result.victims
-    room = {b.name: dict(b.free) for b in bins}
-    for unit in chosen:
-        if unit.node in room:
-            add(room[unit.node], unit.requests)
-    trial = credited(
-        [b.with_free(room[b.name]) for b in bins], freed_by(pools.holds, pools.gone(chosen))
-    )
+    trial = room_after(result, bins, pools)
     index = {b.name: i for i, b in enumerate(trial)}
     draws = PoolDraws()
     short: Resources = {}
@@ -159,19 +152,37 @@ def pool_shortfall(
             continue
         b = trial[i]
         for key in planned.members:
-            need = requests.get(key, {})
-            if not draws.fits(i, b, need):
-                local = draws.local(i, b)
-                for resource, amount in need.items():
-                    own = local.get(resource)
-                    if own is None:
-                        continue
-                    missing = amount - own - sum(draws.left(p, resource) for p in b.pools)
-                    if missing > 0:
-                        short[resource] = short.get(resource, 0) + missing
-                        serving.update(p.name for p in b.pools)
-            draws.draw(i, b, need)
+            missing = draws.draw(i, b, requests.get(key, {}))
+            if missing:
+                add(short, missing)
+                serving.update(p.name for p in b.pools)
     return short, serving
+
+
+def room_after(result: PlanResult, bins: Sequence[Bin], pools: PoolVictims) -> list[Bin]:
+    """`bins` with the plan's victims gone: their requests back on their nodes, and the
+    shared pools given back what their claims hold (copies; `bins` are left as they are)."""
+    chosen = result.victims
+    room = {b.name: dict(b.free) for b in bins}
+    for unit in chosen:
+        if unit.node in room:
+            add(room[unit.node], unit.requests)
+    return credited(
+        [b.with_free(room[b.name]) for b in bins], freed_by(pools.holds, pools.gone(chosen))
+    )
+
+
+def member_draws(
+    result: PlanResult,
+    requests: Mapping[str, Resources],
+    bins: Sequence[Bin],
+    pools: PoolVictims,
+) -> dict[str, dict[str, Resources]]:
+    """What each planned member draws of each shared pool (member key -> pool name ->
+    devices), drawn as a packing draws over the room the plan's victims leave."""
+    plan = {key: planned.node for planned in result.nodes for key in planned.members}
+    shares = pool_shares(requests, plan, room_after(result, bins, pools))
+    return {key: {name: amounts for name, _node, amounts in drawn} for key, drawn in shares.items()}
 
 
 def _cheapest(

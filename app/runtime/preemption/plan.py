@@ -52,6 +52,10 @@ class Slot:
     # Key of the member the planner placed here (its placement rules fit the node):
     # the first choice to nominate for it (app/runtime/preemption/nominations.py).
     planned: str = ""
+    # What the member draws of each shared device pool (by name), as the plan drew it over
+    # the room its victims leave: held from gangs planning at the same or a lower priority
+    # while the slot is open (app/runtime/preemption/room.py).
+    pools: dict[str, Resources] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

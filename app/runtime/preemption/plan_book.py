@@ -163,15 +163,27 @@ class PlanBook:
         self.ended()
 
     def _cancel_lower(self, made: Plan) -> None:
-        """A lower-priority gang's live plan on the same nodes gives way to this one."""
+        """A lower-priority gang's live plan on the same nodes, or drawing on the same shared
+        device pools (app/runtime/preemption/room.py: its draw was not counted against this
+        one), gives way to this one."""
         nodes = {s.node for s in made.slots}
+        pools = {name for s in made.slots for name in s.pools}
         for other in self:
             if other.group != made.group and other.priority < made.priority and other.live:
                 shared = nodes & {s.node for s in other.slots}
-                if shared:
-                    self.end(
-                        other,
-                        PlanPhase.CANCELLED,
-                        f"higher-priority gang {made.group} needs node(s) "
-                        + ", ".join(sorted(shared)),
-                    )
+                drawn = pools & {name for s in other.slots for name in s.pools}
+                if shared or drawn:
+                    self.end(other, PlanPhase.CANCELLED, _gives_way(made.group, shared, drawn))
+
+
+def _gives_way(group: str, nodes: set[str], pools: set[str]) -> str:
+    """Why a lower-priority plan was cancelled: the nodes and shared pools it had in common."""
+    where = ", ".join(sorted(nodes))
+    drawn = ", ".join(sorted(pools))
+    if not pools:
+        return f"higher-priority gang {group} needs node(s) {where}"
+    if not nodes:
+        return f"higher-priority gang {group} needs devices of shared pool(s) {drawn}"
+    return (
+        f"higher-priority gang {group} needs node(s) {where} and devices of shared pool(s) {drawn}"
+    )

@@ -11,7 +11,7 @@ cannot preempt at all is told why, once per new reason.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 from app.core.admission import wholeness
@@ -20,7 +20,7 @@ from app.core.groups import GroupRef, GroupSpec
 from app.core.observer import GangObserver
 from app.core.packing import Bin, Demand
 from app.core.preemption.planner import Planner, PlanResult, plan, plan_in_domains
-from app.core.preemption.pool_victims import PoolVictims, pool_victims, pooled
+from app.core.preemption.pool_victims import PoolVictims, member_draws, pool_victims, pooled
 from app.core.preemption.tree_plan import plan_tree
 from app.core.preemption.victim_pool import VictimPool, victim_pool
 from app.core.preemption.victims import Preemptor, VictimPolicy
@@ -106,6 +106,8 @@ class PlanMaker:
             ref, preemptor.priority, result, demands, now, self._book.deadline(now), tree
         )
         made.domain = domain
+        if pools is not None:  # what each slot's member draws of the shared pools
+            _draw_slots(made, member_draws(result, _requests(demands), bins, pools))
         if not made.victims:
             # The members fit without evicting anyone (room being freed, or free
             # room the filter keeps for a gang ahead in line): nothing to evict.
@@ -288,6 +290,16 @@ class PlanMaker:
         return None, None
 
 
+def _requests(demands: Sequence[Demand]) -> dict[str, Resources]:
+    return {d.key: d.requests for d in demands}
+
+
+def _draw_slots(made: Plan, draws: Mapping[str, dict[str, Resources]]) -> None:
+    """Record on each slot what its planned member draws of the shared pools."""
+    for slot in made.slots:
+        slot.pools = draws.get(slot.planned, {})
+
+
 def _from_result(
     ref: GroupRef,
     priority: int,
@@ -298,7 +310,7 @@ def _from_result(
     tree: GangTree | None = None,
 ) -> Plan:
     """The plan's slots (a gang made of groups: each for a member of its sub-group)."""
-    requests = {d.key: d.requests for d in demands}
+    requests = _requests(demands)
     paths = tree.paths if tree is not None else {}
     slots: list[Slot] = []
     victims: dict[str, tuple[str, str]] = {}

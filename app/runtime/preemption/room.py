@@ -9,7 +9,11 @@ cleared while the victims leave, and a lower-priority pod would take the
 room a gang preempted for. A pod gone (leaving, or another
 plan's handed victim) also gives back what its claims hold of the device
 pools published for many nodes (app/core/shared_pools.py
-PoolHold), which no one node's room holds.
+PoolHold), which no one node's room holds; and such an open slot takes
+what its member draws of those pools (Slot.pools), which no one node's room
+holds either: two gangs planning at once are not both promised a pool's
+devices (a higher-priority plan that needs them makes the other give way,
+app/runtime/preemption/plan_book.py).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass, field
 
 from app.core.packing import Bin, index_of
 from app.core.resources import Resources, add, fits, subtract
-from app.core.shared_pools import PoolHold, credited, freed_by
+from app.core.shared_pools import PoolHold, PoolShare, charged, credited, freed_by
 from app.core.state import ClusterState
 from app.runtime.preemption.plan import Plan, slot_filled
 from app.runtime.preemption.plan_book import PlanBook
@@ -53,15 +57,16 @@ class PreemptionRoom:
                 if target is not None:
                     subtract(target.free, pod.requests)
         gone = set(self._state.leaving)
+        drawn: list[PoolShare] = []
         for other in self._book:
             if other.group == group_key or not other.live:
                 continue
             gone |= self._give_handed(other, by_node)
             if other.priority >= priority:
-                self._take_open_slots(other, by_node)
+                drawn.extend(self._take_open_slots(other, by_node))
         if not any(b.pools for b in bins):
             return bins
-        return credited(bins, freed_by(self.pool_holds(), gone))
+        return charged(credited(bins, freed_by(self.pool_holds(), gone)), drawn)
 
     def kept(self, priority: int) -> dict[str, KeptRoom]:
         """The nodes where live plans of gangs at `priority` or above hold open slots: what a
@@ -121,12 +126,17 @@ class PreemptionRoom:
                 given.add(victim.key)
         return given
 
-    def _take_open_slots(self, other: Plan, by_node: dict[str, Bin]) -> None:
+    def _take_open_slots(self, other: Plan, by_node: dict[str, Bin]) -> list[PoolShare]:
+        """Take the other plan's open slots off their nodes' room; what they draw of the
+        shared pools."""
+        drawn: list[PoolShare] = []
         for slot in other.slots:
             if not slot_filled(self._state, slot):
                 target = by_node.get(slot.node)
                 if target is not None:
                     subtract(target.free, slot.requests)
+                    drawn.extend((name, slot.node, amounts) for name, amounts in slot.pools.items())
+        return drawn
 
 
 def kept_room_message(node: str, gangs: set[str], priority: int) -> str:
