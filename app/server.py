@@ -44,7 +44,7 @@ from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
 from app.runtime.device_cel import CelEngine
 from app.runtime.gate import PermitGate
 from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
-from app.runtime.held_trees import HeldTrees
+from app.runtime.held_members import HeldMembers
 from app.runtime.leader import (
     AlwaysLeader,
     LeaderCheck,
@@ -224,10 +224,11 @@ def wire_listeners(parts: Components, unmarked: UnmarkedMembers | None) -> None:
         # Gang-only mode: a member without the mark never reaches our verbs.
         state.add_pod_listener(unmarked.on_pod_change)
     state.add_node_listener(rt.plans.on_nodes_changed)
-    # A CompositePodGroup tree kube-scheduler's queue holds back: no verb of ours hears of it.
-    held = HeldTrees(state, parts.writers.observer)
+    # Native members kube-scheduler's queue holds back: no verb of ours hears of them.
+    held = HeldMembers(state, parts.writers.observer)
     state.add_pod_listener(held.on_pod_change)
-    state.trees.add_listener(held.on_tree_changed)
+    state.trees.add_listener(held.on_group_changed)
+    rt.waker.add_appeared_listener(held.on_group_changed)
 
 
 def build_extender(settings: Settings, parts: Components) -> GangExtender:

@@ -145,6 +145,15 @@ def wholeness(
     return PermitVerdict(present, spec.min_member, gap)
 
 
+def too_few_siblings(spec: GroupSpec, siblings: PermitVerdict) -> str:
+    """Why a gang whose pods do not all exist yet waits (the filter's words, coscheduling's)."""
+    return (
+        f"cannot find enough sibling pods, current pods number: {siblings.present}, "
+        f"minMember of group: {spec.min_member} (group {spec.key} waits until "
+        f"{spec.min_member} of its pods exist)"
+    )
+
+
 def permit(
     spec: GroupSpec,
     bound: Mapping[str, str],
@@ -207,13 +216,7 @@ class Admission:
                 f"{self.denied_ttl_seconds:g}s denial expires)",
             )
         if siblings.missing:
-            return Verdict(
-                False,
-                FilterReason.TOO_FEW_SIBLINGS,
-                f"cannot find enough sibling pods, current pods number: {siblings.present}, "
-                f"minMember of group: {spec.min_member} (group {spec.key} waits until "
-                f"{spec.min_member} of its pods exist)",
-            )
+            return Verdict(False, FilterReason.TOO_FEW_SIBLINGS, too_few_siblings(spec, siblings))
         if spec.key in self.permitted:
             return Verdict(True, FilterReason.PERMITTED)
         if spec.min_resources:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from app.core.changes import ChangeLog
-from app.core.composite_trees import CompositeBook, created_of, namespace_of
+from app.core.composite_trees import CompositeBook, created_of, namespace_of, tree_member_ref
 from app.core.groups import SOURCE_NATIVE, GroupRef, PodGroupSpecError, group_key
 from app.core.pod_index import PodIndex
 from app.core.records import PodGroupRecord, PodRecord, pod_record_from
@@ -181,11 +181,7 @@ class CompositeTrees:
         """The leaf's pods, keyed under `old`'s gang (None: the leaf's own), move to `new`'s."""
         old_key = group_key(SOURCE_NATIVE, namespace, old or leaf, composite=old is not None)
         flat = GroupRef(namespace, leaf, source=SOURCE_NATIVE)
-        ref = (
-            GroupRef(namespace, new, source=SOURCE_NATIVE, task=leaf, composite=True)
-            if new
-            else flat
-        )
+        ref = tree_member_ref(namespace, new, leaf) if new else flat
         for pod in list(self._pods.labelled(old_key)):
             group = pod.group
             if group is None or group.source != SOURCE_NATIVE:

@@ -63,6 +63,11 @@ def _parent_of(raw: Mapping[str, Any]) -> str:
     return parent if isinstance(parent, str) else ""
 
 
+def tree_member_ref(namespace: str, root: str, leaf: str) -> GroupRef:
+    """The pointer of a leaf's pod at its tree's gang: the root's key, the leaf as task."""
+    return GroupRef(namespace, root, source=SOURCE_NATIVE, task=leaf, composite=True)
+
+
 class CompositeBook:
     """Every namespace's CompositePodGroup trees: which root each leaf's pods join, and the
     gang (or the error) of each root. Pure: ClusterState applies what it answers."""
@@ -191,7 +196,7 @@ class CompositeBook:
         root = space.roots.get(ref.name) if space is not None else None
         if root is None:
             return ref
-        return GroupRef(ref.namespace, root, source=SOURCE_NATIVE, task=ref.name, composite=True)
+        return tree_member_ref(ref.namespace, root, ref.name)
 
     def resolve(self, namespace: str) -> dict[str, tuple[str | None, str | None]]:
         """Recompute the namespace's trees; returns the leaves whose root changed:

@@ -108,8 +108,11 @@ class GangEvents:
         # (oldest first): recorded on its first member the watch delivers.
         self._unseen: dict[str, list[tuple[str, str, str]]] = {}
 
-    def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
-        """The filter turned a member away; the filter's message, with what to do about it."""
+    def member_rejected(
+        self, member: MemberRef, group_key: str, reason: str, message: str, *, held: bool = False
+    ) -> None:
+        """The filter turned a member away, or kube-scheduler holds one before any filter (then
+        on the pod too); the filter's message, with what to do about it."""
         if reason == FilterReason.TOO_FEW_SIBLINGS:
             self._on_group(
                 group_key,
@@ -117,6 +120,7 @@ class GangEvents:
                 NORMAL,
                 WAITING_FOR_SIBLINGS,
                 f"{message}; create the missing pods, or lower minMember",
+                pods=held,
             )
         elif reason == FilterReason.BAD_GROUP:
             self._on_group(
@@ -125,6 +129,7 @@ class GangEvents:
                 WARNING,
                 INVALID_POD_GROUP,
                 f"{message}; its pods are turned away until the PodGroup is fixed",
+                pods=held,
             )
         elif reason == FilterReason.MIN_RESOURCES:
             self._on_group(
@@ -134,9 +139,10 @@ class GangEvents:
                 INSUFFICIENT_RESOURCES,
                 f"{message}; checked again in {self._retry:g}s: free that much capacity "
                 "(or lower spec.minResources) for the gang to start",
+                pods=held,
             )
         elif reason == FilterReason.WAITING_BEHIND:
-            self._on_group(group_key, [member], NORMAL, GANG_QUEUED, message)
+            self._on_group(group_key, [member], NORMAL, GANG_QUEUED, message, pods=held)
         elif reason == FilterReason.INSUFFICIENT_CAPACITY:
             self._on_group(
                 group_key,
@@ -145,7 +151,12 @@ class GangEvents:
                 INSUFFICIENT_RESOURCES,
                 f"{message}; nothing is reserved until all of them fit: free capacity, or "
                 "lower minMember",
+                pods=held,
             )
+
+    def member_held(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
+        """A member kube-scheduler holds before any filter: as a rejection, on its pod too."""
+        self.member_rejected(member, group_key, reason, message, held=True)
 
     def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
         """The first member of an admission was reserved on a node and waits in the permit gate
@@ -276,11 +287,15 @@ class GangEvents:
         type_: str,
         reason: str,
         message: str,
+        *,
+        pods: bool = False,
     ) -> None:
-        """On the PodGroup; for a label-only group (no object) on the pods concerned."""
+        """On the PodGroup (and the pods concerned: `pods`); for a group with no object, them."""
         record = self._state.podgroups.get(group_key)
         if record is not None:
             self._recorder.record(podgroup_ref(record), type_, reason, message)
+            for member in members if pods else ():
+                self._recorder.record(pod_ref(member), type_, reason, message)
             return
         if not members and not self._state.members(group_key):
             # No object and no member in our watch yet (the filter may see the leader

@@ -32,6 +32,11 @@ class GangObserver(Protocol):
     def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
         """filter turned a member away (too-few-siblings, denied, min-resources, ...)."""
 
+    def member_held(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
+        """kube-scheduler's queue holds a member before any verb of ours (its own gang
+        gate, a tree it cannot root): what our filter would have said, which no
+        FailedScheduling will carry (app/runtime/held_members.py)."""
+
     def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
         """A member was reserved on member.node and waits in the gate."""
 
@@ -82,6 +87,9 @@ class NullObserver:
     """Reports nowhere; the default when nothing is wired."""
 
     def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
+        return None
+
+    def member_held(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
         return None
 
     def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
@@ -135,6 +143,10 @@ class Observers:
     def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
         for o in self._observers:
             o.member_rejected(member, group_key, reason, message)
+
+    def member_held(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
+        for o in self._observers:
+            o.member_held(member, group_key, reason, message)
 
     def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
         for o in self._observers:

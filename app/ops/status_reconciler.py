@@ -132,6 +132,9 @@ class PodGroupStatus(NullObserver):
     def member_rejected(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
         self._dirty.add(group_key)
 
+    def member_held(self, member: MemberRef, group_key: str, reason: str, message: str) -> None:
+        self._dirty.add(group_key)
+
     def member_waiting(self, member: MemberRef, group_key: str, present: int, needed: int) -> None:
         tracked = self._tracked.setdefault(group_key, _Tracked())
         if tracked.start_time is None:

@@ -81,6 +81,7 @@ class SiblingWaker:
         # What waking a gang's held members does (app/runtime/holds.py decides whether
         # they may go yet); without holds, they go.
         self.release_held: Callable[[str, list[PodRecord]], None] = self.release
+        self._appeared_listeners: list[Callable[[str], None]] = []
 
     def wake(self, group_key: str, *, exclude_uid: str = "") -> None:
         """Touch the group's pending members soon (coalesced, rate-limited)."""
@@ -129,6 +130,12 @@ class SiblingWaker:
         for key in keys:
             if any(not p.placed_node for p in self._state.members(key)):
                 self.wake(key)
+            for listener in self._appeared_listeners:
+                listener(key)
+
+    def add_appeared_listener(self, listener: Callable[[str], None]) -> None:
+        """`listener(group key)` for each group object our watch did not know before."""
+        self._appeared_listeners.append(listener)
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """A new member may complete a group whose earlier members were turned away.

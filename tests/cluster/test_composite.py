@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from app.core.composite import (
     COMPOSITE_GROUP,
     COMPOSITE_KIND,
@@ -83,10 +85,21 @@ def leaf_pods(
         )
 
 
+@pytest.mark.parametrize(
+    "layout",
+    [
+        # r2 is alone in b1 and could not hold both leaves: 3 + 3 in b0, not 4 + 2.
+        {"r0": ("b0", 4), "r1": ("b0", 4), "r2": ("b1", 4)},
+        # b1's two racks of 2 nodes hold no leaf of 3: kube-scheduler tries the tree there
+        # too, and that placement with no pod must not end the tree's cycle (it did while
+        # the profile left GangScheduling's PlacementFeasible off: docs/preemption.md).
+        {"r0": ("b0", 4), "r1": ("b0", 4), "r2": ("b1", 2), "r3": ("b1", 2)},
+    ],
+    ids=["beside-one-rack", "beside-two-small-racks"],
+)
 def test_two_leaves_land_three_and_three_each_in_a_rack_of_one_block(
-    kube: Kube, namespace: str
+    kube: Kube, namespace: str, layout: dict[str, tuple[str, int]]
 ) -> None:
-    layout = {"r0": ("b0", 4), "r1": ("b0", 4), "r2": ("b1", 4)}
     with racks(kube, layout) as rack_of:
         tree(kube, namespace, "job", {"job-a": 3, "job-b": 3})
         leaf_pods(kube, namespace, "job-a", 3)
@@ -94,7 +107,6 @@ def test_two_leaves_land_three_and_three_each_in_a_rack_of_one_block(
         bound = kube.wait_bound(namespace, "job-", 6)
         first = one_rack(bound, rack_of, (f"job-a-{i}" for i in range(3)))
         second = one_rack(bound, rack_of, (f"job-b-{i}" for i in range(3)))
-        # Two racks of one block (r2 is alone in b1 and could not hold both): 3 + 3, not 4 + 2.
         assert {first, second} == {"r0", "r1"}, bound
 
 

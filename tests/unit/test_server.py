@@ -79,5 +79,5 @@ def test_listeners_are_wired_in_the_order_server_py_states(monkeypatch: MonkeyPa
         "placement:PreemptionPlans",
         "pod:UnaskedPreemption",
         "node:PreemptionPlans",
-        "pod:HeldTrees",
+        "pod:HeldMembers",
     ]

@@ -201,6 +201,13 @@ NO_PLACEMENT = (
     "failed with: no pods from pod group are assigned to any of the candidate placements"
 )
 
+# What it wrote (reason Unschedulable) for the other members of such a gang once the
+# profile enables GangScheduling's PreEnqueue, which brings its PlacementFeasible.
+NO_FEASIBLE = (
+    "pod group is unschedulable, 0/2 placements are available, first placement status: "
+    "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining"
+)
+
 # The topology filter's refusal of a gang with a rack key in a single rack (kube-scheduler
 # then has one placement, no scorer error; tests/unit/test_topology.py checks the words).
 DOMAIN_SHORT = (
@@ -243,6 +250,7 @@ def native_cluster(*, native: bool = True) -> tuple[ClusterState, UnaskedPreempt
     ("message", "native", "evicts"),
     [
         (NO_PLACEMENT, True, True),
+        (NO_FEASIBLE, True, True),
         # The filter's refusal without a preemption verdict: kube-scheduler's pod-group
         # preemption asks no extender, so none follows for a native gang.
         (STALLED.split(" preemption:", maxsplit=1)[0], True, True),
@@ -255,6 +263,7 @@ def native_cluster(*, native: bool = True) -> tuple[ClusterState, UnaskedPreempt
         ("all pods in a single pod group should have the same priority", True, False),
         # Another source's pods go kube-scheduler's per-pod way, whose preemption asks.
         (NO_PLACEMENT, False, False),
+        (NO_FEASIBLE, False, False),
     ],
 )
 def test_a_native_gang_kube_scheduler_left_without_preemption_evicts(

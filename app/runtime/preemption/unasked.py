@@ -21,17 +21,16 @@ answer nobody asks again:
   framework/preemption/podgrouppreemption.go in v1.37.2) asks no extender: it
   removes every lower-priority pod from its snapshot and re-runs the cycle,
   whose extender filter, reading the cluster as it is, still refuses. And
-  with GangScheduling disabled (as the extender needs) the cycle of a gang
-  with a topology key and several domains never gets that far: when the
-  filter leaves no node in any domain, every placement "succeeds" with no
-  pod (no PlacementFeasible plugin holds minCount) and the PodGroupPodsCount
-  placement scorer fails ("no pods from pod group are assigned to any of the
-  candidate placements", a case its NormalizePlacementScore leaves to
-  GangScheduling): the pods get PodScheduled=False with reason
-  SchedulerError and are retried with backoff, preemption never runs. So for
-  these pods the verdict is kube-scheduler's
-  scorer error, or the filter's own refusal for want of room (whole gang or
-  topology domain), and no preemption verdict follows either.
+  the cycle's verdict names no preemption: with GangScheduling's
+  PlacementFeasible (the shipped profiles enable its PreEnqueue, which brings
+  it) "0/N placements are available ... minCount cannot be satisfied"; in a
+  profile with GangScheduling off at every point, for a gang with a topology
+  key whose domains the filter left without a node, every placement
+  "succeeds" with no pod and the PodGroupPodsCount placement scorer fails
+  ("no pods from pod group are assigned to any of the candidate
+  placements", reason SchedulerError, retried with backoff). So for these
+  pods the verdict is one of those, or the filter's own refusal for want of
+  room (whole gang or topology domain).
 
 - A gang the preempt verb refused on a view that lagged kube-scheduler's:
   pods already gone, still in the extender's caches, held the room (or a
@@ -85,6 +84,10 @@ NO_CANDIDATE = "preemption: 0/"
 # pods from pod group are assigned to any of the candidate placements"). A fragment: the
 # messages reference (hack/gen_reference.py) lists our own sentences, not those we read.
 NO_PLACEMENT = "of the candidate placements"
+# Its words when no placement is feasible (schedule_one_podgroup.go, "0/N placements are
+# available"): GangScheduling's PlacementFeasible, enabled through its PreEnqueue, finds
+# fewer than minCount pods placed in each domain, the filter having refused the rest.
+NO_FEASIBLE_PLACEMENT = "placements are available"
 # The topology filter's words for a gang that fits in no domain now (app/core/topology/domains.py).
 NO_DOMAIN_ROOM = "retried as capacity frees"
 # A gang's members are reported one after the other: one try for all of them.
@@ -105,7 +108,10 @@ def unasked(pod: PodRecord) -> bool:
     if pod.group is not None and pod.group.source == SOURCE_NATIVE:
         # kube-scheduler's pod-group cycle never asks the preempt verb (see above): its
         # scorer's error, or the filter's refusal for room, is the last word it writes.
-        return any(words in message for words in (NO_PLACEMENT, GANG_SHORT, NO_DOMAIN_ROOM))
+        return any(
+            words in message
+            for words in (NO_PLACEMENT, NO_FEASIBLE_PLACEMENT, GANG_SHORT, NO_DOMAIN_ROOM)
+        )
     return GANG_SHORT in message and NO_CANDIDATE in message
 
 
