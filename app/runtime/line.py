@@ -206,19 +206,51 @@ class Line:
         """QueueBook.assess() with the queue of each gang in `line` (the candidate's if unknown)."""
         book = self.queues
         assert book is not None
+        pairs = self._kept_pairs(line, queue)
+        if pairs is None:
+            pairs = self._keep_pairs(
+                line, queue, [(g, self._line.queue_of(g.key, "")) for g in line]
+            )
+        return book.assess(gang, queue, pairs, holders)
+
+    def allowed_steps(
+        self, line: Sequence[Gang], holders: Sequence[Holder], most: int
+    ) -> Iterator[list[Gang] | None]:
+        """assess(None, "", line, holders).line a slice at a time (QueueBook.admitted_steps):
+        yields None after every `most` gangs paired with their queue or judged, then the gangs
+        let in; kept as assess() keeps them, for the admissions after it (the warm-up's)."""
+        book = self.queues
+        assert book is not None
+        pairs = self._kept_pairs(line, "")
+        if pairs is None:
+            pairs = []
+            queue_of = self._line.queue_of
+            for start in range(0, len(line), most):
+                pairs += [(g, queue_of(g.key, "")) for g in line[start : start + most]]
+                yield None
+            pairs = self._keep_pairs(line, "", pairs)
+        yield from book.admitted_steps(pairs, holders, most)
+
+    def _kept_pairs(self, line: Sequence[Gang], queue: str) -> list[tuple[Gang, str]] | None:
+        """The pairs kept for this very line (the book's memo knows the list), if they serve a
+        candidate of `queue`; None: pair the line again."""
         kept = self._pairs
         if kept is not None and kept[0] is line and kept[1] in (None, queue):
-            pairs = kept[2]  # the same line as last time: the same list (the book's memo knows it)
+            return kept[2]
+        return None
+
+    def _keep_pairs(
+        self, line: Sequence[Gang], queue: str, pairs: list[tuple[Gang, str]]
+    ) -> list[tuple[Gang, str]]:
+        """`pairs` (each gang of `line` and its known queue) kept for the calls after this one."""
+        # The candidate's queue stands in only for a gang of no known queue (none, when
+        # the line comes from gangs()): else the pairs serve every candidate alike.
+        if any(not name for _, name in pairs):
+            pairs = [(g, name or queue) for g, name in pairs]
+            self._pairs = (line, queue, pairs)
         else:
-            pairs = [(g, self._line.queue_of(g.key, "")) for g in line]
-            # The candidate's queue stands in only for a gang of no known queue (none, when
-            # the line comes from gangs()): else the pairs serve every candidate alike.
-            if any(not name for _, name in pairs):
-                pairs = [(g, name or queue) for g, name in pairs]
-                self._pairs = (line, queue, pairs)
-            else:
-                self._pairs = (line, None, pairs)
-        return book.assess(gang, queue, pairs, holders)
+            self._pairs = (line, None, pairs)
+        return pairs
 
     def wake_steps(
         self, now: float, aging_seconds: float, limit: int, slice_size: int

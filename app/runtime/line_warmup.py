@@ -32,6 +32,9 @@ _SLICE = 100
 # Nodes whose free bins are built per slice, after a start or a node change (5,000 at
 # once took 22-55 ms on a quiet machine, 500 about 5 ms).
 _NODE_SLICE = 500
+# Gangs paired with their queue, judged by it or ordered per slice, before the walk: these
+# passes cost about a microsecond a gang (10,000 at once: 15-32 ms, BENCHMARKS.md).
+_PASS_SLICE = 1000
 # How often the warm-up looks whether anything changed.
 WARM_SECONDS = 0.25
 
@@ -110,13 +113,28 @@ class LineWarmup:
 
     async def _walk(self, most: int, mark: tuple[int, int]) -> None:
         """The line walked ahead, `most` gangs a slice, over the contest a fresh gang's
-        admission would weigh (its queue's verdict on each gang aside)."""
+        admission would weigh (its queue's verdict on each gang aside). The queues' verdict
+        on every gang and the line's order go first, _PASS_SLICE gangs a slice, kept where
+        the admission and the walk look for them: at once, each held the event loop 15-32 ms
+        with 10,000 gangs in line (BENCHMARKS.md)."""
         line = self._line
         contest = line.contest(exclude="")
         if line.queues is not None:
-            contest.line = line.assess(None, "", contest.line, contest.holders).line
+            for allowed in line.allowed_steps(contest.line, contest.holders, _PASS_SLICE):
+                if allowed is not None:
+                    contest.line = allowed
+                elif not await self._still(mark):
+                    return
         over = LineAt.of(contest, self._clock(), self._aging)
+        for _ in line.walk.order_ahead(over, _PASS_SLICE):
+            if not await self._still(mark):
+                return
         while not line.walk.warm(over, most):
-            await asyncio.sleep(0)
-            if self._mark() != mark:
-                return  # what it walks over changed: the next round starts afresh
+            if not await self._still(mark):
+                return
+
+    async def _still(self, mark: tuple[int, int]) -> bool:
+        """Let others run; False: what the warm-up works over changed meanwhile (the next
+        round starts afresh: going on would only be wasted)."""
+        await asyncio.sleep(0)
+        return self._mark() == mark

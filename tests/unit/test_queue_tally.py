@@ -22,8 +22,9 @@ from app.core.queues import (
 from app.core.records import GroupNotFound
 from app.core.resources import Resources, add, subtract
 from app.core.state import ClusterState
-from app.runtime.queues.book import Assessment, QueueBook, request_of
+from app.runtime.queues.book import Assessment, QueueBook
 from app.runtime.queues.tally import QueueTally, queue_of
+from app.runtime.queues.verdicts import request_of
 from tests.unit.builders import node, pod, podgroup
 
 NODES = ("n0", "n1", "n2")

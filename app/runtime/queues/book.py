@@ -16,7 +16,7 @@ memory.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,6 @@ from app.core.queues import (
     deserved_shares,
     dims,
     dominant_share,
-    enqueue,
     queue_from,
 )
 from app.core.records import PodRecord
@@ -40,6 +39,7 @@ from app.core.resources import Resources, add, format_resources
 from app.core.state import ClusterState
 from app.runtime.queues.queue_lines import Apart, in_turn
 from app.runtime.queues.tally import QueueTally
+from app.runtime.queues.verdicts import LineVerdicts, request_of
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,6 @@ class QueueBook:
     ) -> None:
         self._state = state
         self._tally = QueueTally(state)
-        self.overcommit = overcommit
         self._metrics = metrics
         self._clock = clock
         self.specs: dict[str, QueueSpec] = {}
@@ -86,12 +85,13 @@ class QueueBook:
         self._observed: dict[str, dict[str, Any]] = {}
         self._published = -_PUBLISH_SECONDS
         self.last: dict[str, QueueView] = {}
-        # group key -> (the gang in line, what it asks for): see request().
-        self._asks: dict[str, tuple[Gang, Resources, tuple[tuple[str, int], ...]]] = {}
-        # The last verdict on a line: (the line, its verdicts per (queue, shape), the gangs
-        # let in): see _admitted.
-        self._allowed: tuple[Sequence[tuple[Gang, str]], dict[Asked, bool], list[Gang]] | None
-        self._allowed = None
+        # The gangs' requests and the last verdict on a line (its gangs let in).
+        self.verdicts = LineVerdicts(overcommit)
+
+    @property
+    def overcommit(self) -> float:
+        """How far past the cluster's capacity a queue's gangs may be let in (Volcano's)."""
+        return self.verdicts.overcommit
 
     # ---- the reflector's sink ------------------------------------------------------
 
@@ -157,6 +157,44 @@ class QueueBook:
         candidate counted on top: nothing here walks every gang in line, except the
         verdict on `line` when it or a verdict changed since the last call.
         """
+        views, capacity, out = self._views(candidate, queue, holders)
+        message: str | None = None
+        if candidate is None:
+            pass
+        elif queue not in views:
+            message = (
+                f"gang {candidate.key} names queue {queue}, which does not exist; create the "
+                f"Queue (scheduling.volcano.sh/v1beta1) or name another, the gang waits until then"
+            )
+        else:
+            message = in_turn(queue, out, views, capacity, self.overcommit)
+        allowed = self.verdicts.judge(line, views, capacity)
+        claims = list(holders)
+        return Assessment(
+            views, capacity, message, allowed, queue, lambda: self._tally.running(claims)
+        )
+
+    def admitted_steps(
+        self, line: Sequence[tuple[Gang, str]], holders: Sequence[Holder], most: int
+    ) -> Iterator[list[Gang] | None]:
+        """assess(None, "", line, holders).line a slice at a time, kept as assess() keeps it:
+        yields None after every `most` gangs judged (the caller may let others run), then
+        the gangs let in. The line's warm-up (app/runtime/line_warmup.py) judges 10,000
+        gangs so, where at once it held the event loop 20-32 ms; an admission after it with
+        this very line then knows the verdict at once.
+
+        Every verdict is taken at the queues as they are at this call: the list handed out
+        and kept is the one assess() would give then. An admission meanwhile judges at once,
+        as before; one after checks every verdict kept against the queues then
+        (LineVerdicts.kept)."""
+        views, capacity, _ = self._views(None, "", holders)
+        return self.verdicts.steps(line, views, capacity, most)
+
+    def _views(
+        self, candidate: Gang | None, queue: str, holders: Sequence[Holder]
+    ) -> tuple[dict[str, QueueView], Resources, Apart]:
+        """Each queue's view with the claims and `candidate` counted (published), the
+        cluster's capacity, and the queues' lines with the candidate set apart."""
         queues = self._queues()
         capacity, held, lines = self._tally.lines()
         mine = None
@@ -184,60 +222,11 @@ class QueueBook:
                 out.count(name),
             )
         self._publish(views)
-        message: str | None = None
-        if candidate is None:
-            pass
-        elif queue not in queues:
-            message = (
-                f"gang {candidate.key} names queue {queue}, which does not exist; create the "
-                f"Queue (scheduling.volcano.sh/v1beta1) or name another, the gang waits until then"
-            )
-        else:
-            message = in_turn(queue, out, views, capacity, self.overcommit)
-        allowed = self._admitted(line, views, capacity)
-        claims = list(holders)
-        return Assessment(
-            views, capacity, message, allowed, queue, lambda: self._tally.running(claims)
-        )
-
-    def _admitted(
-        self, line: Sequence[tuple[Gang, str]], views: Mapping[str, QueueView], capacity: Resources
-    ) -> list[Gang]:
-        """admitted(), the last answer handed again (the same list) while `line` is the very
-        same object and each of its queues' verdicts on each shape asked is what it was:
-        the line's walk (app/runtime/line_walk.py) then knows it at once."""
-        kept = self._allowed
-        if kept is not None and kept[0] is line:
-            verdicts = {
-                asked: enqueue(asked[0], dict(asked[1]), views, capacity, self.overcommit) is None
-                for asked in kept[1]
-            }
-            if verdicts == kept[1]:
-                return kept[2]
-        verdicts = {}
-        allowed = admitted(line, views, capacity, self.overcommit, self.asked, verdicts)
-        self._allowed = (line, verdicts, allowed)
-        return allowed
+        return views, capacity, out
 
     def request(self, gang: Gang) -> Resources:
-        """request_of(gang), kept while the line hands out the same Gang (it rebuilds only
-        the gangs that changed): 10,000 gangs in line summed afresh at every admission
-        were a third of its queue check."""
-        return self._ask(gang)[1]
-
-    def asked(self, gang: Gang) -> tuple[tuple[str, int], ...]:
-        """request(gang) as the hashable key the queue verdicts are kept by."""
-        return self._ask(gang)[2]
-
-    def _ask(self, gang: Gang) -> tuple[Gang, Resources, tuple[tuple[str, int], ...]]:
-        kept = self._asks.get(gang.key)
-        if kept is not None and kept[0] is gang:
-            return kept
-        if len(self._asks) > 20_000:
-            self._asks.clear()
-        request = request_of(gang)
-        kept = self._asks[gang.key] = (gang, request, tuple(request.items()))
-        return kept
+        """What a gang in line asks for, kept while the line hands out the same Gang."""
+        return self.verdicts.request(gang)
 
     def share(self, placed: Iterable[PodRecord]) -> float:
         """DRF: the dominant share of the cluster a gang's placed members hold.
@@ -317,49 +306,3 @@ class QueueBook:
 def _quantity(milli: int) -> str:
     """A Kubernetes quantity string for a milli-unit amount."""
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
-
-
-# A queue and what a gang of it asks for (one verdict each).
-Asked = tuple[str, tuple[tuple[str, int], ...]]
-
-
-def admitted(
-    line: Sequence[tuple[Gang, str]],
-    views: Mapping[str, QueueView],
-    capacity: Resources,
-    overcommit: float,
-    asked: Callable[[Gang], tuple[tuple[str, int], ...]] | None = None,
-    verdicts: dict[Asked, bool] | None = None,
-) -> list[Gang]:
-    """The gangs of `line` (gang, its queue) whose queue lets them in.
-
-    Gangs in line are often alike (one Job's shape, run after run): one
-    verdict per queue and request, not one per gang. `asked`: a gang's request
-    as a hashable key (request_of's items; the caller's memo of them: at 10,000
-    gangs this pass is the warm-up's longest step); `verdicts`: filled with the
-    verdict per queue and request asked.
-    """
-    key_of = asked or (lambda gang: tuple(request_of(gang).items()))
-    if verdicts is None:
-        verdicts = {}
-    allowed: list[Gang] = []
-    append = allowed.append
-    for gang, name in line:
-        if name not in views:
-            continue
-        ask = (name, key_of(gang))
-        verdict = verdicts.get(ask)
-        if verdict is None:
-            verdict = enqueue(name, dict(ask[1]), views, capacity, overcommit) is None
-            verdicts[ask] = verdict
-        if verdict:
-            append(gang)
-    return allowed
-
-
-def request_of(gang: Gang) -> Resources:
-    """What a gang in line asks for: every member it has not placed yet."""
-    total: Resources = {}
-    for demand in gang.demands:
-        add(total, demand.requests)
-    return total

@@ -37,9 +37,10 @@ from app.core.topology.subgroups import Path
 from app.runtime.claims import ClaimLedger
 from app.runtime.gang_topology import GangTopology
 from app.runtime.line import Candidate, Line
-from app.runtime.queues.book import Assessment, request_of
+from app.runtime.queues.book import Assessment
 from app.runtime.queues.reclaimer import Reclaimer
 from app.runtime.queues.tally import queue_of
+from app.runtime.queues.verdicts import request_of
 
 
 @dataclass(frozen=True, slots=True)
