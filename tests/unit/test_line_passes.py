@@ -16,23 +16,20 @@ from hypothesis import strategies as st
 from app.core.contention import Gang, order_line
 from app.core.groups import GroupRef
 from app.core.line_order import next_to_age, order_steps
-from app.core.state import ClusterState
 from app.runtime import line_warmup
 from app.runtime.line_gangs import Waiting
-from app.runtime.queues.book import QueueBook
 from app.runtime.queues.tally import QueueTally
 from app.runtime.queues.verdicts import admitted
-from tests.unit.builders import node
 from tests.unit.test_queue_book import World as QueueWorld
 from tests.unit.test_queue_tally import (
     GROUPS,
-    NODES,
-    QUEUE_OBJECTS,
     _holders,
     _line_of,
     _pod,
+    applied,
     apply,
     operations,
+    queue_cluster,
     reference_assess,
 )
 
@@ -94,18 +91,12 @@ def test_the_verdicts_judged_in_slices_are_those_judged_at_once(
 ) -> None:
     """The pass yields between slices, hands out what assess() gives at its start, and the
     verdict it keeps is only used while it is still right (changes come mid-pass)."""
-    state = ClusterState()
-    state.replace_nodes([node(n, cpu="8") for n in NODES])
-    book = QueueBook(state)
-    book.replace(QUEUE_OBJECTS)
+    state, book = queue_cluster()
     tally = QueueTally(state)
     line = _line_of(state)
     for ops in rounds:
         if ops[0] != "pass":
-            for op in ops:
-                apply(state, op)
-            if len(ops) % 3:  # mostly a new line, sometimes the one the verdict's memo knows
-                line = _line_of(state)
+            line = applied(state, ops, line)
             continue
         _, most, before, changes, claimed = ops
         holders = _holders(state) if claimed else []
@@ -128,10 +119,7 @@ def test_the_verdicts_judged_in_slices_are_those_judged_at_once(
 
 
 def test_the_verdict_pass_yields_after_every_slice_but_the_last_and_is_kept() -> None:
-    state = ClusterState()
-    state.replace_nodes([node(n, cpu="8") for n in NODES])
-    book = QueueBook(state)
-    book.replace(QUEUE_OBJECTS)
+    state, book = queue_cluster()
     for i, group in enumerate(GROUPS):
         extra = {"cpu": 1, "second": i, "priority": 0, "deleting": False}
         state.apply_pod(_pod(f"p{i}", group, "", "Pending", **extra))

@@ -423,6 +423,25 @@ def _gist(book: QueueBook, got: Assessment) -> tuple[dict[str, Any], str | None,
     return views, message, [g.key for g in got.line]
 
 
+def applied(
+    state: ClusterState, ops: tuple[Any, ...], line: list[tuple[Gang, str]]
+) -> list[tuple[Gang, str]]:
+    """The changes made; the line after them: mostly a new one, sometimes the very one the
+    verdict's memo knows."""
+    for op in ops:
+        apply(state, op)
+    return _line_of(state) if len(ops) % 3 else line
+
+
+def queue_cluster() -> tuple[ClusterState, QueueBook]:
+    """The nodes of 8 CPUs and the queues every test here starts from."""
+    state = ClusterState()
+    state.replace_nodes([node(n, cpu="8") for n in NODES])
+    book = QueueBook(state)
+    book.replace(QUEUE_OBJECTS)
+    return state, book
+
+
 def _line_of(state: ClusterState) -> list[tuple[Gang, str]]:
     """A line of every group's unplaced members (one list kept: the verdict's memo is used)."""
     line = []
@@ -456,18 +475,12 @@ assessments = st.tuples(
 def test_the_queue_check_from_the_kept_sums_is_the_one_from_the_whole_tally(
     rounds: list[tuple[Any, ...]],
 ) -> None:
-    state = ClusterState()
-    state.replace_nodes([node(n, cpu="8") for n in NODES])
-    book = QueueBook(state)
-    book.replace(QUEUE_OBJECTS)
+    state, book = queue_cluster()
     reference_tally = QueueTally(state)
     line: list[tuple[Gang, str]] = []
     for ops in rounds:
         if ops[0] != "assess":
-            for op in ops:
-                apply(state, op)
-            if len(ops) % 3:  # mostly a new line, sometimes the one the verdict's memo knows
-                line = _line_of(state)
+            line = applied(state, ops, line)
             continue
         _, key, queue, priority, second, cpu, claims = ops
         candidate = Gang(
@@ -484,10 +497,7 @@ def test_the_queue_check_from_the_kept_sums_is_the_one_from_the_whole_tally(
 
 
 def test_a_candidate_waits_behind_its_queues_older_gangs_until_one_holds_a_claim() -> None:
-    state = ClusterState()
-    state.replace_nodes([node(n, cpu="8") for n in NODES])
-    book = QueueBook(state)
-    book.replace(QUEUE_OBJECTS)  # team-a: at most 4 CPUs
+    state, book = queue_cluster()  # team-a: at most 4 CPUs
     for group in ("g0", "g3"):
         state.apply_podgroup(podgroup(group, 2))
         for i in range(2):
