@@ -204,6 +204,24 @@ def _remembered_scores_equal_a_fresh_computation(
         assert scorer.best(requests, "default/g", offered) == fullest
 
 
+@given(steps=st.lists(step, max_size=30), shape=st.integers(0, len(SHAPES) - 1))
+def test_a_new_shapes_memo_is_the_one_remembered_node_by_node(
+    steps: list[tuple[object, ...]], shape: int
+) -> None:
+    """A new request shape's memo, built in one pass over the nodes, holds exactly the
+    fractions and scores that remember() of each node's binpack() gives."""
+    state = ClusterState()
+    state.replace_nodes([node(f"n{n}") for n in range(4)])
+    asked = binpack_request(ScoringPolicy().binpack_resources, SHAPES[shape])
+    for change in steps:
+        apply(state, change)
+        by_node = ShapeMemo()
+        for name, record in state.nodes.items():
+            by_node.remember(name, binpack(asked, state, record))
+        built = ShapeMemo.of_every_node(asked, state)
+        assert built == by_node and list(built.fractions) == list(by_node.fractions)
+
+
 @settings(deadline=None)
 @given(
     changes=st.lists(
