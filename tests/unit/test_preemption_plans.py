@@ -150,6 +150,24 @@ def test_a_plan_whose_node_goes_away_is_cancelled() -> None:
     assert "gone or cordoned" in w.told.ended[0]
 
 
+def test_a_pod_placed_in_the_planned_room_ends_the_plan_and_the_next_try_evicts_it() -> None:
+    """kube-scheduler may place a lower-priority pod in a plan's room before it sees the
+    members' nominations (the soak, issue 49: a slow API server, the members held in line):
+    the plan ends at once, not at its deadline 60 s later, and the next try plans again."""
+    w = World()
+    w.gang("u", 1)
+    answers = [w.ask("u", 0)]
+    (candidate,) = answers[0]
+    w.victims_leave(answers)  # a 3-CPU pod: 3 CPUs free beside the 1-CPU pod staying
+    w.state.apply_pod(pod("beside", node=candidate.node, cpu="1"))
+    assert w.plans.snapshot()[0]["phase"] == PlanPhase.PLACING  # 2 CPUs left: the slot fits
+    w.state.apply_pod(pod("thief", node=candidate.node, cpu="1"))
+    assert w.plans.plans == {}  # at its landing, not at the next question
+    assert f"pods placed on {candidate.node} since took the room" in w.told.ended[0]
+    again = w.victims([w.ask("u", 0)])
+    assert len(w.told.planned) == 2 and again, w.told.planned
+
+
 def test_a_higher_priority_gang_cancels_a_lower_plan_on_the_same_nodes() -> None:
     w = World()
     w.state.replace_nodes([node("n1")])

@@ -12,7 +12,7 @@ from typing import Any
 
 from app.core.groups import GroupRef
 from app.core.preemption.victims import VictimCandidate
-from app.core.resources import Resources
+from app.core.resources import Resources, add, fits, subtract
 from app.core.state import ClusterState
 from app.core.topology.domains import Domain
 from app.core.topology.subgroups import Path
@@ -170,3 +170,33 @@ def slot_filled(state: ClusterState, slot: Slot) -> bool:
         return False
     member = state.pod_by_uid(slot.member)
     return member is not None and bool(member.placed_node)
+
+
+def room_taken(state: ClusterState, plan: Plan) -> str | None:
+    """A node where the plan's slots no longer fit beside the pods staying there (None: they
+    all still fit). Staying: every pod but the plan's victims, pods on their way out and
+    the gang's own members (their slots count instead; a member may take any slot of its
+    node). Pods placed there since took the room: kube-scheduler placed them before it
+    saw the members' nominations (the API server slow, the members held in line), or the
+    extender's view lagged when it planned. Waiting for the plan's deadline would keep
+    the gang off room it could get now by evicting them: the plan ends and the next try
+    plans again."""
+    need: dict[str, Resources] = {}
+    for slot in plan.slots:
+        member = state.pod_by_uid(slot.member) if slot.member else None
+        if member is None or member.placed_node in ("", slot.node):
+            add(need.setdefault(slot.node, {}), slot.requests)
+    leaving = state.leaving
+    for node, wanted in need.items():
+        record = state.nodes.get(node)
+        if record is None:
+            continue  # a node gone ends the plan by itself
+        free = dict(record.allocatable)
+        subtract(free, state.requested_on(node))
+        for pod in state.pods_on(node):
+            own = pod.group is not None and pod.group.key == plan.group
+            if own or pod.key in leaving or pod.uid in plan.victims:
+                add(free, pod.requests)
+        if not fits(wanted, free):
+            return node
+    return None

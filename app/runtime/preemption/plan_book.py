@@ -18,7 +18,7 @@ from app.core.groups import GroupRef, PodGroupSpecError
 from app.core.observer import GangObserver
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
-from app.runtime.preemption.plan import Plan, PlanKind, PlanPhase, still_there
+from app.runtime.preemption.plan import Plan, PlanKind, PlanPhase, room_taken, still_there
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,14 @@ class PlanBook:
     def check_all(self, now: float) -> None:
         for current in self:
             self.check(current, now)
+
+    def landed(self, pod: PodRecord, now: float) -> None:
+        """A pod was placed on a node: the other gangs' plans with a slot there are checked
+        at once, as it may have taken their room (room_taken)."""
+        for current in self:
+            mine = pod.group is not None and pod.group.key == current.group
+            if not mine and any(s.node == pod.placed_node for s in current.slots):
+                self.check(current, now)
 
     def lives(self, group_key: str) -> bool:
         """Has this gang a plan that still holds (checked against the cluster now)?"""
@@ -141,6 +149,12 @@ class PlanBook:
         )
         if gone:
             return PlanPhase.CANCELLED, f"node(s) {', '.join(gone)} gone or cordoned"
+        taken = room_taken(self._state, current)
+        if taken is not None:
+            return PlanPhase.CANCELLED, (
+                f"pods placed on {taken} since took the room planned there (before the "
+                "members' nominations were seen); the gang plans again at its next try"
+            )
         return None
 
     def end(self, current: Plan, phase: PlanPhase, reason: str) -> None:

@@ -261,6 +261,8 @@ class PreemptionPlans:
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """Move plans along as victims leave and members land; wake whoever waits for room."""
         self._follow(old, new)
+        if new is not None and new.placed_node and (old is None or not old.placed_node):
+            self._book.landed(new, self._clock())
         pod = new or old
         nominations = self._nominations
         if nominations is None or pod is None:
