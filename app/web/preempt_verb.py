@@ -46,7 +46,7 @@ class PreemptVerb:
         spec = pod.spec
         preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key if spec else None)
         if spec is None or pod.ref is None or self._core.admission.soft.is_plain(spec.key):
-            return preempt_result(self._plans.plain(preemptor, args.candidates))
+            return preempt_result(self._plans.plain(preemptor, pod.requests, args.candidates))
         # A gang whose plan lives is answered from it: the plan was made when the
         # gang could start, and our watch may not have delivered a sibling that
         # kube-scheduler already knows (refusing then left the plan's other

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.core.preemption.victims import VictimCandidate
 from app.core.state import ClusterState
 from app.core.topology.domains import DEFAULT_LEVELS
-from app.web.wire import ExtenderArgs
+from app.web.wire import ExtenderArgs, PreemptArgs
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import ExtenderOnState
 from tests.unit.preempt_call import preempt_call
@@ -140,3 +141,63 @@ def test_while_a_victim_leaves_its_room_is_not_yet_free_for_anyone() -> None:
     state.delete_pod("default", "low-n1")
     gone = extender.filter(ExtenderArgs(thief, list(NODES), None))
     assert gone["NodeNames"] == list(NODES)
+
+
+class Planned:
+    """n1 of 8 CPUs runs low-a and low-b (4 CPUs each, priority 0), n2 and n3 are full
+    with pods of priority 5000: gang urgent (one member of 4 CPUs, priority 1000) plans
+    to evict one of them on n1. Its victim is handed, still on the node."""
+
+    def __init__(self) -> None:
+        self.state = ClusterState()
+        self.state.replace_nodes([node("n1", cpu="8"), node("n2"), node("n3")])
+        for name in ("low-a", "low-b"):
+            self.state.apply_pod(pod(name, node="n1", cpu="4", phase="Running"))
+        for n in ("n2", "n3"):
+            top = pod(f"top-{n}", node=n, cpu="4", phase="Running")
+            self.state.apply_pod(with_priority(top, 5000))
+        self.extender = ExtenderOnState(self.state, DEFAULT_LEVELS, every_gang=True).extender
+        self.state.add_pod_listener(self.extender.plans.on_pod_change)
+        self.state.apply_podgroup(podgroup("urgent", 1))
+        self.state.apply_pod(with_priority(pod("urgent-0", group="urgent", cpu="4"), 1000))
+        answer = preempt_call(self.state, self.extender.plans, "default/urgent-0")
+        (self.planned,) = [uid for c in answer.candidates for uid in c.victim_uids]
+        (self.other,) = {"uid-default-low-a", "uid-default-low-b"} - {self.planned}
+
+    def preempt(self, priority: int, cpu: str, victims: list[str]) -> dict[str, list[str]]:
+        """A plain pod's preempt call with kube-scheduler's candidate n1: what we answer."""
+        raw = with_priority(pod("plain", cpu=cpu), priority)
+        result = self.extender.preempt(PreemptArgs(raw, [VictimCandidate("n1", victims, 0)]))
+        return {
+            n: [p["UID"] for p in v["Pods"]] for n, v in result["NodeNameToMetaVictims"].items()
+        }
+
+
+def test_a_victim_a_gangs_plan_evicts_is_not_named_again_for_a_plain_preemptor() -> None:
+    """kube-scheduler (its view a little behind ours) offers both pods on n1 to a pod of
+    higher priority than the gang: the one the plan is evicting is left out, so that its
+    departure, not kube-scheduler's own delete call, retries the preemptor."""
+    world = Planned()
+    both = [world.planned, world.other]
+    assert world.preempt(2000, "8", both) == {"n1": [world.other]}
+    # Every victim going already: nothing to evict, the preemptor waits for them.
+    assert world.preempt(2000, "4", [world.planned]) == {}
+
+
+def test_a_victim_being_deleted_is_not_named_again() -> None:
+    world = Planned()
+    world.state.apply_pod(pod("low-x", node="n2", cpu="4", phase="Running", deleting=True))
+    low_x = "uid-default-low-x"
+    raw = with_priority(pod("plain", cpu="4"), 2000)
+    result = world.extender.preempt(PreemptArgs(raw, [VictimCandidate("n2", [low_x], 0)]))
+    assert result["NodeNameToMetaVictims"] == {}
+
+
+def test_a_plain_preemptor_is_refused_the_room_a_gang_of_its_priority_planned() -> None:
+    """At the gang's priority, a pod may evict on n1 only what leaves it room beside the
+    planned member: 4 CPUs once both pods are gone, not 6."""
+    world = Planned()
+    assert world.preempt(1000, "4", [world.other]) == {"n1": [world.other]}
+    assert world.preempt(1000, "6", [world.other]) == {}
+    # Above the gang's priority the planned room is not kept from it.
+    assert world.preempt(2000, "6", [world.other]) == {"n1": [world.other]}

@@ -85,7 +85,7 @@ def test_victims_whose_bind_the_gate_refused_are_not_evicted() -> None:
     mixed = VictimCandidate("n3", [uid("held-0"), uid("held-1")], 0)
     selection = select_victims(HIGH, [only_refused], state, VictimPolicy.WHOLE_GANG)
     assert selection.candidates == []
-    assert "left the node already" in selection.dropped["n3"]
+    assert "leaving the node already" in selection.dropped["n3"]
     selection = select_victims(HIGH, [mixed], state, VictimPolicy.WHOLE_GANG)
     assert selection.candidates == [VictimCandidate("n3", [uid("held-1")], 0)]
     # Reserved again by a later bind call: a victim like any other.

@@ -107,7 +107,7 @@ def whole_gang_after_preemption() -> tuple[ClusterState, FakeApi, Recorder, Pree
     api, recorder = FakeApi(), Recorder()
     plans = PreemptionPlans(state, VictimPolicy.WHOLE_GANG, Metrics())
     hi = Preemptor("ns/hi", "uid-hi", 1000, None)
-    assert plans.plain(hi, [VictimCandidate("n1", ["uid-default-m0"], 0)])
+    assert plans.plain(hi, {"cpu": 1000}, [VictimCandidate("n1", ["uid-default-m0"], 0)])
     follower = PreemptionFollower(
         state, api, recorder, VictimPolicy.WHOLE_GANG, plans, scheduler_deletes_within_seconds=0.05
     )

@@ -10,6 +10,7 @@ gang never keeps running below minMember. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -65,10 +66,13 @@ def select_victims(
     candidates: list[VictimCandidate],
     state: ClusterState,
     policy: VictimPolicy,
+    going: Collection[str] = frozenset(),
 ) -> Selection:
+    """The candidates the preemptor may take, each with the victims to evict; `going`:
+    victims someone else is evicting already (a gang's preemption plan)."""
     selection = Selection([])
     for candidate in candidates:
-        verdict = _judge(preemptor, candidate, state, policy)
+        verdict = _judge(preemptor, candidate, state, policy, going)
         if isinstance(verdict, str):
             selection.dropped[candidate.node] = verdict
         else:
@@ -77,15 +81,24 @@ def select_victims(
 
 
 def _judge(
-    preemptor: Preemptor, candidate: VictimCandidate, state: ClusterState, policy: VictimPolicy
+    preemptor: Preemptor,
+    candidate: VictimCandidate,
+    state: ClusterState,
+    policy: VictimPolicy,
+    going: Collection[str],
 ) -> VictimCandidate | str:
     """The candidate as we accept it (maybe with extra victims), or why it is refused.
 
-    A victim whose bind call the gate has refused is not on the node any more,
-    though kube-scheduler's snapshot of this cycle may still show it there. It
-    is not evicted: deleting a pod kube-scheduler already forgot is no event
-    that retries the preemptor, which would then wait, nominated, for minutes.
-    Without it kube-scheduler forgets the pod, and that retries the preemptor.
+    A victim already leaving in our view is not evicted again, though kube-scheduler's
+    snapshot of this cycle may still show it staying: one whose bind call the gate has
+    refused (not on the node any more), one being deleted, one a gang's plan is evicting
+    (`going`). Its departure retries the preemptor; kube-scheduler's own eviction of it
+    would not. Deleting a pod kube-scheduler already forgot is no event that retries the
+    preemptor, and kube-scheduler v1.37's asynchronous preemption ignores a victim's
+    deletion that reaches it before its own delete call for that victim has been made,
+    then gets "not found" and does not retry the preemptor either: either way it would
+    wait, nominated, for minutes. A candidate left with no victim is refused: the
+    preemptor is retried as they go.
     """
     kept: list[str] = []
     known: list[PodRecord] = []  # the kept victims our watch knows
@@ -93,13 +106,16 @@ def _judge(
         victim = state.pod_by_uid(uid)
         if victim is not None and victim.bind_refused and not victim.placed_node:
             continue  # the gate refused its bind call: not on the node
+        if uid in going or (victim is not None and victim.deleting):
+            continue
         kept.append(uid)
         if victim is not None:
             known.append(victim)
     if not kept:
         return (
-            "every victim kube-scheduler chose has left the node already (the gate refused "
-            "its bind call); the preemptor is retried once kube-scheduler forgets them"
+            "every victim kube-scheduler chose is leaving the node already (being deleted, "
+            "evicted by a gang's preemption, or refused by the gate); the preemptor is "
+            "retried as they go"
         )
     gangs = _victims_by_gang(preemptor, known, state)
     if isinstance(gangs, str):

@@ -1,36 +1,61 @@
-"""A preemptor in no gang: kube-scheduler's candidates, minus those that would break a running gang.
+"""A preemptor in no gang: kube-scheduler's candidates, minus those that would break a
+running gang or take the room a gang's preemption plan was promised.
 
 kube-scheduler orders the candidates that survive; the victims on them are
-remembered so the gate and the evictor know whom they made room for.
+remembered so the gate and the evictor know whom they made room for. Victims a
+live plan is evicting already are not named again (app/core/preemption/victims.py
+`_judge`: kube-scheduler would not retry the preemptor as they go).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy, select_victims
 from app.core.state import ClusterState
+from app.runtime.preemption.plan_book import PlanBook
+from app.runtime.preemption.room import PreemptionRoom
 from app.runtime.preemption.victim_memory import VictimMemory
 
 log = logging.getLogger(__name__)
 
 
 class PlainPreemption:
-    def __init__(self, state: ClusterState, policy: VictimPolicy, memory: VictimMemory) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        policy: VictimPolicy,
+        memory: VictimMemory,
+        book: PlanBook,
+        room: PreemptionRoom,
+    ) -> None:
         self._state = state
         self._policy = policy
         self._memory = memory
+        self._book = book
+        self._room = room
 
     def candidates(
-        self, preemptor: Preemptor, candidates: list[VictimCandidate]
+        self,
+        preemptor: Preemptor,
+        requests: Mapping[str, int],
+        candidates: list[VictimCandidate],
     ) -> list[VictimCandidate]:
-        selection = select_victims(preemptor, candidates, self._state, self._policy)
-        for node, why in selection.dropped.items():
+        going = {uid for plan in self._book if plan.live for uid in plan.handed}
+        selection = select_victims(preemptor, candidates, self._state, self._policy, going)
+        dropped = selection.dropped
+        chosen = selection.candidates
+        if self._book.plans:
+            kept = self._room.kept_after(requests, preemptor.priority, chosen)
+            dropped |= kept
+            chosen = [c for c in chosen if c.node not in kept]
+        for node, why in dropped.items():
             log.info(
                 "candidate dropped: %s",
                 why,
                 extra={"pod": preemptor.key, "node": node, "verb": "preempt"},
             )
-        for candidate in selection.candidates:
+        for candidate in chosen:
             self._memory.note(candidate.victim_uids, preemptor.key)
-        return selection.candidates
+        return chosen

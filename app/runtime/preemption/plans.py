@@ -77,8 +77,8 @@ class PreemptionPlans:
         self._clock = settings.clock
         self._book = PlanBook(state, metrics, told, settings.clock, settings.plan_seconds)
         self._victims = VictimMemory(settings.clock)
-        self._plain = PlainPreemption(state, policy, self._victims)
         self._room = PreemptionRoom(state, self._book)
+        self._plain = PlainPreemption(state, policy, self._victims, self._book, self._room)
         self._maker = PlanMaker(state, policy, self._book, self._room, told, settings.levels)
         self._wakeup = PreemptorWakeup(state, waker)
         self._nominations: Nominations | None = None
@@ -99,10 +99,11 @@ class PreemptionPlans:
         return self._victims.beneficiary(uid)
 
     def plain(
-        self, preemptor: Preemptor, candidates: list[VictimCandidate]
+        self, preemptor: Preemptor, requests: Resources, candidates: list[VictimCandidate]
     ) -> list[VictimCandidate]:
-        """A pod in no gang: kube-scheduler's candidates that break no running gang."""
-        return self._plain.candidates(preemptor, candidates)
+        """A pod in no gang: the candidates it may take (app/runtime/preemption/plain.py)."""
+        self._book.check_all(self._clock())
+        return self._plain.candidates(preemptor, requests, candidates)
 
     def kept_from(self, requests: Resources, priority: int, nodes: Iterable[str]) -> dict[str, str]:
         """A pod in no gang: those of `nodes` whose room live plans keep (PreemptionRoom.kept)."""
@@ -190,10 +191,9 @@ class PreemptionPlans:
     def reclaim(self, ref: GroupRef, priority: int, victims: Sequence[PodRecord]) -> None:
         """Queue reclaim evicts `victims` (a whole gang) so that gang `ref` gets room.
 
-        Recorded as the gang's plan: its own preempt calls then wait for this
-        room instead of evicting more, /debug shows it, and its members are
-        woken once the victims are gone. A preemption plan it had gives way.
-        """
+        Recorded as the gang's plan: its own preempt calls then wait for this room instead
+        of evicting more, /debug shows it, and its members are woken once the victims are
+        gone. A preemption plan it had gives way."""
         self._book.reclaim(ref, priority, victims)
         self._victims.note([p.uid for p in victims], ref.key)
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from app.core.packing import Bin, index_of
+from app.core.preemption.victims import VictimCandidate
 from app.core.resources import Resources, add, fits, subtract
 from app.core.shared_pools import PoolHold, PoolShare, charged, credited, freed_by
 from app.core.state import ClusterState
@@ -106,6 +107,38 @@ class PreemptionRoom:
         for node in nodes if kept else ():
             held = kept.get(node)
             if held is not None and not fits(requests, held.free):
+                refused[node] = kept_room_message(node, held.gangs, priority)
+        return refused
+
+    def kept_after(
+        self, requests: Mapping[str, int], priority: int, candidates: Iterable[VictimCandidate]
+    ) -> dict[str, str]:
+        """A preemptor in no gang: those of its candidates where, once the candidate's
+        victims, the live plans' victims and every pod leaving the node are gone, it still
+        does not fit beside the open slots of live plans at its priority or above (node ->
+        why). Evicting there would only free room a gang was promised."""
+        kept = self.kept(priority)
+        refused: dict[str, str] = {}
+        offered = [c for c in candidates if c.node in kept]
+        if not offered:
+            return refused
+        gone_from: dict[str, set[str]] = {c.node: set(c.victim_uids) for c in offered}
+        for plan in self._book:
+            if plan.live:
+                for uid, (_key, node) in plan.victims.items():
+                    if node in gone_from:
+                        gone_from[node].add(uid)
+        for leaving in self._state.leaving.values():
+            if leaving.placed_node in gone_from:
+                gone_from[leaving.placed_node].add(leaving.uid)
+        for node, gone in gone_from.items():
+            held = kept[node]
+            free = dict(held.free)
+            for uid in gone:
+                pod = self._state.pod_by_uid(uid)
+                if pod is not None and pod.placed_node == node:
+                    add(free, pod.requests)
+            if not fits(requests, free):
                 refused[node] = kept_room_message(node, held.gangs, priority)
         return refused
 
