@@ -18,7 +18,7 @@ from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterSettings
 from app.runtime.gate import PermitGate
 from app.runtime.line import Candidate
-from app.runtime.preemption.line_check import ArbiterLineCheck
+from app.runtime.preemption.line_check import LOOKAHEAD_SECONDS, ArbiterLineCheck
 from tests.unit.builders import pod, podgroup
 from tests.unit.fakes import RecordingBinder
 from tests.unit.test_preemption_plans import World, with_priority
@@ -52,13 +52,14 @@ class LineWorld(World):
         assert not verdict.admitted, verdict
 
 
-def aged_gang_ahead(w: LineWorld) -> None:
-    """Gang `old` (priority 1000, 3 x 4 CPUs: only the empty cluster holds it) waits, aged."""
+def aged_gang_ahead(w: LineWorld, waited: float = AGING + 1) -> None:
+    """Gang `old` (priority 1000, 3 x 4 CPUs: only the empty cluster holds it) has waited
+    `waited` seconds (aged by default)."""
     w.state.apply_podgroup(podgroup("old", 3))
     for i in range(3):
         w.state.apply_pod(with_priority(pod(f"old-{i}", group="old", cpu="4"), 1000))
     w.turned_away("old")
-    w.clock.now += AGING + 1
+    w.clock.now += waited
 
 
 def test_a_gang_behind_an_aged_gang_of_its_priority_evicts_nothing_and_says_why() -> None:
@@ -91,3 +92,21 @@ def test_a_higher_priority_gang_is_not_held_by_an_aged_lower_one() -> None:
     answers = [w.ask("u", i) for i in range(2)]
     assert len(w.victims(answers)) == 2, answers
     assert w.told.refused == []
+
+
+def test_a_gang_ahead_that_ages_before_the_victims_are_gone_counts_as_aged() -> None:
+    """The soak: evicting a second before the gang ahead aged evicted for nothing."""
+    w = LineWorld()
+    aged_gang_ahead(w, waited=AGING - LOOKAHEAD_SECONDS / 2)
+    w.gang("u", 2, cpu="2", priority=1000)
+    w.turned_away("u")
+    assert w.victims([w.ask("u", i) for i in range(2)]) == []
+    assert "waiting behind default/old" in w.told.refused[0]
+
+
+def test_a_gang_ahead_that_ages_well_after_does_not_hold_the_preemption_back() -> None:
+    w = LineWorld()
+    aged_gang_ahead(w, waited=AGING - 2 * LOOKAHEAD_SECONDS)
+    w.gang("u", 2, cpu="2", priority=1000)
+    w.turned_away("u")
+    assert len(w.victims([w.ask("u", i) for i in range(2)])) == 2

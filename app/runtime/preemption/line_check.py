@@ -9,7 +9,11 @@ turned away by the filter, the plan expires after 60 s with nobody placed,
 and the next plan evicts more (found by the soak, issue 49: two gangs of
 priority 10000 behind an aged one of the same priority evicted five pods in
 two rounds and never started). So before a plan with victims is kept, the
-line's own decision is asked on the room those victims leave.
+line's own decision is asked on the room those victims leave, as it will
+stand a little later (LOOKAHEAD_SECONDS): the victims take time to leave
+and the members to be placed, and a gang ahead that ages meanwhile holds the
+room by then (the soak again: a gang of priority 10000 evicted two pods a
+second before the gang ahead of it aged, then waited behind it).
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from app.core.state import ClusterState
 
 if TYPE_CHECKING:  # the arbiter's modules import the preemption plans, which import this
     from app.runtime.arbiter import Arbiter
+
+# How far ahead a plan's line check looks: a gang ahead that ages within this
+# counts as aged (victims leaving and members placed take seconds on a busy cluster).
+LOOKAHEAD_SECONDS = 15.0
 
 
 class LineCheck(Protocol):
@@ -83,7 +91,7 @@ class ArbiterLineCheck:
             gang,
             arbiter.topology.constraint(spec),
             after,
-            settings.clock(),
+            settings.clock() + LOOKAHEAD_SECONDS,
             settings.aging_seconds,
         )
         return decision.message if decision.verdict is Ruling.WAIT else None
