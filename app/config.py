@@ -76,11 +76,23 @@ class Settings:
     webhook_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
     webhook_scheduler_names: tuple[str, ...] = ()
     expect_marked_preemptors: bool = False
-    hold_waiting_gangs: bool = False
+    hold_waiting_gangs: str = "auto"
 
     @property
     def tls(self) -> bool:
         return self.tls_cert_file is not None
+
+    @property
+    def holds_gangs(self) -> bool:
+        """Whether gangs may be held in line at all (app/runtime/holds.py): --hold-waiting-gangs
+        true, or auto where it can (the gang-only mode's webhook, --gang-feasibility=true)."""
+        if self.hold_waiting_gangs == "true":
+            return True
+        return (
+            self.hold_waiting_gangs == "auto"
+            and self.webhook_port is not None
+            and self.gang_feasibility
+        )
 
     @property
     def levels(self) -> tuple[str, ...]:
@@ -183,15 +195,15 @@ def _check_webhook(settings: Settings) -> None:
             f"{flag_of('expect_marked_preemptors')}=true is for the gang-only mode, which "
             f"serves the webhook: set {flag_of('webhook_port')}"
         )
-    if settings.hold_waiting_gangs and settings.webhook_port is None:
+    if settings.hold_waiting_gangs == "true" and settings.webhook_port is None:
         raise ConfigError(
             f"{flag_of('hold_waiting_gangs')}=true needs the webhook that gives gang members "
             f"the line's scheduling gate: set {flag_of('webhook_port')} (the gang-only mode)"
         )
-    if settings.hold_waiting_gangs and not settings.gang_feasibility:
+    if settings.hold_waiting_gangs == "true" and not settings.gang_feasibility:
         raise ConfigError(
             f"{flag_of('hold_waiting_gangs')}=true holds gangs while they wait in the line, "
-            f"which only {flag_of('gang_feasibility')}=true keeps: set it, or leave holding off"
+            f"which only {flag_of('gang_feasibility')}=true keeps: set it, or leave it auto"
         )
 
 

@@ -375,12 +375,14 @@ FLAGS = (
     ),
     Flag(
         "hold_waiting_gangs",
-        _bool,
+        _choice(("auto", "true", "false")),
         "the webhook gives gang members a scheduling gate (gang-extender.dev/line), removed "
         "once their gang can be admitted as a whole or, for a gang that may preempt, once its "
-        "preemption plan lives: a gang waiting in line costs kube-scheduler nothing (needs "
-        "--webhook-port; see "
-        '"Held in line" in docs/contention.md)',
-        "BOOL",
+        "preemption plan lives: a gang waiting in line costs kube-scheduler nothing, and its "
+        "retried members do not crowd lower-priority pods out of kube-scheduler's queue. auto "
+        "(default): a member created while gangs wait in line, in the gang-only mode with "
+        "--gang-feasibility=true (else never); true: every member (needs --webhook-port); "
+        'false: none. See "Held in line" in docs/contention.md',
+        "MODE",
     ),
 )

@@ -45,6 +45,7 @@ from app.runtime.device_cel import CelEngine
 from app.runtime.gate import PermitGate
 from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
 from app.runtime.held_members import HeldMembers
+from app.runtime.holds import LineHolds
 from app.runtime.leader import (
     AlwaysLeader,
     LeaderCheck,
@@ -152,7 +153,7 @@ def build_runtime(
             aging_seconds=settings.gang_aging_seconds,
             levels=settings.levels,
             every_gang=settings.gang_feasibility,
-            hold=settings.hold_waiting_gangs,
+            hold=settings.holds_gangs,
         ),
     )
     holds = arbiter.holds
@@ -264,7 +265,7 @@ class Apps:
 
 
 def build_webhook(
-    settings: Settings, metrics: Metrics, requests: AsyncApiClient
+    settings: Settings, metrics: Metrics, requests: AsyncApiClient, holds: LineHolds | None
 ) -> tuple[WebhookApp | None, WebhookCerts | None]:
     """The admission webhook, when --webhook-port asks for one."""
     if settings.webhook_port is None:
@@ -284,17 +285,28 @@ def build_webhook(
             metrics,
             settings.webhook_scheduler_names,
             (LWS_NAME_LABEL,) if settings.lws_gangs == "on" else (),
-            hold=settings.hold_waiting_gangs,
+            hold=holding(settings, holds),
         ),
         certs,
     )
+
+
+def holding(settings: Settings, holds: LineHolds | None) -> Callable[[], bool]:
+    """Whether the webhook gives a member created now the line's gate (--hold-waiting-gangs):
+    always with true, while gangs wait with auto; never while Volcano queues decide."""
+    if holds is None or not settings.holds_gangs:
+        return lambda: False
+    if settings.hold_waiting_gangs == "true":
+        return lambda: holds.enabled
+    return holds.gangs_wait
 
 
 def build_apps(settings: Settings, configuration: k8s.Configuration | None = None) -> Apps:
     """The whole extender, ready for uvicorn."""
     parts = build_components(settings, configuration)
     metrics = parts.cluster.metrics
-    webhook, webhook_certs = build_webhook(settings, metrics, parts.clients.requests)
+    holds = parts.runtime.arbiter.holds
+    webhook, webhook_certs = build_webhook(settings, metrics, parts.clients.requests, holds)
     extender = build_extender(settings, parts)
     unmarked = None
     if webhook is not None:

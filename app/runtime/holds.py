@@ -127,6 +127,12 @@ class LineHolds:
         """Gangs are held: the flag is on and no Volcano queue decides admission."""
         return self._enabled and self._line.queues is None
 
+    def gangs_wait(self) -> bool:
+        """--hold-waiting-gangs=auto: does a member created now get the line's gate? While
+        gangs wait in line (or are held) its gang would most likely wait too; on an idle
+        cluster it goes straight to kube-scheduler, without the release's API write."""
+        return self.enabled and bool(self._line.waiting or self._held)
+
     @property
     def members(self) -> int:
         """Members held now."""

@@ -54,13 +54,13 @@ class WebhookApp:
         metrics: Metrics,
         scheduler_names: Collection[str] = (),
         member_labels: Collection[str] = (),
-        hold: bool = False,
+        hold: Callable[[], bool] = lambda: False,
     ) -> None:
         self._metrics = metrics
         self._scheduler_names = frozenset(scheduler_names)
         # Opt-in sources' labels that also make a pod a member (LeaderWorkerSet's).
         self._member_labels = tuple(member_labels)
-        # --hold-waiting-gangs: members that cannot preempt get the line's scheduling gate.
+        # --hold-waiting-gangs: whether a member gets the line's scheduling gate now.
         self._hold = hold
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -100,7 +100,7 @@ class WebhookApp:
             await _answer(send, 400, orjson.dumps({"error": f"bad AdmissionReview: {err}"}))
             return
         answer, result = review_response(
-            review, self._scheduler_names, self._member_labels, self._hold
+            review, self._scheduler_names, self._member_labels, self._hold()
         )
         self._metrics.webhook_reviews.labels(result=result).inc()
         if result in ("marked", "held"):

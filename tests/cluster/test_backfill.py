@@ -50,6 +50,14 @@ def gang(
     return pods
 
 
+def in_line(kube: Kube, namespace: str, name: str, pods: list[str]) -> bool:
+    """Is gang `name` in the extender's line: turned away by its filter, or (created while
+    another waited, --hold-waiting-gangs=auto) held with its PodGroup told so?"""
+    return kube.event_on(namespace, pods[0], f"gang {namespace}/{name} ") or kube.event_on(
+        namespace, name, "GangHeldInLine"
+    )
+
+
 def bound_within(
     kube: Kube,
     namespace: str,
@@ -96,12 +104,9 @@ def test_small_gangs_run_beside_big_aged_gangs_which_then_start_whole_in_line_or
     big = {"first": first, "second": second}
 
     wait_for(
-        lambda: all(
-            kube.event_on(namespace, pods[0], f"gang {namespace}/{name} ")
-            for name, pods in big.items()
-        ),
+        lambda: all(in_line(kube, namespace, name, pods) for name, pods in big.items()),
         30,
-        "both waiting big gangs turned away by the extender",
+        "both waiting big gangs in the extender's line",
     )
     time.sleep(AGING_SECONDS + 1)
 

@@ -119,7 +119,7 @@ def test_turning_holding_off_releases_the_held_gangs_to_the_filter(
     kube.wait_for_event(namespace, "second", "GangHeldInLine", what="second held")
     never_tried(kube, namespace, second)
 
-    extender.restart(*extender.extra_args[:-2])  # the same flags without --hold-waiting-gangs
+    extender.restart(*extender.extra_args[:-2], "--hold-waiting-gangs", "false")
     wait_for(
         lambda: all(not gates(kube, namespace, pod) for pod in second),
         30,

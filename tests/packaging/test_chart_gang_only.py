@@ -95,10 +95,16 @@ def test_without_marked_preemptors_the_preempt_entry_serves_every_pod() -> None:
     assert "expect-marked-preemptors" not in flags(container(docs, "gang-extender")["args"])
 
 
-def test_holding_waiting_gangs_is_off_by_default_and_a_gang_only_flag() -> None:
-    assert "hold-waiting-gangs" not in flags(container(render(*GANG_ONLY), "gang-extender")["args"])
-    held = render("--set", "mode=gang-only,holdWaitingGangs=true", namespace="gang-system")
-    assert flags(container(held, "gang-extender")["args"])["hold-waiting-gangs"] == "true"
+def test_holding_waiting_gangs_is_auto_by_default_and_a_gang_only_flag() -> None:
+    default = flags(container(render(*GANG_ONLY), "gang-extender")["args"])
+    assert default["hold-waiting-gangs"] == "auto"
+    for value in ("true", "false"):
+        held = render("--set", f"mode=gang-only,holdWaitingGangs={value}", namespace="gang-system")
+        assert flags(container(held, "gang-extender")["args"])["hold-waiting-gangs"] == value
+    refused = run_helm(
+        "template", "x", str(CHART), "--set", "holdWaitingGangs=sometimes", check=False
+    )
+    assert refused.returncode != 0 and "holdWaitingGangs" in refused.stderr
     # Every verb serves no webhook: nothing would give members the gate.
     every = render("--set", "mode=every-verb,holdWaitingGangs=true", namespace="gang-system")
     assert "hold-waiting-gangs" not in flags(container(every, "gang-extender")["args"])

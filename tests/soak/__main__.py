@@ -71,7 +71,8 @@ def parser() -> argparse.ArgumentParser:
         "--hold",
         action="store_true",
         help="the extender holds waiting gangs out of kube-scheduler's queue "
-        "(--hold-waiting-gangs; the gang-only mode only)",
+        "(--hold-waiting-gangs=true: every member, not only those created while gangs "
+        "wait, the default auto; the gang-only mode only)",
     )
     p.add_argument(
         "--faults",

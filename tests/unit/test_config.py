@@ -78,10 +78,19 @@ def test_expecting_marked_preemptors_is_off_by_default_and_needs_the_gang_only_m
         settings(["--expect-marked-preemptors", "true"])
 
 
-def test_holding_waiting_gangs_is_off_by_default_and_needs_the_webhook_and_the_line() -> None:
-    assert settings([]).hold_waiting_gangs is False
+def test_holding_waiting_gangs_is_auto_by_default_and_true_needs_the_webhook_and_the_line() -> None:
+    # auto holds where it can: the gang-only mode's webhook and the line.
+    assert settings([]).hold_waiting_gangs == "auto"
+    assert not settings([]).holds_gangs
+    assert settings(["--webhook-port", "9443"]).holds_gangs
+    no_line = {"GANG_EXTENDER_GANG_FEASIBILITY": "false"}
+    assert not settings(["--webhook-port", "9443"], no_line).holds_gangs
+    off = settings(["--webhook-port", "9443", "--hold-waiting-gangs", "false"])
+    assert not off.holds_gangs
     on = settings(["--webhook-port", "9443"], {"GANG_EXTENDER_HOLD_WAITING_GANGS": "true"})
-    assert on.hold_waiting_gangs is True
+    assert on.hold_waiting_gangs == "true" and on.holds_gangs
+    with pytest.raises(ConfigError):
+        settings(["--hold-waiting-gangs", "yes"])
     with pytest.raises(ConfigError, match=r"needs the webhook .* set --webhook-port"):
         settings(["--hold-waiting-gangs", "true"])
     with pytest.raises(ConfigError, match="only --gang-feasibility=true keeps"):

@@ -25,8 +25,10 @@ from app.runtime.preemption.plans import PreemptionPlans
 from app.runtime.preemption.unasked import UnaskedPreemption
 from app.runtime.reconsider import SLICE
 from app.runtime.wakeup import SiblingWaker
+from app.server import holding
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.fakes import Clock, RecordingBinder, eventually
+from tests.unit.test_config import settings
 
 
 def held(raw: dict[str, Any], *others: str) -> dict[str, Any]:
@@ -206,6 +208,28 @@ async def test_a_gang_that_does_not_fit_stays_held_until_room_frees_in_line_orde
         world.state.delete_pod("default", f"a-{i}")
     await world.settled()
     assert world.held_now() == set()
+
+
+async def test_auto_gates_new_members_only_while_gangs_wait() -> None:
+    """--hold-waiting-gangs=auto: a member created on an idle cluster goes straight to
+    kube-scheduler; one created while a gang waits in line is held too."""
+    world = World()
+    assert not world.holds.gangs_wait()
+    a = world.gang("a", 3, "2500m")
+    await world.settled()
+    assert world.filter(a, "a-0").reason == FilterReason.CLAIMED
+    assert not world.holds.gangs_wait()  # a is admitted: nobody waits
+    world.gang("b", 3, "2500m")
+    await world.settled()
+    assert world.held_now() == {"b-0", "b-1", "b-2"}
+    assert world.holds.gangs_wait()
+    for i in range(3):
+        world.state.delete_pod("default", f"a-{i}")
+    await world.settled()
+    b = GroupSpec("default/b", 3)
+    assert world.filter(b, "b-0").reason == FilterReason.CLAIMED
+    assert not world.holds.gangs_wait()
+    assert not World(hold=False).holds.gangs_wait()
 
 
 async def test_the_sweep_releases_a_gang_short_of_members_after_the_grace() -> None:
@@ -394,3 +418,19 @@ async def test_a_held_gang_of_priority_zero_is_not_offered_to_the_planner() -> N
     await world.settled()
     await world.holds.offer_preemptors()
     assert offered == ["default/urgent"]
+
+
+async def test_the_webhook_gates_by_the_flag() -> None:
+    """server.holding: true gates every member, auto while gangs wait, false none."""
+    world = World()
+    gang_only = ["--webhook-port", "9443"]
+    auto = holding(settings(gang_only), world.holds)
+    always = holding(settings([*gang_only, "--hold-waiting-gangs", "true"]), world.holds)
+    never = holding(settings([*gang_only, "--hold-waiting-gangs", "false"]), world.holds)
+    assert (auto(), always(), never()) == (False, True, False)
+    world.gang("a", 3, "2500m")
+    world.gang("b", 3, "2500m")
+    await world.settled()
+    assert (auto(), always(), never()) == (True, True, False)
+    # Every-verb mode (no webhook) holds nothing.
+    assert not holding(settings([]), world.holds)()
