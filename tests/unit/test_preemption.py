@@ -45,6 +45,26 @@ def test_whole_gang_extends_victims_to_the_members_on_the_same_node() -> None:
     assert selection.candidates == [VictimCandidate("n1", [uid("low-0"), uid("low-1")], 0)]
 
 
+def test_victims_leaving_already_are_not_named_nor_added_by_whole_gang() -> None:
+    """Being deleted, or evicted by a gang's plan (`going`): their departure retries the
+    preemptor, kube-scheduler's own delete call for them might not."""
+    state = cluster()
+    state.apply_pod(pod("low-1", group="low", node="n1", cpu="1", deleting=True))
+    candidate = VictimCandidate("n1", [uid("low-0"), uid("low-1")], 0)
+    selection = select_victims(HIGH, [candidate], state, VictimPolicy.WHOLE_GANG)
+    assert selection.candidates == [VictimCandidate("n1", [uid("low-0")], 0)]
+    selection = select_victims(HIGH, [candidate], state, VictimPolicy.WHOLE_GANG, {uid("low-0")})
+    assert selection.candidates == []
+    assert "leaving the node already" in selection.dropped["n1"]
+    # The whole gang goes, but a member a plan is evicting is not named again.
+    one = VictimCandidate("n1", [uid("low-0")], 0)
+    selection = select_victims(HIGH, [one], cluster(), VictimPolicy.WHOLE_GANG, {uid("low-1")})
+    assert selection.candidates == [VictimCandidate("n1", [uid("low-0")], 0)]
+    plain = VictimCandidate("n2", [uid("plain"), uid("low-2")], 0)
+    selection = select_victims(HIGH, [plain], cluster(), VictimPolicy.PROTECT, {uid("plain")})
+    assert selection.candidates == [VictimCandidate("n2", [uid("low-2")], 0)]
+
+
 def test_whole_gang_refuses_when_a_member_outranks_the_preemptor() -> None:
     state = cluster()
     important = pod("low-3", group="low", node="n3", cpu="1")

@@ -100,17 +100,7 @@ def _judge(
     wait, nominated, for minutes. A candidate left with no victim is refused: the
     preemptor is retried as they go.
     """
-    kept: list[str] = []
-    known: list[PodRecord] = []  # the kept victims our watch knows
-    for uid in candidate.victim_uids:
-        victim = state.pod_by_uid(uid)
-        if victim is not None and victim.bind_refused and not victim.placed_node:
-            continue  # the gate refused its bind call: not on the node
-        if uid in going or (victim is not None and victim.deleting):
-            continue
-        kept.append(uid)
-        if victim is not None:
-            known.append(victim)
+    kept, known = _staying(candidate, state, going)
     if not kept:
         return (
             "every victim kube-scheduler chose is leaving the node already (being deleted, "
@@ -137,9 +127,27 @@ def _judge(
                 f"gang {spec.key} would have to go whole, but {', '.join(protected)} "
                 "has priority >= the preemptor's"
             )
-        listed = set(kept)
+        listed = set(kept) | set(going)
         extra += [p.uid for p in placed if p.placed_node == candidate.node and p.uid not in listed]
     return VictimCandidate(candidate.node, [*kept, *extra], candidate.num_pdb_violations)
+
+
+def _staying(
+    candidate: VictimCandidate, state: ClusterState, going: Collection[str]
+) -> tuple[list[str], list[PodRecord]]:
+    """The candidate's victims not leaving already (see _judge), and those our watch knows."""
+    kept: list[str] = []
+    known: list[PodRecord] = []
+    for uid in candidate.victim_uids:
+        victim = state.pod_by_uid(uid)
+        if victim is not None and victim.bind_refused and not victim.placed_node:
+            continue  # the gate refused its bind call: not on the node
+        if uid in going or (victim is not None and victim.deleting):
+            continue
+        kept.append(uid)
+        if victim is not None:
+            known.append(victim)
+    return kept, known
 
 
 def _victims_by_gang(
