@@ -11,7 +11,7 @@ from app.core.observer import NullObserver
 from app.core.preemption.victims import VictimCandidate, VictimPolicy
 from app.core.state import ClusterState
 from app.core.topology.sources import KUEUE_POD_INDEX, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE
-from app.runtime.preemption.plan import PlanPhase
+from app.runtime.preemption.plan import REHAND_SECONDS, PlanPhase
 from app.runtime.preemption.plans import PlanSettings, PreemptionPlans
 from app.runtime.wakeup import SiblingWaker
 from tests.unit.builders import node, pod, podgroup
@@ -344,3 +344,17 @@ def test_a_plan_whose_members_all_left_is_cancelled() -> None:
         w.state.delete_pod("default", f"u-{i}")
     assert w.plans.plans == {}
     assert w.told.ended == ["preemption plan cancelled: its members are gone"]
+
+
+def test_a_victim_handed_lately_is_not_handed_again_until_its_deletion_looks_failed() -> None:
+    """The unasked path hands a member's victims to the extender's own evictor; when
+    kube-scheduler then asks for that member while the delete call is under way, handing
+    them to it too lets its asynchronous preemption find them gone and never retry the
+    member (the every-verb test_preemption_lag, once, behind a slow API server)."""
+    w = World()
+    w.gang("u", 1, cpu="3")
+    first = w.victims([w.ask("u", 0)])
+    assert len(first) == 1
+    assert w.ask("u", 0) == []  # being freed by whoever it was handed to
+    w.clock.now += REHAND_SECONDS + 1  # still on its node: that deletion failed
+    assert w.victims([w.ask("u", 0)]) == first

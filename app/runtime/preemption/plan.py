@@ -6,6 +6,7 @@ call until it ends; its phase tells /debug and the logs how far it got.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -16,6 +17,10 @@ from app.core.resources import Resources, add, fits, subtract
 from app.core.state import ClusterState
 from app.core.topology.domains import Domain
 from app.core.topology.subgroups import Path
+from app.runtime.preemption.victim_memory import VictimMemory
+
+# A victim handed this recently (and still on its node) is not handed again: see to_hand.
+REHAND_SECONDS = 15.0
 
 
 class PlanKind(StrEnum):
@@ -162,6 +167,21 @@ def still_there(state: ClusterState, uid: str) -> bool:
     """Is this victim still on its node (so evicting it is still to come)?"""
     pod = state.pod_by_uid(uid)
     return pod is not None and bool(pod.placed_node) and not pod.terminal
+
+
+def to_hand(state: ClusterState, memory: VictimMemory, victims: Iterable[str]) -> list[str]:
+    """The victims to hand a member's preempt call: those still on their node, but for any
+    handed in the last REHAND_SECONDS (to an earlier call, or to the extender's own evictor
+    when kube-scheduler started no preemption). kube-scheduler v1.37's asynchronous
+    preemption ignores a victim's deletion that reaches it before its own delete call for
+    that victim is made, then finds the pod gone and does not retry the preemptor: a victim
+    another hand is deleting must not be handed to it again. One still there after that
+    long is handed again (its deletion failed)."""
+    return [
+        uid
+        for uid in victims
+        if still_there(state, uid) and not memory.handed_within(uid, REHAND_SECONDS)
+    ]
 
 
 def slot_filled(state: ClusterState, slot: Slot) -> bool:

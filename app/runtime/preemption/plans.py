@@ -40,7 +40,7 @@ from app.core.topology.domains import DEFAULT_LEVELS
 from app.runtime.preemption.line_check import LineCheck
 from app.runtime.preemption.nominations import Nominations, PodNominator
 from app.runtime.preemption.plain import PlainPreemption
-from app.runtime.preemption.plan import Answer, Plan, PlanKind, PlanPhase, still_there
+from app.runtime.preemption.plan import Answer, Plan, PlanKind, PlanPhase, still_there, to_hand
 from app.runtime.preemption.plan_book import PLAN_SECONDS, PlanBook
 from app.runtime.preemption.plan_maker import PlanMaker
 from app.runtime.preemption.refusals import Refusals
@@ -239,7 +239,7 @@ class PreemptionPlans:
                 )
             slot = open_slots[0]
             slot.member = preemptor.uid
-        present = [uid for uid in slot.victims if still_there(self._state, uid)]
+        present = to_hand(self._state, self._victims, slot.victims)
         if not present:
             why = "being freed" if slot.victims else "free"
             return Answer([], f"planned room on {slot.node} is {why}; the member waits for it")
