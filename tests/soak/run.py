@@ -20,8 +20,10 @@ or, a native PodGroup, spec.schedulingConstraints.topology.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import re
 import statistics
 import time
 import urllib.request
@@ -73,6 +75,8 @@ from tests.soak.stream import (
 from tests.soak.world import Gang, Monitor, Snapshot, World, caches_diff
 
 HIGH_CLASS = "soak-high"
+# The extender's Preempted Event on a victim: "... so that gang NS/NAME can be placed".
+_EVICTED_FOR = re.compile(r"so that gang \S*?([^/\s]+) can be placed")
 # How long a pending member may go without showing why it waits.
 REASON_SECONDS = 30.0
 
@@ -128,6 +132,8 @@ class Report:
     evicted: int = 0
     minimum: int = 0
     oracle_skipped: int = 0
+    # Pods evicted during a preempting step by another gang's plan (named by the Event).
+    evicted_by_others: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     time_to_place: list[float] = field(default_factory=list)
@@ -146,7 +152,8 @@ class Report:
             f"{self.placed} placed",
             f"  kept to one rack: {self.racked} created, {self.racked_placed} placed",
             f"  preempting gangs {self.preemptions}: evicted {self.evicted}, minimum "
-            f"{self.minimum} (oracle not asked {self.oracle_skipped} time(s))",
+            f"{self.minimum} (oracle not asked {self.oracle_skipped} time(s); "
+            f"{self.evicted_by_others} evicted meanwhile for older gangs)",
             f"  time to place: p50 {pct(0.5)}, p99 {pct(0.99)}, max "
             f"{f'{times[-1]:.1f}s' if times else '-'}"
             + (f", mean {statistics.fmean(times):.1f}s" if times else ""),
@@ -417,7 +424,7 @@ class Soak:
         if need is None:
             time.sleep(8)
             after = self.world.snapshot()
-            evicted = self._evicted(before.placed, after.placed)
+            evicted = self._evicted(before.placed, after.placed, gang)
             if evicted:
                 self.world.violation(
                     f"seed {self.config.seed}, {step.describe()}: evicted {sorted(evicted)} for "
@@ -434,7 +441,7 @@ class Soak:
             tracked = self.world.gangs[gang.name]
             if self.world.held_in_line(tracked, self.world.snapshot()):
                 # Behind an aged gang of its priority: it waits by design, and evicts nothing.
-                evicted = self._evicted(before.placed, self.world.snapshot().placed)
+                evicted = self._evicted(before.placed, self.world.snapshot().placed, gang)
                 if evicted:
                     self.world.violation(
                         f"seed {self.config.seed}, {step.describe()}: evicted {sorted(evicted)} "
@@ -450,7 +457,7 @@ class Soak:
             return
         time.sleep(1.5)  # a late eviction would show now
         after = self.world.snapshot()
-        evicted = self._evicted(before.placed, after.placed)
+        evicted = self._evicted(before.placed, after.placed, gang)
         self.report.evicted += len(evicted)
         if isinstance(need, str):
             self.report.oracle_skipped += 1
@@ -462,8 +469,24 @@ class Soak:
                 f"minimum {need}"
             )
 
-    def _evicted(self, before: dict[str, str], after: dict[str, str]) -> set[str]:
-        return {p for p in before if p not in after and p not in self.world.deleted_pods}
+    def _evicted(self, before: dict[str, str], after: dict[str, str], gang: Gang) -> set[str]:
+        """Pods placed before and gone now that the soak did not delete, but for those the
+        extender's Preempted Event says it evicted for another gang: an older gang in line
+        may plan in the same window (room shows for it), and those evictions are its own."""
+        gone = {p for p in before if p not in after and p not in self.world.deleted_pods}
+        others = {p for p in gone if self._evicted_for(p) not in (None, gang.name)}
+        self.report.evicted_by_others += len(others)
+        return gone - others
+
+    def _evicted_for(self, pod: str) -> str | None:
+        """The gang (its name) the extender's Preempted Event on `pod` says it was evicted
+        for; None when no such Event (kube-scheduler's own names the preemptor's uid)."""
+        with contextlib.suppress(ApiException, urllib3.exceptions.HTTPError):
+            for event in self.kube.events(self.namespace, pod):
+                found = _EVICTED_FOR.search(event)
+                if event.startswith("Preempted:") and found:
+                    return found.group(1)
+        return None
 
     # ---- nodes -----------------------------------------------------------------------------
 

@@ -378,3 +378,32 @@ def test_the_scheduling_reports_outlive_an_api_server_restart(
         assert asked[:3] == ["1", "5", "7"]  # each break is followed by a list, not a resume
     finally:
         reports.stop()
+
+
+def test_evictions_another_gangs_plan_made_in_the_window_are_not_the_steps() -> None:
+    """An older gang in line may plan while a preempting step's gang is being checked: the
+    extender's Preempted Event names whom each victim was evicted for."""
+    from tests.soak import run
+
+    events = {
+        "a": [
+            "Preempted: evicted by kube-scheduler's preemption so that gang ns/old-1 can be placed"
+        ],
+        "b": [
+            "Preempted: evicted by kube-scheduler's preemption so that gang ns/new-2 can be"
+            " placed (this pod was a member of gang ns/g)"
+        ],
+        "c": ["Preempted: Preempted by pod 1234 on node n1"],
+    }
+    soak = SimpleNamespace(
+        kube=SimpleNamespace(events=lambda _ns, pod: events.get(pod, [])),
+        namespace="ns",
+        world=SimpleNamespace(deleted_pods={"d"}),
+        report=run.Report(seed=1),
+    )
+    soak._evicted_for = lambda pod: run.Soak._evicted_for(cast(Any, soak), pod)
+    gang = cast(Any, SimpleNamespace(name="new-2"))
+    before = {p: "n1" for p in ("a", "b", "c", "d", "e")}
+    gone = run.Soak._evicted(cast(Any, soak), before, {"e": "n1"}, gang)
+    assert gone == {"b", "c"}
+    assert soak.report.evicted_by_others == 1
