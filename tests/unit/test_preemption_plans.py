@@ -346,15 +346,25 @@ def test_a_plan_whose_members_all_left_is_cancelled() -> None:
     assert w.told.ended == ["preemption plan cancelled: its members are gone"]
 
 
-def test_a_victim_handed_lately_is_not_handed_again_until_its_deletion_looks_failed() -> None:
+def test_a_victim_our_evictor_was_handed_lately_is_not_handed_to_kube_scheduler() -> None:
     """The unasked path hands a member's victims to the extender's own evictor; when
     kube-scheduler then asks for that member while the delete call is under way, handing
     them to it too lets its asynchronous preemption find them gone and never retry the
     member (the every-verb test_preemption_lag, once, behind a slow API server)."""
     w = World()
     w.gang("u", 1, cpu="3")
+    ours = w.victims([preempt_call(w.state, w.plans, "default/u-0", ours=True).candidates])
+    assert len(ours) == 1
+    assert w.ask("u", 0) == []  # our evictor is deleting it
+    w.clock.now += REHAND_SECONDS + 1  # still on its node: that deletion failed
+    assert w.victims([w.ask("u", 0)]) == ours
+
+
+def test_a_victim_handed_to_kube_scheduler_is_handed_again_on_its_next_call() -> None:
+    """kube-scheduler does not preempt twice while a victim it chose leaves: its own
+    delete call failing, it asks again, and gets the victim again."""
+    w = World()
+    w.gang("u", 1, cpu="3")
     first = w.victims([w.ask("u", 0)])
     assert len(first) == 1
-    assert w.ask("u", 0) == []  # being freed by whoever it was handed to
-    w.clock.now += REHAND_SECONDS + 1  # still on its node: that deletion failed
     assert w.victims([w.ask("u", 0)]) == first

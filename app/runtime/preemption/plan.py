@@ -17,9 +17,8 @@ from app.core.resources import Resources, add, fits, subtract
 from app.core.state import ClusterState
 from app.core.topology.domains import Domain
 from app.core.topology.subgroups import Path
-from app.runtime.preemption.victim_memory import VictimMemory
 
-# A victim handed this recently (and still on its node) is not handed again: see to_hand.
+# A victim handed to our own evictor this recently is not handed to kube-scheduler: to_hand.
 REHAND_SECONDS = 15.0
 
 
@@ -76,6 +75,8 @@ class Plan:
     phase: PlanPhase = PlanPhase.PLANNED
     reason: str = ""
     handed: set[str] = field(default_factory=set)
+    # Victims handed to the extender's own evictor (unasked.py): uid -> when (see to_hand).
+    ours: dict[str, float] = field(default_factory=dict)
     # The topology domain every slot is in (None: the gang has no topology constraint).
     domain: Domain | None = None
     kind: PlanKind = PlanKind.PREEMPTION
@@ -91,6 +92,30 @@ class Plan:
     @property
     def live(self) -> bool:
         return self.phase not in ENDED
+
+    def slot_for(self, member: str, key: str, requests: Resources) -> Slot | None:
+        """The member's slot (uid `member`, pod `key`): the one given to it before, else the
+        first open slot of its shape (victims first), given to it now; None: none left."""
+        mine = next((s for s in self.slots if s.member == member), None)
+        if mine is not None:
+            return mine
+        path = self.paths.get(key, ())
+        open_slots = [
+            s for s in self.slots if not s.member and s.requests == requests and s.path == path
+        ]
+        if not open_slots:
+            return None
+        slot = min(open_slots, key=lambda s: (not s.victims, s.node))
+        slot.member = member
+        return slot
+
+    def hand(self, uids: Iterable[str], now: float, ours: bool) -> None:
+        """These victims are handed out (to kube-scheduler, or with `ours` to our evictor)."""
+        self.handed.update(uids)
+        if ours:
+            self.ours.update(dict.fromkeys(uids, now))
+        if self.phase is PlanPhase.PLANNED:
+            self.phase = PlanPhase.EVICTING
 
     def describe(self) -> str:
         if self.kind is PlanKind.RECLAIM:
@@ -169,18 +194,19 @@ def still_there(state: ClusterState, uid: str) -> bool:
     return pod is not None and bool(pod.placed_node) and not pod.terminal
 
 
-def to_hand(state: ClusterState, memory: VictimMemory, victims: Iterable[str]) -> list[str]:
+def to_hand(state: ClusterState, plan: Plan, victims: Iterable[str], now: float) -> list[str]:
     """The victims to hand a member's preempt call: those still on their node, but for any
-    handed in the last REHAND_SECONDS (to an earlier call, or to the extender's own evictor
-    when kube-scheduler started no preemption). kube-scheduler v1.37's asynchronous
+    the extender's own evictor was handed in the last REHAND_SECONDS (unasked.py, a
+    preemption kube-scheduler did not start). kube-scheduler v1.37's asynchronous
     preemption ignores a victim's deletion that reaches it before its own delete call for
     that victim is made, then finds the pod gone and does not retry the preemptor: a victim
-    another hand is deleting must not be handed to it again. One still there after that
-    long is handed again (its deletion failed)."""
+    our evictor is deleting must not be handed to it too. One still there after that long
+    is handed (that deletion failed). A victim handed to kube-scheduler before is handed
+    again: kube-scheduler itself does not preempt twice while a victim it chose leaves."""
     return [
         uid
         for uid in victims
-        if still_there(state, uid) and not memory.handed_within(uid, REHAND_SECONDS)
+        if still_there(state, uid) and now - plan.ours.get(uid, -REHAND_SECONDS) >= REHAND_SECONDS
     ]
 
 

@@ -40,7 +40,7 @@ from app.core.topology.domains import DEFAULT_LEVELS
 from app.runtime.preemption.line_check import LineCheck
 from app.runtime.preemption.nominations import Nominations, PodNominator
 from app.runtime.preemption.plain import PlainPreemption
-from app.runtime.preemption.plan import Answer, Plan, PlanKind, PlanPhase, still_there, to_hand
+from app.runtime.preemption.plan import Answer, Plan, PlanKind, still_there, to_hand
 from app.runtime.preemption.plan_book import PLAN_SECONDS, PlanBook
 from app.runtime.preemption.plan_maker import PlanMaker
 from app.runtime.preemption.refusals import Refusals
@@ -119,8 +119,10 @@ class PreemptionPlans:
         preemptor: Preemptor,
         own: Demand,
         candidates: Sequence[VictimCandidate],
+        ours: bool = False,
     ) -> Answer:
-        """A gang member's preempt call: answered from its gang's plan, made now if none lives."""
+        """A gang member's preempt call: answered from its gang's plan, made now if none lives;
+        `ours`: the extender's own evictor deletes the victims named (unasked.py)."""
         now = self._clock()
         # An expired plan's reservations must not hold room for anyone.
         self._book.check_all(now)
@@ -130,7 +132,7 @@ class PreemptionPlans:
             if isinstance(made, Answer):
                 return made
             current = made
-        answer = self._serve(current, preemptor, own, candidates)
+        answer = self._serve(current, preemptor, own, candidates, ours)
         self._nominate()
         return answer
 
@@ -153,9 +155,7 @@ class PreemptionPlans:
         ]
         if not present:
             return []
-        current.handed.update(present)
-        if current.phase is PlanPhase.PLANNED:
-            current.phase = PlanPhase.EVICTING
+        current.hand(present, self._clock(), ours=True)
         self._victims.note(present, current.group)
         self._nominate()
         return present
@@ -215,6 +215,7 @@ class PreemptionPlans:
         preemptor: Preemptor,
         own: Demand,
         candidates: Sequence[VictimCandidate],
+        ours: bool,
     ) -> Answer:
         if current.kind is PlanKind.RECLAIM:
             return Answer(
@@ -222,30 +223,19 @@ class PreemptionPlans:
                 f"gang {current.group} gets its room by queue reclaim ({current.describe()}); "
                 "the member waits for it",
             )
-        slot = next((s for s in current.slots if s.member == preemptor.uid), None)
+        slot = current.slot_for(preemptor.uid, preemptor.key, own.requests)
         if slot is None:
-            path = current.paths.get(preemptor.key, ())
-            open_slots = [
-                s
-                for s in current.slots
-                if not s.member and s.requests == own.requests and s.path == path
-            ]
-            open_slots.sort(key=lambda s: (not s.victims, s.node))
-            if not open_slots:
-                return Answer(
-                    [],
-                    f"gang {current.group}'s preemption plan has no room for this member "
-                    f"({current.describe()}); it waits for the gang's planned members",
-                )
-            slot = open_slots[0]
-            slot.member = preemptor.uid
-        present = to_hand(self._state, self._victims, slot.victims)
+            return Answer(
+                [],
+                f"gang {current.group}'s preemption plan has no room for this member "
+                f"({current.describe()}); it waits for the gang's planned members",
+            )
+        now = self._clock()
+        present = to_hand(self._state, current, slot.victims, now)
         if not present:
             why = "being freed" if slot.victims else "free"
             return Answer([], f"planned room on {slot.node} is {why}; the member waits for it")
-        current.handed.update(present)
-        if current.phase is PlanPhase.PLANNED:
-            current.phase = PlanPhase.EVICTING
+        current.hand(present, now, ours)
         self._victims.note(present, current.group)
         pdb = next((c.num_pdb_violations for c in candidates if c.node == slot.node), 0)
         return Answer(

@@ -118,28 +118,21 @@ class PreemptionRoom:
         does not fit beside the open slots of live plans at its priority or above (node ->
         why). Evicting there would only free room a gang was promised."""
         kept = self.kept(priority)
-        refused: dict[str, str] = {}
         offered = [c for c in candidates if c.node in kept]
         if not offered:
-            return refused
-        gone_from: dict[str, set[str]] = {c.node: set(c.victim_uids) for c in offered}
-        for plan in self._book:
-            if plan.live:
-                for uid, (_key, node) in plan.victims.items():
-                    if node in gone_from:
-                        gone_from[node].add(uid)
-        for leaving in self._state.leaving.values():
-            if leaving.placed_node in gone_from:
-                gone_from[leaving.placed_node].add(leaving.uid)
-        for node, gone in gone_from.items():
-            held = kept[node]
+            return {}
+        planned = {uid for plan in self._book if plan.live for uid in plan.victims}
+        leaving = self._state.leaving
+        refused: dict[str, str] = {}
+        for candidate in offered:
+            held = kept[candidate.node]
+            victims = set(candidate.victim_uids)
             free = dict(held.free)
-            for uid in gone:
-                pod = self._state.pod_by_uid(uid)
-                if pod is not None and pod.placed_node == node:
+            for pod in self._state.pods_on(candidate.node):
+                if pod.uid in victims or pod.uid in planned or pod.key in leaving:
                     add(free, pod.requests)
             if not fits(requests, free):
-                refused[node] = kept_room_message(node, held.gangs, priority)
+                refused[candidate.node] = kept_room_message(candidate.node, held.gangs, priority)
         return refused
 
     def pool_holds(self) -> list[PoolHold]:

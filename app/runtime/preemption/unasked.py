@@ -256,7 +256,7 @@ class UnaskedPreemption:
         for pod in waiting:
             preemptor = Preemptor(pod.key, pod.uid, pod.priority, spec.key)
             demand = Demand(pod.key, pod.requests, pod.placement)
-            answer = self._plans.answer(spec, ref, preemptor, demand, nodes)
+            answer = self._plans.answer(spec, ref, preemptor, demand, nodes, ours=True)
             if answer.unplanned:
                 # Within the first refusal's window only: no standing retry of a gang
                 # that cannot preempt while pods keep leaving.

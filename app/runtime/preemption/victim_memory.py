@@ -34,11 +34,6 @@ class VictimMemory:
         noted = self._victims.get(uid)
         return noted is not None and self._clock() - noted[1] < VICTIM_MEMORY_SECONDS
 
-    def handed_within(self, uid: str, seconds: float) -> bool:
-        """Was this victim handed (to kube-scheduler or our own evictor) in the last `seconds`?"""
-        noted = self._victims.get(uid)
-        return noted is not None and self._clock() - noted[1] < seconds
-
     def beneficiary(self, uid: str) -> str | None:
         noted = self._victims.get(uid)
         return noted[0] if noted is not None else None
