@@ -221,6 +221,8 @@ def wire_listeners(parts: Components, unmarked: UnmarkedMembers | None) -> None:
     if rt.unasked_preemption is not None:
         # After the plans: a plan that ended with this change is gone before it asks for one.
         state.add_pod_listener(rt.unasked_preemption.on_pod_change)
+        # Victims kube-scheduler was handed and did not delete (its preemption failed): ours.
+        rt.plans.handed_to_scheduler = rt.unasked_preemption.follow
     if unmarked is not None:
         # Gang-only mode: a member without the mark never reaches our verbs.
         state.add_pod_listener(unmarked.on_pod_change)

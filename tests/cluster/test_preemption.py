@@ -237,10 +237,7 @@ def test_a_gang_whose_members_each_fit_alone_still_preempts_for_the_whole(
     of 5 x 2000m fits one member per node as it is, and two per node once the pod there
     is gone: it needs exactly 2 evictions.
     """
-    schedulable = sorted(
-        n.metadata.name for n in kube.core.list_node().items if not n.spec.unschedulable
-    )
-    assert len(schedulable) == 3, schedulable
+    schedulable = session_nodes(kube)
     for i, node in enumerate(schedulable):
         body = kube.pod_body(f"low-{i}", cpu="1500m", priority_class=LOW)
         body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
@@ -270,10 +267,7 @@ def test_planned_room_is_kept_from_a_lower_priority_pod_while_victims_leave(
     gone. Once the second is gone, 2 CPUs are free: kube-scheduler's own nomination keeps
     1 for the member it nominated, the extender's keep the other for the others.
     """
-    schedulable = sorted(
-        n.metadata.name for n in kube.core.list_node().items if not n.spec.unschedulable
-    )
-    assert len(schedulable) == 3, schedulable
+    schedulable = session_nodes(kube)
     node1, node2, node3 = schedulable
     pinned = [
         ("top-3", node3, "4", TOP),
@@ -347,6 +341,15 @@ def ask_filter(extender: Extender, pod: dict[str, object], nodes: list[str]) -> 
     return answer
 
 
+def session_nodes(kube: Kube) -> list[str]:
+    """The session's 3 schedulable nodes (4 CPUs each), by name."""
+    schedulable = sorted(
+        n.metadata.name for n in kube.core.list_node().items if not n.spec.unschedulable
+    )
+    assert len(schedulable) == 3, schedulable
+    return schedulable
+
+
 def pin(
     kube: Kube, namespace: str, pinned: list[tuple[str, str, str, str]], held: str = ""
 ) -> None:
@@ -358,6 +361,26 @@ def pin(
         if name == held:
             body["metadata"]["finalizers"] = [HOLD]
         kube.core.create_namespaced_pod(namespace, body)
+
+
+def pinned_then_urgent(
+    kube: Kube,
+    extender: Extender,
+    namespace: str,
+    pinned: list[tuple[str, str, str, str]],
+    cpu: str,
+) -> list[str]:
+    """Pin `pinned` (see pin); once the extender's cache holds them on their nodes, gang
+    urgent of 2 members of `cpu` at priority HIGH: the members' names."""
+    pin(kube, namespace, pinned)
+    ours = {f"{namespace}/{name}" for name, *_ in pinned}
+    nodes = {node for _name, node, *_ in pinned}
+    wait_for(lambda: on_nodes(extender, nodes) == ours, 30, "the extender's cache")
+    kube.create_podgroup(namespace, "urgent", 2, timeout=120)
+    members = [f"urgent-{i}" for i in range(2)]
+    for name in members:
+        kube.create_pod(namespace, name, group="urgent", cpu=cpu, priority_class=HIGH)
+    return members
 
 
 def on_nodes(extender: Extender, nodes: set[str]) -> set[str]:

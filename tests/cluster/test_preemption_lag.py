@@ -19,9 +19,9 @@ from __future__ import annotations
 import pytest
 
 from hack.clusterkit import wait_for
-from tests.cluster.kube import HIGH, LOW, TOP, Kube
+from tests.cluster.kube import LOW, TOP, Kube
 from tests.cluster.session import Extender
-from tests.cluster.test_preemption import on_nodes, pin
+from tests.cluster.test_preemption import pinned_then_urgent, session_nodes
 from tests.soak.components import APISERVER_PORT, extender_behind
 from tests.soak.relay import Delay, slow_relay
 
@@ -41,10 +41,7 @@ def test_a_refusal_read_on_a_lagging_view_is_asked_again_once_the_view_catches_u
     low pods worth evicting and asks the preempt verb, which, reading the top pods still
     there, refuses. Once the view catches up the gang is placed, exactly the two low
     pods evicted."""
-    schedulable = sorted(
-        n.metadata.name for n in kube.core.list_node().items if not n.spec.unschedulable
-    )
-    assert len(schedulable) == 3, schedulable
+    schedulable = session_nodes(kube)
     node1, node2, node3 = schedulable
     pinned = [
         ("low-1", node1, "2", LOW),
@@ -57,13 +54,7 @@ def test_a_refusal_read_on_a_lagging_view_is_asked_again_once_the_view_catches_u
         slow_relay(APISERVER_PORT, down=Delay(), up=Delay(), seed=49) as relay,
         extender_behind(extender, relay.port),
     ):
-        pin(kube, namespace, pinned)
-        ours = {f"{namespace}/{name}" for name, *_ in pinned}
-        wait_for(lambda: on_nodes(extender, set(schedulable)) == ours, 30, "the extender's cache")
-        kube.create_podgroup(namespace, "urgent", 2, timeout=120)
-        members = [f"urgent-{i}" for i in range(2)]
-        for name in members:
-            kube.create_pod(namespace, name, group="urgent", cpu="4", priority_class=HIGH)
+        members = pinned_then_urgent(kube, extender, namespace, pinned, cpu="4")
         for name in members:
             kube.wait_for_event(namespace, name, "FailedScheduling", what=f"{name} tried")
 

@@ -439,15 +439,17 @@ class Soak:
             )
         except TimeoutError:
             tracked = self.world.gangs[gang.name]
-            if self.world.held_in_line(tracked, self.world.snapshot()):
-                # Behind an aged gang of its priority: it waits by design, and evicts nothing.
-                evicted = self._evicted(before.placed, self.world.snapshot().placed, gang)
+            now = self.world.snapshot()
+            waits = self.world.waits_by_design(tracked, now)
+            if waits is not None:
+                # It evicts nothing while it waits by design.
+                evicted = self._evicted(before.placed, now.placed, gang)
                 if evicted:
                     self.world.violation(
                         f"seed {self.config.seed}, {step.describe()}: evicted {sorted(evicted)} "
-                        "for a gang the line keeps waiting behind an aged gang"
+                        f"for a gang that was not placed: {waits}"
                     )
-                self._skip("preempt-gang held in line")
+                self._skip(f"preempt-gang {waits.split(':')[0]}")
                 return
             self.world.violation(
                 f"seed {self.config.seed}, {step.describe()}: not placed in "

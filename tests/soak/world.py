@@ -257,6 +257,30 @@ class World:
         need = self.need(gang, snap)
         return isinstance(need, int) and all(g is not gang for g, _need in self.fitting(snap))
 
+    def waits_by_design(self, gang: Gang, snap: Snapshot) -> str | None:
+        """Why a preempting gang not placed in time may rightly wait (None: it may not).
+
+        Behind an aged gang of its priority, the line keeps it waiting. And the
+        oracle's verdict at its step is a snapshot: the room it fitted in may be
+        taken since by gangs ahead of it whose room was being freed in the same
+        moment (another gang's plan evicting, watch events late). Liveness asks
+        that a gang that fits is placed: should it fit again, the next checkpoint
+        asks that of it.
+        """
+        if self.held_in_line(gang, snap):
+            return "held in line: behind an aged gang of its priority or higher"
+        if self.need(gang, snap) is None:
+            since = sorted(
+                g.name
+                for g in self.gangs.values()
+                if g.placed_at is not None and g.placed_at >= gang.created_at
+            )
+            return (
+                "no longer fits: the room it fitted in at its step was taken since "
+                f"(placed since: {', '.join(since) or 'none'})"
+            )
+        return None
+
 
 def _ahead(aged: Gang, other: Gang, now: float) -> bool:
     """Is the aged gang ahead of `other` in the extender's line (priority, aging, age)?"""

@@ -407,3 +407,27 @@ def test_evictions_another_gangs_plan_made_in_the_window_are_not_the_steps() -> 
     gone = run.Soak._evicted(cast(Any, soak), before, {"e": "n1"}, gang)
     assert gone == {"b", "c"}
     assert soak.report.evicted_by_others == 1
+
+
+def test_a_preempting_gang_whose_room_was_taken_since_its_step_waits_by_design() -> None:
+    """Seed 5's his5-315: the oracle found free room at its step, a gang ahead of it whose
+    room was being freed took it a second later, and no eviction can make room now. Not
+    placed in time is no violation then (a checkpoint asks again should it fit later);
+    while it still fits, it is one."""
+    world = World(kube=cast(Any, None), namespace="soak")
+    now = time.monotonic()  # neither has aged
+    hi = Gang("hi", 2, 2, 1000, HIGH_PRIORITY, Source.XK8S, now, "step 315")
+    ahead = Gang("ahead", 1, 1, 2000, HIGH_PRIORITY, Source.XK8S, now - 1, "step 299")
+    world.gangs.update(hi=hi, ahead=ahead)
+    pods = {"hi-0": a_pod(""), "hi-1": a_pod(""), "ahead-0": a_pod("")}
+    free = Snapshot(placed={}, pods=pods, nodes={"n1": 2000})
+    assert world.need(hi, free) == 0
+    assert world.waits_by_design(hi, free) is None  # it fits: it must be placed
+
+    ahead.placed_at = now + 1
+    pods["ahead-0"] = a_pod("n1")
+    taken = Snapshot(placed={"ahead-0": "n1"}, pods=pods, nodes={"n1": 2000})
+    why = world.waits_by_design(hi, taken)
+    assert why is not None
+    assert why.startswith("no longer fits")
+    assert "placed since: ahead" in why

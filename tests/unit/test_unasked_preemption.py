@@ -21,6 +21,7 @@ from app.core.packing import Packing
 from app.core.preemption.victims import VictimPolicy
 from app.core.state import ClusterState
 from app.runtime.device_cel import CelEngine
+from app.runtime.preemption import plan as plan_module
 from app.runtime.preemption import unasked as unasked_preemption
 from app.runtime.preemption.plan import Answer
 from app.runtime.preemption.plans import PreemptionPlans
@@ -447,3 +448,56 @@ def test_a_refusal_is_asked_again_within_its_window_and_not_for_ever() -> None:
     assert refusals.take() == []
     refusals.remember("g")  # kube-scheduler asked again, and was refused: a new window
     assert refusals.take() == ["g"]
+
+
+def handed_to_kube_scheduler(
+    monkeypatch: Any,
+) -> tuple[ClusterState, UnaskedPreemption, Deleted, PreemptionPlans]:
+    """n0 (4 CPUs) runs low (3 CPUs, priority 0); gang whole (1 x 2 CPUs, priority 500) asks
+    the preempt verb, whose answer hands `low` to kube-scheduler. The extender follows that
+    up as the server wires it."""
+    monkeypatch.setattr(unasked_preemption, "STALLED_SECONDS", 0.2)
+    monkeypatch.setattr(plan_module, "STALLED_SECONDS", 0.2)
+    state = ClusterState()
+    state.apply_node(node("n0"))
+    state.apply_pod(pod("low", cpu="3", node="n0", phase="Running"))
+    state.apply_podgroup(podgroup("whole", 1))
+    raw = pod("whole-0", group="whole", cpu="2")
+    raw["spec"]["priority"] = 500
+    state.apply_pod(raw)
+    preemption, deleted, plans = unasked_over(state)
+    plans.handed_to_scheduler = preemption.follow
+    return state, preemption, deleted, plans
+
+
+def test_a_victim_kube_scheduler_was_handed_and_did_not_delete_is_evicted_by_the_extender(
+    monkeypatch: Any,
+) -> None:
+    """Seed 5's his5-149 (issue 49): kube-scheduler's asynchronous preemption of the victim
+    the plan handed it failed on an API server restart ("Async Preemption finished
+    completely ... result=error"); it deleted nothing and did not retry, the member was not
+    asked again, and the plan held the gang's room until it expired a minute later."""
+    state, preemption, deleted, plans = handed_to_kube_scheduler(monkeypatch)
+
+    async def run() -> None:
+        answer = preempt_call(state, plans, "default/whole-0")
+        assert [c.victim_uids for c in answer.candidates] == [["uid-default-low"]]
+        await asyncio.sleep(0.1)
+        assert deleted.pods == []  # kube-scheduler's to delete, for now
+        await preemption.drain()
+
+    asyncio.run(run())
+    assert deleted.pods == ["default/low"]
+    assert plans.stalled_victims("default/whole") == ([], None)  # ours now: not twice
+
+
+def test_a_victim_kube_scheduler_is_deleting_is_left_to_it(monkeypatch: Any) -> None:
+    state, preemption, deleted, plans = handed_to_kube_scheduler(monkeypatch)
+
+    async def run() -> None:
+        preempt_call(state, plans, "default/whole-0")
+        state.apply_pod(pod("low", cpu="3", node="n0", phase="Running", deleting=True))
+        await preemption.drain()
+
+    asyncio.run(run())
+    assert deleted.pods == []

@@ -20,6 +20,9 @@ from app.core.topology.subgroups import Path
 
 # A victim handed to our own evictor this recently is not handed to kube-scheduler: to_hand.
 REHAND_SECONDS = 15.0
+# A victim handed to kube-scheduler this long ago and not being deleted is ours to evict:
+# its preemption failed (stalled).
+STALLED_SECONDS = 10.0
 
 
 class PlanKind(StrEnum):
@@ -77,6 +80,8 @@ class Plan:
     handed: set[str] = field(default_factory=set)
     # Victims handed to the extender's own evictor (unasked.py): uid -> when (see to_hand).
     ours: dict[str, float] = field(default_factory=dict)
+    # Victims handed to kube-scheduler: uid -> when first (see stalled).
+    theirs: dict[str, float] = field(default_factory=dict)
     # The topology domain every slot is in (None: the gang has no topology constraint).
     domain: Domain | None = None
     kind: PlanKind = PlanKind.PREEMPTION
@@ -114,6 +119,9 @@ class Plan:
         self.handed.update(uids)
         if ours:
             self.ours.update(dict.fromkeys(uids, now))
+        else:
+            for uid in uids:
+                self.theirs.setdefault(uid, now)
         if self.phase is PlanPhase.PLANNED:
             self.phase = PlanPhase.EVICTING
 
@@ -208,6 +216,35 @@ def to_hand(state: ClusterState, plan: Plan, victims: Iterable[str], now: float)
         for uid in victims
         if still_there(state, uid) and now - plan.ours.get(uid, -REHAND_SECONDS) >= REHAND_SECONDS
     ]
+
+
+def stalled(state: ClusterState, plan: Plan, now: float) -> tuple[list[str], float | None]:
+    """The victims first handed to kube-scheduler STALLED_SECONDS ago or more that are
+    still on their node and not being deleted, and in how many seconds the next one
+    handed to it would be (None: none is left to watch).
+
+    kube-scheduler v1.37 deletes a preempt answer's victims asynchronously, marking each
+    (DisruptionTarget) first. When a write of that fails it deletes nothing and retries
+    the preemptor at once: the API server restarting, it may not come back for minutes
+    (the soak's seed 5); a policy refusing its mark, it retries for ever, handed the same
+    victims each time. Meanwhile the plan holds the room for its gang. Such victims are
+    evicted by the extender (unasked.py), as the plan's: a deletion of ours racing one
+    of its attempts costs nothing then, as it retries on its own error and the plans
+    wake the gang's members once the victims are gone."""
+    due: list[str] = []
+    nearest: float | None = None
+    for uid, at in plan.theirs.items():
+        pod = state.pod_by_uid(uid)
+        if pod is None or not pod.placed_node or pod.terminal or pod.deleting:
+            continue
+        if now - plan.ours.get(uid, -REHAND_SECONDS) < REHAND_SECONDS:
+            continue  # our evictor is on it (or was, and failed: handed again later)
+        left = at + STALLED_SECONDS - now
+        if left <= 0:
+            due.append(uid)
+        else:
+            nearest = left if nearest is None else min(nearest, left)
+    return due, nearest
 
 
 def slot_filled(state: ClusterState, slot: Slot) -> bool:

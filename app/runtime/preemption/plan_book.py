@@ -18,7 +18,14 @@ from app.core.groups import GroupRef, PodGroupSpecError
 from app.core.observer import GangObserver
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
-from app.runtime.preemption.plan import Plan, PlanKind, PlanPhase, room_taken, still_there
+from app.runtime.preemption.plan import (
+    Plan,
+    PlanKind,
+    PlanPhase,
+    room_taken,
+    stalled,
+    still_there,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +115,19 @@ class PlanBook:
             current.victims[pod.uid] = (pod.key, pod.placed_node)
             current.handed.add(pod.uid)
         current.evictions = len(current.victims)
+
+    def stalled(self, group_key: str) -> tuple[list[str], float | None]:
+        """The victims of the gang's live plan kube-scheduler was handed and has not started
+        deleting (plan.stalled), handed now to our evictor; and in how many seconds to look
+        again (None: no victim handed to kube-scheduler is left to watch)."""
+        current = self.plans.get(group_key)
+        if current is None or not self.lives(group_key):
+            return [], None
+        now = self._clock()
+        due, again = stalled(self._state, current, now)
+        if due:
+            current.hand(due, now, ours=True)
+        return due, again
 
     def check(self, current: Plan, now: float) -> None:
         """End the plan if the gang is whole, its deadline passed or a planned node is gone."""

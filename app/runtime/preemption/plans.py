@@ -23,7 +23,7 @@ the waker and the observers do the writing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +84,8 @@ class PreemptionPlans:
         self._nominations: Nominations | None = None
         # Gangs refused lately, asked again when the view changes (unasked.py).
         self.refusals = Refusals(settings.clock)
+        # Told the gang whose victims went to kube-scheduler (unasked.py follows them up).
+        self.handed_to_scheduler: Callable[[str], None] = lambda _group_key: None
 
     @property
     def plans(self) -> dict[str, Plan]:
@@ -159,6 +161,10 @@ class PreemptionPlans:
         self._victims.note(present, current.group)
         self._nominate()
         return present
+
+    def stalled_victims(self, group_key: str) -> tuple[list[str], float | None]:
+        """Victims kube-scheduler was handed and did not delete, ours now (PlanBook.stalled)."""
+        return self._book.stalled(group_key)
 
     def consult(self, line: LineCheck) -> None:
         """Ask the line (the arbiter) before evicting: no plan for a gang it keeps waiting.
@@ -237,6 +243,8 @@ class PreemptionPlans:
             return Answer([], f"planned room on {slot.node} is {why}; the member waits for it")
         current.hand(present, now, ours)
         self._victims.note(present, current.group)
+        if not ours:
+            self.handed_to_scheduler(current.group)
         pdb = next((c.num_pdb_violations for c in candidates if c.node == slot.node), 0)
         return Answer(
             [VictimCandidate(slot.node, present, pdb)],

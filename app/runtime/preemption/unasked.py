@@ -41,6 +41,14 @@ answer nobody asks again:
   room on a node, or one of its members arrives, in the extender's view,
   for a minute after the verb's answer (app/runtime/preemption/refusals.py).
 
+- A preemption kube-scheduler started and dropped: it deletes a preempt
+  answer's victims asynchronously, and when a write of that fails (the API
+  server restarting) it deletes none and does not retry; the member, parked as
+  unschedulable, may not be asked again for minutes while the gang's plan
+  holds its room. Victims handed to kube-scheduler and not being deleted
+  STALLED_SECONDS later (app/runtime/preemption/plan.py) are evicted here
+  (`follow`).
+
 So when a gang member whose pod may preempt is reported unschedulable for
 any of these reasons, or a refused gang's view changes, this asks the one owner of preemption
 (app/runtime/preemption/plans.py) for the gang's plan as the preempt verb
@@ -69,6 +77,7 @@ from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
 from app.runtime.preemption.evictor import PodEvicter, evict_each
+from app.runtime.preemption.plan import STALLED_SECONDS
 from app.runtime.preemption.plans import PreemptionPlans
 
 log = logging.getLogger(__name__)
@@ -148,6 +157,8 @@ class UnaskedPreemption:
         # at each retry of each member, a plan is tried once a while for the gang.
         self._next_try: dict[str, float] = {}
         self._tasks = TaskSet()
+        # Gangs whose victims handed to kube-scheduler are being followed up (`follow`).
+        self._following: set[str] = set()
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """A gang member kube-scheduler will not preempt for: plan for its gang.
@@ -197,6 +208,32 @@ class UnaskedPreemption:
         await asyncio.sleep(delay)
         self._pending.discard(group_key)
         await self._try(group_key)
+
+    def follow(self, group_key: str) -> None:
+        """Victims were handed to kube-scheduler for the gang: evict those it has not started
+        deleting STALLED_SECONDS later (one follow-up per gang at a time)."""
+        if group_key in self._following:
+            return
+        self._following.add(group_key)
+        self._tasks.spawn(self._follow_up(group_key))
+
+    async def _follow_up(self, group_key: str) -> None:
+        try:
+            wait: float | None = STALLED_SECONDS
+            while wait is not None:
+                await asyncio.sleep(wait)
+                due, wait = self._plans.stalled_victims(group_key)
+                victims = self._whole(due)
+                if victims:
+                    log.info(
+                        "preemption (unasked): kube-scheduler did not delete the victim(s) it "
+                        "was handed within %gs (its preemption failed): evicting them",
+                        STALLED_SECONDS,
+                        extra={"podgroup": group_key},
+                    )
+                    await self._evict(group_key, victims)
+        finally:
+            self._following.discard(group_key)
 
     async def for_held(self, group_key: str) -> bool:
         """A gang held in line (app/runtime/holds.py) whose members may preempt: kube-scheduler
