@@ -83,6 +83,11 @@ REASON_SECONDS = 30.0
 
 # How long a delete is tried again while the API server does not answer (a restart).
 DELETE_SECONDS = 90.0
+# After cordoning a node it removes, the soak waits this long before judging it empty:
+# kube-scheduler and the extender see the cordon through the slow relay, and a gang they
+# admitted there just before is still being reserved and bound (seed 2: a member bound
+# to a node deleted 0.6 s earlier, then deleted by PodGC as an orphan).
+CORDON_SETTLE_SECONDS = 3.0
 
 
 def _until_gone(delete: Callable[[], object]) -> None:
@@ -519,7 +524,9 @@ class Soak:
 
         A node with pods would take their gangs below minimum (PodGC deletes
         the orphans): that is the operator's doing, not the extender's. A
-        member reserved in the gate or bound in between keeps the node.
+        member reserved in the gate or bound in between keeps the node; so
+        does one placed before the schedulers saw the cordon
+        (CORDON_SETTLE_SECONDS).
         """
         empty = sorted(n for n in self.nodes if not self._holds_pods(n))
         if not empty or len(self._schedulable()) <= 2:
@@ -527,6 +534,7 @@ class Soak:
             return
         name = empty[int(pick * len(empty))]
         self.kube.cordon(name)
+        time.sleep(CORDON_SETTLE_SECONDS)
         try:
             wait_for(lambda: not self._holds_pods(name), 10, f"{name} drained")
         except TimeoutError:
