@@ -129,6 +129,32 @@ def test_protect_lets_only_the_extra_member_go(kube: Kube, namespace: str) -> No
     assert "vip-2" not in kube.bound(namespace)
 
 
+def test_a_pod_in_no_gang_goes_where_kube_scheduler_named_a_gang_member(
+    kube: Kube, extender: Extender, namespace: str
+) -> None:
+    """node-1 runs gang full (3 x 1 CPU, minMember 3, priority 0) and mid (1 CPU, LOW);
+    node-2 and node-3 are full at TOP. kube-scheduler's dry run for urgent (1 CPU, HIGH)
+    keeps the more important mid and names a member of full: protect refuses that, and
+    the extender offers node-1 again with mid as the victim (the soak's seed 2, where a
+    plain pod waited 13 minutes). The gang stays whole."""
+    node1, node2, node3 = session_nodes(kube)
+    kube.create_podgroup(namespace, "full", 3, timeout=60)
+    for i in range(3):
+        body = kube.pod_body(f"full-{i}", group="full", cpu="1", memory="1Mi")
+        body["spec"]["nodeName"] = node1
+        kube.core.create_namespaced_pod(namespace, body)
+    pinned = [("mid", node1, "1", LOW), ("top-2", node2, "4", TOP), ("top-3", node3, "4", TOP)]
+    pin(kube, namespace, pinned)
+    ours = {
+        f"{namespace}/{name}" for name in ("full-0", "full-1", "full-2", "mid", "top-2", "top-3")
+    }
+    wait_for(lambda: on_nodes(extender, {node1, node2, node3}) == ours, 30, "the extender's cache")
+    kube.create_pod(namespace, "urgent", cpu="1", priority_class=HIGH)
+    placed = kube.wait_bound(namespace, "urgent", 1)
+    assert placed == {"urgent": node1}, placed
+    assert names(kube, namespace) == {"full-0", "full-1", "full-2", "top-2", "top-3", "urgent"}
+
+
 @pytest.fixture
 def whole_gang(extender: Extender) -> Iterator[None]:
     extender.restart("--gang-victim-policy", "whole-gang")

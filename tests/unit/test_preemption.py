@@ -1,9 +1,17 @@
 """Plain preemptors' candidates (select_victims) and the gang-agnostic blocker."""
 
+from app.base.metrics import Metrics
 from app.core.admission import Admission, wholeness
 from app.core.groups import GroupSpec
-from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy, select_victims
+from app.core.preemption.victims import (
+    Preemptor,
+    VictimCandidate,
+    VictimPolicy,
+    plain_victims,
+    select_victims,
+)
 from app.core.state import ClusterState
+from app.runtime.preemption.plans import PreemptionPlans
 from tests.unit.builders import node, pod, podgroup
 
 
@@ -127,3 +135,39 @@ def test_preemption_blocker_is_read_only() -> None:
         is None
     )
     assert "ns/g" not in admission.denied and "ns/g" not in admission.permitted
+
+
+def seed_two_node() -> ClusterState:
+    """The soak's seed 2: n3 (4 CPUs) runs gang full (3 x 1 CPU, minMember 3) and a pod in no
+    gang, late (1 CPU), all of priority 0."""
+    state = ClusterState()
+    state.replace_nodes([node("n3")])
+    state.apply_podgroup(podgroup("full", 3))
+    for i in range(3):
+        state.apply_pod(pod(f"full-{i}", group="full", node="n3", cpu="1"))
+    state.apply_pod(pod("late", node="n3", cpu="1"))
+    return state
+
+
+def test_a_candidate_refused_for_a_gang_is_offered_again_with_pods_in_no_gang() -> None:
+    """kube-scheduler's dry run named full-2 (started after `late`, or its start time
+    unknown): protect refuses it, and the plain pod waited 13 minutes though evicting
+    `late` frees the CPU it needs. The node is offered again with `late` as the victim."""
+    state = seed_two_node()
+    plans = PreemptionPlans(state, VictimPolicy.PROTECT, Metrics())
+    theirs = VictimCandidate("n3", [uid("full-2")], 0)
+    assert plans.plain(HIGH, {"cpu": 1000}, [theirs]) == [VictimCandidate("n3", [uid("late")], 0)]
+    # Two CPUs needed: evicting `late` is not enough, and the gang stays whole.
+    assert plans.plain(HIGH, {"cpu": 2000}, [theirs]) == []
+
+
+def test_pods_in_no_gang_that_are_leaving_or_above_the_preemptor_are_not_taken() -> None:
+    state = seed_two_node()
+    assert plain_victims(HIGH, {"cpu": 1000}, "n3", state) == [uid("late")]
+    assert plain_victims(HIGH, {"cpu": 1000}, "n3", state, going={uid("late")}) is None
+    state.apply_pod(pod("late", node="n3", cpu="1", deleting=True))
+    assert plain_victims(HIGH, {"cpu": 1000}, "n3", state) is None
+    above = pod("late", node="n3", cpu="1")
+    above["spec"]["priority"] = 1000  # the preemptor's
+    state.apply_pod(above)
+    assert plain_victims(HIGH, {"cpu": 1000}, "n3", state) is None
