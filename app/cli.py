@@ -184,6 +184,16 @@ async def _webhook_server(
     return server, certs.maintain(server.config.ssl)
 
 
+# How long an idle connection is kept open. Our clients (the API server calling the webhook,
+# kube-scheduler calling the verbs) are Go programs keeping idle connections for 90 s
+# (http.DefaultTransport's IdleConnTimeout, through client-go's SetTransportDefaults). A
+# server closing first races the client's next request on that connection, which then
+# fails with EOF, and Go retries no POST: uvicorn's default of 5 s lost a webhook call
+# (failurePolicy Ignore: the pod was created unmarked, and the member-mark policy refused
+# it) after 5 s without a member created. The client must be the one to close.
+KEEP_ALIVE_SECONDS = 120
+
+
 def _server(apps: Apps, app: ASGIApp, settings: Settings, **config: Any) -> uvicorn.Server:
     """A uvicorn server that, on SIGTERM, answers the gate's waiters before waiting for requests.
 
@@ -197,5 +207,8 @@ def _server(apps: Apps, app: ASGIApp, settings: Settings, **config: Any) -> uvic
             apps.begin_shutdown()
             super().handle_exit(sig, frame)
 
-    config |= {"timeout_graceful_shutdown": settings.shutdown_grace_seconds}
+    config |= {
+        "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
+        "timeout_keep_alive": KEEP_ALIVE_SECONDS,
+    }
     return Server(uvicorn.Config(app, log_config=None, access_log=False, **config))
