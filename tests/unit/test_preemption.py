@@ -3,13 +3,8 @@
 from app.base.metrics import Metrics
 from app.core.admission import Admission, wholeness
 from app.core.groups import GroupSpec
-from app.core.preemption.victims import (
-    Preemptor,
-    VictimCandidate,
-    VictimPolicy,
-    plain_victims,
-    select_victims,
-)
+from app.core.preemption.victim_pool import node_victims
+from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy, select_victims
 from app.core.state import ClusterState
 from app.runtime.preemption.plans import PreemptionPlans
 from tests.unit.builders import node, pod, podgroup
@@ -162,12 +157,13 @@ def test_a_candidate_refused_for_a_gang_is_offered_again_with_pods_in_no_gang() 
 
 
 def test_pods_in_no_gang_that_are_leaving_or_above_the_preemptor_are_not_taken() -> None:
+    protect = VictimPolicy.PROTECT
     state = seed_two_node()
-    assert plain_victims(HIGH, {"cpu": 1000}, "n3", state) == [uid("late")]
-    assert plain_victims(HIGH, {"cpu": 1000}, "n3", state, going={uid("late")}) is None
+    assert node_victims(state, protect, HIGH, {"cpu": 1000}, "n3") == [uid("late")]
+    assert node_victims(state, protect, HIGH, {"cpu": 1000}, "n3", {uid("late")}) is None
     state.apply_pod(pod("late", node="n3", cpu="1", deleting=True))
-    assert plain_victims(HIGH, {"cpu": 1000}, "n3", state) is None
+    assert node_victims(state, protect, HIGH, {"cpu": 1000}, "n3") is None
     above = pod("late", node="n3", cpu="1")
     above["spec"]["priority"] = 1000  # the preemptor's
     state.apply_pod(above)
-    assert plain_victims(HIGH, {"cpu": 1000}, "n3", state) is None
+    assert node_victims(state, protect, HIGH, {"cpu": 1000}, "n3") is None

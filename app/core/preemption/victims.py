@@ -10,14 +10,13 @@ gang never keeps running below minMember. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from app.core.admission import wholeness
 from app.core.groups import GroupSpec, PodGroupSpecError
 from app.core.records import GroupNotFound, PodRecord
-from app.core.resources import add, fits, subtract
 from app.core.state import ClusterState
 
 
@@ -50,7 +49,7 @@ class Selection:
     candidates: list[VictimCandidate]
     # node -> why it was dropped, for the debug log.
     dropped: dict[str, str] = field(default_factory=dict)
-    # The dropped nodes whose victims would have broken a running gang (see plain_victims).
+    # The dropped nodes whose victims would have broken a running gang (victim_pool.node_victims).
     for_gangs: set[str] = field(default_factory=set)
 
 
@@ -85,7 +84,7 @@ def select_victims(
         verdict = _judge(preemptor, candidate, state, policy, going)
         if isinstance(verdict, str):
             selection.dropped[candidate.node] = verdict
-            if verdict is not _ALL_LEAVING:
+            if verdict != _ALL_LEAVING:
                 selection.for_gangs.add(candidate.node)
         else:
             selection.candidates.append(verdict)
@@ -171,55 +170,3 @@ def _victims_by_gang(
             return f"victim {victim.key} is a member of the preemptor's own gang {spec.key}"
         gangs.setdefault(spec.key, (spec, []))[1].append(victim)
     return gangs
-
-
-def plain_victims(
-    preemptor: Preemptor,
-    requests: Mapping[str, int],
-    node: str,
-    state: ClusterState,
-    going: Collection[str] = frozenset(),
-) -> list[str] | None:
-    """Pods in no gang on `node` whose eviction lets the preemptor fit there, chosen as
-    kube-scheduler chooses (every one of lower priority out, then the most important
-    taken back while the preemptor still fits); None when no such set does.
-
-    kube-scheduler's dry run ranks victims by priority and start time alone: of two pods
-    of one priority it evicts the one started later, a running gang's member maybe, where
-    evicting a pod in no gang would do. The rules above refuse that candidate, and the
-    preemptor would wait though room can be made (the soak's seed 2: a plain pod waited 13
-    minutes). Its node is offered again with these victims. The room counted is the
-    node's as kube-scheduler counts it: every pod placed there, pods leaving included
-    (they hold it until gone), and the pods nominated there at the preemptor's priority
-    or above.
-    """
-    record = state.nodes.get(node)
-    if record is None or record.unschedulable:
-        return None
-    free = dict(record.allocatable)
-    subtract(free, state.requested_on(node))
-    for pod in state.nominated.values():
-        ahead = pod.priority >= preemptor.priority and pod.uid != preemptor.uid
-        if pod.nominated_node == node and ahead:
-            subtract(free, pod.requests)
-    movable = [
-        p
-        for p in state.pods_on(node)
-        if p.priority < preemptor.priority
-        and not p.deleting
-        and p.uid not in going
-        and victim_group(state, p) is None
-    ]
-    for pod in movable:
-        add(free, pod.requests)
-    if not fits(requests, free):
-        return None
-    victims: list[str] = []
-    for pod in sorted(movable, key=lambda p: (-p.priority, p.created, p.key)):
-        kept = dict(free)
-        subtract(kept, pod.requests)
-        if fits(requests, kept):
-            free = kept
-        else:
-            victims.append(pod.uid)
-    return victims or None

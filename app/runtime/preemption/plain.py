@@ -12,13 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from app.core.preemption.victims import (
-    Preemptor,
-    VictimCandidate,
-    VictimPolicy,
-    plain_victims,
-    select_victims,
-)
+from app.core.preemption.victim_pool import node_victims
+from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy, select_victims
 from app.core.state import ClusterState
 from app.runtime.preemption.plan_book import PlanBook
 from app.runtime.preemption.room import PreemptionRoom
@@ -52,18 +47,18 @@ class PlainPreemption:
         selection = select_victims(preemptor, candidates, self._state, self._policy, going)
         dropped = selection.dropped
         chosen = selection.candidates
-        for candidate in candidates:
-            if candidate.node not in selection.for_gangs:
-                continue
-            # Pods in no gang there may make the room instead (victims.plain_victims).
-            victims = plain_victims(preemptor, requests, candidate.node, self._state, going)
+        for candidate in (c for c in candidates if c.node in selection.for_gangs):
+            # Other pods there may make the room instead (victim_pool.node_victims).
+            victims = node_victims(
+                self._state, self._policy, preemptor, requests, candidate.node, going
+            )
             if victims is not None:
                 del dropped[candidate.node]
                 pdb = candidate.num_pdb_violations
                 chosen.append(VictimCandidate(candidate.node, victims, pdb))
                 log.info(
-                    "candidate offered with other victims: pods in no gang (%d) instead of a "
-                    "running gang's members",
+                    "candidate offered with other victims (%d) than kube-scheduler's, which "
+                    "a running gang could not spare",
                     len(victims),
                     extra={"pod": preemptor.key, "node": candidate.node, "verb": "preempt"},
                 )
