@@ -49,16 +49,45 @@ class PodApi:
         for attempt in range(1, _RETRIES + 1):
             try:
                 await self._run("POST", _pod_path(namespace, name, "/binding"), body)
-                # Debug: one JSON line per pod was 6% of the extender's time under a
-                # stream of plain pods; a gang's binding is logged once (app/runtime/gate.py).
-                log.debug(
-                    "pod bound", extra={"pod": f"{namespace}/{name}", "node": node, "verb": "bind"}
-                )
-                return
+            except Conflict:
+                # A retry after an answer that was lost (the API server restarting)
+                # finds the binding made: the pod is where we meant it, not a failure
+                # that would roll back its gang's bound members (soak seed 4, issue 49).
+                if await self._bound_to(namespace, name, uid, node):
+                    break
+                raise
+            except Transient:
+                if attempt < _RETRIES:
+                    await asyncio.sleep(_RETRY_DELAY_SECONDS * attempt)
+                    continue
+                if await self._bound_to(namespace, name, uid, node):
+                    break
+                raise
+            else:
+                break
+        # Debug: one JSON line per pod was 6% of the extender's time under a
+        # stream of plain pods; a gang's binding is logged once (app/runtime/gate.py).
+        log.debug("pod bound", extra={"pod": f"{namespace}/{name}", "node": node, "verb": "bind"})
+
+    async def _bound_to(self, namespace: str, name: str, uid: str, node: str) -> bool:
+        """Whether this pod (this uid) is bound to `node` now.
+
+        A binding refused as a conflict, or never answered, may have been made
+        by an earlier attempt whose answer was lost on the way back.
+        """
+        for attempt in range(1, _RETRIES + 1):
+            try:
+                pod = await self.read_pod(namespace, name)
             except Transient:
                 if attempt == _RETRIES:
-                    raise
+                    return False
                 await asyncio.sleep(_RETRY_DELAY_SECONDS * attempt)
+                continue
+            if pod is None:
+                return False
+            same_pod = not uid or (pod.get("metadata") or {}).get("uid") == uid
+            return same_pod and (pod.get("spec") or {}).get("nodeName") == node
+        return False
 
     async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """GET one pod as a dict (None if it does not exist): the watch cache may lag."""

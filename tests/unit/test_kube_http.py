@@ -494,6 +494,37 @@ async def test_pod_api_binds_reads_and_treats_absent_pods_as_nothing_to_do(start
     await requests.close()
 
 
+@pytest.mark.parametrize(
+    ("bound_pod", "made"),
+    [
+        ({"metadata": {"uid": "uid-1"}, "spec": {"nodeName": "node-1"}}, True),
+        ({"metadata": {"uid": "uid-1"}, "spec": {}}, False),
+        ({"metadata": {"uid": "uid-2"}, "spec": {"nodeName": "node-1"}}, False),
+    ],
+    ids=["made-there", "not-made", "a-new-pod-of-the-name"],
+)
+async def test_a_binding_never_answered_is_read_back_before_it_is_called_failed(
+    start: Start, bound_pod: dict[str, object], made: bool
+) -> None:
+    """Every binding attempt unanswered (the API server restarting): the pod says if it was made."""
+
+    async def api_server(request: Request) -> bytes | None:
+        if request.method == "POST":
+            return None  # hang up: the client cannot know whether the binding was made
+        return answer(200, orjson.dumps(bound_pod))
+
+    server = await start(api_server)
+    requests = AsyncApiClient(client_for(f"http://127.0.0.1:{server.port}"))
+    pods = PodApi(requests)
+    if made:
+        await pods.bind("ns", "p", "uid-1", "node-1")
+    else:
+        with pytest.raises(Transient):
+            await pods.bind("ns", "p", "uid-1", "node-1")
+    assert [r.method for r in server.requests] == ["POST"] * 3 + ["GET"]
+    await requests.close()
+
+
 async def test_no_usable_address_is_transient_at_the_first_request() -> None:
     api = AsyncApiClient(k8s.Configuration(host=""))  # built without a cluster
     with pytest.raises(Transient, match=r"API server '': the address is not http\(s\)://HOST"):
