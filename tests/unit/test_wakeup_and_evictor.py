@@ -25,6 +25,7 @@ class FakeApi:
         self.touched: list[str] = []
         self.released: list[str] = []
         self.evicted: list[str] = []
+        self.nominated: list[tuple[str, str]] = []
 
     async def touch_pod(self, namespace: str, name: str, uid: str, value: str) -> None:
         self.touched.append(name)
@@ -34,6 +35,9 @@ class FakeApi:
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         self.evicted.append(name)
+
+    async def nominate_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.nominated.append((name, node))
 
 
 def gang_state() -> ClusterState:

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from app.core.groups import GroupSpec
 from app.core.preemption.cheapest_victims import Evictable, cheapest_victims
 from app.core.preemption.eviction_budgets import protect_budget
+from app.core.preemption.parked import room_as_scheduler_counts
 from app.core.preemption.victims import Preemptor, VictimPolicy, victim_group
 from app.core.records import PodRecord
-from app.core.resources import Resources, add, subtract
+from app.core.resources import Resources, add
 from app.core.state import ClusterState
 
 
@@ -119,15 +120,9 @@ def node_victims(
     included (they hold it until gone), less the pods nominated there at the
     preemptor's priority or above.
     """
-    record = state.nodes.get(node)
-    if record is None or record.unschedulable:
+    free = room_as_scheduler_counts(state, node, preemptor.priority, preemptor.uid)
+    if free is None:
         return None
-    free = dict(record.allocatable)
-    subtract(free, state.requested_on(node))
-    for pod in state.nominated.values():
-        ahead = pod.priority >= preemptor.priority and pod.uid != preemptor.uid
-        if pod.nominated_node == node and ahead:
-            subtract(free, pod.requests)
     deficit = {k: need - free.get(k, 0) for k, need in requests.items() if need > free.get(k, 0)}
     if not deficit:
         return None  # it fits as it is: nothing to evict for it

@@ -1,4 +1,4 @@
-"""Follow-up of kube-scheduler's preemption: report victims, and evict whole gangs.
+"""Follow-up of kube-scheduler's preemption: report victims, evict whole gangs, requeue.
 
 kube-scheduler marks each victim with the condition DisruptionTarget
 (reason PreemptionByScheduler) before deleting it. We watch for that mark:
@@ -7,6 +7,8 @@ room for), and under --gang-victim-policy=whole-gang the other members of a
 victim's gang are evicted too, on every node, so a gang never keeps running
 below minMember. The preempt verb already refused candidates that would
 evict a gang member together with pods of higher priority than the preemptor.
+A preemptor kube-scheduler left parked on a node with room for it is
+requeued (app/runtime/preemption/parked.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from app.core.observer import GangObserver, MemberRef
 from app.core.preemption.victims import VictimPolicy
 from app.core.records import PodRecord
 from app.core.state import ClusterState
+from app.runtime.preemption.nominations import PodNominator
+from app.runtime.preemption.parked import ParkedPreemptors
 from app.runtime.preemption.plans import PreemptionPlans
 
 log = logging.getLogger(__name__)
@@ -34,11 +38,15 @@ class PodEvicter(Protocol):
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None: ...
 
 
+class FollowerApi(PodEvicter, PodNominator, Protocol):
+    """Evictions (whole gangs) and nominations removed (parked preemptors)."""
+
+
 class PreemptionFollower:
     def __init__(
         self,
         state: ClusterState,
-        api: PodEvicter,
+        api: FollowerApi,
         observer: GangObserver,
         policy: VictimPolicy,
         plans: PreemptionPlans,
@@ -51,12 +59,15 @@ class PreemptionFollower:
         self._policy = policy
         self._plans = plans
         self._evictions = TaskSet()
+        self.parked = ParkedPreemptors(state, api)
 
     async def drain(self) -> None:
         await self._evictions.drain()
+        await self.parked.drain()
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """A pod kube-scheduler marked as a preemption victim: report it, maybe evict its gang."""
+        self.parked.on_pod_change(old, new)
         if new is None or not new.preempted or (old is not None and old.preempted):
             return
         by = self._plans.beneficiary(new.uid) or "a higher-priority pod"
