@@ -15,6 +15,7 @@ kube-scheduler counts as room given back on the node: it retries the pod.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -53,35 +54,72 @@ def nomination(kube: Kube, namespace: str, name: str) -> str:
     return kube.core.read_namespaced_pod(name, namespace).status.nominated_node_name or ""
 
 
+def park_behind_a_nomination(kube: Kube, namespace: str, node: str, *, nominated: bool) -> None:
+    """Pod `behind` (2 CPUs of the node's 4, HIGH) parked for want of room on `node`,
+    whose room a pod of the top priority nominated there holds; with `nominated`,
+    `behind` is nominated there too, as after a preemption for it."""
+    # No node can take `ahead`: kube-scheduler counts its 3 CPUs on the node it is
+    # nominated for, for every pod of lower priority.
+    kube.core.create_namespaced_pod(namespace, pinned(kube, "ahead", "no-such-node", "3", TOP))
+    wait_for(lambda: reported_unschedulable(kube, namespace, "ahead"), 30, "ahead parked")
+    nominate(kube, namespace, "ahead", node)
+    kube.core.create_namespaced_pod(namespace, pinned(kube, "behind", node, "2", HIGH))
+    wait_for(lambda: reported_unschedulable(kube, namespace, "behind"), 30, "behind parked")
+    if nominated:
+        nominate(kube, namespace, "behind", node)
+    assert nomination(kube, namespace, "ahead") == node
+
+
+def bind_elsewhere(kube: Kube, namespace: str, name: str, node: str) -> None:
+    """Another binder places the pod: kube-scheduler moves no parked pod for the room
+    its nomination held (kubernetes issue 134859)."""
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    kube.core.create_namespaced_pod_binding(name, namespace, binding, _preload_content=False)
+
+
+def placed_on(kube: Kube, namespace: str, name: str, node: str) -> bool:
+    return bool(kube.core.read_namespaced_pod(name, namespace).spec.node_name == node)
+
+
 def test_a_pod_left_parked_on_a_node_with_room_for_it_is_placed(
     kube: Kube, extender: Extender, namespace: str
 ) -> None:
     node, elsewhere = session_nodes(kube)[:2]
-    # A pod of the top priority nominated on the node that no node can take:
-    # kube-scheduler counts its 3 CPUs there for every pod of lower priority.
-    kube.core.create_namespaced_pod(namespace, pinned(kube, "ahead", "no-such-node", "3", TOP))
-    wait_for(lambda: reported_unschedulable(kube, namespace, "ahead"), 30, "ahead parked")
-    nominate(kube, namespace, "ahead", node)
-    # The pod behind it: 2 CPUs on that node of 4, parked for want of room, nominated there.
-    kube.core.create_namespaced_pod(namespace, pinned(kube, "behind", node, "2", HIGH))
-    wait_for(lambda: reported_unschedulable(kube, namespace, "behind"), 30, "behind parked")
-    nominate(kube, namespace, "behind", node)
-    assert nomination(kube, namespace, "ahead") == node
-
-    # Another binder places the pod ahead elsewhere: the node's room is free, and
-    # kube-scheduler moves no parked pod for it.
-    binding = {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": {"name": "ahead"},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": elsewhere},
-    }
-    kube.core.create_namespaced_pod_binding("ahead", namespace, binding, _preload_content=False)
-
-    def placed() -> bool:
-        return bool(kube.core.read_namespaced_pod("behind", namespace).spec.node_name == node)
-
+    park_behind_a_nomination(kube, namespace, node, nominated=True)
+    bind_elsewhere(kube, namespace, "ahead", elsewhere)
     # Well inside kube-scheduler's five-minute flush of parked pods.
-    wait_for(placed, PARKED_SECONDS + 30, "the parked pod placed on the node with room")
+    wait_for(
+        lambda: placed_on(kube, namespace, "behind", node),
+        PARKED_SECONDS + 30,
+        "the parked pod placed on the node with room",
+    )
     assert f'"pod": "{namespace}/behind"' in extender.log()
     assert "kube-scheduler left this pod parked" in extender.log()
+
+
+def test_a_nomination_set_and_removed_requeues_a_parked_pod(
+    kube: Kube, extender: Extender, namespace: str
+) -> None:
+    """kube-scheduler's half of app/runtime/preemption/kept_waiters.py: a parked pod with
+    no nomination is given one and has it removed (the two writes the extender makes for
+    a preemptor refused for a plan's room, once the plan ends), and is tried again."""
+    node, elsewhere = session_nodes(kube)[:2]
+    park_behind_a_nomination(kube, namespace, node, nominated=False)
+    bind_elsewhere(kube, namespace, "ahead", elsewhere)
+    time.sleep(3)
+    assert not placed_on(kube, namespace, "behind", node), "kube-scheduler retried it itself"
+    nominate(kube, namespace, "behind", node)
+    kube.core.patch_namespaced_pod_status(
+        "behind", namespace, {"status": {"nominatedNodeName": None}}
+    )
+    # Sooner than the extender's own check of parked nominated pods would act.
+    wait_for(
+        lambda: placed_on(kube, namespace, "behind", node),
+        PARKED_SECONDS - 5,
+        "the requeued pod placed",
+    )

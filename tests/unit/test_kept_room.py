@@ -201,3 +201,32 @@ def test_a_plain_preemptor_is_refused_the_room_a_gang_of_its_priority_planned() 
     assert world.preempt(1000, "6", [world.other]) == {}
     # Above the gang's priority the planned room is not kept from it.
     assert world.preempt(2000, "6", [world.other]) == {"n1": [world.other]}
+
+
+class Nominations:
+    """Records the nomination writes (the real ones are app/kube/pods.py)."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str]] = []
+
+    async def nominate_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.writes.append((name, node))
+
+
+async def test_a_preemptor_refused_for_a_plans_room_is_requeued_when_the_plan_ends() -> None:
+    """kube-scheduler parks it, and the plan's end is no event it retries it on: the
+    extender sets and removes a nomination on it, which kube-scheduler takes as room
+    given back (tests/cluster/test_parked_preemptor.py shows that half)."""
+    world = Planned()
+    api = Nominations()
+    world.extender.plans.nominate_through(api)
+    world.state.apply_pod(with_priority(pod("plain", cpu="6"), 1000))
+    assert world.preempt(1000, "6", [world.other]) == {}  # refused: the plan keeps n1
+    world.state.delete_pod("default", "urgent-0")  # the plan ends: its member is gone
+    await world.extender.plans.stop()
+    assert ("plain", "n1") in api.writes and api.writes[-1] == ("plain", "")
+    # Told once: the next plan's end does not requeue it again.
+    count = len(api.writes)
+    world.extender.plans.on_nodes_changed()
+    await world.extender.plans.stop()
+    assert len([w for w in api.writes[count:] if w[0] == "plain"]) == 0

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from app.core.preemption.victim_pool import node_victims
 from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy, select_victims
 from app.core.state import ClusterState
+from app.runtime.preemption.kept_waiters import KeptRoomWaiters
 from app.runtime.preemption.plan_book import PlanBook
 from app.runtime.preemption.room import PreemptionRoom
 from app.runtime.preemption.victim_memory import VictimMemory
@@ -36,6 +37,9 @@ class PlainPreemption:
         self._memory = memory
         self._book = book
         self._room = room
+        # Refused for a live plan's kept room: retried when a plan ends.
+        self.waiters = KeptRoomWaiters(state)
+        book.end_listeners.append(self.waiters.plans_ended)
 
     def candidates(
         self,
@@ -66,6 +70,8 @@ class PlainPreemption:
             kept = self._room.kept_after(requests, preemptor.priority, chosen)
             dropped |= kept
             chosen = [c for c in chosen if c.node not in kept]
+            for node in kept:
+                self.waiters.refused(preemptor.uid, node)
         for node, why in dropped.items():
             log.info(
                 "candidate dropped: %s",

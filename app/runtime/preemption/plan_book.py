@@ -49,8 +49,9 @@ class PlanBook:
         self._clock = clock
         self.plan_seconds = plan_seconds
         self.plans: dict[str, Plan] = {}
-        # Told after a plan ended (the nominations follow: app/runtime/preemption/nominations.py).
-        self.ended: Callable[[], None] = lambda: None
+        # Told after a plan ended: the nominations follow (app/runtime/preemption/nominations.py),
+        # and so do preemptors refused for its room (app/runtime/preemption/kept_waiters.py).
+        self.end_listeners: list[Callable[[], None]] = []
 
     def __iter__(self) -> Iterator[Plan]:
         return iter(list(self.plans.values()))
@@ -194,7 +195,8 @@ class PlanBook:
             self._observer.preemption_ended(
                 current.group, f"preemption plan {phase.value}: {reason}"
             )
-        self.ended()
+        for listener in self.end_listeners:
+            listener()
 
     def _cancel_lower(self, made: Plan) -> None:
         """A lower-priority gang's live plan on the same nodes, or drawing on the same shared

@@ -181,7 +181,8 @@ class PreemptionPlans:
         nominations = Nominations(self._state, api, lambda: self._book, clock=self._clock)
         nominations.on_expiry(self.on_nodes_changed)
         self._nominations = nominations
-        self._book.ended = nominations.sync
+        self._book.end_listeners.append(nominations.sync)
+        self._plain.waiters.api = api
         return nominations
 
     async def stop(self) -> None:
@@ -189,6 +190,7 @@ class PreemptionPlans:
         if self._nominations is not None:
             self._nominations.cancel()
             await self._nominations.drain()
+        await self._plain.waiters.drain()
 
     def lives(self, group_key: str) -> bool:
         """Has this gang a plan that still holds (checked against the cluster now)?"""
