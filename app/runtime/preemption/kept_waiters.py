@@ -9,11 +9,8 @@ added, and a nomination ended by a binding moves nothing (kubernetes issue
 134859). The soak's seed 1 saw such a pod of priority 10000 wait five
 minutes, for kube-scheduler's periodic flush.
 
-So each refused pod is remembered, and when any plan ends it is requeued:
-its nomination (set first if it has none) is removed, which kube-scheduler
-counts as room given back on that node and retries the pod and every parked
-pod of no higher priority (eventhandlers.go updatePodInSchedulingQueue,
-v1.37.2). The pod then preempts again with the plan gone.
+So each refused pod is remembered, and when any plan ends it is requeued
+(nominations.requeue): it preempts again with the plan gone.
 """
 
 from __future__ import annotations
@@ -21,9 +18,9 @@ from __future__ import annotations
 import logging
 
 from app.base.tasks import TaskSet
+from app.core.records import PodRecord
 from app.core.state import ClusterState
-from app.kube.errors import ApiError
-from app.runtime.preemption.nominations import PodNominator
+from app.runtime.preemption.nominations import PodNominator, requeue
 
 log = logging.getLogger(__name__)
 
@@ -57,24 +54,14 @@ class KeptRoomWaiters:
         for uid, node in waiting.items():
             pod = self._state.pod_by_uid(uid)
             if pod is not None and not pod.placed_node and not pod.deleting and not pod.terminal:
-                self._writes.spawn(self._requeue(self.api, pod.namespace, pod.name, uid, node))
+                self._writes.spawn(self._requeue(self.api, pod, node))
 
     async def drain(self) -> None:
         await self._writes.drain()
 
-    async def _requeue(
-        self, api: PodNominator, namespace: str, name: str, uid: str, node: str
-    ) -> None:
-        key = f"{namespace}/{name}"
-        pod = self._state.pod_by_uid(uid)
-        try:
-            if pod is None or not pod.nominated_node:
-                await api.nominate_pod(namespace, name, uid, node)
-            await api.nominate_pod(namespace, name, uid, "")
-        except ApiError as err:
-            log.warning("could not requeue a preemptor: %s", err, extra={"pod": key})
-            return
-        log.info(
-            "a preemption plan ended: the pod refused for the room it kept is tried again",
-            extra={"pod": key, "node": node, "verb": "preempt"},
-        )
+    async def _requeue(self, api: PodNominator, pod: PodRecord, node: str) -> None:
+        if await requeue(api, pod, node):
+            log.info(
+                "a preemption plan ended: the pod refused for the room it kept is tried again",
+                extra={"pod": pod.key, "node": node, "verb": "preempt"},
+            )

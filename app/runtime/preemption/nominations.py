@@ -50,6 +50,26 @@ class PodNominator(Protocol):
     async def nominate_pod(self, namespace: str, name: str, uid: str, node: str) -> None: ...
 
 
+async def requeue(api: PodNominator, pod: PodRecord, node: str) -> bool:
+    """Make kube-scheduler retry a pod it parked: remove its nomination (set on `node`
+    first if it has none); False, logged, when a write failed.
+
+    kube-scheduler takes a nomination removed as room given back on that node: it
+    moves every parked pod of no higher priority, this one included, back to its
+    queues (eventhandlers.go updatePodInSchedulingQueue, v1.37.2), whatever plugin
+    rejected them. Used where the event that freed the room is one its queueing hints
+    skip (app/runtime/preemption/parked.py, kept_waiters.py).
+    """
+    try:
+        if not pod.nominated_node:
+            await api.nominate_pod(pod.namespace, pod.name, pod.uid, node)
+        await api.nominate_pod(pod.namespace, pod.name, pod.uid, "")
+    except ApiError as err:
+        log.warning("could not requeue a parked pod: %s", err, extra={"pod": pod.key})
+        return False
+    return True
+
+
 class Nominations:
     def __init__(
         self,

@@ -9,10 +9,7 @@ for it. So PARKED_SECONDS after the last change that could give a parked pod
 room (a pod leaving its nominated node, a nomination there ending, the pod
 parked), it is checked: if
 its node has room for it as kube-scheduler counts it, its nomination is
-removed. kube-scheduler treats a nomination removed like a pod deleted from
-that node (eventhandlers.go updatePodInSchedulingQueue, v1.37.2): it moves
-every parked pod of no higher priority, this one included, back to its
-active or backoff queue, and the pod is placed on its next try. A pod is
+removed (nominations.requeue), and kube-scheduler retries it. A pod is
 requeued so at most once per REQUEUE_COOLDOWN_SECONDS.
 """
 
@@ -27,8 +24,7 @@ from app.base.tasks import TaskSet
 from app.core.preemption.parked import parked, parked_with_room
 from app.core.records import PodRecord
 from app.core.state import ClusterState
-from app.kube.errors import ApiError
-from app.runtime.preemption.nominations import PodNominator
+from app.runtime.preemption.nominations import PodNominator, requeue
 
 log = logging.getLogger(__name__)
 
@@ -90,23 +86,14 @@ class ParkedPreemptors:
             self._writes.spawn(self._requeue(pod))
 
     async def _requeue(self, pod: PodRecord) -> None:
-        node = pod.nominated_node
-        try:
-            await self._api.nominate_pod(pod.namespace, pod.name, pod.uid, "")
-        except ApiError as err:
-            log.warning(
-                "could not remove the nomination of a parked pod: %s",
-                err,
-                extra={"pod": pod.key, "node": node},
+        if await requeue(self._api, pod, pod.nominated_node):
+            log.info(
+                "kube-scheduler left this pod parked for %gs although its nominated node has "
+                "room for it (an event it missed); its nomination was removed so "
+                "kube-scheduler tries it again",
+                self._parked_seconds,
+                extra={"pod": pod.key, "node": pod.nominated_node},
             )
-            return
-        log.info(
-            "kube-scheduler left this pod parked for %gs although its nominated node has "
-            "room for it (an event it missed); its nomination was removed so kube-scheduler "
-            "tries it again",
-            self._parked_seconds,
-            extra={"pod": pod.key, "node": node},
-        )
 
 
 def _room_given_back(old: PodRecord | None, new: PodRecord | None) -> set[str]:
