@@ -30,7 +30,7 @@ from app.core.groups import GroupRef, GroupSpec
 from app.core.packing import Bin, Demand
 from app.core.placement import placement_of
 from app.core.records import PodRecord, delivered
-from app.core.resources import QuantityError, pod_requests
+from app.core.resources import QuantityError
 from app.core.state import ClusterState
 from app.core.topology.domains import TopologyConstraint
 from app.core.topology.subgroups import Slicing
@@ -149,10 +149,10 @@ class Line:
         if pod is not None:
             priority = max(priority, pod.priority)
             if not delivered(members, pod.uid):
+                namespace = pod.key.partition("/")[0]
                 with contextlib.suppress(QuantityError):
-                    demands.append(
-                        Demand(pod.key, pod_requests(pod.raw_spec), placement_of(pod.raw_spec))
-                    )
+                    requests = self._state.devices.unseen_requests(namespace, pod.key, pod.raw_spec)
+                    demands.append(Demand(pod.key, requests, placement_of(pod.raw_spec)))
         created = podgroup_created(self._state, spec.key, 0.0) or min(
             (p.created for p in members if p.created), default=wall()
         )

@@ -27,7 +27,7 @@ from app.core.observer import MemberRef
 from app.core.packing import Demand
 from app.core.placement import placement_of
 from app.core.records import GroupNotFound, delivered
-from app.core.resources import QuantityError, Resources, pod_requests
+from app.core.resources import QuantityError, Resources
 from app.core.state import ClusterState
 from app.core.topology.domains import TopologyConstraint, TopologyError
 from app.core.topology.subgroups import PodShape, Slicing, pod_shape
@@ -54,6 +54,9 @@ class PodView:
     ref: GroupRef | None
     spec: GroupSpec | None
     problem: GroupProblem | None
+    # What the pod asks for, its DRA claims' devices included (nothing when its
+    # requests cannot be read).
+    requests: Resources
     # Kueue's topology annotations on the pod (app/core/topology/domains.py).
     topology: TopologyConstraint | None = None
     # Kueue's podset slices on the pod and its rank (app/core/topology/tree.py).
@@ -67,14 +70,6 @@ class PodView:
     @property
     def member(self) -> MemberRef:
         return MemberRef(self.namespace, self.name, self.uid)
-
-    @property
-    def requests(self) -> Resources:
-        """What the pod asks for; nothing when its requests cannot be read."""
-        try:
-            return pod_requests(self.pod_spec)
-        except QuantityError:
-            return {}
 
     @property
     def demand(self) -> Demand:
@@ -114,17 +109,31 @@ class PodViews:
             and (spec.sub_groups or spec.source == SOURCE_YUNIKORN)
         ):
             problem = self._misnamed(spec, ref, f"{namespace}/{meta.get('name') or ''}")
+        name, uid = meta.get("name") or "", meta.get("uid") or ""
         return PodView(
             namespace,
-            meta.get("name") or "",
-            meta.get("uid") or "",
+            name,
+            uid,
             int(pod_spec.get("priority") or 0),
             pod_spec,
             ref,
             spec,
             problem,
+            self._requests(namespace, f"{namespace}/{name}", uid, pod_spec),
             *shape,
         )
+
+    def _requests(
+        self, namespace: str, key: str, uid: str, pod_spec: Mapping[str, Any]
+    ) -> Resources:
+        """As our watch has the pod (its claims' devices counted), else as sent."""
+        known = self._state.known_pod(key, uid)
+        if known is not None:
+            return known.requests
+        try:
+            return self._state.devices.unseen_requests(namespace, key, pod_spec)
+        except QuantityError:
+            return {}
 
     def _misnamed(self, spec: GroupSpec, ref: GroupRef | None, key: str) -> GroupProblem | None:
         """KAI, YuniKorn: a member (this pod or a sibling) naming a role its gang lacks holds

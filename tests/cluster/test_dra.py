@@ -10,7 +10,10 @@ API server shows: bindings, the claims' allocations, events.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ from app.core.topology.sources import KUEUE_REQUIRED
 from hack.clusterkit import create_group, wait_for
 from tests.cluster.kube import HIGH, LOW, Kube
 from tests.cluster.session import Extender
+from tests.soak.components import pid_of
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 DEVICES_PER_NODE = 4
@@ -735,14 +739,11 @@ def test_a_device_gang_evicts_the_fewest_holders_of_a_shared_pool_it_needs(
     assert len(devices.allocated("urgent-")) == 4
 
 
-def test_two_gangs_needing_most_of_a_shared_pool_are_not_both_promised_it(
+def _rack_pool_for_two_gangs(
     kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
-) -> None:
-    """dra-2 and dra-3 (rack r1) share a nodeSelector pool of 4 (12 devices in the cluster,
-    so the whole-gang count lets both by). Two gangs of 3 x 1 device that must run in r1,
-    members created interleaved: the first admitted holds its 3 of the pool, the second is
-    told the device it lacks and holds nothing (never admitted to wait in the gate for
-    devices the first has), and runs whole once the first ends."""
+) -> dict[str, str]:
+    """dra-2 and dra-3 in rack r1 with a pool of 4 devices for the rack, a template of one
+    device, PodGroups a and b of 3; returns the rack's node selector."""
     devices, nodes = gpu_nodes
     rack = {RACK: "r1"}
     for node in nodes[2:]:
@@ -752,6 +753,19 @@ def test_two_gangs_needing_most_of_a_shared_pool_are_not_both_promised_it(
     devices.template("one-gpu", 1)
     for gang in ("a", "b"):
         kube.create_podgroup(namespace, gang, 3)
+    return rack
+
+
+def test_two_gangs_needing_most_of_a_shared_pool_are_not_both_promised_it(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """dra-2 and dra-3 (rack r1) share a nodeSelector pool of 4 (12 devices in the cluster,
+    so the whole-gang count lets both by). Two gangs of 3 x 1 device that must run in r1,
+    members created interleaved: the first admitted holds its 3 of the pool, the second is
+    told the device it lacks and holds nothing (never admitted to wait in the gate for
+    devices the first has), and runs whole once the first ends."""
+    devices, _nodes = gpu_nodes
+    rack = _rack_pool_for_two_gangs(kube, namespace, gpu_nodes, extender)
     for i in range(3):
         for gang in ("a", "b"):
             devices.pod(f"{gang}-{i}", gang, "one-gpu", exit_after=15, labels=rack)
@@ -787,3 +801,54 @@ def test_two_gangs_needing_most_of_a_shared_pool_are_not_both_promised_it(
         "the second gang bound whole after the first ended",
     )
     assert {pool for pool, _device in devices.allocated(f"{loser}-")} == {"rack-r1"}
+
+
+@contextlib.contextmanager
+def _controller_manager_paused() -> Iterator[None]:
+    """kube-controller-manager stopped (SIGSTOP) until the block ends: its resourceclaim
+    controller frees the claims of ended pods late, as on a loaded machine."""
+    pid = pid_of("kube-controller-manager")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_gang_waiting_for_a_shared_pool_runs_once_the_ended_pods_claims_are_freed(
+    kube: Kube, namespace: str, gpu_nodes: tuple[Devices, list[str]], extender: Extender
+) -> None:
+    """Found under load (issue 49): the first gang's pods ended, the line was looked at at
+    once, but their claims still held the pool (kube-controller-manager frees them after the
+    pods end, here seconds later). When it did, no pod changed and the second gang, turned
+    away for want of those devices, was never tried again. (The pool has 4 devices, the
+    first gang takes 3: kube-scheduler lets each member of the second by, we hold it.)"""
+    devices, _nodes = gpu_nodes
+    rack = _rack_pool_for_two_gangs(kube, namespace, gpu_nodes, extender)
+    for i in range(3):
+        devices.pod(f"a-{i}", "a", "one-gpu", exit_after=12, labels=rack)
+    wait_for(lambda: len(_bound(kube, namespace, "a-")) == 3, 40, "the first gang bound whole")
+    for i in range(3):
+        devices.pod(f"b-{i}", "b", "one-gpu", labels=rack)
+    wanted = f"short by 1 device(s) of class {devices.device_class}"
+    wait_for(
+        lambda: any(wanted in e for i in range(3) for e in kube.events(namespace, f"b-{i}")),
+        20,
+        "the second gang told the pool has 1 of its 3 devices",
+    )
+    with _controller_manager_paused():
+
+        def ended() -> bool:
+            phases = {p.metadata.name: p.status.phase for p in kube.pods(namespace)}
+            return all(phases.get(f"a-{i}") == "Succeeded" for i in range(3))
+
+        wait_for(ended, 40, "the first gang's pods ended")
+        # The pods' end was looked at: still short, their claims hold the pool.
+        time.sleep(3)
+        assert len(devices.allocated("a-")) == 3
+        assert not _bound(kube, namespace, "b-"), "the second gang bound on devices held"
+    wait_for(
+        lambda: len(_bound(kube, namespace, "b-")) == 3,
+        30,
+        "the second gang bound whole once the claims were freed",
+    )

@@ -19,53 +19,27 @@ from typing import Any
 
 from app.core.changes import ChangeLog
 from app.core.devices.counting import DeviceModel, set_users
-from app.core.devices.distinct import DistinctDevices, own_labels
+from app.core.devices.distinct import DistinctDevices
+from app.core.devices.offers import NodeOffers
 from app.core.devices.records import (
-    PodClaim,
     SelectorEngine,
     SliceRecord,
     claim_from,
     class_from,
+    pod_claims_of,
     slice_from,
     template_from,
 )
+from app.core.devices.refs import CLAIMS, TEMPLATES, PodRefs
 from app.core.devices.shared import SharedPools, placed_claims
 from app.core.pod_index import PodIndex
 from app.core.records import NodeRecord, PodRecord
-from app.core.resources import DEVICE_PREFIX, Resources, add, subtract
+from app.core.resources import DEVICE_PREFIX, Resources, add, pod_requests, subtract
 from app.core.shared_pools import PoolHold
 
 log = logging.getLogger(__name__)
 
-SLICES, CLASSES, CLAIMS, TEMPLATES = (
-    "resourceslices",
-    "deviceclasses",
-    "resourceclaims",
-    "resourceclaimtemplates",
-)
-
-
-def _ref_keys(namespace: str, claims: Iterable[PodClaim]) -> set[str]:
-    """ "kind:namespace/name" of each claim and template the pod names."""
-    refs = {f"{CLAIMS}:{namespace}/{c.claim}" for c in claims if c.claim}
-    return refs | {f"{TEMPLATES}:{namespace}/{c.template}" for c in claims if c.template}
-
-
-def _index(
-    refs: dict[str, set[str]], pod_refs: dict[str, set[str]], key: str, now: set[str]
-) -> None:
-    """Point each of `now` (claims, templates) at the pod, and forget what it named before."""
-    old = pod_refs.pop(key, set())
-    for ref in old - now:
-        pods = refs.get(ref)
-        if pods is not None:
-            pods.discard(key)
-            if not pods:
-                del refs[ref]
-    for ref in now - old:
-        refs.setdefault(ref, set()).add(key)
-    if now:
-        pod_refs[key] = now
+SLICES, CLASSES = "resourceslices", "deviceclasses"
 
 
 def _pool_nodes(slices: Iterable[SliceRecord], *changed: SliceRecord | None) -> set[str] | None:
@@ -143,19 +117,15 @@ class DeviceBook:
         self._pods = pods
         self._nodes = nodes
         self._changes = changes
-        # Node -> allocatable as the node advertises it (devices are added on top).
-        self._base: dict[str, Resources] = {}
+        self.offers = NodeOffers(self.model, nodes, changes)
         # Pods that have claims: the only ones a DRA change can bear on.
         self._device_pods: set[str] = set()
-        # "kind:namespace/name" of a claim or template -> the pods naming it, and back.
-        self._refs: dict[str, set[str]] = {}
-        self._pod_refs: dict[str, set[str]] = {}
+        self._refs = PodRefs()
         # A DRA watch runs (it delivered a list or an event): until then, with DRA not
         # served or not readable, a pod's claims are not counted (they could never fit).
         self.watching = False
         # Pods whose demand depends on what the nodes offer (All, firstAvailable).
         self._volatile: set[str] = set()
-        self._newest: dict[str, list[Any]] | None = None  # node ("" = pools for many) -> slices
         # The cluster's devices counted once each (app/core/devices/distinct.py).
         self.distinct = DistinctDevices(self.model, nodes, pods)
         # Bumped by every change that may move a device count: a DRA object, a node, a
@@ -204,23 +174,18 @@ class DeviceBook:
         """The node's record with the devices it is offered added to its allocatable."""
         self.version += 1
         self.distinct.node_changed(self._nodes().get(record.name), record)
-        self._base[record.name] = record.allocatable
-        record.allocatable = self._with_offer(record)
-        return record
+        return self.offers.node(record)
 
     def replace_nodes(self, records: Iterable[NodeRecord]) -> list[NodeRecord]:
         """A fresh list of nodes: each with its devices; those it left out are forgotten."""
         self.version += 1
-        self._base.clear()
-        self.model.offered.clear()
         self.distinct.invalidate()
-        return [self.node(record) for record in records]
+        return self.offers.replace(records)
 
     def node_gone(self, name: str) -> None:
         self.version += 1
         self.distinct.invalidate()
-        self._base.pop(name, None)
-        self.model.offered.pop(name, None)
+        self.offers.gone(name)
 
     def pod(self, record: PodRecord) -> set[str]:
         """Add the pod's device demand to its requests; returns the other pods to recompute."""
@@ -233,24 +198,44 @@ class DeviceBook:
             self._device_pods.add(record.key)
         else:
             self._device_pods.discard(record.key)
-        _index(self._refs, self._pod_refs, record.key, _ref_keys(record.namespace, record.claims))
+        self._refs.point(record.key, record.namespace, record.claims)
         signatures = len(self.model.signatures)
         demand = self._demand(record)
         if demand:
             record.requests = _with_demand(record.requests, demand)
             record.claim_extras = _extras(demand)
-        if len(self.model.signatures) != signatures:
-            # A selector set first asked for: count it on every node, and on the pods
-            # whose allocated devices it covers.
-            self._refresh_nodes()
-            self._recount(sorted(self._volatile - {record.key}))
+        self._count_new_signatures(signatures, record.key)
         return touched
+
+    def unseen_requests(self, namespace: str, key: str, spec: Mapping[str, Any]) -> Resources:
+        """What a pod our watch has not delivered yet asks for, its claims' devices included.
+
+        The filter may meet a gang's last member before the watch does: counted
+        by its containers alone, a gang was admitted that the cluster's devices
+        could not hold (its members then took devices in kube-scheduler while
+        they waited in the gate). Raises QuantityError as pod_requests does.
+        """
+        requests = pod_requests(spec)
+        claims = pod_claims_of(spec, {})
+        if not claims or not self.watching:
+            return requests
+        signatures = len(self.model.signatures)
+        demand = self.model.demand(namespace, key, claims)
+        self._count_new_signatures(signatures, key)
+        return _with_demand(requests, demand)
+
+    def _count_new_signatures(self, before: int, key: str) -> None:
+        """A selector set first asked for (by pod `key`): count it on every node, and on
+        the pods whose allocated devices it covers."""
+        if len(self.model.signatures) != before:
+            self.offers.refresh()
+            self._recount(sorted(self._volatile - {key}))
 
     def pod_gone(self, key: str) -> set[str]:
         if key not in self._device_pods:
             return set()
         self._device_pods.discard(key)
-        _index(self._refs, self._pod_refs, key, set())
+        self._refs.point(key, "", ())
         self._volatile.discard(key)
         return set_users(self.model.users, key, "", ())
 
@@ -269,18 +254,10 @@ class DeviceBook:
 
     def apply(self, kind: str, raw: Mapping[str, Any]) -> None:
         self.watching = True
-        self.version += 1
-        key = _key(raw, kind in (CLAIMS, TEMPLATES))
-        old = self._table(kind).get(key)
-        _store(self._table(kind), kind, key, raw)
-        self._refresh(kind, key, old)
+        self._store(kind, _key(raw, kind in (CLAIMS, TEMPLATES)), raw)
 
     def delete(self, kind: str, raw: Mapping[str, Any]) -> None:
-        self.version += 1
-        key = _key(raw, kind in (CLAIMS, TEMPLATES))
-        old = self._table(kind).get(key)
-        _store(self._table(kind), kind, key, None)
-        self._refresh(kind, key, old)
+        self._store(kind, _key(raw, kind in (CLAIMS, TEMPLATES)), None)
 
     def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
         self.watching = True
@@ -289,6 +266,25 @@ class DeviceBook:
         for raw in objects:
             _store(self._table(kind), kind, _key(raw, kind in (CLAIMS, TEMPLATES)), raw)
         self._refresh(kind, None, None)
+        if kind == CLAIMS:
+            self._changes.nodes_changed()  # a fresh list may have freed devices
+
+    def _store(self, kind: str, key: str, raw: Mapping[str, Any] | None) -> None:
+        self.version += 1
+        old = self._table(kind).get(key)
+        _store(self._table(kind), kind, key, raw)
+        self._refresh(kind, key, old)
+        new = self.model.claims.get(key) if kind == CLAIMS else None
+        if (
+            kind == CLAIMS
+            and old is not None
+            and not set(old.allocated) <= set(new.allocated if new is not None else ())
+        ):
+            # Devices given back: the claim's pod ended, and kube-controller-manager cleared
+            # its allocation (or deleted it), maybe well after. No pod changes then, so no
+            # pod event tells the line: say it as room on nodes (gangs in line are looked at
+            # again, kube-scheduler is told to retry those that fit now).
+            self._changes.nodes_changed()
 
     def _table(self, kind: str) -> dict[str, Any]:
         model = self.model
@@ -310,36 +306,23 @@ class DeviceBook:
         if kind in (SLICES, CLASSES):
             self.distinct.invalidate()
         if kind == SLICES:
-            self._newest = None
+            self.offers.slices_changed()
             self.model.slices_changed()
             nodes = (
                 None
                 if key is None
                 else _pool_nodes(self.model.slices.values(), old, self.model.slices.get(key))
             )
-            self._refresh_nodes(nodes)
+            self.offers.refresh(nodes)
             self._refresh_pods(self._device_pods if key is None else self._volatile)
         elif kind == CLASSES:
             self.model.slices_changed()
-            self._refresh_nodes()
+            self.offers.refresh()
             self._refresh_pods(self._device_pods)
         elif key is None:
             self._refresh_pods(self._device_pods)
         else:
-            self._refresh_pods(self._refs.get(f"{kind}:{key}", ()))
-
-    def _refresh_nodes(self, only: set[str] | None = None) -> None:
-        nodes = self._nodes()
-        changed = False
-        for name in nodes if only is None else only & nodes.keys():
-            record = nodes[name]
-            allocatable = self._with_offer(record)
-            if allocatable != record.allocatable:
-                nodes[name] = dataclasses.replace(record, allocatable=allocatable)
-                self._changes.node_touched(name)
-                changed = True
-        if changed:
-            self._changes.nodes_changed()
+            self._refresh_pods(self._refs.pods(kind, key))
 
     def _refresh_pods(self, keys: Iterable[str]) -> None:
         keys = list(keys)
@@ -348,7 +331,7 @@ class DeviceBook:
         if len(self.model.signatures) != signatures:
             # A selector set first asked for: count it on every node, then ask again
             # (the pods whose allocated devices it covers too).
-            self._refresh_nodes()
+            self.offers.refresh()
             self._recount(sorted({*keys, *self._volatile}))
 
     def _recount(self, keys: list[str]) -> None:
@@ -362,20 +345,3 @@ class DeviceBook:
                 extras = _extras(demand)
                 record = dataclasses.replace(record, requests=requests, claim_extras=extras)
                 self._pods.apply(record)
-
-    def _with_offer(self, record: NodeRecord) -> Resources:
-        base = self._base.get(record.name, record.allocatable)
-        if self._newest is None:
-            self._newest = {}
-            for s in self.model.newest_slices():
-                self._newest.setdefault(s.node, []).append(s)
-        slices = [*self._newest.get(record.name, ()), *self._newest.get("", ())]
-        if not slices:
-            self.model.offered.pop(record.name, None)
-            return base
-        offer = self.model.offer_of(self.model.devices_for(record.name, own_labels(record), slices))
-        self.model.offered[record.name] = offer
-        allocatable = dict(base)
-        for resource, amount in offer.items():
-            allocatable.setdefault(resource, amount)  # a name the node advertises itself wins
-        return allocatable
