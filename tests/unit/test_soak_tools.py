@@ -57,6 +57,23 @@ def test_the_oracle_counts_a_terminating_pods_room_as_taken() -> None:
     assert world.need(world.gangs["new"], gone) == 0
 
 
+def test_a_member_on_a_cordoned_node_counts_towards_its_gangs_minimum() -> None:
+    """Soak seed 4 at 1b1d2c7: gs4-113 (minMember 2) ran 3 members, one on a node cordoned
+    since; a preempting gang evicted another of them. The oracle had left the cordoned
+    node's pod out, saw gs4-113 at its minimum and called the eviction one for a gang that
+    cannot fit. The cordoned node's pod is neither evicted nor its room counted."""
+    world = World(kube=cast(Any, None), namespace="soak")
+    world.gangs["gs"] = Gang("gs", 3, 2, 1000, 100, Source.XK8S, 0.0, "step 1")
+    world.gangs["hi"] = Gang("hi", 1, 1, 1000, HIGH_PRIORITY, Source.XK8S, 0.0, "step 2")
+    placed = {"gs-0": "cordoned", "gs-1": "n1", "gs-2": "n2"}
+    pods = {name: a_pod(node) for name, node in placed.items()} | {"hi-0": a_pod("")}
+    snap = Snapshot(placed=placed, pods=pods, nodes={"n1": 1000, "n2": 1000})
+    assert world.need(world.gangs["hi"], snap) == 1
+    # With the cordoned one gone, gs is at its minimum: nothing of it may go.
+    del placed["gs-0"]
+    assert world.need(world.gangs["hi"], snap) is None
+
+
 def test_only_the_faults_asked_for_are_injected() -> None:
     some = [s.fault for s in itertools.islice(steps(3, [Fault.EXTENDER_KILL]), 400) if s.fault]
     assert some and set(some) == {Fault.EXTENDER_KILL}
