@@ -22,7 +22,7 @@ import pytest
 
 from app.runtime.preemption.parked import PARKED_SECONDS
 from hack.clusterkit import wait_for
-from tests.cluster.kube import HIGH, TOP, Kube
+from tests.cluster.kube import HIGH, LOW, TOP, Kube
 from tests.cluster.session import Extender
 from tests.cluster.test_preemption import session_nodes
 
@@ -123,3 +123,39 @@ def test_a_nomination_set_and_removed_requeues_a_parked_pod(
         PARKED_SECONDS - 5,
         "the requeued pod placed",
     )
+
+
+def test_a_preemptor_whose_preempt_call_found_the_extender_down_is_placed_once_it_is_back(
+    kube: Kube, extender: Extender, namespace: str
+) -> None:
+    """The soak's extender kills (issue 49): kube-scheduler's preempt call found the extender
+    down, and it parked the pod as if nothing could be evicted. No event it retries that
+    pod on comes in a quiet cluster (five minutes); the extender, back, requeues it."""
+    node = session_nodes(kube)[0]
+    kube.core.create_namespaced_pod(namespace, pinned(kube, "victim", node, "3", LOW))
+    wait_for(lambda: placed_on(kube, namespace, "victim", node), 30, "the victim placed")
+    extender.kill()
+    try:
+        kube.core.create_namespaced_pod(namespace, pinned(kube, "vip", node, "2", HIGH))
+
+        def unanswered() -> str:
+            pod = kube.core.read_namespaced_pod("vip", namespace)
+            return next(
+                (
+                    c.message
+                    for c in pod.status.conditions or ()
+                    if c.type == "PodScheduled" and '/preempt": ' in (c.message or "")
+                ),
+                "",
+            )
+
+        message = wait_for(unanswered, 30, "kube-scheduler's preempt call refused")
+        assert "preemption: Post" in message, message
+    finally:
+        extender.start(*extender.extra_args)
+    wait_for(
+        lambda: placed_on(kube, namespace, "vip", node),
+        30,
+        "the preemptor placed once the extender was back",
+    )
+    assert "its preempt call got no answer" in extender.log()

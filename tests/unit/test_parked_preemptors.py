@@ -57,6 +57,23 @@ class Nominator:
         self.calls.append((name, node))
 
 
+def bound_on_n1(name: str) -> dict[str, Any]:
+    """The preemptor as kube-scheduler leaves it once it retried it in time."""
+    bound = preemptor(name, unschedulable=False)
+    bound["spec"]["nodeName"] = "n1"
+    return bound
+
+
+def watched(*nodes: str, **timings: float) -> tuple[ClusterState, Nominator, ParkedPreemptors]:
+    """Nodes of 4 CPUs, and a ParkedPreemptors (these timings) hearing every pod change."""
+    state = ClusterState()
+    state.replace_nodes([node(name, cpu="4") for name in nodes])
+    api = Nominator()
+    parked = ParkedPreemptors(state, api, **timings)
+    state.add_pod_listener(parked.on_pod_change)
+    return state, api, parked
+
+
 def names(state: ClusterState, node_name: str | None = None) -> list[str]:
     return [p.name for p in parked_with_room(state, node_name)]
 
@@ -122,20 +139,14 @@ async def test_a_pod_placed_meanwhile_is_not_touched() -> None:
     parked = ParkedPreemptors(state, api, parked_seconds=0.05)
     state.add_pod_listener(parked.on_pod_change)
     state.delete_pod("default", "victim")
-    bound = preemptor("p", unschedulable=False)
-    bound["spec"]["nodeName"] = "n1"
-    state.apply_pod(bound)  # kube-scheduler retried it in time
+    state.apply_pod(bound_on_n1("p"))  # kube-scheduler retried it in time
     await asyncio.sleep(0.1)
     await parked.drain()
     assert api.calls == []
 
 
 async def test_a_pod_parked_after_its_room_was_freed_is_checked_from_then() -> None:
-    state = ClusterState()
-    state.replace_nodes([node("n1", cpu="4")])
-    api = Nominator()
-    parked = ParkedPreemptors(state, api, parked_seconds=0.05)
-    state.add_pod_listener(parked.on_pod_change)
+    state, api, parked = watched("n1", parked_seconds=0.05)
     state.apply_pod(preemptor("p", unschedulable=False))
     state.apply_pod(preemptor("p"))  # reported unschedulable with room already free
     await asyncio.sleep(0.1)
@@ -173,3 +184,48 @@ async def test_a_nomination_ahead_ending_gives_the_room_back() -> None:
     await asyncio.sleep(0.1)
     await parked.drain()
     assert api.calls == [("p", "")]
+
+
+UNANSWERED = (
+    "0/2 nodes are available: 2 Insufficient cpu. preemption: Post "
+    '"http://127.0.0.1:19888/scheduler/preempt": dial tcp 127.0.0.1:19888: connect: '
+    "connection refused"
+)
+
+
+def unanswered_pod(name: str, *, nominated: str = "", **kwargs: Any) -> dict[str, Any]:
+    """As kube-scheduler leaves a pod whose preempt call found the extender down."""
+    raw = preemptor(name, nominated, **kwargs)
+    raw["status"]["conditions"][0]["message"] = UNANSWERED
+    return raw
+
+
+async def test_a_pod_whose_preempt_call_got_no_answer_is_requeued_for_another() -> None:
+    """The soak's extender kills: kube-scheduler's filter call was answered, its preempt call
+    found the extender down; kube-scheduler parked the pod as if nothing could be evicted,
+    and asked again only a minute later."""
+    state, api, parked = watched("n2", "n1", unanswered_seconds=0.05)
+    state.apply_pod(unanswered_pod("p"))
+    state.apply_pod(unanswered_pod("q", nominated="n2"))
+    await asyncio.sleep(0.02)
+    assert api.calls == []  # kube-scheduler's backoff first
+    await asyncio.sleep(0.1)
+    await parked.drain()
+    # A nomination is set (on some node) when it has none, then removed: kube-scheduler
+    # takes that as room given back and tries the pod again.
+    assert sorted(api.calls) == [("p", ""), ("p", "n1"), ("q", "")]
+
+
+async def test_only_pods_parked_for_an_unanswered_preempt_call_are_requeued() -> None:
+    state, api, parked = watched("n1", unanswered_seconds=0.05)
+    state.apply_podgroup(podgroup("g", 2))
+    state.apply_pod(unanswered_pod("member", group="g"))  # the gang's own wake-ups
+    never = unanswered_pod("never")
+    never["spec"]["preemptionPolicy"] = "Never"
+    state.apply_pod(never)
+    state.apply_pod(preemptor("answered", ""))  # preemption ran and found nothing
+    state.apply_pod(unanswered_pod("placed"))
+    state.apply_pod(bound_on_n1("placed"))  # kube-scheduler retried it in time
+    await asyncio.sleep(0.1)
+    await parked.drain()
+    assert api.calls == []

@@ -178,6 +178,23 @@ def test_a_gang_whose_members_each_fit_alone_evicts_exactly_what_the_whole_needs
     assert plans == ["default/whole"]
 
 
+def test_a_gang_whose_preempt_calls_got_no_answer_evicts_what_it_needs(
+    monkeypatch: Any,
+) -> None:
+    """kube-scheduler's preempt calls found the extender down (restarting): it parked the
+    members as if nothing could be evicted; the extender, up again, plans for them."""
+    monkeypatch.setattr(unasked_preemption, "SETTLE_SECONDS", 0)
+    down = (
+        "0/3 nodes are available: 3 Insufficient cpu. preemption: Post "
+        '"http://127.0.0.1:19888/scheduler/preempt": dial tcp 127.0.0.1:19888: connect: '
+        "connection refused"
+    )
+    deleted, plans = each_fits_alone(message=down)
+    assert len(deleted) == 2 and set(deleted) < {f"default/low-{i}" for i in range(3)}
+    assert plans == ["default/whole"]
+    assert each_fits_alone(message=down, priority=0) == ([], [])
+
+
 def test_no_unasked_preemption_for_a_pod_that_may_not_or_when_kube_scheduler_found_room(
     monkeypatch: Any,
 ) -> None:

@@ -17,6 +17,7 @@ issue 49). Such pods are found here; the runtime requeues them
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from app.core.records import PodRecord
@@ -57,6 +58,37 @@ def parked(pod: PodRecord) -> bool:
         and not pod.deleting
         and not pod.gated
         and not pod.terminal
+    )
+
+
+# kube-scheduler's PostFilter status when an extender's preempt call got no answer (v1.37.2
+# HTTPExtender.send: the Post's error as net/http words it): refused while the extender was
+# down, reset, or past the extender's httpTimeout.
+_PREEMPT_UNANSWERED = re.compile(r'preemption: Post "[^"]*/preempt": ')
+
+
+def preempt_unanswered(message: str) -> bool:
+    """Does kube-scheduler's unschedulable message say its preempt call got no answer?"""
+    return _PREEMPT_UNANSWERED.search(message) is not None
+
+
+def unanswered(pod: PodRecord) -> bool:
+    """A pod in no gang that kube-scheduler parked because its preempt call to an extender
+    got no answer (the extender restarting, the soak's extender kills).
+
+    kube-scheduler parks it as unschedulable, as if preemption had found nothing,
+    and asks again only on an event its filters' queueing hints accept: a minute or
+    more in a quiet cluster although its victims are there to evict.
+    """
+    return (
+        pod.group is None
+        and pod.may_preempt
+        and pod.unschedulable
+        and not pod.placed_node
+        and not pod.deleting
+        and not pod.gated
+        and not pod.terminal
+        and preempt_unanswered(pod.unschedulable_message)
     )
 
 

@@ -11,6 +11,12 @@ parked), it is checked: if
 its node has room for it as kube-scheduler counts it, its nomination is
 removed (nominations.requeue), and kube-scheduler retries it. A pod is
 requeued so at most once per REQUEUE_COOLDOWN_SECONDS.
+
+A pod whose preempt call got no answer (app/core/preemption/parked.py
+unanswered: the extender was restarting) is requeued the same way
+UNANSWERED_RETRY_SECONDS after kube-scheduler reported it, its victims
+unknown to us: kube-scheduler runs its preemption again, asking the extender,
+now up, for it.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import logging
 from cachetools import TTLCache
 
 from app.base.tasks import TaskSet
-from app.core.preemption.parked import parked, parked_with_room
+from app.core.preemption.parked import parked, parked_with_room, unanswered
 from app.core.records import PodRecord
 from app.core.state import ClusterState
 from app.runtime.preemption.nominations import PodNominator, requeue
@@ -32,6 +38,8 @@ log = logging.getLogger(__name__)
 # well inside the minutes a missed event costs.
 PARKED_SECONDS = 15.0
 REQUEUE_COOLDOWN_SECONDS = 60.0
+# After kube-scheduler reported a preempt call unanswered: past its backoff's first steps.
+UNANSWERED_RETRY_SECONDS = 2.0
 _MAX_REMEMBERED = 10_000
 
 
@@ -45,21 +53,34 @@ class ParkedPreemptors:
         *,
         parked_seconds: float = PARKED_SECONDS,
         cooldown_seconds: float = REQUEUE_COOLDOWN_SECONDS,
+        unanswered_seconds: float = UNANSWERED_RETRY_SECONDS,
     ) -> None:
         self._state = state
         self._api = api
         self._parked_seconds = parked_seconds
+        self._unanswered_seconds = unanswered_seconds
         self._timers: dict[str, asyncio.TimerHandle] = {}  # node -> its check
+        self._retries: dict[str, asyncio.TimerHandle] = {}  # pod uid -> its retry
         self._requeued: TTLCache[str, bool] = TTLCache(_MAX_REMEMBERED, cooldown_seconds)
         self._writes = TaskSet()
 
     async def drain(self) -> None:
-        for timer in self._timers.values():
+        for timer in [*self._timers.values(), *self._retries.values()]:
             timer.cancel()
         self._timers.clear()
+        self._retries.clear()
         await self._writes.drain()
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
+        if (
+            new is not None
+            and unanswered(new)
+            and (old is None or old.unschedulable_message != new.unschedulable_message)
+            and new.uid not in self._retries
+        ):
+            loop = asyncio.get_running_loop()
+            retry = loop.call_later(self._unanswered_seconds, self._retry, new.key, new.uid)
+            self._retries[new.uid] = retry
         if not self._state.nominated and not self._timers:
             return  # nobody nominated: the common case costs one check
         for node in _room_given_back(old, new):
@@ -84,6 +105,29 @@ class ParkedPreemptors:
                 continue
             self._requeued[pod.uid] = True
             self._writes.spawn(self._requeue(pod))
+
+    def _retry(self, key: str, uid: str) -> None:
+        self._retries.pop(uid, None)
+        pod = self._state.known_pod(key, uid)
+        if pod is None or not unanswered(pod) or uid in self._requeued:
+            return
+        # A nomination to remove: its own, else one set on some node first (requeue).
+        node = pod.nominated_node or min(
+            (n.name for n in self._state.nodes.values() if not n.unschedulable), default=""
+        )
+        if not node:
+            return
+        self._requeued[uid] = True
+        self._writes.spawn(self._requeue_unanswered(pod, node))
+
+    async def _requeue_unanswered(self, pod: PodRecord, node: str) -> None:
+        if await requeue(self._api, pod, node):
+            log.info(
+                "kube-scheduler parked this pod when its preempt call got no answer (%s); "
+                "it was requeued so that kube-scheduler preempts for it again",
+                pod.unschedulable_message.partition("preemption: ")[2][:200],
+                extra={"pod": pod.key},
+            )
 
     async def _requeue(self, pod: PodRecord) -> None:
         if await requeue(self._api, pod, pod.nominated_node):

@@ -41,6 +41,11 @@ answer nobody asks again:
   room on a node, or one of its members arrives, in the extender's view,
   for a minute after the verb's answer (app/runtime/preemption/refusals.py).
 
+- A gang member whose preempt call got no answer (the extender restarting):
+  kube-scheduler parks it as if nothing could be evicted ('preemption: Post
+  ".../preempt": ... connection refused') and asks again only on an event its
+  filters' hints accept.
+
 - A preemption kube-scheduler started and dropped: it deletes a preempt
   answer's victims asynchronously, and when a write of that fails (the API
   server restarting) it deletes none and does not retry; the member, parked as
@@ -73,6 +78,7 @@ from app.core.clock import monotonic
 from app.core.groups import SOURCE_NATIVE, PodGroupSpecError
 from app.core.observer import GangObserver, MemberRef
 from app.core.packing import Demand
+from app.core.preemption.parked import preempt_unanswered
 from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
@@ -114,6 +120,8 @@ def unasked(pod: PodRecord) -> bool:
     # every retry of every waiting gang of a long line.
     if pod.priority <= 0:
         return False
+    if preempt_unanswered(message):
+        return True  # the preempt verb was down (restarting): its answer never came
     if pod.group is not None and pod.group.source == SOURCE_NATIVE:
         # kube-scheduler's pod-group cycle never asks the preempt verb (see above): its
         # scorer's error, or the filter's refusal for room, is the last word it writes.
