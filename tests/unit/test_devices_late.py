@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.admission import FilterReason
+from app.core.devices.records import selector_resource
 from app.core.groups import GroupRef, GroupSpec
 from app.core.state import ClusterState
+from app.runtime.device_cel import CelEngine
 from app.runtime.line import Candidate
 from tests.unit import test_devices as dra
 from tests.unit.builders import node, podgroup
@@ -65,15 +67,24 @@ async def test_a_member_our_watch_has_not_delivered_counts_its_devices() -> None
 
 
 def test_unseen_requests_name_a_missing_template_and_count_a_new_selector_on_the_nodes() -> None:
-    state = ClusterState()
+    state = ClusterState(CelEngine())
     state.apply_node(node("n1"))
     devices = state.devices
     devices.apply(dra.CLASSES, dra.device_class())
-    devices.apply(dra.SLICES, dra.resource_slice("n1-gpus", "n1"))
+    memories = ("80Gi", "16Gi", "40Gi", "8Gi")
+    devices.apply(dra.SLICES, dra.resource_slice("n1-gpus", "n1", memories=memories))
     spec = dra.gpu_pod("p", template_name="absent", cpu="1")["spec"]
     requests = devices.unseen_requests("default", "default/p", spec)
     assert requests["cpu"] == 1000
     assert any("ResourceClaimTemplate default/absent not found" in r for r in requests)
+    # A selector no pod in our watch asked for yet: the nodes count it from then on, as
+    # when a delivered pod asks it first (else they would offer none of it for good).
+    selector = f'device.capacity["{dra.DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0'
+    devices.apply(dra.TEMPLATES, dra.template("big", dra.requests_of(2, selector=selector)))
+    spec = dra.gpu_pod("q", template_name="big")["spec"]
+    matching = selector_resource(dra.DRIVER, (selector,))
+    assert devices.unseen_requests("default", "default/q", spec)[matching] == 2000
+    assert state.nodes["n1"].allocatable[matching] == 2000
 
 
 async def test_devices_a_claim_gives_back_late_wake_the_gang_waiting_for_them() -> None:
