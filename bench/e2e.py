@@ -832,6 +832,10 @@ CASES = {
 }
 
 
+# How long a profile waits for kube-scheduler to serve its /debug/pprof.
+PROFILE_START_SECONDS = 30.0
+
+
 class SchedulerProfile:
     """A CPU profile of a case's kube-scheduler, from its own /debug/pprof, in the background.
 
@@ -854,12 +858,22 @@ class SchedulerProfile:
     def _run(self) -> None:
         time.sleep(self._after)
         context = ssl._create_unverified_context()  # kube-scheduler's self-signed certificate
-        try:
-            with urllib.request.urlopen(self._url, timeout=self._timeout, context=context) as r:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.path.write_bytes(r.read())
-        except OSError as err:
-            self.error = f"no kube-scheduler profile: {err}"
+        # kube-scheduler serves once it has started: seconds on a busy machine (a make test
+        # beside soaks refused the request made at `after`).
+        serving_by = time.monotonic() + PROFILE_START_SECONDS
+        while True:
+            try:
+                with urllib.request.urlopen(self._url, timeout=self._timeout, context=context) as r:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self.path.write_bytes(r.read())
+                return
+            except OSError as err:
+                refused = isinstance(getattr(err, "reason", err), ConnectionRefusedError)
+                if refused and time.monotonic() < serving_by:
+                    time.sleep(0.1)
+                    continue
+                self.error = f"no kube-scheduler profile: {err}"
+                return
 
     def wait(self) -> None:
         self._thread.join(self._timeout)

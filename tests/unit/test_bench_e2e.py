@@ -292,3 +292,35 @@ def test_the_json_it_writes_has_what_the_pods_per_second_plot_reads(tmp_path: Pa
     written = json.loads(e2e.report_json(report))
     assert plots.e2e_rates(written) == {"a": {500: 190.0}, "q": {500: 150.0, 5000: 90.0}}
     assert plots.pods_per_second(written, tmp_path / "p.png").stat().st_size > 0
+
+
+def test_a_profile_waits_for_kube_scheduler_to_serve(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """kube-scheduler serves its /debug/pprof once started, seconds later on a busy machine:
+    a refused connection is tried again, another error is reported."""
+    import io
+    import urllib.error
+    import urllib.request
+
+    calls: list[str] = []
+
+    def urlopen(url: str, **_kwargs: Any) -> Any:
+        calls.append(url)
+        if len(calls) < 3:
+            raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+        return io.BytesIO(b"\x1f\x8bprofile")
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    profile = e2e.SchedulerProfile(10259, tmp_path / "p.pprof", after=0, seconds=1)
+    profile.wait()
+    assert profile.error is None and len(calls) == 3
+    assert (tmp_path / "p.pprof").read_bytes() == b"\x1f\x8bprofile"
+
+    def forbidden(url: str, **_kwargs: Any) -> Any:
+        raise urllib.error.URLError("403 Forbidden")
+
+    monkeypatch.setattr(urllib.request, "urlopen", forbidden)
+    failed = e2e.SchedulerProfile(10259, tmp_path / "q.pprof", after=0, seconds=1)
+    failed.wait()
+    assert failed.error is not None and "403" in failed.error
