@@ -62,7 +62,8 @@ class PoolFlow:
         if amount <= sum(max(0, self.left(p, resource)) for p in source):
             return True  # the common case: the pools have it as they are drawn now
         routes = {s: dict(drawn) for s, drawn in self._routes.get(resource, {}).items()}
-        left = self._left_map(resource, routes)
+        # The source's own pools too: one no demand has drawn on yet is in no route.
+        left = self._left_map(resource, routes, source)
         return _route(routes, left, source, amount) >= amount
 
     def route(self, source: Source, resource: str, amount: int) -> int:
