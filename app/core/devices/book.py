@@ -204,7 +204,7 @@ class DeviceBook:
         if demand:
             record.requests = _with_demand(record.requests, demand)
             record.claim_extras = _extras(demand)
-        self._count_new_signatures(signatures, record.key)
+        self._count_new_signatures(signatures, skip=record.key)
         return touched
 
     def unseen_requests(self, namespace: str, key: str, spec: Mapping[str, Any]) -> Resources:
@@ -221,15 +221,18 @@ class DeviceBook:
             return requests
         signatures = len(self.model.signatures)
         demand = self.model.demand(namespace, key, claims)
-        self._count_new_signatures(signatures, key)
+        self._count_new_signatures(signatures, skip=key)
         return _with_demand(requests, demand)
 
-    def _count_new_signatures(self, before: int, key: str) -> None:
-        """A selector set first asked for (by pod `key`): count it on every node, and on
-        the pods whose allocated devices it covers."""
+    def _count_new_signatures(
+        self, before: int, *, skip: str = "", also: Iterable[str] = ()
+    ) -> None:
+        """A selector set first asked for since `before` signatures: count it on every
+        node, then recount the pods whose allocated devices it covers and `also` (not
+        `skip`, the pod being counted)."""
         if len(self.model.signatures) != before:
             self.offers.refresh()
-            self._recount(sorted(self._volatile - {key}))
+            self._recount(sorted({*also, *self._volatile} - {skip}))
 
     def pod_gone(self, key: str) -> set[str]:
         if key not in self._device_pods:
@@ -274,12 +277,10 @@ class DeviceBook:
         old = self._table(kind).get(key)
         _store(self._table(kind), kind, key, raw)
         self._refresh(kind, key, old)
-        new = self.model.claims.get(key) if kind == CLAIMS else None
-        if (
-            kind == CLAIMS
-            and old is not None
-            and not set(old.allocated) <= set(new.allocated if new is not None else ())
-        ):
+        if kind != CLAIMS or old is None:
+            return
+        new = self.model.claims.get(key)
+        if not set(old.allocated) <= set(new.allocated if new is not None else ()):
             # Devices given back: the claim's pod ended, and kube-controller-manager cleared
             # its allocation (or deleted it), maybe well after. No pod changes then, so no
             # pod event tells the line: say it as room on nodes (gangs in line are looked at
@@ -328,11 +329,7 @@ class DeviceBook:
         keys = list(keys)
         signatures = len(self.model.signatures)
         self._recount(keys)
-        if len(self.model.signatures) != signatures:
-            # A selector set first asked for: count it on every node, then ask again
-            # (the pods whose allocated devices it covers too).
-            self.offers.refresh()
-            self._recount(sorted({*keys, *self._volatile}))
+        self._count_new_signatures(signatures, also=keys)
 
     def _recount(self, keys: list[str]) -> None:
         for key in keys:
