@@ -41,6 +41,7 @@ from app.ops.queue_status import QueueStatusWriter
 from app.ops.status_reconciler import PodGroupStatus, StatusSettings
 from app.runtime.arbiter import Arbiter
 from app.runtime.arbiter_setup import ArbiterPeers, ArbiterSettings
+from app.runtime.claim_nominees import ClaimNominees
 from app.runtime.device_cel import CelEngine
 from app.runtime.gate import PermitGate
 from app.runtime.gate_settings import GateLinks, GatePolicy, PartialBindPolicy
@@ -161,8 +162,9 @@ def build_runtime(
         metrics.held_members.set_function(lambda: float(holds.members))
     # A plan evicts only for a gang the line would then admit (issue 49).
     plans.consult(ArbiterLineCheck(arbiter, state))
-    # Every planned member nominated for its node: no lower-priority pod takes its room.
-    plans.nominate_through(pod_writes)
+    # Every planned member nominated for its node, and every admitted gang's member late
+    # to the gate: no lower-priority pod takes its room (claim_nominees.py).
+    ClaimNominees(state, arbiter.ledger).attach(plans.nominate_through(pod_writes))
     follower = PreemptionFollower(state, pod_writes, observer, victims, plans)
     devices = UnaskedPreemption(state, cluster.admission, plans, pod_writes, observer, victims)
     if holds is not None:

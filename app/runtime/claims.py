@@ -12,6 +12,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from app.core.admission import wholeness
 from app.core.contention import Decision, Gang, Holder, room_left
@@ -69,6 +70,14 @@ class Claim:
         return self.since or self.made_at
 
 
+class ClaimListener(Protocol):
+    """Told of each claim as it is made and as it ends (app/runtime/claim_nominees.py)."""
+
+    def claim_made(self, key: str, claim: Claim) -> None: ...
+
+    def claim_ended(self, key: str, claim: Claim) -> None: ...
+
+
 class ClaimLedger:
     """Every claim standing, what each still holds, and which no longer stand."""
 
@@ -94,6 +103,7 @@ class ClaimLedger:
         self._pooled: set[str] = set()
         self._pool_version = 0
         state.devices.shared.promised = self.pool_promises
+        self.listeners: list[ClaimListener] = []
 
     def make(
         self,
@@ -131,6 +141,8 @@ class ClaimLedger:
         if claim.pool_shares:
             self._pooled.add(gang.key)
             self._pool_version += 1
+        for listener in self.listeners:
+            listener.claim_made(gang.key, claim)
         return claim
 
     def _pool_shares(self, claim: Claim) -> dict[str, list[PoolShare]]:
@@ -177,7 +189,11 @@ class ClaimLedger:
         if key in self._pooled:
             self._pooled.discard(key)
             self._pool_version += 1
-        return self.held.pop(key, None)
+        claim = self.held.pop(key, None)
+        if claim is not None:
+            for listener in self.listeners:
+                listener.claim_ended(key, claim)
+        return claim
 
     def recheck(self, key: str) -> None:
         """A member of this claiming gang went away: `stale()` looks at it at once."""

@@ -21,7 +21,12 @@ is removed (unless kube-scheduler has nominated the pod elsewhere since), and
 so is a nomination a restarted extender finds on a waiting member of a gang
 with no plan (its plan ended with the process that made it).
 
-No plan, no work: `sync` walks the live plans' slots and the pods written.
+Admitted gangs' members that are slow to reach the gate are nominated the same
+way, for the nodes their admission promised (app/runtime/claim_nominees.py, a
+source added with `add_source`).
+
+No plan, no work: `sync` walks the live plans' slots, what the sources want and the
+pods written.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from cachetools import TTLCache
 
@@ -44,6 +49,9 @@ log = logging.getLogger(__name__)
 
 # A write not seen back through the watch within this is sent again by the next sync.
 RESEND_SECONDS = 5.0
+
+# uid -> (the pod, the node it should be nominated for).
+Wanted: TypeAlias = dict[str, tuple[PodRecord, str]]
 
 
 class PodNominator(Protocol):
@@ -93,6 +101,8 @@ class Nominations:
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_at: float | None = None  # the deadline the timer is set for
         self._expire: Callable[[], None] = lambda: None
+        # Other nominations wanted besides the plans' (a plan's slot wins over them).
+        self._sources: list[Callable[[], Wanted]] = []
         self.written = 0
 
     @property
@@ -119,6 +129,10 @@ class Nominations:
             return False
         self._ours[pod.uid] = pod.nominated_node
         return True
+
+    def add_source(self, wanted: Callable[[], Wanted]) -> None:
+        """Nominate what `wanted` returns as well, from the next sync on."""
+        self._sources.append(wanted)
 
     def on_expiry(self, check: Callable[[], None]) -> None:
         """What to run at the earliest live plan's deadline (plans end by time, not events)."""
@@ -157,9 +171,12 @@ class Nominations:
     async def drain(self) -> None:
         await self._writes.drain()
 
-    def _wanted(self) -> dict[str, tuple[PodRecord, str]]:
-        """uid -> (pod, node): one unplaced member per open slot of every live plan."""
-        wanted: dict[str, tuple[PodRecord, str]] = {}
+    def _wanted(self) -> Wanted:
+        """uid -> (pod, node): one unplaced member per open slot of every live plan, and
+        what the sources want."""
+        wanted: Wanted = {}
+        for source in self._sources:
+            wanted.update(source())
         for plan in self._plans():
             if not plan.live or plan.kind is not PlanKind.PREEMPTION:
                 continue
