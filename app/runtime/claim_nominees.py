@@ -104,6 +104,7 @@ class ClaimNominees:
             for k in claim.plan
         ):
             self._late[key] = claim
+            claim.nominated_late = True
             self._sync()
 
     def _forget(self, key: str) -> bool:

@@ -94,7 +94,7 @@ class ClaimRelease:
             or message == claim.baseline.get(new.key)
             or any(ours in message for ours in self._ours.get(new.uid) or ())
             # kube-scheduler is evicting pods to make room for it: it will be placed.
-            or new.nominated_node
+            or (new.nominated_node and not _ours(claim, new))
             or _PREEMPTING in message
             or self._clock() < claim.released_others_until
         ):
@@ -123,3 +123,8 @@ class ClaimRelease:
         for member in released:
             self.note_rejection(member.uid, message)
         return released
+
+
+def _ours(claim: Claim, pod: PodRecord) -> bool:
+    """Is the pod's nomination the one the extender wrote for its late claim?"""
+    return claim.nominated_late and pod.nominated_node == claim.plan.get(pod.key)

@@ -63,6 +63,10 @@ class Claim:
     # Member key -> what it was promised of the device pools published for many nodes
     # (app/core/shared_pools.py pool_shares): no other gang's while the member is not bound.
     pool_shares: dict[str, list[PoolShare]] = field(default_factory=dict)
+    # Its members late to the gate were nominated for their planned nodes
+    # (app/runtime/claim_nominees.py): such a nomination is no sign of kube-scheduler's
+    # preemption.
+    nominated_late: bool = False
 
     @property
     def waiting_since(self) -> float:

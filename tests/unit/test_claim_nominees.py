@@ -11,13 +11,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from app.core.admission import FilterReason
 from app.core.groups import GroupSpec
 from app.core.records import PodRecord
 from app.runtime.claim_nominees import ClaimNominees
 from app.runtime.preemption.nominations import Nominations
+from app.runtime.waiting_room import GateError
+from tests.unit.builders import pod
 from tests.unit.fakes import eventually
-from tests.unit.test_arbiter import World
+from tests.unit.test_arbiter import World, with_unschedulable
 from tests.unit.test_nominations import Api
 
 AFTER = 0.05
@@ -105,3 +109,25 @@ async def test_a_late_member_placed_needs_no_write_to_undo_its_nomination() -> N
     await nominations.drain()
     assert api.writes == [("a-1", plan["a-1"])]
     assert nominations.ours == {}
+
+
+async def test_a_late_member_that_finds_no_node_fails_its_gang_though_we_nominated_it() -> None:
+    """A nomination kube-scheduler made is a sign it preempts for the member (the gang is
+    not failed fast); the one we wrote for a late member is not."""
+    world = World()
+    _, nominations, api = nominating(world)
+    _, plan, first = first_at_gate(world, 2)
+    await eventually(lambda: len(api.writes) == 1)
+    # kube-scheduler tried a-1 and found no node; our nomination stayed on it (a pod that
+    # may not preempt: kube-scheduler clears a nomination only when its preemption ran).
+    raw = with_unschedulable(
+        pod("a-1", group="a", cpu="2500m"),
+        "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.",
+    )
+    raw["status"]["nominatedNodeName"] = plan["a-1"]
+    world.state.apply_pod(raw)
+    with pytest.raises(GateError, match="released its reservations at once"):
+        await first
+    assert "default/a" not in world.arbiter.claims
+    await eventually(lambda: api.writes[-1:] == [("a-1", "")])
+    await nominations.drain()
