@@ -64,7 +64,8 @@ class ClaimNominees:
 
     @property
     def late(self) -> list[str]:
-        """The claiming gangs some member of which was late to the gate (for /debug, tests)."""
+        """The claiming gangs some member of which was late to the gate (/debug/gangs shows
+        them as claims with lateMembersNominated)."""
         return sorted(self._late)
 
     def claim_made(self, key: str, claim: Claim) -> None:
@@ -85,11 +86,6 @@ class ClaimNominees:
                 if pod is not None and not pod.placed_node and pod.counts_as_member:
                     wanted[pod.uid] = (pod, node)
         return wanted
-
-    def cancel(self) -> None:
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
 
     def _check(self, key: str, claim: Claim) -> None:
         """The claim's wait is over: if it still stands with a member short of the gate,

@@ -277,5 +277,7 @@ class ClaimLedger:
                 if c.groups
                 else {}
             )
+            # Members late to the gate nominated for their nodes (app/runtime/claim_nominees.py).
+            | ({"lateMembersNominated": True} if c.nominated_late else {})
             for k, c in self.held.items()
         ]

@@ -85,6 +85,8 @@ async def test_members_late_to_the_gate_are_nominated_until_the_claim_ends() -> 
     await nominations.drain()
     assert dict(api.writes) == {"a-1": plan["a-1"], "a-2": plan["a-2"]}
     assert nominees.late == ["default/a"]
+    (shown,) = world.arbiter.snapshot()["claims"]
+    assert shown["group"] == "default/a" and shown["lateMembersNominated"] is True
     # The claim falls (a member deleted): the remaining member's nomination is removed;
     # the deleted one needs none.
     world.state.delete_pod("default", "a-2")
