@@ -26,8 +26,9 @@ open a new one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+from app.core.records import PodRecord
 from app.core.state import ClusterState
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.preemption.nominations import Nominations, Wanted
@@ -79,13 +80,7 @@ class ClaimNominees:
 
     def wanted(self) -> Wanted:
         """uid -> (member, promised node): the late claims' members not placed yet."""
-        wanted: Wanted = {}
-        for claim in self._late.values():
-            for pod_key, node in claim.plan.items():
-                pod = self._state.pods.get(pod_key)
-                if pod is not None and not pod.placed_node and pod.counts_as_member:
-                    wanted[pod.uid] = (pod, node)
-        return wanted
+        return {pod.uid: (pod, node) for c in self._late.values() for pod, node in self._short(c)}
 
     def _check(self, key: str, claim: Claim) -> None:
         """The claim's wait is over: if it still stands with a member short of the gate,
@@ -93,15 +88,17 @@ class ClaimNominees:
         self._timers.pop(key, None)
         if self._ledger.held.get(key) is not claim:
             return
-        if any(
-            (pod := self._state.pods.get(k)) is not None
-            and not pod.placed_node
-            and pod.counts_as_member
-            for k in claim.plan
-        ):
+        if next(self._short(claim), None) is not None:
             self._late[key] = claim
             claim.nominated_late = True
             self._sync()
+
+    def _short(self, claim: Claim) -> Iterator[tuple[PodRecord, str]]:
+        """The claim's members not at the gate nor bound, each with its promised node."""
+        for pod_key, node in claim.plan.items():
+            pod = self._state.pods.get(pod_key)
+            if pod is not None and not pod.placed_node and pod.counts_as_member:
+                yield pod, node
 
     def _forget(self, key: str) -> bool:
         """Drop the gang's timer and lateness; True if it was late (nominations to remove)."""
