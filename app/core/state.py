@@ -187,10 +187,11 @@ class ClusterState(ChangeReader):
         """Each schedulable node's allocatable (the empty cluster); shared: never change them."""
         return self._bins.allocatable(self.nodes)
 
-    def room(self) -> list[Bin]:
-        """What each schedulable node has free once the pods `leaving` it are gone; shared
-        until their node changes: never change these bins, copy the ones to change."""
-        return self._bins.room(self.nodes, self.leaving.values())
+    def room(self, *, leaving: bool = True) -> list[Bin]:
+        """What each schedulable node has free once the pods `leaving` it are gone (not
+        `leaving`: while they hold it, as kube-scheduler counts); shared until their node
+        changes: never change these bins, copy the ones to change."""
+        return self._bins.room(self.nodes, self.leaving.values() if leaving else ())
 
     def warm_room(self, most: int) -> bool:
         """Build at most `most` nodes' bins of a rebuild of them all, a slice of the warm-up

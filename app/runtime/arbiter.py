@@ -285,7 +285,7 @@ class Arbiter:
             and old.placed_node
             and not old.terminal
             and (new is None or new.terminal or new.deleting or not new.placed_node)
-        ):
+        ) or (self.holds is not None and _unnominated(old, new)):
             self._schedule_reconsider()
         if new is None or old is None or new.group is None or new.uid != old.uid:
             return
@@ -319,3 +319,14 @@ class Arbiter:
         held = {"held": self.holds.snapshot()} if self.holds is not None else {}
         line = {"line": self.line.snapshot(now, self.settings.aging_seconds)}
         return queues | {"claims": self.ledger.snapshot()} | line | held
+
+
+def _unnominated(old: PodRecord | None, new: PodRecord | None) -> bool:
+    """A pod kube-scheduler kept room for, not placed, lost its nomination (or went): held
+    gangs may fit in what kube-scheduler sees free now (app/core/fit_now.py)."""
+    return (
+        old is not None
+        and bool(old.nominated_node)
+        and not old.placed_node
+        and (new is None or not (new.nominated_node or new.placed_node))
+    )

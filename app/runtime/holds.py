@@ -17,7 +17,10 @@ How: the webhook gives each member that cannot preempt the gate LINE_GATE
 - the line's wake-up (the arbiter's: the gangs in line admitted now, in line order)
   chooses it, and waking a chosen gang's held members removes their gate
   (app/runtime/wakeup.py): kube-scheduler then calls the filter, which admits the gang
-  as it would any other;
+  as it would any other. A gate cannot be put back, so a gang is chosen only once it fits
+  in what kube-scheduler sees free (app/core/fit_now.py: pods leaving still hold their
+  room, nominated pods theirs); one released onto room kube-scheduler gives to another
+  was retried on every cluster event ahead of every lower-priority pod (issue 49's soak);
 - a held gang whose members may preempt (priority above zero, preemptionPolicy not
   Never) and that the line does not admit is offered to the preemption planner, a few
   each sweep and each gang at most every few seconds (`preempting`, set by the server:
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,11 +163,16 @@ class LineHolds:
         if self.may_release(group_key):
             self._release(group_key, pods, self._clock())
 
-    def chosen(self, keys: Iterable[str]) -> None:
-        """The line admits these gangs now: their held members go (when woken)."""
+    def chosen(self, keys: Sequence[str]) -> None:
+        """The line admits these gangs now (in line order): their held members go (when
+        woken), if the gang fits in what kube-scheduler sees free now (Line.fit_now); one
+        that fits only once leaving pods are gone, or in room kept for a nominated pod,
+        stays held until a later look."""
         now = self._clock()
+        fit = set(self._line.fit_now(keys)) if any(k in self._held for k in keys) else set()
         for key in keys:
-            self._chosen.setdefault(key, now)
+            if key in fit or key not in self._held:
+                self._chosen.setdefault(key, now)
 
     def set_aside(self, now: float) -> int:
         """Gangs chosen lately and still in line: the wake-up looks that many further."""

@@ -26,6 +26,7 @@ from app.core.contention import (
     order_line,
     wake_steps,
 )
+from app.core.fit_now import Nominated, fit_now
 from app.core.groups import GroupRef, GroupSpec
 from app.core.packing import Bin, Demand
 from app.core.placement import placement_of
@@ -259,6 +260,20 @@ class Line:
         `slice_size` gangs of the line at a time (app/core/contention.py wake_steps): the
         line and the room as they are now, walked while the event loop serves others."""
         return wake_steps(self._wake_contest(), now, aging_seconds, limit, slice_size)
+
+    def fit_now(self, keys: Sequence[str]) -> list[str]:
+        """Of `keys` (gangs in line the look chose, in line order), those that fit together in
+        the room kube-scheduler sees free now (app/core/fit_now.py): a held gang is released
+        only then, since its gate cannot be put back."""
+        contest = self.contest(exclude="")
+        by_key = {g.key: g for g in contest.line}
+        gangs = [g for key in keys if (g := by_key.get(key)) is not None]
+        nominated = [
+            Nominated(p.group.key if p.group is not None else "", p.priority, node, p.requests)
+            for p in self._state.nominated.values()
+            if (node := p.nominated_node)
+        ]
+        return fit_now(gangs, self._state.room(leaving=False), contest.holders, nominated)
 
     def _wake_contest(self) -> Contest:
         contest = self.contest(exclude="")

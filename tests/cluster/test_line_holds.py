@@ -163,3 +163,30 @@ def test_a_held_gang_that_may_preempt_evicts_only_what_it_needs_and_starts_whole
     wait_for(lambda: late in kube.bound(namespace), 30, "the late low-priority pod bound")
     never_tried(kube, namespace, hopeless)
     assert not set(hopeless) & set(kube.bound(namespace))
+
+
+@pytest.mark.usefixtures("priorities")
+def test_a_held_gang_is_not_released_onto_room_kube_scheduler_keeps_for_a_preemptor(
+    kube: Kube, namespace: str, hold_pool: list[str]
+) -> None:
+    """A gate cannot be put back: a held gang goes only once it fits in what kube-scheduler
+    sees free. Here a plain pod of high priority preempts through kube-scheduler's own
+    preemption: its victim leaves, and kube-scheduler keeps the room for the pod it
+    nominated. The extender's line alone would count that room free; released there, the
+    gang's members were turned away and retried on every cluster event, ahead of every pod
+    of lower priority (issue 49's soak)."""
+    low = [pool_pod(kube, namespace, f"low-{i}", "7", LOW) for i in range(NODES)]
+    wait_for(lambda: set(low) <= set(kube.bound(namespace)), 30, "the low-priority pods bound")
+    waiting = gang(kube, namespace, "waiting", 2, "3")  # no node has 3 CPUs free
+    kube.wait_for_event(namespace, "waiting", "GangHeldInLine", what="the gang held")
+
+    urgent = pool_pod(kube, namespace, "urgent", "8", HIGH)
+    wait_for(lambda: urgent in kube.bound(namespace), 60, "the preempting pod bound")
+    evicted = set(low) - {p.metadata.name for p in kube.pods(namespace)}
+    assert len(evicted) == 1, f"evicted {sorted(evicted)}; one node's pod is the fewest"
+    time.sleep(2)  # a release on the victim's room would have come by now
+    never_tried(kube, namespace, waiting)
+
+    # The preemptor ends: its node is free for kube-scheduler too, and the gang goes.
+    kube.core.delete_namespaced_pod(urgent, namespace, grace_period_seconds=0)
+    bound_within(kube, namespace, waiting, 30, "the held gang", {"waiting": waiting})
