@@ -162,11 +162,11 @@ def build_runtime(
         metrics.held_members.set_function(lambda: float(holds.members))
     # A plan evicts only for a gang the line would then admit (issue 49).
     plans.consult(ArbiterLineCheck(arbiter, state))
-    # Every planned member nominated for its node, and every admitted gang's member late
-    # to the gate: no lower-priority pod takes its room (claim_nominees.py).
-    ClaimNominees(state, arbiter.ledger).attach(plans.nominate_through(pod_writes))
+    nominations = plans.nominate_through(pod_writes)  # the one writer of nominations
+    ClaimNominees(state, arbiter.ledger).attach(nominations)
     follower = PreemptionFollower(state, pod_writes, observer, victims, plans)
     devices = UnaskedPreemption(state, cluster.admission, plans, pod_writes, observer, victims)
+    devices.nominations = nominations  # our own evictions wait for the members' nominations
     if holds is not None:
         # kube-scheduler never tries a held member: a held gang's preemption starts here.
         holds.preempting = devices.for_held

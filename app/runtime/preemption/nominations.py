@@ -97,6 +97,8 @@ class Nominations:
         self._sent: TTLCache[str, str] = TTLCache(100_000, RESEND_SECONDS, timer=clock)
         # uid -> the pod and the value its next write sends (one write per pod at a time).
         self._next: dict[str, tuple[PodRecord, str]] = {}
+        # uid -> the task writing its values, while one is under way.
+        self._sending: dict[str, asyncio.Task[None]] = {}
         self._writes = TaskSet()
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_at: float | None = None  # the deadline the timer is set for
@@ -217,7 +219,7 @@ class Nominations:
         idle = pod.uid not in self._next
         self._next[pod.uid] = (pod, node)
         if idle:
-            self._writes.spawn(self._send_latest(pod.uid))
+            self._sending[pod.uid] = self._writes.spawn(self._send_latest(pod.uid))
 
     def _seen(self, pod: PodRecord) -> None:
         """The watch shows the pod as written: a later change (kube-scheduler cleared it) is
@@ -228,11 +230,23 @@ class Nominations:
     async def _send_latest(self, uid: str) -> None:
         """One write at a time per pod, the latest value last (two in flight could land
         in either order)."""
-        while (item := self._next.get(uid)) is not None:
-            pod, node = item
-            await self._send(pod, node)
-            if self._next.get(uid, item)[1] == node:
-                self._next.pop(uid, None)
+        try:
+            while (item := self._next.get(uid)) is not None:
+                pod, node = item
+                await self._send(pod, node)
+                if self._next.get(uid, item)[1] == node:
+                    self._next.pop(uid, None)
+        finally:
+            self._sending.pop(uid, None)
+
+    async def sent(self, uids: Iterable[str]) -> None:
+        """Wait until the writes under way for these pods are answered. A plan's evictions
+        come after its members' nominations: kube-scheduler's one watch of pods brings
+        both in the order written, so it keeps the room before the room frees (evicted
+        first, the room went to a pod kube-scheduler tried in between: issue 49's soak)."""
+        tasks = [task for uid in uids if (task := self._sending.get(uid)) is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _send(self, pod: PodRecord, node: str) -> None:
         try:

@@ -83,6 +83,7 @@ from app.core.preemption.victims import Preemptor, VictimCandidate, VictimPolicy
 from app.core.records import GroupNotFound, PodRecord
 from app.core.state import ClusterState
 from app.runtime.preemption.evictor import PodEvicter, evict_each
+from app.runtime.preemption.nominations import Nominations
 from app.runtime.preemption.plan import STALLED_SECONDS
 from app.runtime.preemption.plans import PreemptionPlans
 
@@ -167,6 +168,9 @@ class UnaskedPreemption:
         self._tasks = TaskSet()
         # Gangs whose victims handed to kube-scheduler are being followed up (`follow`).
         self._following: set[str] = set()
+        # The plans' nominations (set by the server): a gang's victims are evicted once its
+        # members' nominations are written (Nominations.sent says why).
+        self.nominations: Nominations | None = None
 
     def on_pod_change(self, old: PodRecord | None, new: PodRecord | None) -> None:
         """A gang member kube-scheduler will not preempt for: plan for its gang.
@@ -264,6 +268,10 @@ class UnaskedPreemption:
         except (GroupNotFound, PodGroupSpecError) as err:
             log.info("no preemption (unasked): %s", err, extra={"podgroup": group_key})
             return
+        if victims and self.nominations is not None:  # evicted once its members' room is kept
+            await self.nominations.sent(p.uid for p in self._state.members(group_key))
+            if not self._plans.lives(group_key):
+                return  # pods took its room meanwhile (plan_book.py): evicting would free it idly
         if victims:
             await self._evict(group_key, victims)
 
