@@ -44,21 +44,24 @@ def fit_now(
     """The keys of those of `gangs` (in line order) that fit, each in what the ones before it
     that fit left: `free` (the leaving pods' room not in it) less the `holders`' promises,
     and for each gang less the room of the `nominated` pods of its priority or above (but
-    its own members and those of the gangs before it that fit)."""
+    its own members, and those of the holders and of the gangs before it that fit, whose
+    room is counted already)."""
     room = Room(free, holders, ())
+    # A holder's promise, and a gang that fit, took their nominated members' room already.
+    counted = {h.key for h in holders}
     fits: list[str] = []
     for gang in gangs:
-        # A gang that fit took its nominated members' room already: not kept twice.
         ahead = [
             n
             for n in nominated
-            if n.priority >= gang.priority and n.group != gang.key and n.group not in fits
+            if n.priority >= gang.priority and n.group != gang.key and n.group not in counted
         ]
         kept = Room(room.bins, [_promise(ahead)], ()) if ahead else room
         packing = kept.pack(gang)
         if packing.fits:
             room.take(gang, packing.plan)
             fits.append(gang.key)
+            counted.add(gang.key)
     return fits
 
 

@@ -44,3 +44,13 @@ def test_a_nominated_pod_does_not_take_the_room_of_gangs_before_twice() -> None:
     # n0 takes a and b; n1 keeps 2 of its 4 cores for the nominated pod: c fits in the rest.
     assert fit_now(chosen, free, (), nominated) == ["a", "b", "c"]
     assert fit_now([*chosen, gang("d", 1, 1)], free, (), nominated) == ["a", "b", "c"]
+
+
+def test_a_claims_nominated_members_are_not_counted_twice() -> None:
+    """A claim's members late to the gate are nominated for its nodes (claim_nominees.py):
+    its promise keeps that room once."""
+    free = cluster(4)
+    claim = holder("c", {"n0": 3})
+    late = [Nominated("c", 0, "n0", cpu(3))]
+    assert fit_now([gang("a", 1, 1)], free, [claim], late) == ["a"]
+    assert fit_now([gang("a", 1, 2)], free, [claim], late) == []
