@@ -134,6 +134,10 @@ class Service:
         lines = [f"{r.kind}: {'ok' if r.healthy else _unhealthy(r)}" for r in self.reflectors]
         return all(r.healthy for r in self.reflectors), "\n".join(lines) + "\n"
 
+    def pods_listed(self) -> bool:
+        """The pod cache has been listed once (app/web/preempt_verb.py waits for it)."""
+        return any(r.kind == "pods" and r.synced for r in self.reflectors)
+
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         await self.start()
