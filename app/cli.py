@@ -14,7 +14,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from app import __version__
-from app.config import ConfigError, Settings, add_arguments, describe, load
+from app.config import ConfigError, Settings, add_arguments, advice, describe, load
 
 if TYPE_CHECKING:
     import uvicorn
@@ -71,6 +71,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"gang-extender: {err}", file=sys.stderr)
         return 2
     log.info("configuration: %s", json.dumps(describe(settings)))
+    for note in advice(settings):
+        log.warning("configuration: %s", note)
     # The event loop answers kube-scheduler's filter and prioritize calls, one
     # pod after the other, and makes every API call itself (app/kube/http.py):
     # no thread of ours competes with it. The short switch interval bounds what

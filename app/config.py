@@ -207,6 +207,27 @@ def _check_webhook(settings: Settings) -> None:
         )
 
 
+# kube-scheduler's default podMaxBackoffSeconds: the longest a member it turned away (or
+# the gate released) waits before it is tried again.
+SCHEDULER_MAX_BACKOFF_SECONDS = 10.0
+
+
+def advice(settings: Settings) -> list[str]:
+    """Valid settings that are likely unwise, each with what to do (logged as warnings at
+    start-up: they do not stop the extender, a test setup may want them)."""
+    notes = []
+    wait = settings.permit_waiting_time_seconds
+    if wait < SCHEDULER_MAX_BACKOFF_SECONDS:
+        notes.append(
+            f"{flag_of('permit_waiting_time_seconds')}={wait:g} is below kube-scheduler's "
+            f"default podMaxBackoffSeconds ({SCHEDULER_MAX_BACKOFF_SECONDS:g}s): a member it "
+            "backed off can come back after its gang timed out in the gate, and under "
+            "contention the gang may time out again and again; raise the wait above the "
+            "scheduler's podMaxBackoffSeconds"
+        )
+    return notes
+
+
 def describe(settings: Settings) -> dict[str, Any]:
     """Settings as logged at start-up."""
     return {f.name: getattr(settings, f.name) for f in fields(settings)}

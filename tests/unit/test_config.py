@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import parser
-from app.config import ConfigError, Settings, load
+from app.config import ConfigError, Settings, advice, load
 
 
 def settings(argv: list[str], env: dict[str, str] | None = None) -> Settings:
@@ -17,6 +17,14 @@ def test_defaults_work_out_of_the_box() -> None:
     assert (s.port, s.url_prefix, s.permit_waiting_time_seconds) == (8888, "/scheduler", 60)
     assert s.denied_pg_expiration_seconds == 3
     assert s.kubeconfig is None
+
+
+def test_a_gate_wait_below_the_schedulers_backoff_is_advised_against_not_refused() -> None:
+    assert advice(settings([])) == []
+    assert advice(settings(["--permit-waiting-time-seconds", "10"])) == []
+    (note,) = advice(settings(["--permit-waiting-time-seconds", "6"]))
+    assert note.startswith("--permit-waiting-time-seconds=6 is below kube-scheduler's")
+    assert "podMaxBackoffSeconds" in note and "raise the wait" in note
 
 
 def test_flags_win_over_environment() -> None:
