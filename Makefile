@@ -110,6 +110,7 @@ LINE_SWEEP ?= 0,100,1000,10000
 bench: $(STAMP) kube ## measure the speed targets: verbs in process (and a fresh gang's admission against the line's length), 40 gangs under contention, topology against kube-scheduler's own, the pod watch's cost, one verb call's cost on both sides (at 500 and 5,000 nodes), then end to end with kube-scheduler; JSON in bench/results, plots redrawn (updates BENCHMARKS.md's e2e section)
 	$(BIN)/python bench/run.py --json $(RESULTS)/run.json
 	$(BIN)/python bench/run.py --line-sweep $(LINE_SWEEP) --json $(RESULTS)/line.json
+	$(BIN)/python bench/run.py --line-sweep $(LINE_SWEEP) --line-blocked --json $(RESULTS)/line-blocked.json
 	$(BIN)/python -m bench.contention --json $(RESULTS)/contention.json
 	$(BIN)/python -m bench.topology --json $(RESULTS)/topology.json
 	$(BIN)/python -m bench.watchcost --json $(RESULTS)/watchcost.json

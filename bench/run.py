@@ -787,12 +787,23 @@ class QueueCluster:
     bodies: list[bytes]
 
 
-def queue_cluster(nodes: int, pods: int, queues: int, pending: int) -> QueueCluster:
+# --line-blocked: the waiting gangs' members ask more than any node has free (54 CPUs of
+# 64, ten one-CPU pods on each) and fit every node once its pods end: aged, each holds
+# what it can use, and the fresh gang's members fit only in the half CPU per node no
+# member of theirs can ever use (app/core/backfill.py). The issue 46 story, in process.
+BLOCKED_WAITING_CPU = "54500m"
+BLOCKED_FRESH_CPU = "400m"
+
+
+def queue_cluster(
+    nodes: int, pods: int, queues: int, pending: int, *, blocked: bool = False
+) -> QueueCluster:
     """`pods` running one-CPU pods in gangs of 10, `pending` gangs of 4 waiting, a fresh gang of 8.
 
     Every gang is in one of `queues` Volcano Queues (annotation
     scheduling.volcano.sh/queue-name on its PodGroup); the Queue objects
-    themselves are given to an arbiter or not (`queue_arbiter`).
+    themselves are given to an arbiter or not (`queue_arbiter`). `blocked`: the
+    waiting gangs fit no node now (see BLOCKED_WAITING_CPU).
     """
     state = ClusterState()
     state.replace_nodes([node(i) for i in range(nodes)])
@@ -814,14 +825,19 @@ def queue_cluster(nodes: int, pods: int, queues: int, pending: int) -> QueueClus
     ]
     for group in groups:
         state.apply_podgroup(group)
+    waiting = [pod(f"w{i}", group=f"g{pods // 10 + i // 4}") for i in range(pending * 4)]
+    for raw in waiting if blocked else ():
+        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = BLOCKED_WAITING_CPU
     state.replace_pods(
         [pod(f"r{i}", group=f"g{i // 10}", node_name=f"node-{i % nodes}") for i in range(pods)]
-        + [pod(f"w{i}", group=f"g{pods // 10 + i // 4}") for i in range(pending * 4)]
+        + waiting
     )
     new = pods // 10 + pending
     for i in range(8):
         raw = pod(f"new-{i}", group=f"g{new}")
-        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "40"
+        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = (
+            BLOCKED_FRESH_CPU if blocked else "40"
+        )
         state.apply_pod(raw)
     specs = [
         {"metadata": {"name": f"team-{q}"}, "spec": {"weight": 1 + q % 3}} for q in range(queues)
@@ -1090,21 +1106,30 @@ async def line_sweep(
     runs: int = 20,
     churn: int = 50,
     budget_seconds: float = 60.0,
+    blocked: bool = False,
 ) -> list[dict[str, Any]]:
     """A fresh gang of 8's admission (its first member's filter) with each of `lengths` gangs
     in line, with no queues and with `queues` Volcano Queues: the queue rows' admission
     (`fresh_admissions`) at every line length, for the plot of admission time against line
-    length (bench/plots.py).
+    length (bench/plots.py). `blocked`: the line's gangs fit no node now and the fresh gang
+    only in what they can never use (queue_cluster; no queues then).
 
     Each point takes up to `runs` calls, fewer once `budget_seconds` have gone (at least 3):
     a long line can make one call take seconds. One point per length and queue setting:
     its calls, p50, p99, the longest call and the first call (the queues' tally built).
     """
     points: list[dict[str, Any]] = []
-    print(f"line sweep: {nodes} nodes, {pods} pods, a fresh gang of 8 with N gangs of 4 in line")
+    print(
+        f"line sweep: {nodes} nodes, {pods} pods, a fresh gang of 8 with N gangs of 4 in line"
+        + (", which fit no node now (blocked)" if blocked else "")
+    )
     for length in lengths:
-        cluster = queue_cluster(nodes, pods, queues, length)
-        for label, objects in (("none", []), (str(queues), cluster.queue_specs)):
+        cluster = queue_cluster(nodes, pods, queues, length, blocked=blocked)
+        settings: tuple[tuple[str, list[dict[str, Any]]], ...] = (
+            ("none", []),
+            (str(queues), cluster.queue_specs),
+        )
+        for label, objects in settings[:1] if blocked else settings:
             arbiter, app = queue_arbiter(cluster, objects)
             async with verbs_client(app) as client:
                 first_ms, samples = await fresh_admissions(
@@ -1157,6 +1182,12 @@ def cli(argv: Sequence[str] | None = None) -> int:
         "0,100,1000,10000; bench/plots.py draws it)",
     )
     parser.add_argument("--line-queues", type=int, default=20, help="queues of the sweep (20)")
+    parser.add_argument(
+        "--line-blocked",
+        action="store_true",
+        help="the sweep's gangs in line fit no node now (aged, each holds what it can use) and "
+        "the fresh gang fits only in what they never can: issue 46's deep line, no queues",
+    )
     parser.add_argument(
         "--line-runs", type=int, default=50, help="calls per point of the sweep, at most (50)"
     )
@@ -1212,6 +1243,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
                 queues=args.line_queues,
                 runs=args.line_runs,
                 budget_seconds=args.line_seconds,
+                blocked=args.line_blocked,
             )
         )
         took = time.monotonic() - began
@@ -1221,6 +1253,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
             "nodes": args.nodes,
             "pods": args.pods,
             "queues": args.line_queues,
+            "blocked": args.line_blocked,
             "seconds": took,
             "points": points,
         }
