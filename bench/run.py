@@ -795,6 +795,14 @@ BLOCKED_WAITING_CPU = "54500m"
 BLOCKED_FRESH_CPU = "400m"
 
 
+def _min_member(group: int, running: int, pending: int, blocked: bool) -> int:
+    """1, but with --line-blocked each gang in line needs its 4 and the fresh gang its 8 (it
+    needs the remainders of 8 nodes, where a gang of minMember 1 packs one member)."""
+    if not blocked or group < running:
+        return 1
+    return 4 if group < running + pending else 8
+
+
 def queue_cluster(
     nodes: int, pods: int, queues: int, pending: int, *, blocked: bool = False
 ) -> QueueCluster:
@@ -803,7 +811,8 @@ def queue_cluster(
     Every gang is in one of `queues` Volcano Queues (annotation
     scheduling.volcano.sh/queue-name on its PodGroup); the Queue objects
     themselves are given to an arbiter or not (`queue_arbiter`). `blocked`: the
-    waiting gangs fit no node now (see BLOCKED_WAITING_CPU).
+    waiting gangs fit no node now (see BLOCKED_WAITING_CPU), and they and the fresh
+    gang need every member (minMember 4 and 8).
     """
     state = ClusterState()
     state.replace_nodes([node(i) for i in range(nodes)])
@@ -819,7 +828,7 @@ def queue_cluster(
                     "%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_795_000_000 + i)
                 ),
             },
-            "spec": {"minMember": 1},
+            "spec": {"minMember": _min_member(i, pods // 10, pending, blocked)},
         }
         for i in range(pods // 10 + pending + 1)
     ]

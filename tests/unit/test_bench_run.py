@@ -116,6 +116,26 @@ async def test_the_line_sweep_admits_at_every_length_and_feeds_its_plot(tmp_path
     assert drawn.stat().st_size > 0
 
 
+async def test_a_blocked_line_holds_room_and_the_fresh_gang_is_backfilled_into_the_rest() -> None:
+    # The line's gangs (4 x 54.5 CPUs) fit no node now (54 CPUs free on each) and aged,
+    # each holds what it could use: half a CPU per node is left, so the fresh gang's 8
+    # members of 400m go one per node. With no line they share the first node.
+    placed = {}
+    for length in (0, 6):
+        cluster = bench_run.queue_cluster(20, 200, 1, length, blocked=True)
+        arbiter, app = bench_run.queue_arbiter(cluster, [])
+        async with bench_run.verbs_client(app) as client:
+            await bench_run.fresh_admissions(client, cluster, arbiter, 2, 5)
+        (claim,) = arbiter.claims.values()
+        placed[length] = len(set(claim.plan.values()))
+    assert placed == {0: 1, 6: 8}
+    points = await bench_run.line_sweep(20, 200, [0, 6], runs=3, churn=5, blocked=True)
+    assert [(p["line"], p["queues"], p["calls"]) for p in points] == [
+        (0, "none", 3),
+        (6, "none", 3),
+    ]
+
+
 async def test_a_sweep_point_stops_at_its_time_budget_after_three_calls() -> None:
     points = await bench_run.line_sweep(40, 400, [10], queues=2, runs=50, budget_seconds=0)
     assert [p["calls"] for p in points] == [3, 3]
