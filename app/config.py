@@ -222,7 +222,7 @@ def advice(settings: Settings) -> list[str]:
             f"{flag_of('permit_waiting_time_seconds')}={wait:g} is below kube-scheduler's "
             f"default podMaxBackoffSeconds ({SCHEDULER_MAX_BACKOFF_SECONDS:g}s): a member it "
             "backed off can come back after its gang timed out in the gate, and under "
-            "contention the gang may time out again and again; raise the wait above the "
+            "contention the gang may time out again and again; raise the wait to at least the "
             "scheduler's podMaxBackoffSeconds"
         )
     return notes
