@@ -120,12 +120,13 @@ class Room:
     def pack(self, gang: Gang, *, thorough: bool = False) -> Packing:
         """The gang packed into this room. `thorough`: where first fit says no though the
         room is there in total, search the other placements (app/core/packing_search.py):
-        for the gang being decided, whose "no" makes it wait; gangs ahead in line are
-        packed by first fit alone (thousands of them, for one decision)."""
-        if gang.packer is not None and not thorough:  # a gang made of groups, ahead in line
+        for the gang being decided, whose "no" makes it wait; gangs ahead in line by first
+        fit alone, not told why they do not fit (thousands of them, for one decision)."""
+        if thorough:
+            return pack_thoroughly(gang.demands, self.bins, gang.need, allowed_nodes=self._on_bins)
+        if gang.packer is not None:  # a gang made of groups, ahead in line
             return gang.packer(gang, self.bins)
-        packer = pack_thoroughly if thorough else pack
-        return packer(gang.demands, self.bins, gang.need, allowed_nodes=self._on_bins)
+        return pack(gang.demands, self.bins, gang.need, allowed_nodes=self._on_bins, explain=False)
 
     def _shapes(self, gang: Gang) -> tuple[Shapes, int] | None:
         """The gang's member shapes and need: gangs alike fit alike (None: no memo)."""

@@ -36,6 +36,15 @@ def test_does_not_fit_names_the_aggregate_shortfall() -> None:
     assert "only 3 fit" in message and "short by cpu 2" in message
 
 
+def test_a_packing_not_asked_to_explain_places_alike_and_names_no_shortfall() -> None:
+    # The gangs ahead in line (app/core/room.py): working out why one does not fit read
+    # every node, and only whether and where it fits is used.
+    demands = [Demand(f"m{i}", cpu(2)) for i in range(4)]
+    told, untold = pack(demands, nodes(4, 2)), pack(demands, nodes(4, 2), explain=False)
+    assert (untold.plan, untold.unplaced, untold.fits) == (told.plan, told.unplaced, False)
+    assert told.shortfall == {"cpu": 2000} and untold.shortfall == {}
+
+
 def test_fragmentation_is_reported_when_the_total_would_suffice() -> None:
     # 3 free CPUs in total, but no node has 2.
     result = pack([Demand("m0", cpu(2))], nodes(1, 1, 1))
