@@ -320,7 +320,7 @@ def build_apps(settings: Settings, configuration: k8s.Configuration | None = Non
         )
     wire_listeners(parts, unmarked)
     service = Service(settings, parts)
-    extender.victims_once(service.pods_listed)
+    parts.runtime.plans.listed = service.pods_listed  # every evictor's victims wait for it
     main, ops = http_apps(settings, parts, extender, service)
     return Apps(main, ops, service.begin_shutdown, webhook, webhook_certs)
 

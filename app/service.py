@@ -135,7 +135,7 @@ class Service:
         return all(r.healthy for r in self.reflectors), "\n".join(lines) + "\n"
 
     def pods_listed(self) -> bool:
-        """The pod cache has been listed once (app/web/preempt_verb.py waits for it)."""
+        """The pod cache has been listed once (PreemptionPlans.listed: no victim before)."""
         return any(r.kind == "pods" and r.synced for r in self.reflectors)
 
     @asynccontextmanager

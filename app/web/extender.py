@@ -9,7 +9,7 @@ untouched and are bound at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from app.core.preemption.victims import VictimPolicy
@@ -64,10 +64,6 @@ class GangExtender:
 
     def preempt(self, args: PreemptArgs) -> dict[str, Any]:
         return self._preempt.preempt(args)
-
-    def victims_once(self, listed: Callable[[], bool]) -> None:
-        """The preempt verb names no victim until `listed()`: the pod cache listed once."""
-        self._preempt.listed = listed
 
     def bind(self, args: BindingArgs) -> Coroutine[Any, Any, dict[str, Any]]:
         # Handed on, not awaited here: a frame less for every member waiting in the gate.

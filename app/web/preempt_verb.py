@@ -8,7 +8,6 @@ a gang member's are answered from the gang's preemption plan
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from app.core.preemption.victims import Preemptor
@@ -25,12 +24,10 @@ class PreemptVerb:
         self._core = core
         self._views = views
         self._plans = plans
-        # Has the pod cache been listed once? (set by the service; unit tests fill the state)
-        self.listed: Callable[[], bool] = lambda: True
 
     def preempt(self, args: PreemptArgs) -> dict[str, Any]:
         pod = self._views.view(args.pod)
-        if not self.listed():
+        if not self._plans.listed():
             return _unlisted(pod.key)
         if pod.problem is not None:
             # A gang member whose PodGroup we cannot use (not delivered by our

@@ -19,7 +19,7 @@ def test_no_victim_is_named_until_the_pods_are_listed() -> None:
     state.replace_nodes([node("n1", cpu="4")])
     extender = ExtenderOnState(state, DEFAULT_LEVELS, every_gang=True).extender
     listed = False
-    extender.victims_once(lambda: listed)
+    extender.plans.listed = lambda: listed
     plain = with_priority(pod("plain", cpu="4"), 2000)
     args = PreemptArgs(plain, [VictimCandidate("n1", ["uid-default-low"], 0)])
     assert extender.preempt(args)["NodeNameToMetaVictims"] == {}

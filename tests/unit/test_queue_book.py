@@ -249,6 +249,26 @@ async def test_a_reclaim_is_the_needy_gangs_preemption_plan_until_it_is_placed()
     assert plan.phase.value == "done" and "default/b0" not in world.plans.plans
 
 
+async def test_nothing_is_reclaimed_before_the_pods_are_listed_then_the_latest_gang_is() -> None:
+    """Just started, its first list of pods still landing: a gang seen in part would be
+    evicted in part (PreemptionPlans.listed, issue 49's soak)."""
+    world = World()
+    world.book.replace([queue("team-a"), queue("team-b")])
+    for i in range(6):
+        world.gang(f"a{i}", "team-a", bound_on=f"n{i // 2}")
+    needy = world.gang("b0", "team-b")
+    listed = False
+    world.plans.listed = lambda: listed
+    world.filter(needy, "b0-0")
+    await world.reclaimer.drain()
+    assert world.evictions.evicted == []
+    listed = True
+    world.arbiter.on_nodes_changed()  # the verdict kept for its retries is weighed again
+    world.filter(needy, "b0-1")
+    await world.reclaimer.drain()
+    assert sorted(world.evictions.evicted) == ["default/a5-0", "default/a5-1"]
+
+
 async def test_a_gang_still_in_the_gate_is_not_reclaimed() -> None:
     """Admitted but not bound yet: evicting it would cut it in the middle of its binding."""
     world = World()

@@ -76,6 +76,16 @@ def test_the_members_are_nominated_before_any_victim_is_evicted(monkeypatch: Any
     assert nominations and max(nominations) < min(evictions), writes.log
 
 
+def test_nothing_is_evicted_before_the_pods_are_listed(monkeypatch: Any) -> None:
+    """Just started: which running pods belong to gangs is not known yet, so the extender's
+    own preemption names no victim (PreemptionPlans.listed; issue 49's soak, seed 4)."""
+    monkeypatch.setattr(unasked_preemption, "SETTLE_SECONDS", 0)
+    state, preemption, plans, writes = stalled_gang()
+    plans.listed = lambda: False
+    asyncio.run(arrive(state, preemption))
+    assert writes.log == []
+
+
 def test_nothing_is_evicted_when_the_room_is_taken_while_the_nominations_are_written(
     monkeypatch: Any,
 ) -> None:

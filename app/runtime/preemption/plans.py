@@ -82,10 +82,11 @@ class PreemptionPlans:
         self._maker = PlanMaker(state, policy, self._book, self._room, told, settings.levels)
         self._wakeup = PreemptorWakeup(state, waker)
         self._nominations: Nominations | None = None
-        # Gangs refused lately, asked again when the view changes (unasked.py).
-        self.refusals = Refusals(settings.clock)
+        self.refusals = Refusals(settings.clock)  # refused lately, asked again (unasked.py)
         # Told the gang whose victims went to kube-scheduler (unasked.py follows them up).
         self.handed_to_scheduler: Callable[[str], None] = lambda _group_key: None
+        # Pods listed once (set by the service)? Before, who is in a gang is not known: the
+        self.listed: Callable[[], bool] = lambda: True  # verb, unasked.py, reclaim wait
 
     @property
     def plans(self) -> dict[str, Plan]:
@@ -168,9 +169,7 @@ class PreemptionPlans:
 
     def consult(self, line: LineCheck) -> None:
         """Ask the line (the arbiter) before evicting: no plan for a gang it keeps waiting.
-
-        Set once at start-up (app/server.py): the arbiter is built after the plans.
-        """
+        Set once at start-up (app/server.py): the arbiter is built after the plans."""
         self._maker.line = line
 
     def nominate_through(self, api: PodNominator) -> Nominations:

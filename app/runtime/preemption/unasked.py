@@ -260,6 +260,8 @@ class UnaskedPreemption:
         return self._plans.lives(group_key)
 
     async def _try(self, group_key: str) -> None:
+        if not self._plans.listed():
+            return  # just started: which running pods are gang members is not known yet
         now = monotonic()
         self._next_try = {k: t for k, t in self._next_try.items() if t > now}
         self._next_try[group_key] = now + RETRY_SECONDS

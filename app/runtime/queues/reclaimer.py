@@ -106,9 +106,7 @@ class Reclaimer:
         if under_way is not None and now < under_way[0]:
             return under_way[1]
         self._evicting = {k: t for k, t in self._evicting.items() if t > now}
-        running = [
-            r for r in running if r.key not in self._evicting and not self._planned_victim(r.key)
-        ]
+        running = [r for r in running if r.key not in self._evicting and not self._spared(r.key)]
         # A victim's claims give back what they hold of pools published for many nodes.
         holds = self._state.devices.pool_holds() if any(b.pools for b in room) else ()
         victims = choose_victims(
@@ -151,11 +149,15 @@ class Reclaimer:
         """The gang was admitted: a later shortfall may reclaim again."""
         self._under_way.pop(gang_key, None)
 
-    def _planned_victim(self, group_key: str) -> bool:
-        """A member of this gang is a victim of a live preemption plan already."""
-        return self._plans is not None and any(
-            self._plans.is_victim(p.uid) for p in self._state.members(group_key)
-        )
+    def _spared(self, group_key: str) -> bool:
+        """Not to evict now: a member of this gang is a victim of a live preemption plan
+        already, or the pods were not listed yet (PreemptionPlans.listed: a gang seen in
+        part would be evicted in part)."""
+        plans = self._plans
+        if plans is None:
+            return False
+        members = self._state.members(group_key)
+        return not plans.listed() or any(plans.is_victim(p.uid) for p in members)
 
     async def _evict(
         self,
