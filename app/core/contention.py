@@ -144,9 +144,9 @@ class Contest:
 @dataclass(frozen=True, slots=True)
 class Walked:
     """`line` walked in line order over `free` less the holders' promises, every gang of it
-    that fits set aside and none aged that does not: the room left after them all (`bins`),
-    kept by the caller between calls and redone only from the first gang a change reaches
-    (app/runtime/line_walk.py).
+    that fits set aside and each aged one that does not capping the room at what it cannot
+    use (Room.hold_for): the room left after them all (`bins`), kept by the caller between
+    calls and redone only from the first gang a change reaches (app/runtime/line_walk.py).
 
     Good for a decision whose contest has this very `line`, `free` and holders, about a
     candidate behind every gang of the line: it packs into `bins` at once instead of
@@ -161,6 +161,9 @@ class Walked:
     bins: Sequence[Bin]
     # The first gang set aside (named when the candidate waits).
     blocker: tuple[str, int] | None
+    # The aged gang ahead that does not fit and holds room back, and where (as
+    # _Steps.behind_line finds it): the bins are capped at what it cannot use.
+    aged: tuple[Gang, list[str]] | None = None
 
     def serves(self, candidate: Gang, contest: Contest, now: float, aging_seconds: float) -> bool:
         """Is the room after the whole line the room this candidate packs into?"""
@@ -193,7 +196,7 @@ def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) 
     if walked is not None and walked.serves(candidate, contest, now, aging_seconds):
         # The line was walked already: every gang of it ahead of the candidate, set aside.
         room = Room(walked.bins, (), contest.allocatable, contest.positions, contest.remainders)
-        steps.blocker = walked.blocker
+        steps.blocker, steps.aged = walked.blocker, walked.aged
     else:
         room = Room(
             contest.free, steps.holders, contest.allocatable, contest.positions, contest.remainders

@@ -8,13 +8,14 @@ aged gang ahead that does not fit caps every node at what it can never use
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.core.backfill import Remainders, Shapes, resource_names
 from app.core.packing import AllowedNodes, Bin, Packing, give, pack, take
 from app.core.packing_search import pack_thoroughly
+from app.core.resources import Resources
 from app.core.shared_pools import PoolShare, SharedPool, pool_shares
 
 if TYPE_CHECKING:
@@ -136,18 +137,26 @@ class Room:
 
     def set_aside(self, gang: Gang) -> bool:
         """The room the gang fits in is set aside for it; False: it does not fit."""
+        return self.place(gang) is not None
+
+    def place(self, gang: Gang) -> tuple[Packing, list[PoolShare]] | None:
+        """set_aside(), with the packing and what it drew of the shared pools (None: no fit)."""
         if self._failed:  # (most lines: every gang fits, and no shape is worked out)
             alike = self._shapes(gang)
             if alike is not None and alike in self._failed:
-                return False
+                return None
         packing = self.pack(gang)
         if packing.fits:
-            self.take(gang, packing.plan)
-        else:
-            alike = self._shapes(gang)
-            if alike is not None:
-                self._failed.add(alike)
-        return packing.fits
+            return packing, self.take(gang, packing.plan)
+        alike = self._shapes(gang)
+        if alike is not None:
+            self._failed.add(alike)
+        return None
+
+    def promise(self, nodes: Iterable[str]) -> None:
+        """Room on `nodes` was promised before this room's bins were counted (a kept walk of
+        the line going on from its middle): hold_for holds them whole, as the gangs' own."""
+        self._taken.append(nodes)
 
     def take(self, gang: Gang, plan: Mapping[str, str]) -> list[PoolShare]:
         """The room of `plan` (a packing of `gang` over this room) is the gang's now, and so
@@ -215,13 +224,14 @@ class Room:
                 self._ever[alike] = known
         return known
 
-    def hold_for(self, gang: Gang) -> list[str] | None:
+    def hold_for(self, gang: Gang, off: dict[str, Resources] | None = None) -> list[str] | None:
         """Cap every node at what `gang` can never use there; the nodes where that held room back.
 
         None: the remainders are not known, so it must hold everything (the
         caller stops the line). Nodes where promises or gangs set aside took
         room are held whole for the gang's resources: what lands there is not
-        in the node's pods yet (app/core/backfill.py).
+        in the node's pods yet (app/core/backfill.py). `off`: told what the caps
+        took off each node (a kept walk gives it back when it goes on from before).
         """
         remainders = self._remainders
         if remainders is None:
@@ -235,27 +245,7 @@ class Room:
             return done[1]
         caps = remainders.of(shapes, self._allocatable)
         nothing = dict.fromkeys(resource_names(shapes), 0)
-        held: list[str] = []
-        for b in list(self.bins):
-            name = b.name
-            cap = caps.get(name, nothing)
-            if cap is None:  # none of its members may go there, or fits there even empty
-                continue
-            promised = name in self._promised
-            if promised:
-                cap = nothing
-            free = b.free
-            if all(free.get(r, 0) <= c for r, c in cap.items()):
-                continue
-            own = self._copied((name,))[name].free
-            for r, c in cap.items():
-                if own.get(r, 0) > c:
-                    if c:
-                        own[r] = c
-                    else:
-                        own.pop(r, None)
-            if not promised:  # there the gangs promised the room hold it (named as such)
-                held.append(name)
+        held = _capped(self.bins, caps, nothing, self._promised, self._copied, off)
         self._held[shapes] = (len(self._promised), held)
         return held
 
@@ -271,3 +261,40 @@ class Room:
         """
         give(self.bins, held, index=self._copied(held))
         self._on_bins = {}
+
+
+def _capped(
+    bins: Sequence[Bin],
+    caps: Mapping[str, Resources | None],
+    nothing: Resources,
+    promised: set[str],
+    copied: Callable[[Iterable[str]], Mapping[str, Bin]],
+    off: dict[str, Resources] | None,
+) -> list[str]:
+    """Room.hold_for's caps on every node of `bins` (their copies by `copied`), `promised`
+    nodes held whole; the nodes where a cap held room back that no promise had."""
+    held: list[str] = []
+    for b in list(bins):
+        name = b.name
+        cap = caps.get(name, nothing)
+        if cap is None:  # none of its members may go there, or fits there even empty
+            continue
+        whole = name in promised
+        if whole:
+            cap = nothing
+        free = b.free
+        if all(free.get(r, 0) <= c for r, c in cap.items()):
+            continue
+        own = copied((name,))[name].free
+        for r, c in cap.items():
+            if own.get(r, 0) > c:
+                if off is not None:
+                    taken = off.setdefault(name, {})
+                    taken[r] = taken.get(r, 0) + own[r] - c
+                if c:
+                    own[r] = c
+                else:
+                    own.pop(r, None)
+        if not whole:  # there the gangs promised the room hold it (named as such)
+            held.append(name)
+    return held

@@ -38,7 +38,8 @@ from app.core.topology.subgroups import Slicing
 from app.runtime.claims import Claim, ClaimLedger
 from app.runtime.gang_topology import GangTopology
 from app.runtime.line_gangs import LineGangs, Waiting
-from app.runtime.line_walk import LineAt, LineWalk
+from app.runtime.line_pass import LineAt
+from app.runtime.line_walk import LineWalk
 from app.runtime.queues.book import Assessment, QueueBook
 from app.runtime.queues.tally import podgroup_created
 from app.runtime.revision import Revision

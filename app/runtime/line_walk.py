@@ -18,70 +18,32 @@ part in where it went). Between two decisions:
 - a claim that came or went (other holders than last time) changes the room
   on the nodes it was promised: as a changed free bin there.
 
+- a node whose remainder for an aged gang that held room back changed (its
+  pods did, though its free room may be alike: app/core/backfill.py) is a
+  changed free bin there.
+
 A gang that does not fit takes nothing and reaches every node (more room
-anywhere may take it next time). Only a walk with no aged gang that does
-not fit is handed out (Walked): such a gang may hold room back for itself
-(app/core/backfill.py), and the decision walks the line itself as before.
-The part walked up to that gang is still kept for the next call.
+anywhere may take it next time). An aged one that does not fit holds what
+it can use on every node (Room.hold_for) and the walk goes on behind it:
+what each hold took off is kept, to give back when the walk is redone from
+before it. Only without the remainders (the nodes' pods not known: it holds
+everything) does the walk stop there and the decision walk the line itself.
+The walk itself, and what is kept of it: app/runtime/line_pass.py.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from app.core.contention import Contest, Gang, Holder, Walked, order_line
+from app.core.contention import Gang, Walked, order_line
 from app.core.line_order import next_to_age, order_steps
 from app.core.packing import Bin
 from app.core.resources import add
 from app.core.room import Room
 from app.core.shared_pools import PoolShare, charged
-
-_NEVER = float("inf")
-# A reach past every node: the gang read them all (some member did not fit, or the
-# order of its members depends on the whole cluster's free capacity).
-_EVERYWHERE = sys.maxsize
-
-
-@dataclass(slots=True)
-class _Walk:
-    """The line as last walked: the gangs set aside in order, and the room after them."""
-
-    free: Sequence[Bin]
-    holders: Sequence[Holder]
-    order: list[Gang]
-    plans: list[Mapping[str, str]]
-    reach: list[int]
-    bins: list[Bin]
-    # The ordered line `order` is the start of.
-    source: list[Gang]
-    # ages[i]: the soonest any gang of order[: i + 1] that took nothing ages (inf: none
-    # will), under `aging`: a kept gang that ages is looked for only once one may have.
-    ages: list[float]
-    aging: float
-    # Per gang of `order`, what it drew of the shared device pools (Room.take).
-    shares: list[list[PoolShare]]
-
-
-@dataclass(frozen=True, slots=True)
-class LineAt:
-    """What a walk of the line is over: the gangs in line, the cluster's free room and the
-    claims on it (with each node's position in `free`), at one moment and aging rule."""
-
-    line: Sequence[Gang]
-    free: Sequence[Bin]
-    holders: Sequence[Holder]
-    positions: Mapping[str, int]
-    now: float
-    aging_seconds: float
-
-    @classmethod
-    def of(cls, contest: Contest, now: float, aging_seconds: float) -> LineAt:
-        """The line of a decision's contest (its free bins' positions known)."""
-        positions = contest.positions
-        assert positions is not None
-        return cls(contest.line, contest.free, contest.holders, positions, now, aging_seconds)
+from app.runtime.line_pass import KeptWalk, LineAt, WalkPass
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +62,7 @@ class LineWalk:
     """The walk of the whole line, kept between decisions (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._walk: _Walk | None = None
+        self._walk: KeptWalk | None = None
         # How many gangs the last update walked again (tests, bench).
         self.walked_again = 0
         # The last line ordered: a warm-up's slices and the admissions between two changes
@@ -128,53 +90,47 @@ class LineWalk:
 
     def _walked(self, over: LineAt, most: int) -> tuple[Walked | None, bool]:
         """walked(), stopping after `most` gangs walked again; and whether it went to the end."""
-        line, free, holders, positions = over.line, over.free, over.holders, over.positions
-        now, aging_seconds = over.now, over.aging_seconds
-        order = self._order(line, now, aging_seconds)
+        order = self._order(over.line, over.now, over.aging_seconds)
         walk = self._walk
-        changed = _changed(walk, free, holders, positions) if walk is not None else None
+        changed = _changed(walk, over) if walk is not None else None
         start = _before_aged(walk, order, self._redo_from(walk, order, changed), over)
-        bins = self._room_before(walk, start, free, holders, (positions, changed or []))
+        bins = self._room_before(walk, start, over, changed or [])
         kept = walk if walk is not None and start > 0 else None
-        plans = kept.plans[:start] if kept is not None else []
-        reach = kept.reach[:start] if kept is not None else []
-        shares = kept.shares[:start] if kept is not None else []
-        # The bins are in `free`'s order: the room finds the nodes it copies by their
-        # positions (else it indexed all 5,000 at each slice's first take, 1 ms).
-        room = Room(bins, (), (), positions)
-        whole = finished = True
-        for gang in order[start:]:
-            if len(plans) - start >= most:  # a slice's worth: the rest another time
-                whole = finished = False
-                break
-            packing = room.pack(gang)
-            if packing.fits:
-                shares.append(room.take(gang, packing.plan))
-                plans.append(packing.plan)
-                reach.append(_reach(gang, packing.plan, packing.unplaced, positions))
-            elif gang.aged(now, aging_seconds):  # it may hold room back: the decision walks
-                whole = False
-                break
-            else:  # it takes nothing; any node with more room may take it next time
-                shares.append([])
-                plans.append({})
-                reach.append(_EVERYWHERE)
-        self.walked_again = len(plans) - start
-        done = order[: len(plans)]
-        ages = kept.ages[:start] if kept is not None else []
-        soonest = ages[-1] if ages else _NEVER
-        for gang, plan in zip(done[start:], plans[start:], strict=True):
-            if not plan and gang.waiting_since is not None:
-                soonest = min(soonest, gang.waiting_since + aging_seconds)
-            ages.append(soonest)
-        self._walk = _Walk(
-            free, holders, done, plans, reach, list(room.bins), order, ages, aging_seconds, shares
+        remainders = over.remainders
+        step = WalkPass(
+            Room(bins, (), over.allocatable, over.positions, remainders),
+            over,
+            KeptWalk(
+                over.free,
+                over.holders,
+                [],
+                kept.plans[:start] if kept is not None else [],
+                kept.reach[:start] if kept is not None else [],
+                [],
+                order,
+                kept.ages[:start] if kept is not None else [],
+                over.aging_seconds,
+                kept.shares[:start] if kept is not None else [],
+                kept.aged[:start] if kept is not None else [],
+                kept.off[:start] if kept is not None else [],
+                kept.picks[:start] if kept is not None else [],
+                kept.first if kept is not None and kept.first < start else sys.maxsize,
+                remainders.stamp() if remainders is not None else -1,
+                dict(kept.caps) if kept is not None else {},
+            ),
         )
+        whole, finished = step.walk(order, start, most)
+        self.walked_again = len(step.done.plans) - start
+        self._walk = done = step.finish(order)
         if not whole:
             return None, finished
-        first = next((g for g, plan in zip(done, plans, strict=True) if plan), None)
-        blocker = (first.key, first.priority) if first is not None else None
-        walked = Walked(line, free, holders, done[-1] if done else None, room.bins, blocker)
+        blocker = None
+        if done.first < len(done.order):
+            first = done.order[done.first]
+            blocker = (first.key, first.priority)
+        last = done.order[-1] if done.order else None
+        picked = done.picks[-1] if done.picks else None
+        walked = Walked(over.line, over.free, over.holders, last, done.bins, blocker, picked)
         return walked, True
 
     def order_ahead(self, over: LineAt, most: int) -> Iterator[None]:
@@ -225,7 +181,7 @@ class LineWalk:
         return None
 
     @staticmethod
-    def _redo_from(walk: _Walk | None, order: Sequence[Gang], changed: list[int] | None) -> int:
+    def _redo_from(walk: KeptWalk | None, order: Sequence[Gang], changed: list[int] | None) -> int:
         """The first gang of `order` whose place in the walk may have changed (`changed`: the
         positions whose room before the walk differs, see _changed; None: all)."""
         if walk is None or changed is None:
@@ -248,15 +204,11 @@ class LineWalk:
 
     @staticmethod
     def _room_before(
-        walk: _Walk | None,
-        start: int,
-        free: Sequence[Bin],
-        holders: Sequence[Holder],
-        where: tuple[Mapping[str, int], list[int]],
+        walk: KeptWalk | None, start: int, over: LineAt, changed: list[int]
     ) -> list[Bin]:
-        """The room left after the first `start` gangs of the walk, over `free` as it is now
-        (`where`: each node's position, and the positions whose room changed)."""
-        positions, changed = where
+        """The room left after the first `start` gangs of the walk, over `over.free` as it is
+        now (`changed`: the positions whose room changed)."""
+        free, holders, positions = over.free, over.holders, over.positions
         if walk is None or start == 0:
             return list(Room(free, holders, (), positions).bins)
         bins = list(walk.bins)
@@ -269,11 +221,14 @@ class LineWalk:
                 copied.add(p)
             return bins[p]
 
-        for gang, plan in zip(walk.order[start:], walk.plans[start:], strict=True):
+        tail = zip(walk.order[start:], walk.plans[start:], walk.off[start:], strict=True)
+        for gang, plan, off in tail:  # what each took, and each hold's caps, given back
             requests = {d.key: d.requests for d in gang.demands}
             for key, node in plan.items():
                 add(own(positions[node]).free, requests[key])
-        for p in changed:  # no gang before `start` has a plan there: as Room counts it
+            for node, amounts in (off or {}).items():
+                add(own(positions[node]).free, amounts)
+        for p in changed:  # no gang before `start` has a plan or a hold there: as Room counts it
             b = free[p]
             bins[p] = b.with_free(dict(b.free))
             copied.add(p)
@@ -299,10 +254,9 @@ def _drawn_before(
     return charged(current, [share for drawn in shares for share in drawn])
 
 
-def _before_aged(walk: _Walk | None, order: Sequence[Gang], start: int, over: LineAt) -> int:
+def _before_aged(walk: KeptWalk | None, order: Sequence[Gang], start: int, over: LineAt) -> int:
     """`start`, or the first kept gang before it that did not fit and has aged since: such a
-    gang may hold room back now (the walk stops there and is not handed out), where it
-    took nothing when it was walked."""
+    gang holds room back now, where it took nothing when it was walked."""
     if walk is None or start == 0:
         return start
     now, aging = over.now, over.aging_seconds
@@ -310,19 +264,18 @@ def _before_aged(walk: _Walk | None, order: Sequence[Gang], start: int, over: Li
     if aging == walk.aging and walk.ages[start - 1] > now + 1e-6:
         return start
     for i in range(start):
-        if not walk.plans[i] and order[i].aged(now, aging):
+        if not walk.plans[i] and not walk.aged[i] and order[i].aged(now, aging):
             return i
     return start
 
 
-def _changed(
-    walk: _Walk, free: Sequence[Bin], holders: Sequence[Holder], positions: Mapping[str, int]
-) -> list[int] | None:
+def _changed(walk: KeptWalk, over: LineAt) -> list[int] | None:
     """The positions whose room before any gang differs from the walk's: free bins that
-    differ (the state hands out a new bin for a node that changed, or was written again), and
-    the nodes where a claim that came or went promised room (a claim ending after a bind
-    redid the whole line before). None: the nodes themselves differ (walk all again)."""
-    old = walk.free
+    differ (the state hands out a new bin for a node that changed, or was written again), the
+    nodes where a claim that came or went promised room (a claim ending after a bind redid
+    the whole line before), and the nodes whose remainder for a gang that held room back
+    changed. None: the nodes themselves differ, or too many changed to tell (walk all again)."""
+    old, free, positions = walk.free, over.free, over.positions
     if len(free) != len(old):
         return None
     # A new bin alike in every field packs alike: a node's status written again (its
@@ -330,23 +283,23 @@ def _changed(
     changed = {p for p in range(len(free)) if free[p] is not old[p] and free[p] != old[p]}
     if any(free[p].name != old[p].name for p in changed):
         return None
-    then, now = list(walk.holders), list(holders)
+    then, now = list(walk.holders), list(over.holders)
     if then != now:
         for holder in [h for h in then if h not in now] + [h for h in now if h not in then]:
             for node in holder.remaining:
                 p = positions.get(node)
                 if p is not None:  # off the free bins: Room leaves it out too
                     changed.add(p)
+    remainders = over.remainders
+    if walk.caps and remainders is not None:
+        names = remainders.changed_since(walk.stamp)
+        if names is None:
+            return None
+        for shapes, caps in walk.caps.items() if names else ():
+            current = remainders.of(shapes, over.allocatable)
+            changed.update(
+                p
+                for name in names
+                if current.get(name) != caps.get(name) and (p := positions.get(name)) is not None
+            )
     return sorted(changed)
-
-
-def _reach(
-    gang: Gang, plan: Mapping[str, str], left: Sequence[str], positions: Mapping[str, int]
-) -> int:
-    """The last node (position) the gang's first fit read: where its last member landed."""
-    if gang.packer is not None:  # a tree weighs every domain (fullest first), not a prefix
-        return _EVERYWHERE
-    first = gang.demands[0].requests if gang.demands else None
-    if left or any(d.requests != first for d in gang.demands):
-        return _EVERYWHERE
-    return max((positions[node] for node in plan.values()), default=-1)

@@ -22,7 +22,7 @@ from app.base.tasks import Periodic
 from app.core.clock import Clock
 from app.core.state import ClusterState
 from app.runtime.line import Line
-from app.runtime.line_walk import LineAt
+from app.runtime.line_pass import LineAt
 from app.runtime.revision import Revision
 
 log = logging.getLogger(__name__)

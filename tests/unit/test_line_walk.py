@@ -15,7 +15,8 @@ from app.core.contention import Contest, Decision, Gang, decide
 from app.core.groups import GroupRef, GroupSpec
 from app.core.packing import Bin, Demand
 from app.runtime.line_gangs import Waiting
-from app.runtime.line_walk import LineAt, LineWalk
+from app.runtime.line_pass import LineAt
+from app.runtime.line_walk import LineWalk
 from tests.unit.builders import node, pod, podgroup
 from tests.unit.test_arbiter import World
 

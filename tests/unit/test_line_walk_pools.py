@@ -13,7 +13,8 @@ from app.core.contention import Gang
 from app.core.packing import Bin, Demand
 from app.core.room import Room
 from app.core.shared_pools import SharedPool
-from app.runtime.line_walk import LineAt, LineWalk
+from app.runtime.line_pass import LineAt
+from app.runtime.line_walk import LineWalk
 
 GPU = "devices/gpu.example.com"
 

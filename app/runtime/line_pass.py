@@ -1,0 +1,189 @@
+"""One walk of the line, kept: what each gang in line took, held or drew, gang by gang.
+
+app/runtime/line_walk.py keeps a walk of the whole line between decisions and
+redoes it from the first gang a change reaches; this is the walk itself (a
+pass over the gangs from one of them on, adding to what was kept before it)
+and what is kept of it. It walks as a decision walks the line
+(app/core/contention.py _Steps.behind_line): a gang that fits takes its room,
+one that does not takes nothing, and an aged one that does not holds what it
+can use on every node (Room.hold_for).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.core.backfill import Remainders, Shapes
+from app.core.contention import Contest, Gang, Holder
+from app.core.packing import Bin
+from app.core.resources import Resources
+from app.core.room import Room
+from app.core.shared_pools import PoolShare
+
+NEVER = float("inf")
+# A reach past every node: the gang read them all (some member did not fit, or the
+# order of its members depends on the whole cluster's free capacity).
+EVERYWHERE = sys.maxsize
+
+
+@dataclass(slots=True)
+class KeptWalk:
+    """The line as last walked: the gangs set aside in order, and the room after them."""
+
+    free: Sequence[Bin]
+    holders: Sequence[Holder]
+    order: list[Gang]
+    plans: list[Mapping[str, str]]
+    reach: list[int]
+    bins: list[Bin]
+    # The ordered line `order` is the start of.
+    source: list[Gang]
+    # ages[i]: the soonest any gang of order[: i + 1] that took nothing ages (inf: none
+    # will), under `aging`: a kept gang that ages is looked for only once one may have.
+    ages: list[float]
+    aging: float
+    # Per gang of `order`, what it drew of the shared device pools (Room.take).
+    shares: list[list[PoolShare]]
+    # Per gang: walked aged and not fitting (a later look at its age changes nothing), and
+    # what its hold took off each node (None: none; Room.hold_for).
+    aged: list[bool]
+    off: list[dict[str, Resources] | None]
+    # picks[i]: the aged gang that holds room back named for order[: i + 1] (Walked.aged).
+    picks: list[tuple[Gang, list[str]] | None]
+    # Where order's first gang that fits is (len(order): none does).
+    first: int
+    # The remainders' change stamp when walked, and per member shapes held for the remainders
+    # the holds read: a node whose remainder changed since is a change (see _changed).
+    stamp: int
+    caps: dict[Shapes, Mapping[str, Resources | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class LineAt:
+    """What a walk of the line is over: the gangs in line, the cluster's free room and the
+    claims on it (with each node's position in `free`), at one moment and aging rule."""
+
+    line: Sequence[Gang]
+    free: Sequence[Bin]
+    holders: Sequence[Holder]
+    positions: Mapping[str, int]
+    now: float
+    aging_seconds: float
+    # The empty cluster and what an aged gang can never use per node (Contest's): without
+    # them an aged gang that does not fit holds everything and the walk stops there.
+    allocatable: Sequence[Bin] = ()
+    remainders: Remainders | None = None
+
+    @classmethod
+    def of(cls, contest: Contest, now: float, aging_seconds: float) -> LineAt:
+        """The line of a decision's contest (its free bins' positions known)."""
+        positions = contest.positions
+        assert positions is not None
+        return cls(
+            contest.line,
+            contest.free,
+            contest.holders,
+            positions,
+            now,
+            aging_seconds,
+            contest.allocatable,
+            contest.remainders,
+        )
+
+
+class WalkPass:
+    """One walk of the line from a gang on, over the room before it (`room`), adding to the
+    kept walk's part before it (`done`) as _Steps.behind_line walks the line for a decision:
+    a gang that fits takes its room; an aged one that does not holds what it can use."""
+
+    def __init__(self, room: Room, over: LineAt, done: KeptWalk) -> None:
+        self.room = room
+        self.over = over
+        self.done = done
+        self._pick = done.picks[-1] if done.picks else None
+        # Room.hold_for holds the nodes promised before this pass whole: told at the first hold.
+        self._promised = False
+
+    def walk(self, order: Sequence[Gang], start: int, most: int) -> tuple[bool, bool]:
+        """Walk order[start:], at most `most` gangs: (walked to the end, nothing left to walk:
+        false when `most` ran out, or true at an aged gang that holds everything back)."""
+        room, over, done = self.room, self.over, self.done
+        for i in range(start, len(order)):
+            if i - start >= most:  # a slice's worth: the rest another time
+                return False, False
+            gang = order[i]
+            placed = room.place(gang)
+            if placed is not None:
+                packing, drawn = placed
+                done.first = min(done.first, i)
+                reached = reach(gang, packing.plan, packing.unplaced, over.positions)
+                self._add(gang, packing.plan, reached, drawn)
+            elif not gang.aged(over.now, over.aging_seconds):
+                # It takes nothing; any node with more room may take it next time.
+                self._add(gang, {}, EVERYWHERE, [])
+            elif not self._hold(gang):  # the remainders are not known: the decision walks
+                return False, True
+        return True, True
+
+    def _hold(self, gang: Gang) -> bool:
+        """An aged gang that does not fit holds what it can use; False: it holds everything."""
+        room, done, remainders = self.room, self.done, self.over.remainders
+        off: dict[str, Resources] = {}
+        if room.may_ever_fit(gang):  # (else it holds nothing: it can never fit)
+            if not self._promised:
+                holders = self.over.holders
+                room.promise([n for h in holders if h.remaining for n in h.remaining])
+                room.promise([n for plan in done.plans for n in plan.values()])
+                self._promised = True
+            held = room.hold_for(gang, off)
+            if held is None or remainders is None:
+                return False
+            if self._pick is None or (held and not self._pick[1]):
+                self._pick = (gang, held)
+            shapes = remainders.shapes(gang.demands)
+            done.caps[shapes] = remainders.of(shapes, self.over.allocatable)
+        self._add(gang, {}, EVERYWHERE, [], (True, off or None))
+        return True
+
+    def _add(
+        self,
+        gang: Gang,
+        plan: Mapping[str, str],
+        reach: int,
+        drawn: list[PoolShare],
+        held: tuple[bool, dict[str, Resources] | None] = (False, None),
+    ) -> None:
+        """The gang walked: its plan, reach, pool draws, whether it was walked aged (and what
+        its hold took off)."""
+        done = self.done
+        done.plans.append(plan)
+        done.reach.append(reach)
+        done.shares.append(drawn)
+        done.aged.append(held[0])
+        done.off.append(held[1])
+        done.picks.append(self._pick)
+        soonest = done.ages[-1] if done.ages else NEVER
+        if not plan and not held[0] and gang.waiting_since is not None:
+            soonest = min(soonest, gang.waiting_since + done.aging)
+        done.ages.append(soonest)
+
+    def finish(self, order: Sequence[Gang]) -> KeptWalk:
+        """The walk as it stands: the gangs walked, and the room after them."""
+        done = self.done
+        done.order = list(order[: len(done.plans)])
+        done.bins = list(self.room.bins)
+        return done
+
+
+def reach(
+    gang: Gang, plan: Mapping[str, str], left: Sequence[str], positions: Mapping[str, int]
+) -> int:
+    """The last node (position) the gang's first fit read: where its last member landed."""
+    if gang.packer is not None:  # a tree weighs every domain (fullest first), not a prefix
+        return EVERYWHERE
+    first = gang.demands[0].requests if gang.demands else None
+    if left or any(d.requests != first for d in gang.demands):
+        return EVERYWHERE
+    return max((positions[node] for node in plan.values()), default=-1)

@@ -1,0 +1,121 @@
+"""The kept walk of the line through aged gangs that do not fit (app/runtime/line_pass.py):
+each holds what it can use, the walk goes on behind it and is handed out, and a fresh gang is
+decided exactly as a decision walking the whole line decides, whatever changes between."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.groups import GroupSpec
+from tests.unit.builders import pod
+from tests.unit.test_arbiter import World
+from tests.unit.test_line_walk import _AGING, both, gang, join
+
+# Per gang in line: (members, CPU each, minute created).
+_LINE = st.lists(
+    st.tuples(st.integers(1, 3), st.integers(1, 7), st.integers(0, 50)), min_size=1, max_size=7
+)
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["run", "end", "swap", "join", "leave", "tick", "claim"]),
+        st.integers(0, 6),
+        st.integers(1, 4),
+    ),
+    max_size=25,
+)
+
+
+def _busy(world: World, node: int, cpus: list[int], tag: str) -> None:
+    for i, cpu in enumerate(cpus):
+        world.state.apply_pod(pod(f"{tag}-{i}", cpu=str(cpu), node=f"n{node}", phase="Running"))
+
+
+def test_an_aged_gang_that_does_not_fit_is_walked_past_and_the_walk_handed_out() -> None:
+    """Nothing changed since the last decision: nothing is walked again, behind an aged gang
+    that holds room back too (before, every decision walked the line itself from it)."""
+    world = World(nodes=3, cpu="8")
+    for i in range(3):
+        world.state.apply_pod(pod(f"r{i}", cpu="4", node=f"n{i}", phase="Running"))
+    gang(world, "big", 3, "6", 0)
+    join(world, "big")
+    for i in range(3):
+        gang(world, f"small{i}", 1, "1", 1 + i)
+        join(world, f"small{i}")
+    fresh = gang(world, "fresh", 1, "3", 59)
+    world.clock.now += _AGING  # big has aged: it holds what a 6-CPU member can use
+    with_walk, whole, again = both(world, fresh)
+    assert with_walk == whole and again == 4
+    assert "waiting behind default/big" in with_walk.message
+    assert world.arbiter.line.walk.walked(_over(world)) is not None
+    assert both(world, fresh)[2] == 0
+
+
+def test_a_node_whose_pods_changed_but_not_its_free_room_is_a_change_for_the_holds() -> None:
+    """Pods of 1 and 2 CPU on a node, then of 3 and 0 in their place: its free room is alike
+    (CPU, memory, pods), but what the aged gang can never use there is not: it may use the
+    room either pod leaves."""
+    world = World(nodes=2, cpu="10")
+    _busy(world, 0, [1, 2], "a")  # n0: 7 CPU free; big may use them all once a pod ends
+    _busy(world, 1, [8, 0], "b")  # n1: 2 CPU free that no 4-CPU member can ever use
+    gang(world, "big", 3, "4", 0)  # 3 x 4 CPU: fits the empty cluster, not now
+    join(world, "big")
+    fresh = gang(world, "fresh", 1, "2", 59)
+    world.clock.now += _AGING
+    with_walk, whole, _ = both(world, fresh)
+    assert with_walk == whole and with_walk.plan == {"default/fresh-0": "n1"}
+    for i in range(2):
+        world.state.delete_pod("default", f"a-{i}")
+    _busy(world, 0, [3, 0], "c")  # n0 as free as before; 2 of its 7 CPU big can never use
+    with_walk, whole, again = both(world, fresh)
+    assert with_walk == whole and with_walk.plan == {"default/fresh-0": "n0"}
+    assert again >= 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(line=_LINE, busy=st.lists(st.integers(0, 7), min_size=4, max_size=4), ops=_OPS)
+def test_behind_aged_gangs_the_kept_walk_decides_as_a_whole_walk(
+    line: list[tuple[int, int, int]], busy: list[int], ops: list[tuple[str, int, int]]
+) -> None:
+    """Aged gangs that do not fit ahead of a fresh one, and every kind of change between two
+    decisions: pods run, end or are swapped for others as large (the room alike, what an aged
+    gang can never use not), gangs join or leave the line, age, or claim room."""
+    world = World(nodes=4, cpu="8")
+    for n, cpu in enumerate(busy):  # two pods a node, one of no CPU (swapped below)
+        _busy(world, n, [cpu, 0], f"x{n}")
+    names = [f"w{i}" for i in range(len(line))]
+    for name, (members, cpu, minute) in zip(names, line, strict=True):
+        gang(world, name, members, str(cpu), minute)
+        join(world, name)
+    fresh = gang(world, "fresh", 1, "1", 59)
+    world.clock.now += _AGING  # every gang in line has aged
+    running = 0
+    for kind, a, b in ops:
+        name = names[a % len(names)]
+        key = f"default/{name}"
+        if kind == "run":
+            running += 1
+            _busy(world, a % 4, [b], f"r{running}")
+        elif kind == "end" and running:
+            world.state.delete_pod("default", f"r{1 + (a * 7 + b) % running}-0")
+        elif kind == "swap" and busy[a % 4] > 1:  # two pods for two as large in all
+            n = a % 4
+            cut = 1 + b % (busy[n] - 1)
+            _busy(world, n, [cut, busy[n] - cut], f"x{n}")  # the room alike; its pods not
+        elif kind == "join" and key not in world.arbiter.claims:
+            join(world, name)
+        elif kind == "leave":
+            world.arbiter.waiting.pop(key, None)
+        elif kind == "tick":
+            world.clock.now += 25 * b
+        elif kind == "claim" and key not in world.arbiter.claims:
+            world.filter(GroupSpec(key, line[a % len(names)][0]), f"{name}-0")
+        with_walk, whole, _ = both(world, fresh)
+        assert with_walk == whole, (kind, a, b)
+
+
+def _over(world: World):  # type: ignore[no-untyped-def]
+    from app.runtime.line_pass import LineAt
+
+    contest = world.arbiter.line.contest(exclude="default/fresh")
+    return LineAt.of(contest, world.clock.now, _AGING)
