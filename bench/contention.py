@@ -176,8 +176,13 @@ def run_gangs(
     capacity_cpus: int,
     node_selector: dict[str, str] | None = None,
     timeout: float = 600,
+    shuffle: int | None = None,
 ) -> Result:
-    """Create every gang (PodGroup, then its pods) and wait until all pods finished."""
+    """Create every gang (PodGroup, then its pods) and wait until all pods finished.
+
+    `shuffle`: the pods created in an order shuffled with this seed, gangs interleaved
+    (kube-scheduler then sees members of many gangs at once, none of them whole yet),
+    not gang after gang."""
     from kubernetes import client as k8s
 
     core: Any = k8s.CoreV1Api(client)
@@ -197,6 +202,8 @@ def run_gangs(
         for name, gang in gangs.items()
         for i in range(gang.size)
     ]
+    if shuffle is not None:
+        random.Random(shuffle).shuffle(bodies)
     watcher = _Watcher(core, namespace, gangs)
     start = time.monotonic()
     watcher.thread.start()
@@ -232,14 +239,20 @@ NODES = 4
 NODE_CPU = 14
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What one run measures: the gangs' sizes, each pod's work, the cluster, the order."""
+
+    sizes: list[int]
+    work_seconds: float
+    nodes: int = NODES
+    node_cpu: int = NODE_CPU
+    # The pods created in a seeded shuffled order (None: gang after gang).
+    shuffle: int | None = None
+
+
 def _measure(
-    kubeconfig: str,
-    port: int,
-    feasibility: bool,
-    sizes: list[int],
-    work: float,
-    wait: float,
-    log: Path,
+    kubeconfig: str, port: int, feasibility: bool, load: Workload, wait: float, log: Path
 ) -> tuple[Result, float]:
     from kubernetes import client as k8s
 
@@ -264,7 +277,13 @@ def _measure(
         core.create_namespace({"metadata": {"name": namespace}})
         wait_for_default_service_account(core, namespace)
         result = run_gangs(
-            api, namespace, sizes, work_seconds=work, capacity_cpus=NODES * NODE_CPU, timeout=900
+            api,
+            namespace,
+            load.sizes,
+            work_seconds=load.work_seconds,
+            capacity_cpus=load.nodes * load.node_cpu,
+            timeout=900,
+            shuffle=load.shuffle,
         )
         timeouts = sample(
             scrape(f"http://127.0.0.1:{port}"),
@@ -290,6 +309,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gangs", type=int, default=40)
     parser.add_argument("--seed", type=int, default=9)
     parser.add_argument("--only", choices=("on", "off"), help="run one mode only")
+    parser.add_argument("--nodes", type=int, default=NODES, help=f"nodes ({NODES})")
+    parser.add_argument("--node-cpu", type=int, default=NODE_CPU, help=f"CPUs a node ({NODE_CPU})")
+    parser.add_argument(
+        "--shuffle",
+        type=int,
+        metavar="SEED",
+        help="create the pods in an order shuffled with SEED, the gangs interleaved "
+        "(default: gang after gang)",
+    )
     parser.add_argument(
         "--json", help="also write the figures to this file (make bench: bench/results/)"
     )
@@ -307,9 +335,9 @@ def main(argv: list[str] | None = None) -> None:
     out = local_cluster(
         "up",
         "--nodes",
-        str(NODES),
+        str(args.nodes),
         "--node-cpu",
-        str(NODE_CPU),
+        str(args.node_cpu),
         "--node-memory",
         "64Gi",
         "--extender-url",
@@ -317,7 +345,13 @@ def main(argv: list[str] | None = None) -> None:
         env=env,
     )
     kubeconfig = kubeconfig_of(out)
-    sizes = gang_sizes(args.gangs, args.seed)
+    load = Workload(
+        gang_sizes(args.gangs, args.seed),
+        args.work_seconds,
+        args.nodes,
+        args.node_cpu,
+        args.shuffle,
+    )
     figures: dict[str, Any] = {}
     try:
         for mode in ("on", "off"):
@@ -327,8 +361,7 @@ def main(argv: list[str] | None = None) -> None:
                 kubeconfig,
                 port,
                 mode == "on",
-                sizes,
-                args.work_seconds,
+                load,
                 args.permit_wait_seconds,
                 state_dir / "logs" / f"extender-bench-{mode}.log",
             )
@@ -346,7 +379,16 @@ def main(argv: list[str] | None = None) -> None:
             f"{figures['off']['gate_timeouts']:8g}"
         )
     if args.json:
-        write_json(args.json, {**info, "nodes": NODES, "node_cpu": NODE_CPU, "modes": figures})
+        write_json(
+            args.json,
+            {
+                **info,
+                "nodes": args.nodes,
+                "node_cpu": args.node_cpu,
+                "shuffle": args.shuffle,
+                "modes": figures,
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -803,6 +803,25 @@ def _min_member(group: int, running: int, pending: int, blocked: bool) -> int:
     return 4 if group < running + pending else 8
 
 
+def cluster_pods(
+    nodes: int, pods: int, pending: int, *, blocked: bool = False, version: str = "1"
+) -> list[dict[str, Any]]:
+    """queue_cluster's pods: the running ones (at resourceVersion `version`: a relist's
+    where they all changed), the waiting gangs' and, last, the fresh gang's 8."""
+    waiting = [pod(f"w{i}", group=f"g{pods // 10 + i // 4}") for i in range(pending * 4)]
+    for raw in waiting if blocked else ():
+        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = BLOCKED_WAITING_CPU
+    fresh = [pod(f"new-{i}", group=f"g{pods // 10 + pending}") for i in range(8)]
+    for raw in fresh:
+        cpu = BLOCKED_FRESH_CPU if blocked else "40"
+        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+    running = [
+        pod(f"r{i}", group=f"g{i // 10}", node_name=f"node-{i % nodes}", version=version)
+        for i in range(pods)
+    ]
+    return running + waiting + fresh
+
+
 def queue_cluster(
     nodes: int, pods: int, queues: int, pending: int, *, blocked: bool = False
 ) -> QueueCluster:
@@ -834,20 +853,11 @@ def queue_cluster(
     ]
     for group in groups:
         state.apply_podgroup(group)
-    waiting = [pod(f"w{i}", group=f"g{pods // 10 + i // 4}") for i in range(pending * 4)]
-    for raw in waiting if blocked else ():
-        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = BLOCKED_WAITING_CPU
-    state.replace_pods(
-        [pod(f"r{i}", group=f"g{i // 10}", node_name=f"node-{i % nodes}") for i in range(pods)]
-        + waiting
-    )
-    new = pods // 10 + pending
-    for i in range(8):
-        raw = pod(f"new-{i}", group=f"g{new}")
-        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = (
-            BLOCKED_FRESH_CPU if blocked else "40"
-        )
+    every = cluster_pods(nodes, pods, pending, blocked=blocked)
+    state.replace_pods(every[:-8])
+    for raw in every[-8:]:
         state.apply_pod(raw)
+    new = pods // 10 + pending
     specs = [
         {"metadata": {"name": f"team-{q}"}, "spec": {"weight": 1 + q % 3}} for q in range(queues)
     ]
@@ -1049,22 +1059,19 @@ class LoopProbe:
         return self.longest * 1000
 
 
-async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> dict[str, Any]:
+async def loop_rows(
+    nodes: int, pods: int, pending: int, queues: int = 20, *, blocked: bool = False
+) -> dict[str, Any]:
     """The longest any one step holds the event loop, `pending` gangs in line, `queues` queues:
     the queues' tally caught up in slices (as the queue status writer does between its
     ticks), the line's gangs built and walked in slices (as the line's warm-up does, also
     after the node change), the first admission, one after a node is cordoned, a relist of
-    every pod, the tally caught up again and an admission after it."""
-    cluster = queue_cluster(nodes, pods, queues, pending)
+    every pod, the tally caught up again and an admission after it. `blocked`: the line of
+    --line-blocked, no queues (no tally steps)."""
+    cluster = queue_cluster(nodes, pods, queues, pending, blocked=blocked)
     state = cluster.state
-    arbiter, app = queue_arbiter(cluster, cluster.queue_specs)
-    relist = [
-        pod(f"r{i}", group=f"g{i // 10}", node_name=f"node-{i % nodes}", version="2")
-        for i in range(pods)
-    ] + [pod(f"w{i}", group=f"g{pods // 10 + i // 4}") for i in range(pending * 4)]
-    relist += [pod(f"new-{i}", group=f"g{pods // 10 + pending}") for i in range(8)]
-    for raw in relist[-8:]:
-        raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "40"
+    arbiter, app = queue_arbiter(cluster, [] if blocked else cluster.queue_specs)
+    relist = cluster_pods(nodes, pods, pending, blocked=blocked, version="2")
     out: dict[str, float] = {}
     cpu: dict[str, float] = {}
     async with verbs_client(app) as client, LoopProbe() as probe:
@@ -1081,9 +1088,9 @@ async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> di
             state.apply_node(raw)
 
         book = arbiter.line.queues
-        assert book is not None
+        assert (book is None) == blocked
         steps: list[tuple[str, Any]] = [
-            ("tally_caught_up_in_slices", book.catch_up),
+            ("tally_caught_up_in_slices", book.catch_up if book else None),
             ("line_warmed_in_slices", arbiter.warmup.warm),
             ("first_admission", admit),
             ("admission", admit),
@@ -1091,13 +1098,15 @@ async def loop_rows(nodes: int, pods: int, pending: int, queues: int = 20) -> di
             ("line_warmed_after_node", arbiter.warmup.warm),
             ("admission_after_node", admit),
             ("relist_pods_in_slices", lambda: land_pods(state, relist)),
-            ("tally_caught_up_after_relist", book.catch_up),
+            ("tally_caught_up_after_relist", book.catch_up if book else None),
             ("admission_after_relist", admit),
         ]
+        steps = [(name, step) for name, step in steps if step is not None]
         for name, step in steps:
             out[name] = await probe.held(step)
             cpu[name] = probe.longest_cpu * 1000
-    print(f"the event loop held longest, {pending} in line, {queues} queues (wall / CPU):")
+    what = "blocked, no queues" if blocked else f"{queues} queues"
+    print(f"the event loop held longest, {pending} in line, {what} (wall / CPU):")
     for step, ms in out.items():
         print(f"  {step.replace('_', ' '):<50} {ms:8.2f} / {cpu[step]:6.2f} ms")
     out["longest"], cpu["longest"] = max(out.values()), max(cpu.values())
@@ -1194,8 +1203,9 @@ def cli(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--line-blocked",
         action="store_true",
-        help="the sweep's gangs in line fit no node now (aged, each holds what it can use) and "
-        "the fresh gang fits only in what they never can: issue 46's deep line, no queues",
+        help="the sweep's (or --loop-rows') gangs in line fit no node now (aged, each holds what "
+        "it can use) and the fresh gang fits only in what they never can: issue 46's deep "
+        "line, no queues",
     )
     parser.add_argument(
         "--line-runs", type=int, default=50, help="calls per point of the sweep, at most (50)"
@@ -1274,7 +1284,15 @@ def cli(argv: Sequence[str] | None = None) -> int:
     elif args.loop_rows is not None:
         figures = {
             **run_info(command.strip()),
-            **asyncio.run(loop_rows(args.nodes, args.pods, args.loop_rows, args.line_queues)),
+            **asyncio.run(
+                loop_rows(
+                    args.nodes,
+                    args.pods,
+                    args.loop_rows,
+                    args.line_queues,
+                    blocked=args.line_blocked,
+                )
+            ),
         }
     elif args.retry_rows is not None:
         figures = {

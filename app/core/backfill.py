@@ -162,6 +162,8 @@ class Remainders:
         self._changed_since = changed_since
         # shapes -> what of() worked out for them, and as of which change stamp.
         self._known: dict[Shapes, _Known] = {}
+        # shapes -> of()'s first call worked out a slice at a time (warm()), so far.
+        self._building: dict[Shapes, _Known] = {}
         # id of a gang's demands -> (those demands, their shapes): the line keeps
         # its gangs between calls, and a thousand aged gangs are looked at per call.
         self._shapes: dict[int, tuple[Sequence[Demand], Shapes]] = {}
@@ -202,11 +204,46 @@ class Remainders:
                 return out
         if len(self._known) > 64:
             self._known.clear()
-        by_node = known.by_node if known is not None else {}
+        building = self._building.pop(shapes, None)  # its nodes are reused where alike
+        by_node = known.by_node if known is not None else building.by_node if building else {}
         out = {b.name: self._at(b, shapes, by_node) for b in allocatable}
         index = {b.name: i for i, b in enumerate(allocatable)}
         self._known[shapes] = _Known(stamp, by_node, index, out)
         return out
+
+    def ready(self, shapes: Shapes, allocatable: Sequence[Bin]) -> bool:
+        """Would of() work out only the nodes changed since its last call, not every node?"""
+        known = self._known.get(shapes)
+        return (
+            known is not None
+            and len(known.out) == len(allocatable)
+            and self._changed_since(known.stamp)[1] is not None
+        )
+
+    def warm(self, shapes: Shapes, allocatable: Sequence[Bin], most: int) -> bool:
+        """Work out at most `most` more nodes of what of() would work out for every node, kept
+        to go on with; True: of() has only the nodes changed since left (ready). The line's
+        warm-up calls it a slice at a time: at 5,000 nodes of ten pods, every node's
+        remainder at once held the event loop hundreds of milliseconds."""
+        if self.ready(shapes, allocatable):
+            return True
+        building = self._building.get(shapes)
+        if building is None:  # as of now: the nodes that change meanwhile are in the log
+            building = self._building[shapes] = _Known(self.stamp(), {}, {}, {})
+        done = len(building.out)
+        for i in range(done, min(done + most, len(allocatable))):
+            b = allocatable[i]
+            building.out[b.name] = self._at(b, shapes, building.by_node)
+            building.index[b.name] = i
+        if len(building.out) < len(allocatable):
+            return False
+        del self._building[shapes]
+        if len(building.out) == len(allocatable) and all(
+            allocatable[i].name == name for name, i in building.index.items()
+        ):
+            self._known[shapes] = building
+            return True
+        return False  # the nodes moved meanwhile: again from the first
 
     def _at(
         self, node: Bin, shapes: Shapes, by_node: dict[str, tuple[Bin, _Sizes, Resources | None]]

@@ -12,7 +12,7 @@ can use on every node (Room.hold_for).
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.core.backfill import Remainders, Shapes
@@ -23,6 +23,10 @@ from app.core.room import Room
 from app.core.shared_pools import PoolShare
 
 NEVER = float("inf")
+# A slice of the warm-up walks `most` gangs, or works out the remainders of `most` times this
+# many nodes (Remainders.warm: 500 nodes of ten pods were a few ms).
+NODES_A_GANG = 5
+
 # A reach past every node: the gang read them all (some member did not fit, or the
 # order of its members depends on the whole cluster's free capacity).
 EVERYWHERE = sys.maxsize
@@ -93,13 +97,43 @@ class LineAt:
         )
 
 
+# What the gangs that take nothing are kept with, shared: read, never changed.
+_NO_PLAN: Mapping[str, str] = {}
+_NO_SHARES: list[PoolShare] = []
+
+
+class AlikeRuns:
+    """Where each run of alike gangs in one order of the line ends (WalkPass._alike), worked
+    out when first asked and kept while that very order is walked again: a run of
+    thousands is then walked at once."""
+
+    def __init__(self) -> None:
+        self._order: Sequence[Gang] | None = None
+        # end[i]: the index past the run gang i is in (0: not worked out yet).
+        self._end: list[int] = []
+
+    def end(self, order: Sequence[Gang], i: int, alike: Callable[[Gang, Gang], bool]) -> int:
+        """The first index after i whose gang is not alike order[i] (nor any gang between)."""
+        if order is not self._order:
+            self._order, self._end = order, [0] * len(order)
+        ends = self._end
+        if ends[i]:
+            return ends[i]
+        j = i + 1
+        while j < len(order) and alike(order[i], order[j]):
+            j += 1
+        ends[i:j] = [j] * (j - i)
+        return j
+
+
 class WalkPass:
     """One walk of the line from a gang on, over the room before it (`room`), adding to the
     kept walk's part before it (`done`) as _Steps.behind_line walks the line for a decision:
     a gang that fits takes its room; an aged one that does not holds what it can use."""
 
-    def __init__(self, room: Room, over: LineAt, done: KeptWalk) -> None:
+    def __init__(self, room: Room, over: LineAt, done: KeptWalk, runs: AlikeRuns) -> None:
         self.room = room
+        self.runs = runs
         self.over = over
         self.done = done
         self._pick = done.picks[-1] if done.picks else None
@@ -110,9 +144,8 @@ class WalkPass:
         """Walk order[start:], at most `most` gangs: (walked to the end, nothing left to walk:
         false when `most` ran out, or true at an aged gang that holds everything back)."""
         room, over, done = self.room, self.over, self.done
-        for i in range(start, len(order)):
-            if i - start >= most:  # a slice's worth: the rest another time
-                return False, False
+        i, end = start, min(len(order), start + most)
+        while i < end:
             gang = order[i]
             placed = room.place(gang)
             if placed is not None:
@@ -123,9 +156,40 @@ class WalkPass:
             elif not gang.aged(over.now, over.aging_seconds):
                 # It takes nothing; any node with more room may take it next time.
                 self._add(gang, {}, EVERYWHERE, [])
+            elif not self._ready(gang, most):  # its remainders are worked out a slice a call
+                return False, False
             elif not self._hold(gang):  # the remainders are not known: the decision walks
                 return False, True
-        return True, True
+            elif gang.packer is None:  # the aged gangs alike right behind it do as it did
+                alike = min(self.runs.end(order, i, self._alike), end) - i - 1
+                self._repeat(alike)
+                i += alike
+            i += 1
+        return end == len(order), end == len(order)
+
+    def _alike(self, gang: Gang, other: Gang) -> bool:
+        """Does `other`, right behind the aged `gang` that did not fit, do as it did? When
+        aged with the same member shapes and need: it does not fit either (the room only
+        shrank), may or may never fit the empty cluster as `gang`, and its hold caps
+        nothing more (Room's memos, which it is walked without: thousands of alike gangs
+        in line, walked again after each claim, bind or pod gone, were the walk's cost)."""
+        remainders, over = self.over.remainders, self.over
+        return (
+            remainders is not None
+            and other.packer is None
+            and other.need == gang.need
+            and other.aged(over.now, over.aging_seconds)
+            and remainders.shapes(other.demands) == remainders.shapes(gang.demands)
+        )
+
+    def _ready(self, gang: Gang, most: int) -> bool:
+        """A walk in slices (`most` gangs, not every one: the warm-up's): are the remainders
+        the gang's hold reads worked out? If not, a slice of them is, now."""
+        remainders = self.over.remainders
+        if most == sys.maxsize or remainders is None or not self.over.allocatable:
+            return True  # a decision's walk works out what it needs at once
+        shapes = remainders.shapes(gang.demands)
+        return remainders.warm(shapes, self.over.allocatable, most * NODES_A_GANG)
 
     def _hold(self, gang: Gang) -> bool:
         """An aged gang that does not fit holds what it can use; False: it holds everything."""
@@ -168,6 +232,20 @@ class WalkPass:
         if not plan and not held[0] and gang.waiting_since is not None:
             soonest = min(soonest, gang.waiting_since + done.aging)
         done.ages.append(soonest)
+
+    def _repeat(self, times: int) -> None:
+        """`times` more gangs walked as the last (aged, did not fit, its hold capping nothing
+        more): the lists grown at once, not gang by gang."""
+        if times <= 0:
+            return
+        done = self.done
+        done.plans.extend([_NO_PLAN] * times)
+        done.reach.extend([EVERYWHERE] * times)
+        done.shares.extend([_NO_SHARES] * times)
+        done.aged.extend([True] * times)
+        done.off.extend([None] * times)
+        done.picks.extend([self._pick] * times)
+        done.ages.extend([done.ages[-1]] * times)
 
     def finish(self, order: Sequence[Gang]) -> KeptWalk:
         """The walk as it stands: the gangs walked, and the room after them."""

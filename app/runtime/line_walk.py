@@ -43,7 +43,7 @@ from app.core.packing import Bin
 from app.core.resources import add
 from app.core.room import Room
 from app.core.shared_pools import PoolShare, charged
-from app.runtime.line_pass import KeptWalk, LineAt, WalkPass
+from app.runtime.line_pass import AlikeRuns, KeptWalk, LineAt, WalkPass
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,8 @@ class LineWalk:
         # of the line hand the same line again and again, and ordering 10,000 gangs each
         # time cost more than the walk (see _order).
         self._ordered: _Ordered | None = None
+        # Where the runs of alike aged gangs in the kept order end (line_pass.AlikeRuns).
+        self._runs = AlikeRuns()
 
     @property
     def length(self) -> int:
@@ -118,6 +120,7 @@ class LineWalk:
                 remainders.stamp() if remainders is not None else -1,
                 dict(kept.caps) if kept is not None else {},
             ),
+            self._runs,
         )
         whole, finished = step.walk(order, start, most)
         self.walked_again = len(step.done.plans) - start
@@ -223,6 +226,8 @@ class LineWalk:
 
         tail = zip(walk.order[start:], walk.plans[start:], walk.off[start:], strict=True)
         for gang, plan, off in tail:  # what each took, and each hold's caps, given back
+            if not plan and not off:
+                continue
             requests = {d.key: d.requests for d in gang.demands}
             for key, node in plan.items():
                 add(own(positions[node]).free, requests[key])

@@ -187,6 +187,7 @@ def test_wake_order_wakes_the_gangs_that_fit_behind_an_aged_one() -> None:
 
 
 def test_remainders_kept_between_calls_are_those_computed_afresh_after_any_change() -> None:
+    """Also when worked out a slice at a time (warm), the cluster changing between slices."""
     rng = random.Random(7)
     state = ClusterState()
     state.replace_nodes([node(f"n{i}", cpu="8") for i in range(4)])
@@ -196,10 +197,15 @@ def test_remainders_kept_between_calls_are_those_computed_afresh_after_any_chang
 
     kept = Remainders(staying, state.nodes_changed_since)
     gangs = [members("ns/a", 2, 3).demands, members("ns/b", 1, 5).demands]
-    for step in range(300):
-        choice = rng.randrange(8)
+    for step in range(1500):
+        choice = rng.randrange(10)
         name = f"p{rng.randrange(8)}"
-        if choice == 6:  # the gate holds a pending pod on a node, or lets it go
+        if choice >= 8:  # a slice of the warm-up's: a node or two of one gang's remainders
+            if rng.random() < 0.1:  # worked out from nothing again (a new process's)
+                kept = Remainders(staying, state.nodes_changed_since)
+            demands = gangs[choice - 8]
+            kept.warm(kept.shapes(demands), state.allocatable_bins(), rng.randrange(1, 3))
+        elif choice == 6:  # the gate holds a pending pod on a node, or lets it go
             state.reserve(f"default/{name}", rng.choice(["n0", "n1", "n2", "n3"]))
         elif choice == 7:
             state.unreserve(f"default/{name}")
@@ -217,11 +223,14 @@ def test_remainders_kept_between_calls_are_those_computed_afresh_after_any_chang
             state.delete_pod("default", name)
         elif choice == 4:
             state.apply_node(node(f"n{rng.randrange(5)}", cpu=rng.choice(["4", "8"])))
+        if rng.random() < 0.93:  # the changes and slices of several steps, then a look
+            continue
         for demands in gangs:
             shapes = kept.shapes(demands)
             allocatable = state.allocatable_bins()
             fresh = {b.name: remainder(b, staying(b.name), shapes) for b in allocatable}
             assert dict(kept.of(shapes, allocatable)) == fresh, step
+            assert kept.warm(shapes, allocatable, 1) and kept.ready(shapes, allocatable)
 
 
 # ---- a simulated cluster where pods end ------------------------------------------------

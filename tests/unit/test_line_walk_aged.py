@@ -8,13 +8,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.groups import GroupSpec
+from app.runtime.line_pass import NODES_A_GANG
 from tests.unit.builders import pod
 from tests.unit.test_arbiter import World
-from tests.unit.test_line_walk import _AGING, both, gang, join
+from tests.unit.test_line_walk import _AGING, both, gang, join, warm_slice
 
-# Per gang in line: (members, CPU each, minute created).
+# Per gang in line: (minMember, CPU each, minute created, pods beyond minMember).
 _LINE = st.lists(
-    st.tuples(st.integers(1, 3), st.integers(1, 7), st.integers(0, 50)), min_size=1, max_size=7
+    st.tuples(st.integers(1, 3), st.integers(1, 7), st.integers(0, 50), st.integers(0, 1)),
+    min_size=1,
+    max_size=7,
 )
 _OPS = st.lists(
     st.tuples(
@@ -75,7 +78,7 @@ def test_a_node_whose_pods_changed_but_not_its_free_room_is_a_change_for_the_hol
 @settings(max_examples=300, deadline=None)
 @given(line=_LINE, busy=st.lists(st.integers(0, 7), min_size=4, max_size=4), ops=_OPS)
 def test_behind_aged_gangs_the_kept_walk_decides_as_a_whole_walk(
-    line: list[tuple[int, int, int]], busy: list[int], ops: list[tuple[str, int, int]]
+    line: list[tuple[int, int, int, int]], busy: list[int], ops: list[tuple[str, int, int]]
 ) -> None:
     """Aged gangs that do not fit ahead of a fresh one, and every kind of change between two
     decisions: pods run, end or are swapped for others as large (the room alike, what an aged
@@ -84,8 +87,8 @@ def test_behind_aged_gangs_the_kept_walk_decides_as_a_whole_walk(
     for n, cpu in enumerate(busy):  # two pods a node, one of no CPU (swapped below)
         _busy(world, n, [cpu, 0], f"x{n}")
     names = [f"w{i}" for i in range(len(line))]
-    for name, (members, cpu, minute) in zip(names, line, strict=True):
-        gang(world, name, members, str(cpu), minute)
+    for name, (members, cpu, minute, spare) in zip(names, line, strict=True):
+        gang(world, name, members, str(cpu), minute, spare=spare)
         join(world, name)
     fresh = gang(world, "fresh", 1, "1", 59)
     world.clock.now += _AGING  # every gang in line has aged
@@ -119,3 +122,24 @@ def _over(world: World):  # type: ignore[no-untyped-def]
 
     contest = world.arbiter.line.contest(exclude="default/fresh")
     return LineAt.of(contest, world.clock.now, _AGING)
+
+
+def test_the_warm_up_works_out_the_remainders_an_aged_gang_holds_by_a_slice_at_a_time() -> None:
+    """The first hold reads every node's remainder: the warm-up's walk works them out
+    NODES_A_GANG nodes per gang of its slice, a call at a time (at 5,000 nodes all at once
+    held the event loop for hundreds of ms); then the fresh gang walks nothing again."""
+    world = World(nodes=12, cpu="8")
+    for i in range(12):
+        world.state.apply_pod(pod(f"r{i}", cpu="4", node=f"n{i}", phase="Running"))
+    gang(world, "big", 3, "6", 0)
+    join(world, "big")
+    fresh = gang(world, "fresh", 1, "3", 59)
+    world.clock.now += _AGING
+    world.arbiter.line.learn(10)
+    slices = 1
+    while not warm_slice(world, 1):  # 1 gang, or NODES_A_GANG nodes' remainders, a slice
+        slices += 1
+    assert slices == -(-12 // NODES_A_GANG)  # 5 + 5 + 2 nodes; the last slice holds, walks on
+    with_walk, whole, again = both(world, fresh)
+    assert with_walk == whole and again == 0
+    assert "waiting behind default/big" in with_walk.message
