@@ -167,6 +167,31 @@ class _Watcher:
         )
 
 
+def pod_bodies(
+    gangs: dict[str, GangLog],
+    work_seconds: float,
+    node_selector: dict[str, str] | None = None,
+    shuffle: int | None = None,
+) -> list[dict[str, Any]]:
+    """Every gang's one-CPU pods, each finishing `work_seconds` after it starts, gang after
+    gang, or in an order shuffled with seed `shuffle` (see run_gangs)."""
+    bodies = [
+        pause_pod(
+            f"{name}-{i}",
+            cpu="1",
+            memory="64Mi",
+            labels={POD_GROUP_LABEL: name},
+            annotations={EXIT_AFTER: f"{work_seconds:g}"},
+            spec={"nodeSelector": node_selector or {}},
+        )
+        for name, gang in gangs.items()
+        for i in range(gang.size)
+    ]
+    if shuffle is not None:
+        random.Random(shuffle).shuffle(bodies)
+    return bodies
+
+
 def run_gangs(
     client: Any,
     namespace: str,
@@ -190,20 +215,7 @@ def run_gangs(
     gangs = {f"g{i:02d}": GangLog(size) for i, size in enumerate(sizes)}
     for name, gang in gangs.items():
         create_group(custom, XK8S_API, namespace, name, {"minMember": gang.size})
-    bodies = [
-        pause_pod(
-            f"{name}-{i}",
-            cpu="1",
-            memory="64Mi",
-            labels={POD_GROUP_LABEL: name},
-            annotations={EXIT_AFTER: f"{work_seconds:g}"},
-            spec={"nodeSelector": node_selector or {}},
-        )
-        for name, gang in gangs.items()
-        for i in range(gang.size)
-    ]
-    if shuffle is not None:
-        random.Random(shuffle).shuffle(bodies)
+    bodies = pod_bodies(gangs, work_seconds, node_selector, shuffle)
     watcher = _Watcher(core, namespace, gangs)
     start = time.monotonic()
     watcher.thread.start()

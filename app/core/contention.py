@@ -36,8 +36,8 @@ Nothing here does I/O or reads a clock: callers pass `now`.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -148,10 +148,11 @@ class Walked:
     use (Room.hold_for): the room left after them all (`bins`), kept by the caller between
     calls and redone only from the first gang a change reaches (app/runtime/line_walk.py).
 
-    Good for a decision whose contest has this very `line`, `free` and holders, about a
-    candidate behind every gang of the line: it packs into `bins` at once instead of
+    Good for a decision whose contest has this very `line`, `free` and holders (room_for):
+    a candidate behind every gang of the line packs into `bins` at once instead of
     walking the line again (what a fresh gang's admission cost, one first fit per gang
-    ahead). `last`: the line's last gang in line order (None: the line is empty).
+    ahead), and one in line into the room before its place (`ahead`). `last`: the line's
+    last gang in line order (None: the line is empty).
     """
 
     line: Sequence[Gang]
@@ -165,18 +166,44 @@ class Walked:
     # _Steps.behind_line finds it): the bins are capped at what it cannot use.
     aged: tuple[Gang, list[str]] | None = None
 
-    def serves(self, candidate: Gang, contest: Contest, now: float, aging_seconds: float) -> bool:
-        """Is the room after the whole line the room this candidate packs into?"""
-        return (
-            self.line is contest.line
-            and self.free is contest.free
-            and self.holders is contest.holders
-            and all(h.key != candidate.key for h in self.holders)
-            and (
-                self.last is None
-                or line_key(self.last, now, aging_seconds) < line_key(candidate, now, aging_seconds)
-            )
-        )
+    # The gangs walked, in line order, and the room the walk left before the one at a
+    # given place (see Ahead; None: only a candidate behind them all is served).
+    order: Sequence[Gang] = ()
+    ahead: Callable[[int, str], Ahead | None] | None = None
+
+    def room_for(
+        self, candidate: Gang, contest: Contest, now: float, aging_seconds: float
+    ) -> Ahead | None:
+        """The room the gangs ahead of this candidate leave it, and who they are, if this walk
+        is of this very contest (None: the decision walks the line itself). Behind the
+        whole line: the room after it; in line (a gang that waited, or was held, and is
+        weighed again): the room before its place, the walk's part before it."""
+        if (
+            self.line is not contest.line
+            or self.free is not contest.free
+            or self.holders is not contest.holders
+            or any(h.key == candidate.key for h in self.holders)
+        ):
+            return None
+        if self.ahead is None:
+            return None
+        mine = line_key(candidate, now, aging_seconds)
+        if self.last is None or line_key(self.last, now, aging_seconds) < mine:
+            place = len(self.order)
+        else:
+            place = bisect_left(self.order, mine, key=lambda g: line_key(g, now, aging_seconds))
+        return self.ahead(place, candidate.key)
+
+
+@dataclass(frozen=True, slots=True)
+class Ahead:
+    """What the gangs ahead of a candidate in line leave it: the room after them (holders'
+    promises off, each that fits set aside, each aged one that does not holding what it
+    can use), the first that took room, and the aged one that holds room back."""
+
+    bins: Sequence[Bin]
+    blocker: tuple[str, int] | None
+    aged: tuple[Gang, list[str]] | None
 
 
 def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) -> Decision:
@@ -193,10 +220,11 @@ def decide(candidate: Gang, contest: Contest, now: float, aging_seconds: float) 
     """
     steps = _Steps(candidate, [h for h in contest.holders if h.key != candidate.key])
     walked = contest.walked
-    if walked is not None and walked.serves(candidate, contest, now, aging_seconds):
+    ahead = walked.room_for(candidate, contest, now, aging_seconds) if walked else None
+    if ahead is not None:
         # The line was walked already: every gang of it ahead of the candidate, set aside.
-        room = Room(walked.bins, (), contest.allocatable, contest.positions, contest.remainders)
-        steps.blocker, steps.aged = walked.blocker, walked.aged
+        room = Room(ahead.bins, (), contest.allocatable, contest.positions, contest.remainders)
+        steps.blocker, steps.aged = ahead.blocker, ahead.aged
     else:
         room = Room(
             contest.free, steps.holders, contest.allocatable, contest.positions, contest.remainders
@@ -334,66 +362,3 @@ def _wait(candidate: Gang, behind: tuple[str, int], why: str, where: str = "") -
             f"{candidate.need} member(s) fit{where} (nothing is reserved meanwhile)"
         ),
     )
-
-
-def wake_order(contest: Contest, now: float, aging_seconds: float, limit: int = 10) -> list[str]:
-    """The gangs of `contest.line` admitted now, in line order (to wake their pods)."""
-    chosen: list[str] = []
-    for step in wake_steps(contest, now, aging_seconds, limit, slice_size=sys.maxsize):
-        chosen = step if step is not None else chosen
-    return chosen
-
-
-def wake_steps(
-    contest: Contest, now: float, aging_seconds: float, limit: int, slice_size: int = 500
-) -> Iterator[list[str] | None]:
-    """wake_order() a slice at a time: yields None after every `slice_size` gangs walked (the
-    caller may let others run; `contest` must stay as it was), then the gangs chosen."""
-    room = Room(
-        contest.free, contest.holders, contest.allocatable, contest.positions, contest.remainders
-    )
-    chosen: list[str] = []
-    for walked, gang in enumerate(order_line(contest.line, now, aging_seconds), 1):
-        if room.set_aside(gang):
-            chosen.append(gang.key)
-            if len(chosen) >= limit:
-                break
-        elif (
-            gang.aged(now, aging_seconds)
-            and room.may_ever_fit(gang)
-            and room.hold_for(gang) is None
-        ):
-            break
-        if walked % slice_size == 0:
-            yield None
-    yield chosen
-
-
-def held_for(
-    contest: Contest, now: float, aging_seconds: float
-) -> dict[str, tuple[list[str], str]]:
-    """For /debug/gangs: per aged gang in line, the nodes where it holds room back, and why none.
-
-    The line walked as wake_order() walks it: the gangs that fit take their
-    share, each aged gang that does not caps the nodes at what it cannot use.
-    """
-    room = Room(
-        contest.free, contest.holders, contest.allocatable, contest.positions, contest.remainders
-    )
-    held: dict[str, tuple[list[str], str]] = {}
-    for gang in order_line(contest.line, now, aging_seconds):
-        aged = gang.aged(now, aging_seconds)
-        if room.set_aside(gang):
-            if aged:
-                held[gang.key] = ([], "it fits now")
-        elif not aged:
-            continue
-        elif not room.may_ever_fit(gang):
-            held[gang.key] = ([], "it cannot fit even in the empty cluster")
-        else:
-            nodes = room.hold_for(gang)
-            if nodes is None:
-                held[gang.key] = ([], "the nodes' pods are not known: it holds everything")
-            else:
-                held[gang.key] = (nodes, "" if nodes else "all it may use is in use")
-    return held

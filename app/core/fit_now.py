@@ -1,6 +1,6 @@
 """Which of the gangs the line chose fit in the room kube-scheduler sees free now.
 
-The line's look (app/core/contention.py wake_steps) counts the room of pods on their way
+The line's look (app/core/line_look.py wake_steps) counts the room of pods on their way
 out as free, and knows nothing of the pods kube-scheduler nominated for a node: for a gang
 the filter admits, that is right (its members wait in the gate a moment for a pod to
 leave). Releasing a held gang (app/runtime/holds.py) cannot be undone: a scheduling gate

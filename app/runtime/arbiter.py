@@ -170,8 +170,9 @@ class Arbiter:
             contest.line = queued.line
         constraint = self.topology.constraint(spec, pod.topology)
         aging = self.settings.aging_seconds
-        if spec.key not in self.waiting:  # a fresh gang: behind the whole line, walked before
-            contest.walked = self.line.walked(contest, now, aging)
+        # The line walked before: a fresh gang packs into the room after it, one in line into
+        # the room before its place (Walked.room_for).
+        contest.walked = self.line.walked(contest, now, aging, gang)
         try:  # TopologyError: slices the gang cannot have
             decision, domain, held = self.topology.decide(
                 gang, constraint, contest, now, aging, spec, pod

@@ -22,12 +22,11 @@ from app.core.contention import (
     Gang,
     Holder,
     Walked,
-    held_for,
     order_line,
-    wake_steps,
 )
 from app.core.fit_now import Nominated, fit_now
 from app.core.groups import GroupRef, GroupSpec
+from app.core.line_look import held_for
 from app.core.packing import Bin, Demand
 from app.core.placement import placement_of
 from app.core.records import PodRecord, delivered
@@ -197,10 +196,12 @@ class Line:
             self._remainders,
         )
 
-    def walked(self, contest: Contest, now: float, aging_seconds: float) -> Walked | None:
-        """The room after every gang of `contest.line`, from the walk kept between calls
-        (app/runtime/line_walk.py); for a gang not in line, behind all of them."""
-        return self.walk.walked(LineAt.of(contest, now, aging_seconds))
+    def walked(
+        self, contest: Contest, now: float, aging_seconds: float, candidate: Gang
+    ) -> Walked | None:
+        """The room the gangs of `contest.line` ahead of `candidate` leave it, from the walk
+        kept between calls (app/runtime/line_walk.py)."""
+        return self.walk.walked_for(LineAt.of(contest, now, aging_seconds), candidate)
 
     def assess(
         self, gang: Gang | None, queue: str, line: Sequence[Gang], holders: Sequence[Holder]
@@ -258,9 +259,11 @@ class Line:
         self, now: float, aging_seconds: float, limit: int, slice_size: int
     ) -> Iterator[list[str] | None]:
         """The first `limit` gangs in line that would be admitted now, in line order, found
-        `slice_size` gangs of the line at a time (app/core/contention.py wake_steps): the
-        line and the room as they are now, walked while the event loop serves others."""
-        return wake_steps(self._wake_contest(), now, aging_seconds, limit, slice_size)
+        `slice_size` gangs of the line at a time (app/core/line_look.py wake_steps): the
+        line and the room as they are now, walked while the event loop serves others; from
+        the walk kept between calls (app/runtime/line_walk.py)."""
+        over = LineAt.of(self._wake_contest(), now, aging_seconds)
+        return self.walk.wake_steps(over, limit, slice_size)
 
     def fit_now(self, keys: Sequence[str]) -> list[str]:
         """Of `keys` (gangs in line the look chose, in line order), those that fit together in

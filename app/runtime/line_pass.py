@@ -141,8 +141,8 @@ class WalkPass:
         self._promised = False
 
     def walk(self, order: Sequence[Gang], start: int, most: int) -> tuple[bool, bool]:
-        """Walk order[start:], at most `most` gangs: (walked to the end, nothing left to walk:
-        false when `most` ran out, or true at an aged gang that holds everything back)."""
+        """Walk order[start:], at most `most` gangs: (walked all `most` or to the end, nothing
+        left to walk: true at the end, or at an aged gang that holds everything back)."""
         room, over, done = self.room, self.over, self.done
         i, end = start, min(len(order), start + most)
         while i < end:
@@ -165,7 +165,7 @@ class WalkPass:
                 self._repeat(alike)
                 i += alike
             i += 1
-        return end == len(order), end == len(order)
+        return True, end == len(order)
 
     def _alike(self, gang: Gang, other: Gang) -> bool:
         """Does `other`, right behind the aged `gang` that did not fit, do as it did? When

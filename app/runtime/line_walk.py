@@ -33,11 +33,14 @@ The walk itself, and what is kept of it: app/runtime/line_pass.py.
 
 from __future__ import annotations
 
+import itertools
 import sys
-from collections.abc import Iterator, Sequence
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
-from app.core.contention import Gang, Walked, order_line
+from app.core.contention import Ahead, Gang, Walked, line_key, order_line
 from app.core.line_order import next_to_age, order_steps
 from app.core.packing import Bin
 from app.core.resources import add
@@ -71,6 +74,8 @@ class LineWalk:
         self._ordered: _Ordered | None = None
         # Where the runs of alike aged gangs in the kept order end (line_pass.AlikeRuns).
         self._runs = AlikeRuns()
+        # The last order walked, and each gang's place in it (_places).
+        self._keys: tuple[Sequence[Gang], dict[str, int]] | None = None
 
     @property
     def length(self) -> int:
@@ -79,8 +84,17 @@ class LineWalk:
 
     def walked(self, over: LineAt) -> Walked | None:
         """The room after every gang of the line that fits set aside (None: an aged one does
-        not fit)."""
+        not fit and the remainders are not known)."""
         return self._walked(over, sys.maxsize)[0]
+
+    def walked_for(self, over: LineAt, candidate: Gang) -> Walked | None:
+        """walked(), the line walked only as far as `candidate` would stand in it: the gangs
+        behind it play no part in its decision (a gang in line weighed again walked the
+        gangs behind it too, all of them after each claim that came or went)."""
+        order = self._order(over.line, over.now, over.aging_seconds)
+        mine = line_key(candidate, over.now, over.aging_seconds)
+        key = partial(line_key, now=over.now, aging_seconds=over.aging_seconds)
+        return self._walked(over, sys.maxsize, bisect_left(order, mine, key=key))[0]
 
     def warm(self, over: LineAt, most: int) -> bool:
         """Walk at most `most` more gangs of the line and keep the walk (the next decision
@@ -90,8 +104,11 @@ class LineWalk:
         whole line at once (10,000 gangs: a third of a second and more)."""
         return self._walked(over, most)[1]
 
-    def _walked(self, over: LineAt, most: int) -> tuple[Walked | None, bool]:
-        """walked(), stopping after `most` gangs walked again; and whether it went to the end."""
+    def _walked(
+        self, over: LineAt, most: int, upto: int = sys.maxsize
+    ) -> tuple[Walked | None, bool]:
+        """walked(), stopping after `most` gangs walked again, or at the gang at place `upto`;
+        and whether it went to the end."""
         order = self._order(over.line, over.now, over.aging_seconds)
         walk = self._walk
         changed = _changed(walk, over) if walk is not None else None
@@ -122,19 +139,56 @@ class LineWalk:
             ),
             self._runs,
         )
-        whole, finished = step.walk(order, start, most)
+        limit = min(upto, len(order))
+        whole, finished = step.walk(order, start, min(most, max(0, limit - start)))
         self.walked_again = len(step.done.plans) - start
         self._walk = done = step.finish(order)
         if not whole:
             return None, finished
-        blocker = None
-        if done.first < len(done.order):
-            first = done.order[done.first]
-            blocker = (first.key, first.priority)
-        last = done.order[-1] if done.order else None
+        return self._handed(done, over), len(done.order) == len(order)
+
+    def _handed(self, done: KeptWalk, over: LineAt) -> Walked:
+        """The walk as a decision reads it: the room after the whole line, and the room
+        before any place in it (Walked.room_for: a gang in line weighed again)."""
+
+        def ahead(place: int, key: str) -> Ahead | None:
+            at = self._places(done.source).get(key)
+            if place > len(done.order) or (at is not None and at < place):
+                # Not walked that far; or in line ahead of where it stands: it would weigh itself.
+                return None
+            picked = done.picks[place - 1] if place else None
+            if place == len(done.order):  # behind them all: the room after the whole line
+                return Ahead(done.bins, _blocker(done, place), picked)
+            before = self._room_before(done, place, over, [])
+            return Ahead(before, _blocker(done, place), picked)
+
+        order = done.source  # the whole line's order: the walk may have stopped short of it
+        last = order[-1] if order else None
+        blocker = _blocker(done, len(done.order))
         picked = done.picks[-1] if done.picks else None
-        walked = Walked(over.line, over.free, over.holders, last, done.bins, blocker, picked)
-        return walked, True
+        return Walked(
+            over.line, over.free, over.holders, last, done.bins, blocker, picked, order, ahead
+        )
+
+    def _places(self, order: Sequence[Gang]) -> Mapping[str, int]:
+        """Each gang's place in `order` (by key), kept while that very order is walked."""
+        kept = self._keys
+        if kept is None or kept[0] is not order:
+            kept = self._keys = (order, {g.key: i for i, g in enumerate(order)})
+        return kept[1]
+
+    def wake_steps(self, over: LineAt, limit: int, most: int) -> Iterator[list[str] | None]:
+        """line_look.wake_steps() from the kept walk: the first `limit` gangs of the line that
+        fit now, in line order (the line's look wakes them), the walk brought up to date
+        `most` gangs a slice, yielding None between slices (`over` stays as it was). The
+        look came after every join, bind and pod gone, and walked the whole line itself."""
+        yield from self.order_ahead(over, most)
+        while not self.warm(over, most):
+            yield None
+        walk = self._walk
+        assert walk is not None
+        fits = (g.key for g, plan in zip(walk.order, walk.plans, strict=True) if plan)
+        yield list(itertools.islice(fits, limit))
 
     def order_ahead(self, over: LineAt, most: int) -> Iterator[None]:
         """Order `over.line` as the next walk of it will (order_line), `most` gangs a slice,
@@ -257,6 +311,14 @@ def _drawn_before(
         replace(b, pools=tuple(now.get(p.name, p) for p in b.pools)) if b.pools else b for b in bins
     ]
     return charged(current, [share for drawn in shares for share in drawn])
+
+
+def _blocker(walk: KeptWalk, place: int) -> tuple[str, int] | None:
+    """The first gang of the walk before `place` that took room (named when one waits)."""
+    if walk.first >= place:
+        return None
+    first = walk.order[walk.first]
+    return first.key, first.priority
 
 
 def _before_aged(walk: KeptWalk | None, order: Sequence[Gang], start: int, over: LineAt) -> int:

@@ -11,7 +11,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.core.backfill import Remainders, remainder, shapes_of
-from app.core.contention import Contest, Gang, Holder, Ruling, decide, held_for, wake_order
+from app.core.contention import Contest, Gang, Holder, Ruling, decide
+from app.core.line_look import held_for, wake_order
 from app.core.packing import Bin, Demand
 from app.core.placement import Placement
 from app.core.resources import Resources, fits

@@ -1,4 +1,5 @@
-"""bench.contention's watcher: each gang's progress and the timeline bench/plots.py draws."""
+"""bench.contention's watcher (each gang's progress and the timeline bench/plots.py draws)
+and the pods it creates."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from app.core.groups import POD_GROUP_LABEL
 from bench import plots
-from bench.contention import TIMELINE_FIELDS, GangLog, Result, _Watcher
+from bench.contention import TIMELINE_FIELDS, GangLog, Result, _Watcher, pod_bodies
 
 
 def pods(gang: str, bound: int, finished: int, size: int) -> list[dict[str, Any]]:
@@ -54,3 +55,16 @@ def test_the_json_of_a_mode_has_what_the_contention_plot_reads(tmp_path: Path) -
     figures = {"date": "2026-11-28 10:00 UTC", "modes": {"on": mode, "off": mode}}
     drawn = plots.contention_timelines(figures, tmp_path / "contention.png")
     assert drawn.stat().st_size > 0
+
+
+def test_the_pods_come_gang_after_gang_or_shuffled_the_same_way_for_a_seed() -> None:
+    gangs = {"g00": GangLog(3), "g01": GangLog(2), "g02": GangLog(4)}
+    names = [b["metadata"]["name"] for b in pod_bodies(gangs, 8)]
+    assert names == [f"g00-{i}" for i in range(3)] + ["g01-0", "g01-1"] + [
+        f"g02-{i}" for i in range(4)
+    ]
+    shuffled = [b["metadata"]["name"] for b in pod_bodies(gangs, 8, shuffle=1)]
+    assert sorted(shuffled) == sorted(names) and shuffled != names
+    assert shuffled == [b["metadata"]["name"] for b in pod_bodies(gangs, 8, shuffle=1)]
+    body = pod_bodies(gangs, 8, shuffle=1)[0]
+    assert body["metadata"]["annotations"]["local-cluster.dev/exit-after-seconds"] == "8"

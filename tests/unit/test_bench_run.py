@@ -65,6 +65,14 @@ async def test_loop_rows_time_every_step_and_admit_the_fresh_gang() -> None:
         assert rows[f"loop_held_{measure}_longest"] == max(held.values()) > 0
 
 
+async def test_loop_rows_behind_a_blocked_line_time_the_steps_without_queues() -> None:
+    rows = await bench_run.loop_rows(nodes=40, pods=400, pending=20, blocked=True)
+    steps = {k.removeprefix("loop_held_ms_") for k in rows if k.startswith("loop_held_ms_")}
+    assert "tally_caught_up_in_slices" not in steps
+    assert {"line_warmed_in_slices", "admission_after_node", "relist_pods_in_slices"} <= steps
+    assert rows["loop_held_ms_longest"] > 0
+
+
 def _spin(seconds: float) -> None:
     """Hold the loop `seconds` of this thread's CPU time."""
     deadline = time.thread_time() + seconds

@@ -7,9 +7,8 @@ from app.core.contention import (
     line_key,
     order_line,
     room_left,
-    wake_order,
-    wake_steps,
 )
+from app.core.line_look import wake_order, wake_steps
 from app.core.packing import Bin, Demand
 
 

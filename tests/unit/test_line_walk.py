@@ -41,13 +41,14 @@ def join(world: World, name: str) -> None:
 
 
 def both(world: World, fresh: GroupSpec) -> tuple[Decision, Decision, int]:
-    """The fresh gang's decision with the kept walk, one walking the whole line, and how many
-    gangs the kept walk walked again."""
+    """The gang's decision (a fresh one, or one in line) with the kept walk, one walking the
+    whole line, and how many gangs the kept walk walked again."""
     line = world.arbiter.line
-    candidate: Gang = line.gang(world.state.group_spec(GroupRef("default", "fresh")), None)
+    name = fresh.key.split("/", 1)[1]
+    candidate: Gang = line.gang(world.state.group_spec(GroupRef("default", name)), None)
     contest = line.contest(exclude=fresh.key)
     now = world.clock.now
-    walked = line.walked(contest, now, _AGING)
+    walked = line.walked(contest, now, _AGING, candidate)
     with_walk = decide(candidate, replace(contest, walked=walked), now, _AGING)
     without = decide(candidate, replace(contest, walked=None), now, _AGING)
     return with_walk, without, line.walk.walked_again

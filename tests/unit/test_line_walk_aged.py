@@ -4,11 +4,17 @@ decided exactly as a decision walking the whole line decides, whatever changes b
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.contention import Contest, Gang, decide
 from app.core.groups import GroupSpec
-from app.runtime.line_pass import NODES_A_GANG
+from app.core.line_look import wake_order
+from app.core.packing import Bin, Demand
+from app.runtime.line_pass import NODES_A_GANG, LineAt
+from app.runtime.line_walk import LineWalk
 from tests.unit.builders import pod
 from tests.unit.test_arbiter import World
 from tests.unit.test_line_walk import _AGING, both, gang, join, warm_slice
@@ -115,6 +121,12 @@ def test_behind_aged_gangs_the_kept_walk_decides_as_a_whole_walk(
             world.filter(GroupSpec(key, line[a % len(names)][0]), f"{name}-0")
         with_walk, whole, _ = both(world, fresh)
         assert with_walk == whole, (kind, a, b)
+        line_now = world.arbiter.line  # the look at the line wakes what a whole walk would
+        woken = list(line_now.wake_steps(world.clock.now, _AGING, 3, b))[-1]
+        assert woken == wake_order(line_now.contest(exclude=""), world.clock.now, _AGING, 3)
+        if key in world.arbiter.waiting and key not in world.arbiter.claims:  # one in line
+            with_walk, whole, _ = both(world, GroupSpec(key, line[a % len(names)][0]))
+            assert with_walk == whole, ("in line", kind, a, b)
 
 
 def _over(world: World):  # type: ignore[no-untyped-def]
@@ -143,3 +155,21 @@ def test_the_warm_up_works_out_the_remainders_an_aged_gang_holds_by_a_slice_at_a
     with_walk, whole, again = both(world, fresh)
     assert with_walk == whole and again == 0
     assert "waiting behind default/big" in with_walk.message
+
+
+def test_a_candidate_whose_own_entry_stands_ahead_of_it_is_not_served_from_the_walk() -> None:
+    """The walk's line has the candidate's own entry, ahead of where the candidate stands now
+    (aged there, not as weighed): the room before its place holds what its entry took, so
+    the decision walks the line itself, leaving its own entry out."""
+    fits = Gang("c", 0, 1.0, (Demand("c-0", {"cpu": 3}),), 1, waiting_since=0.0)  # aged
+    other = Gang("w", 0, 2.0, (Demand("w-0", {"cpu": 3}),), 1, waiting_since=0.0)
+    candidate = replace(fits, waiting_since=None)  # as weighed now: not aged, behind `w`
+    free = [Bin("n0", {"cpu": 4}), Bin("n1", {"cpu": 4})]
+    positions = {"n0": 0, "n1": 1}
+    line = [fits, other]
+    walked = LineWalk().walked(LineAt(line, free, (), positions, 100.0, _AGING))
+    assert walked is not None
+    contest = Contest(free, (), line, positions=positions)
+    with_walk = decide(candidate, replace(contest, walked=walked), 100.0, _AGING)
+    assert with_walk == decide(candidate, contest, 100.0, _AGING)
+    assert with_walk.plan == {"c-0": "n1"}  # w ahead took n0; its own entry's room is not held
