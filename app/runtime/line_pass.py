@@ -24,8 +24,8 @@ from app.core.shared_pools import PoolShare
 
 NEVER = float("inf")
 # A slice of the warm-up walks `most` gangs, or works out the remainders of `most` times this
-# many nodes (Remainders.warm: 500 nodes of ten pods were a few ms).
-NODES_A_GANG = 5
+# many nodes (Remainders.warm: a node of ten pods of different sizes, 0.1 ms).
+NODES_A_GANG = 1
 
 # A reach past every node: the gang read them all (some member did not fit, or the
 # order of its members depends on the whole cluster's free capacity).
@@ -112,17 +112,21 @@ class AlikeRuns:
         # end[i]: the index past the run gang i is in (0: not worked out yet).
         self._end: list[int] = []
 
-    def end(self, order: Sequence[Gang], i: int, alike: Callable[[Gang, Gang], bool]) -> int:
-        """The first index after i whose gang is not alike order[i] (nor any gang between)."""
+    def end(
+        self, order: Sequence[Gang], i: int, alike: Callable[[Gang, Gang], bool], most: int
+    ) -> int:
+        """The first index after i whose gang is not alike order[i] (nor any gang between), or
+        `most` when the run goes on past it (looked at no further: a warm-up's slice)."""
         if order is not self._order:
             self._order, self._end = order, [0] * len(order)
         ends = self._end
         if ends[i]:
-            return ends[i]
-        j = i + 1
-        while j < len(order) and alike(order[i], order[j]):
+            return min(ends[i], most)
+        j, stop = i + 1, min(most, len(order))
+        while j < stop and alike(order[i], order[j]):
             j += 1
-        ends[i:j] = [j] * (j - i)
+        if j < stop or j == len(order):  # the run's end seen: kept
+            ends[i:j] = [j] * (j - i)
         return j
 
 
@@ -161,7 +165,7 @@ class WalkPass:
             elif not self._hold(gang):  # the remainders are not known: the decision walks
                 return False, True
             elif gang.packer is None:  # the aged gangs alike right behind it do as it did
-                alike = min(self.runs.end(order, i, self._alike), end) - i - 1
+                alike = self.runs.end(order, i, self._alike, end) - i - 1
                 self._repeat(alike)
                 i += alike
             i += 1
