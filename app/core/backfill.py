@@ -171,15 +171,20 @@ class Remainders:
         # id of a gang's demands -> (those demands, their shapes): the line keeps
         # its gangs between calls, and a thousand aged gangs are looked at per call.
         self._shapes: dict[int, tuple[Sequence[Demand], Shapes]] = {}
+        self._interned: dict[Shapes, Shapes] = {}
 
     def shapes(self, demands: Sequence[Demand]) -> Shapes:
-        """shapes_of(demands), remembered while the line hands out the same demands."""
+        """shapes_of(demands), remembered while the line hands out the same demands; equal
+        shapes are the very same object."""
         known = self._shapes.get(id(demands))
         if known is not None and known[0] is demands:
             return known[1]
         if len(self._shapes) > 20_000:
             self._shapes.clear()
+            self._interned.clear()
         shapes = shapes_of(demands)
+        # One object for equal shapes: gangs alike are told by `is` (line_pass.WalkPass).
+        shapes = self._interned.setdefault(shapes, shapes)
         self._shapes[id(demands)] = (demands, shapes)
         return shapes
 

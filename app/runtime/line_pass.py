@@ -183,7 +183,7 @@ class WalkPass:
             and other.packer is None
             and other.need == gang.need
             and other.aged(over.now, over.aging_seconds)
-            and remainders.shapes(other.demands) == remainders.shapes(gang.demands)
+            and remainders.shapes(other.demands) is remainders.shapes(gang.demands)
         )
 
     def _ready(self, gang: Gang, most: int) -> bool:
