@@ -40,7 +40,7 @@ from matplotlib.figure import Figure
 # bench/ importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.results import CONTENTION_JSON, E2E_JSON, LINE_JSON
+from bench.results import CONTENTION_JSON, E2E_JSON, LINE_BLOCKED_JSON, LINE_JSON
 from hack.clusterkit import REPO
 
 IMG = REPO / "docs" / "benchmarks" / "img"
@@ -222,6 +222,8 @@ def admission_by_line(results: Mapping[str, Any], out: Path) -> Path:
         for index, (queues, by_line) in enumerate(ordered):
             colour = f"C{index}"
             name = "no queues" if queues == "none" else f"{queues} queues"
+            if results.get("blocked"):  # --line-blocked: the line's gangs are aged and hold room
+                name = f"blocked line, {name}"
             xs = [where[n] for n in sorted(by_line)]
             axes.plot(
                 xs,
@@ -258,6 +260,7 @@ PLOTS: tuple[tuple[Path, str, Plot], ...] = (
     (E2E_JSON, "pods-per-second.png", pods_per_second),
     (CONTENTION_JSON, "contention.png", contention_timelines),
     (LINE_JSON, "admission-by-line.png", admission_by_line),
+    (LINE_BLOCKED_JSON, "admission-by-blocked-line.png", admission_by_line),
 )
 """Each plot: the results file it reads, the image it writes (under IMG), the function."""
 

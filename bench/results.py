@@ -26,6 +26,7 @@ RESULTS = REPO / "bench" / "results"
 
 CONTENTION_JSON = RESULTS / "contention.json"
 LINE_JSON = RESULTS / "line.json"
+LINE_BLOCKED_JSON = RESULTS / "line-blocked.json"
 E2E_JSON = RESULTS / "e2e.json"
 
 

@@ -120,6 +120,9 @@ def test_main_draws_what_it_has_names_what_it_lacks_and_fails_on_bad_json(
     assert plots.main(["--results", str(results), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["admission-by-line.png", "pods-per-second.png"]
     assert "contention.json: not there, contention.png not drawn" in capsys.readouterr().out
+    (results / "line-blocked.json").write_text(json.dumps({**line_results(), "blocked": True}))
+    assert plots.main(["--results", str(results), "--out", str(out)]) == 0
+    assert (out / "admission-by-blocked-line.png").exists()
 
     (results / "contention.json").write_text("{not json")
     assert plots.main(["--results", str(results), "--out", str(out)]) == 1
