@@ -160,11 +160,6 @@ class Walked:
     holders: Sequence[Holder]
     last: Gang | None
     bins: Sequence[Bin]
-    # The first gang set aside (named when the candidate waits).
-    blocker: tuple[str, int] | None
-    # The aged gang ahead that does not fit and holds room back, and where (as
-    # _Steps.behind_line finds it): the bins are capped at what it cannot use.
-    aged: tuple[Gang, list[str]] | None = None
 
     # The gangs walked, in line order, and the room the walk left before the one at a
     # given place (see Ahead; None: only a candidate behind them all is served).

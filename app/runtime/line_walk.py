@@ -164,11 +164,7 @@ class LineWalk:
 
         order = done.source  # the whole line's order: the walk may have stopped short of it
         last = order[-1] if order else None
-        blocker = _blocker(done, len(done.order))
-        picked = done.picks[-1] if done.picks else None
-        return Walked(
-            over.line, over.free, over.holders, last, done.bins, blocker, picked, order, ahead
-        )
+        return Walked(over.line, over.free, over.holders, last, done.bins, order, ahead)
 
     def _places(self, order: Sequence[Gang]) -> Mapping[str, int]:
         """Each gang's place in `order` (by key), kept while that very order is walked."""
