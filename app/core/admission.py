@@ -248,7 +248,7 @@ class Admission:
     def next_expiry(self) -> float:
         """In how many seconds the first denial standing expires (inf: none stands).
 
-        A denied gang in line is left out of every decision until then.
+        A denied gang in line fits nowhere (or is left out) until then.
         """
         first = min((d.at for d in self.denied.values()), default=math.inf)
         return first + self.denied_ttl_seconds - self._clock()

@@ -27,6 +27,13 @@ released. Gangs that do not fit wait in a line:
   behind it is admitted. The cluster drains until it fits, so a large gang
   is never starved by a stream of small ones, and what it cannot use is not
   left idle.
+- **A failed attempt keeps the place**: a gang whose admission failed (the gate's
+  wait ran out, kube-scheduler found no node for a member, a bind failed) is
+  denied for --denied-pg-expiration-seconds and back in line with its age. While
+  denied it is not admitted and takes nothing, but an aged one still holds
+  what it can use (`Gang.denied`): the gang behind it does not take its place
+  for a moment kube-scheduler's cache lagged. A gang that failed again and
+  again is left out while denied (app/runtime/line_gangs.py).
 - **Precedence**: a gang of strictly higher priority that does not fit may
   take the capacity of lower-priority gangs that hold a claim but are still
   collecting members in the gate: their reservations are released.
@@ -75,6 +82,9 @@ class Gang:
     # sub-group whole in one domain, app/core/topology/tree.py pack_tree), so a
     # decision behind it sets aside what it would really take (None: a flat gang).
     packer: Callable[[Gang, Sequence[Bin]], Packing] | None = field(default=None, compare=False)
+    # Denied for a while after a failed attempt ("A failed attempt keeps the place"): it
+    # fits nowhere until the denial expires, and aged it holds what it can use.
+    denied: bool = False
 
     def aged(self, now: float, aging_seconds: float) -> bool:
         return self.waiting_since is not None and now - self.waiting_since >= aging_seconds

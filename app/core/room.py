@@ -140,7 +140,10 @@ class Room:
         return self.place(gang) is not None
 
     def place(self, gang: Gang) -> tuple[Packing, list[PoolShare]] | None:
-        """set_aside(), with the packing and what it drew of the shared pools (None: no fit)."""
+        """set_aside(), with the packing and what it drew of the shared pools (None: no fit;
+        a denied gang fits nowhere until its denial expires)."""
+        if gang.denied:
+            return None
         if self._failed:  # (most lines: every gang fits, and no shape is worked out)
             alike = self._shapes(gang)
             if alike is not None and alike in self._failed:

@@ -10,7 +10,7 @@ all of these hold:
   nodes, queues: app/runtime/revision.py);
 - no group in line, holding a claim, or the gang itself changed (a member, its
   PodGroup: the state's change stamps, app/core/changes.py);
-- no denial was added or dropped (a denied gang is out of every decision);
+- no denial was added or dropped (a denied gang in line fits nowhere, or is left out);
 - the gang is the same (its members, their requests and priority: the pod
   being filtered may be one the watch has not delivered yet);
 - time alone has not changed the answer: no gang weighed has aged since, no

@@ -64,7 +64,7 @@ class ClaimRelease:
         if self._admission.soft.is_plain(key):
             return self._line.leave(key) is not None
         if released and claim is not None:
-            self._line.rejoin(key, claim)
+            self._line.rejoin(key, claim, failed=True)
         return False
 
     def give_way(self, key: str, winner: str, priority: int) -> None:
@@ -78,7 +78,7 @@ class ClaimRelease:
             f"reserved members were released and it waits behind {winner}"
         )
         log.info(message, extra={"podgroup": key, "verb": "filter"})
-        released = self._release(key, claim, message)
+        released = self._release(key, claim, message, failed=False)
         self._peers.observer.gang_released(key, released, message)
 
     def fail_fast(self, old: PodRecord, new: PodRecord) -> bool:
@@ -110,15 +110,16 @@ class ClaimRelease:
             f"({why}); the whole gang is retried in {ttl:g}s"
         )
         log.info(message, extra={"podgroup": key, "pod": pod.key, "reason": DenyReason.CAPACITY})
-        released = self._release(key, claim, message)
+        released = self._release(key, claim, message, failed=True)
         self._admission.deny(key, DenyReason.CAPACITY, message)
         self._peers.observer.gang_released(key, released, message)
         if self._peers.waker is not None:
             self._peers.waker.wake_after(key, ttl + 0.1)
 
-    def _release(self, key: str, claim: Claim, message: str) -> list[MemberRef]:
-        """Back in line; the members the gate holds are let go, with `message` as ours."""
-        self._line.rejoin(key, claim)
+    def _release(self, key: str, claim: Claim, message: str, *, failed: bool) -> list[MemberRef]:
+        """Back in line (`failed`: its attempt failed, see Line.rejoin); the members the gate
+        holds are let go, with `message` as ours."""
+        self._line.rejoin(key, claim, failed=failed)
         released = self._gate.release_group(key, message)
         for member in released:
             self.note_rejection(member.uid, message)

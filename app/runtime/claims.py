@@ -44,8 +44,10 @@ class Claim:
     plan: dict[str, str]
     requests: dict[str, Resources]
     made_at: float
-    # When the gang first waited in line (kept for aging if it is released).
+    # When the gang first waited in line (kept for aging if it is released), and how many of
+    # its attempts before this one failed in a row (app/runtime/line_gangs.py Waiting).
     since: float | None
+    failed: int = 0
     # Members' PodScheduled messages when the claim was made: only a change counts.
     baseline: dict[str, str] = field(default_factory=dict)
     # The topology domain the whole gang was admitted in (None: no constraint, or anywhere).
@@ -114,13 +116,14 @@ class ClaimLedger:
         gang: Gang,
         ref: GroupRef,
         decision: Decision,
-        since: float | None,
+        waited: tuple[float, int] | None,
         where: tuple[TopologyConstraint | None, Domain | None, dict[tuple[str, ...], HeldGroup]],
         times: tuple[float, float],
     ) -> Claim:
         """The gang is admitted as `decision` says, in `where` (constraint, domain, sub-groups'
-        domains): its claim, standing from now. `times`: now, and until when the gangs that
-        gave way for it are not failed fast (see Claim.released_others_until)."""
+        domains): its claim, standing from now. `waited`: since when it waited in line and
+        its attempts failed in a row (None: it never waited). `times`: now, and until when
+        the gangs that gave way for it are not failed fast (see Claim.released_others_until)."""
         constraint, domain, groups = where
         now, released_others_until = times
         self.held[gang.key] = claim = Claim(
@@ -130,7 +133,8 @@ class ClaimLedger:
             plan=dict(decision.plan),
             requests={d.key: d.requests for d in gang.demands},
             made_at=now,
-            since=since,
+            since=waited[0] if waited is not None else None,
+            failed=waited[1] if waited is not None else 0,
             baseline={
                 p.key: p.unschedulable_message
                 for p in self._state.members(gang.key)

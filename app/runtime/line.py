@@ -122,14 +122,16 @@ class Line:
             self.waiting[key] = Waiting(ref, now)
             self._revision.bump()
 
-    def rejoin(self, key: str, claim: Claim) -> None:
-        """Its claim ended without binding: back in line, keeping its place for aging."""
-        self.waiting[key] = Waiting(claim.ref, claim.waiting_since)
+    def rejoin(self, key: str, claim: Claim, *, failed: bool) -> None:
+        """Its claim ended without binding: back in line, keeping its place for aging; counted
+        when its attempt `failed` (line_gangs.KEEPS_PLACE_FAILURES), not when it gave way."""
+        self.waiting[key] = Waiting(claim.ref, claim.waiting_since, claim.failed + failed)
 
-    def leave(self, key: str) -> float | None:
-        """The gang was admitted: since when it had waited (None: it never did)."""
+    def leave(self, key: str) -> tuple[float, int] | None:
+        """The gang was admitted: since when it had waited and how many of its attempts had
+        failed in a row (None: it never waited)."""
         entry = self.waiting.pop(key, None)
-        return entry.since if entry is not None else None
+        return (entry.since, entry.failed) if entry is not None else None
 
     def gang(
         self,
@@ -172,7 +174,7 @@ class Line:
         )
 
     def gangs(self, exclude: str, free: list[Bin] | None = None) -> list[Gang]:
-        """The gangs waiting that may be admitted: in line (any order); see LineGangs.gangs."""
+        """The gangs in line that take part in decisions (any order); see LineGangs.gangs."""
         return self._line.gangs(exclude, free)
 
     def learn(self, most: int) -> bool:
@@ -302,6 +304,8 @@ class Line:
                 "waitingSeconds": round(now - (g.waiting_since or now), 2),
                 "aged": g.aged(now, aging_seconds),
             }
+            if g.denied:  # its last attempt failed: not admitted until the denial expires
+                entry["denied"] = True
             if g.key in held:
                 nodes, why = held[g.key]
                 entry["heldFor"] = {"nodes": nodes[:_HELD_SHOWN], "nodeCount": len(nodes)}

@@ -10,6 +10,14 @@ required topology level needs, the gang being decided) is read at each call. Wit
 nothing changed the very same list is handed out again, which the queue check
 (app/runtime/queues/book.py) and the line's walk (app/runtime/line_walk.py) then
 know without looking at its gangs.
+
+A gang denied for a while after a failed attempt stays in line, marked
+(`Gang.denied`: it fits nowhere, and aged it holds what it can use), so the gang
+behind it does not take its place because kube-scheduler's cache lagged a
+moment. One whose attempts failed more than KEEPS_PLACE_FAILURES times in a row
+is left out while denied, as a gang kube-scheduler will not place whatever the
+extender reckons (a rule the packing does not model, such as inter-pod
+anti-affinity) would otherwise hold back the gangs behind it for good.
 """
 
 from __future__ import annotations
@@ -31,13 +39,18 @@ from app.runtime.gang_topology import GangTopology
 from app.runtime.queues.book import QueueBook
 from app.runtime.queues.tally import queue_of
 
+KEEPS_PLACE_FAILURES = 2
+"""Failed attempts in a row through which a denied gang keeps its place (module docstring)."""
+
 
 @dataclass(slots=True)
 class Waiting:
-    """A gang in line, and since when it has waited."""
+    """A gang in line, since when it has waited, and how many of its attempts failed in a row
+    (admitted, then released without binding: see KEEPS_PLACE_FAILURES)."""
 
     ref: GroupRef
     since: float
+    failed: int = 0
 
 
 class _Entries(dict[str, Waiting]):
@@ -134,7 +147,9 @@ class LineGangs:
         self._placed: set[str] = set()
         self._ready_book: QueueBook | None = None
         # The last list with gangs left out: (the whole list, the keys left out, the rest).
-        self._filtered: tuple[list[Gang], set[str], list[Gang]] | None = None
+        self._filtered: tuple[list[Gang], set[str], set[str], list[Gang]] | None = None
+        # Per denied gang that keeps its place: the gang of _ready marked, and its mark.
+        self._marked: dict[str, tuple[Gang, Gang]] = {}
         # The gangs in line as last built, and the state's group stamp they are current with.
         self._known: dict[str, _Known] = {}
         self._stamp = -1
@@ -155,10 +170,12 @@ class LineGangs:
         self._dirty.update(self._waiting)
 
     def gangs(self, exclude: str, free: list[Bin] | None = None) -> list[Gang]:
-        """The gangs waiting that may be admitted: in line (any order).
+        """The gangs in line that take part in decisions (any order).
 
         A gang with a required topology level that no domain can hold now is
         left out: it cannot take room, and aged it must not hold back others.
+        A denied one is marked (Gang.denied), or left out when its attempts
+        failed again and again (the module docstring).
 
         Kept between calls and redone by the change (the gangs whose group changed, the
         line's entries set or removed); with nothing in the way the same list as last
@@ -173,7 +190,9 @@ class LineGangs:
                 self._set_share(key, book.share(self._known[key].placed))
         out = {k for k in self._ledger.held if k in self._ready}
         denied = self._admission.denied
-        out.update(k for k in list(denied) if k in self._ready and k in denied)
+        resting = {k for k in list(denied) if k in self._ready and k in denied}
+        marked = {k for k in resting if self._keeps_place(k)}
+        out |= resting - marked
         if exclude in self._ready:
             out.add(exclude)
         for key in self._constrained:
@@ -186,12 +205,27 @@ class LineGangs:
         line = self._ready_list
         if line is None:
             line = self._ready_list = list(self._ready.values())
-        if not out:
+        if not out and not marked:
             return line
         kept = self._filtered
-        if kept is None or kept[0] is not line or kept[1] != out:
-            kept = self._filtered = (line, out, [g for g in line if g.key not in out])
-        return kept[2]  # the same list while the same gangs are left out of the same line
+        if kept is None or kept[0] is not line or kept[1] != out or kept[2] != marked:
+            rest = [self._mark(g) if g.key in marked else g for g in line if g.key not in out]
+            kept = self._filtered = (line, out, marked, rest)
+        return kept[3]  # the same list while the same gangs are left out of the same line
+
+    def _keeps_place(self, key: str) -> bool:
+        """Does the denied gang `key` keep its place in line (see the module docstring)?"""
+        entry = self.waiting.get(key)
+        return entry is not None and entry.failed <= KEEPS_PLACE_FAILURES
+
+    def _mark(self, gang: Gang) -> Gang:
+        """The gang marked denied: the same object while the same gang is (the walk knows it)."""
+        kept = self._marked.get(gang.key)
+        if kept is None or kept[0] is not gang:
+            if len(self._marked) > 2 * len(self._ready) + 64:
+                self._marked = {k: v for k, v in self._marked.items() if k in self._ready}
+            kept = self._marked[gang.key] = (gang, replace(gang, denied=True))
+        return kept[1]
 
     def _refresh(self, key: str, book: QueueBook | None) -> None:
         """Redo one gang of _ready from its entry and the state (as gangs() did each call)."""

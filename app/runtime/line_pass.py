@@ -173,8 +173,8 @@ class WalkPass:
 
     def _alike(self, gang: Gang, other: Gang) -> bool:
         """Does `other`, right behind the aged `gang` that did not fit, do as it did? When
-        aged with the same member shapes and need: it does not fit either (the room only
-        shrank), may or may never fit the empty cluster as `gang`, and its hold caps
+        aged with the same member shapes and need, denied alike: it does not fit either (the
+        room only shrank), may or may never fit the empty cluster as `gang`, and its hold caps
         nothing more (Room's memos, which it is walked without: thousands of alike gangs
         in line, walked again after each claim, bind or pod gone, were the walk's cost)."""
         remainders, over = self.over.remainders, self.over
@@ -182,6 +182,7 @@ class WalkPass:
             remainders is not None
             and other.packer is None
             and other.need == gang.need
+            and other.denied == gang.denied  # a denied gang's "no" says nothing of the room
             and other.aged(over.now, over.aging_seconds)
             and remainders.shapes(other.demands) is remainders.shapes(gang.demands)
         )

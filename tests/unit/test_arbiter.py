@@ -47,11 +47,11 @@ class World:
     def __init__(self, nodes: int = 3, cpu: str = "4", touches: Any = None) -> None:
         self.state = ClusterState()
         self.state.replace_nodes([node(f"n{i}", cpu=cpu) for i in range(nodes)])
-        self.admission = Admission(3)
+        self.clock = Clock(100.0)
+        self.admission = Admission(3, clock=self.clock)  # a denial lasts 3 s of self.clock
         self.binder = RecordingBinder()
         self.gate = PermitGate(self.state, self.admission, self.binder, Metrics())
         self.observer = Released()
-        self.clock = Clock(100.0)
         waker = SiblingWaker(self.state, touches, cooldown_seconds=0) if touches else None
         self.arbiter = Arbiter(
             self.state,

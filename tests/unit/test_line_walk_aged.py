@@ -9,6 +9,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.admission import DenyReason
 from app.core.contention import Contest, Gang, decide
 from app.core.groups import GroupSpec
 from app.core.line_look import wake_order
@@ -27,7 +28,9 @@ _LINE = st.lists(
 )
 _OPS = st.lists(
     st.tuples(
-        st.sampled_from(["run", "end", "swap", "join", "leave", "tick", "claim"]),
+        st.sampled_from(
+            ["run", "end", "swap", "join", "leave", "tick", "claim", "deny", "deny", "fail"]
+        ),
         st.integers(0, 6),
         st.integers(1, 4),
     ),
@@ -119,6 +122,12 @@ def test_behind_aged_gangs_the_kept_walk_decides_as_a_whole_walk(
             world.clock.now += 25 * b
         elif kind == "claim" and key not in world.arbiter.claims:
             world.filter(GroupSpec(key, line[a % len(names)][0]), f"{name}-0")
+        elif kind == "deny":  # its attempt failed: denied for 3 s (b > 2: that long passed)
+            world.admission.deny(key, DenyReason.TIMEOUT, "its wait ran out")
+            world.clock.now += b - 0.5
+        elif kind == "fail" and key in world.arbiter.waiting:  # failed again and again
+            entry = world.arbiter.waiting[key]
+            world.arbiter.waiting[key] = replace(entry, failed=entry.failed + b)
         with_walk, whole, _ = both(world, fresh)
         assert with_walk == whole, (kind, a, b)
         line_now = world.arbiter.line  # the look at the line wakes what a whole walk would
