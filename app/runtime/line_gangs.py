@@ -146,7 +146,8 @@ class LineGangs:
         self._constrained: set[str] = set()
         self._placed: set[str] = set()
         self._ready_book: QueueBook | None = None
-        # The last list with gangs left out: (the whole list, the keys left out, the rest).
+        # The last list with gangs left out or marked denied: (the whole list, the keys left
+        # out, the keys marked, the rest).
         self._filtered: tuple[list[Gang], set[str], set[str], list[Gang]] | None = None
         # Per denied gang that keeps its place: the gang of _ready marked, and its mark.
         self._marked: dict[str, tuple[Gang, Gang]] = {}
