@@ -8,11 +8,12 @@ aged gang ahead that does not fit caps every node at what it can never use
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from app.core.backfill import Remainders, Shapes, resource_names
+from app.core.backfill import Remainders, Shapes
+from app.core.hold_caps import Caps
 from app.core.packing import AllowedNodes, Bin, Packing, give, pack, take
 from app.core.packing_search import pack_thoroughly
 from app.core.resources import Resources
@@ -236,8 +237,7 @@ class Room:
         in the node's pods yet (app/core/backfill.py). `off`: told what the caps
         took off each node (a kept walk gives it back when it goes on from before).
         """
-        remainders = self._remainders
-        if remainders is None:
+        if (remainders := self._remainders) is None:
             return None
         shapes = remainders.shapes(gang.demands)
         for nodes in self._taken:
@@ -246,11 +246,20 @@ class Room:
         done = self._held.get(shapes)
         if done is not None and done[0] == len(self._promised):
             return done[1]
-        caps = remainders.of(shapes, self._allocatable)
-        nothing = dict.fromkeys(resource_names(shapes), 0)
-        held = _capped(self.bins, caps, nothing, self._promised, self._copied, off)
+        self._copied(())  # the bins list ours: capped bins go in it
+        assert self._own is not None
+        caps = Caps.of(remainders, shapes, self._allocatable)
+        held = caps.apply(self._own, self._copies, self._promised, off)
         self._held[shapes] = (len(self._promised), held)
         return held
+
+    def warm_hold(self, gang: Gang, most: int) -> bool:
+        """Work out at most `most` of the capped bins hold_for(gang) would make now, kept for
+        it (app/core/hold_caps.py); True: all are (its remainders must be: Remainders.warm)."""
+        if (remainders := self._remainders) is None:
+            return True
+        caps = Caps.of(remainders, remainders.shapes(gang.demands), self._allocatable)
+        return caps.warm(self.bins, self._copies, self._promised, most)
 
     def give_back(self, holder: Holder) -> None:
         """What the holder was promised and holds in the gate is free again."""
@@ -264,40 +273,3 @@ class Room:
         """
         give(self.bins, held, index=self._copied(held))
         self._on_bins = {}
-
-
-def _capped(
-    bins: Sequence[Bin],
-    caps: Mapping[str, Resources | None],
-    nothing: Resources,
-    promised: set[str],
-    copied: Callable[[Iterable[str]], Mapping[str, Bin]],
-    off: dict[str, Resources] | None,
-) -> list[str]:
-    """Room.hold_for's caps on every node of `bins` (their copies by `copied`), `promised`
-    nodes held whole; the nodes where a cap held room back that no promise had."""
-    held: list[str] = []
-    for b in list(bins):
-        name = b.name
-        cap = caps.get(name, nothing)
-        if cap is None:  # none of its members may go there, or fits there even empty
-            continue
-        whole = name in promised
-        if whole:
-            cap = nothing
-        free = b.free
-        if all(free.get(r, 0) <= c for r, c in cap.items()):
-            continue
-        own = copied((name,))[name].free
-        for r, c in cap.items():
-            if own.get(r, 0) > c:
-                if off is not None:
-                    taken = off.setdefault(name, {})
-                    taken[r] = taken.get(r, 0) + own[r] - c
-                if c:
-                    own[r] = c
-                else:
-                    own.pop(r, None)
-        if not whole:  # there the gangs promised the room hold it (named as such)
-            held.append(name)
-    return held

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import aiohttp
 
+from app.base.tasks import let_others_run
 from app.core.clock import monotonic
 
 LineHandler = Callable[[bytes], None]
@@ -75,7 +76,7 @@ async def stream_lines(
         for line in batch:
             on_line(line)
             if monotonic() > until:
-                await asyncio.sleep(0)
+                await let_others_run()
                 until = monotonic() + WATCH_SLICE_SECONDS
     for line in lines.rest():
         on_line(line)

@@ -140,7 +140,9 @@ class LineWalk:
             self._runs,
         )
         limit = min(upto, len(order))
-        whole, finished = step.walk(order, start, min(most, max(0, limit - start)))
+        whole, finished = step.walk(
+            order, start, min(most, max(0, limit - start)), sliced=most != sys.maxsize
+        )
         self.walked_again = len(step.done.plans) - start
         self._walk = done = step.finish(order)
         if not whole:

@@ -15,10 +15,9 @@ never wrong).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from app.base.tasks import Periodic
+from app.base.tasks import Periodic, let_others_run
 from app.core.clock import Clock
 from app.core.state import ClusterState
 from app.runtime.line import Line
@@ -95,18 +94,18 @@ class LineWarmup:
         if mark == self._warmed:
             return
         # The nodes' free bins, which every admission reads, line or none.
-        while not self._state.warm_room(_NODE_SLICE):  # noqa: ASYNC110 - yields between slices
-            await asyncio.sleep(0)
+        while not self._state.warm_room(_NODE_SLICE):
+            await let_others_run()
         # And after the last: with what follows (the tally, the walk's first slice) it held the
         # loop 12-17 ms after a cordon.
-        await asyncio.sleep(0)
+        await let_others_run()
         if not line.waiting:
             return
         book = line.queues
         if book is not None:
             await book.catch_up()  # the tally a queued line is judged by, in slices too
-        while not line.learn(most):  # noqa: ASYNC110 - yields the loop between slices
-            await asyncio.sleep(0)
+        while not line.learn(most):
+            await let_others_run()
         mark = self._mark()
         schedulable = self._state.schedulable_version
         if line.walk.length < len(line.waiting) // 2 or schedulable != self._schedulable:
@@ -139,5 +138,5 @@ class LineWarmup:
     async def _still(self, mark: tuple[int, int]) -> bool:
         """Let others run; False: what the warm-up works over changed meanwhile (the next
         round starts afresh: going on would only be wasted)."""
-        await asyncio.sleep(0)
+        await let_others_run()
         return self._mark() == mark

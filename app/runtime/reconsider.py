@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from app.base.tasks import TaskSet
+from app.base.tasks import TaskSet, let_others_run
 from app.core.clock import Clock
 from app.runtime.holds import LineHolds
 from app.runtime.line import Line
@@ -115,7 +115,7 @@ class Reconsider:
         keys: list[str] = []
         for step in self._line.wake_steps(now, self._aging, limit, SLICE):
             if step is None:
-                await asyncio.sleep(0)
+                await let_others_run()
             else:
                 keys = step
         return keys

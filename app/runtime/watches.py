@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from app.base.metrics import Metrics
+from app.base.tasks import let_others_run
 from app.core.admission import Admission
 from app.core.composite import COMPOSITE_GROUP, COMPOSITE_PLURAL, COMPOSITE_VERSION
 from app.core.devices.records import API_GROUP as DRA_GROUP
@@ -130,8 +131,8 @@ async def land_pods(
     verbs answer meanwhile from a state that loses and double-counts no pod
     (app/core/state.PodRelist says what they see)."""
     relist = PodRelist.of(state, objects)
-    while not relist.advance(most):  # noqa: ASYNC110 - yields the loop between slices
-        await asyncio.sleep(0)
+    while not relist.advance(most):
+        await let_others_run()
 
 
 def _pod_sink(state: ClusterState) -> Sink:

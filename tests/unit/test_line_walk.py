@@ -4,6 +4,7 @@ one a walk of the whole line gives."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
@@ -338,6 +339,10 @@ def test_after_a_cordon_the_free_bins_last_slice_is_a_step_of_the_loop_alone(
 
         return step
 
+    async def yielded() -> None:  # one step of the loop ends, as a bare yield
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr("app.runtime.line_warmup.let_others_run", yielded)
     monkeypatch.setattr(state, "warm_room", noted("bins", state.warm_room))
     monkeypatch.setattr(line, "learn", noted("gangs", line.learn))
     monkeypatch.setattr(line.walk, "warm", noted("walk", line.walk.warm))
@@ -346,7 +351,7 @@ def test_after_a_cordon_the_free_bins_last_slice_is_a_step_of_the_loop_alone(
     state.apply_node(raw)
     warming = warmup.warm(most=2)
     with pytest.raises(StopIteration):
-        while True:  # each asyncio.sleep(0) in it ends a step of the loop
+        while True:  # each yield in it ends a step of the loop
             warming.send(None)
             steps.append("|")
     last_bins = len(steps) - steps[::-1].index("bins") - 1

@@ -5,6 +5,8 @@ decided exactly as a decision walking the whole line decides, whatever changes b
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
+from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +16,8 @@ from app.core.contention import Contest, Gang, decide
 from app.core.groups import GroupSpec
 from app.core.line_look import wake_order
 from app.core.packing import Bin, Demand
-from app.runtime.line_pass import NODES_A_GANG, LineAt
+from app.core.room import Room
+from app.runtime.line_pass import CAPS_A_GANG, NODES_A_GANG, AlikeRuns, LineAt
 from app.runtime.line_walk import LineWalk
 from tests.unit.builders import pod
 from tests.unit.test_arbiter import World
@@ -29,7 +32,10 @@ _LINE = st.lists(
 _OPS = st.lists(
     st.tuples(
         st.sampled_from(
-            ["run", "end", "swap", "join", "leave", "tick", "claim", "deny", "deny", "fail"]
+            [
+                *("run", "end", "swap", "join", "leave", "tick", "claim"),
+                *("deny", "deny", "fail", "warm", "warm"),
+            ]
         ),
         st.integers(0, 6),
         st.integers(1, 4),
@@ -128,6 +134,8 @@ def test_behind_aged_gangs_the_kept_walk_decides_as_a_whole_walk(
         elif kind == "fail" and key in world.arbiter.waiting:  # failed again and again
             entry = world.arbiter.waiting[key]
             world.arbiter.waiting[key] = replace(entry, failed=entry.failed + b)
+        elif kind == "warm":  # a warm-up's slice of b gangs: the next one goes on from it
+            warm_slice(world, b)
         with_walk, whole, _ = both(world, fresh)
         assert with_walk == whole, (kind, a, b)
         line_now = world.arbiter.line  # the look at the line wakes what a whole walk would
@@ -158,9 +166,12 @@ def test_the_warm_up_works_out_the_remainders_an_aged_gang_holds_by_a_slice_at_a
     world.clock.now += _AGING
     world.arbiter.line.learn(10)
     slices = 1
-    while not warm_slice(world, 1):  # 1 gang, or NODES_A_GANG nodes' remainders, a slice
+    while not warm_slice(world, 1):  # 1 gang, NODES_A_GANG nodes' remainders, a slice
         slices += 1
-    assert slices == -(-12 // NODES_A_GANG)  # 5 + 5 + 2 nodes; the last slice holds, walks on
+    # Then the capped bins of its hold, CAPS_A_GANG a slice, the first in the remainders'
+    # last slice (every node has 2 CPU more free than the 2 a 6-CPU member can never use);
+    # the slice that finds none left to make holds and walks on.
+    assert slices == (-(-12 // NODES_A_GANG) - 1) + -(-12 // CAPS_A_GANG) + 1
     with_walk, whole, again = both(world, fresh)
     assert with_walk == whole and again == 0
     assert "waiting behind default/big" in with_walk.message
@@ -182,3 +193,52 @@ def test_a_candidate_whose_own_entry_stands_ahead_of_it_is_not_served_from_the_w
     with_walk = decide(candidate, replace(contest, walked=walked), 100.0, _AGING)
     assert with_walk == decide(candidate, contest, 100.0, _AGING)
     assert with_walk.plan == {"c-0": "n1"}  # w ahead took n0; its own entry's room is not held
+
+
+def test_a_run_of_alike_aged_gangs_walked_in_slices_is_walked_once_and_kept_whole() -> None:
+    """Six alike aged gangs that do not fit, warmed two a slice: each slice goes on with the
+    run the last one stopped in (no first fit, no hold again), and once its end is seen the
+    whole run is kept, so the decision after walks nothing again."""
+    world = World(nodes=3, cpu="8")
+    for i in range(3):
+        world.state.apply_pod(pod(f"r{i}", cpu="4", node=f"n{i}", phase="Running"))
+    for i in range(6):
+        gang(world, f"big{i}", 3, "6", i)
+        join(world, f"big{i}")
+    fresh = gang(world, "fresh", 1, "1", 59)
+    world.clock.now += _AGING
+    world.arbiter.line.learn(10)
+    holds: list[str] = []
+    room_hold = Room.hold_for
+
+    def hold_for(room: Room, gang: Gang, off: Any = None) -> Any:
+        holds.append(gang.key)
+        return room_hold(room, gang, off)
+
+    with patch.object(Room, "hold_for", hold_for):
+        while not warm_slice(world, 2):
+            pass
+    assert holds == ["default/big0"]
+    runs = world.arbiter.line.walk._runs
+    assert runs._end == [6] * 6 and not runs._open
+    with_walk, whole, again = both(world, fresh)
+    assert with_walk == whole and again == 0
+
+
+def test_the_runs_kept_for_the_part_a_new_order_shares_with_the_last() -> None:
+    """The line handed again as a new list (a claim came or went): the ends of the runs wholly
+    inside the part it shares with the last order from the front are kept."""
+    a, b, c = (Gang(k, 0, 0.0, (), 1) for k in "abc")
+    runs = AlikeRuns()
+    first = [a, a, a, b, b]
+    assert runs.end(first, 0, lambda x, y: x is y, 5) == 3
+    assert runs.end(first, 3, lambda x, y: x is y, 5) == 5
+    looked: list[tuple[Gang, Gang]] = []
+
+    def alike(x: Gang, y: Gang) -> bool:
+        looked.append((x, y))
+        return x is y
+
+    second = [a, a, a, b, c]
+    assert runs.end(second, 0, alike, 5) == 3 and not looked  # kept: wholly before the change
+    assert runs.end(second, 3, alike, 5) == 4 and looked  # reached the change: looked again

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from app.base.tasks import Periodic, TaskSet
+from app.base.tasks import Periodic, TaskSet, let_others_run
 
 
 async def test_drain_waits_for_tasks_spawned_while_draining() -> None:
@@ -132,3 +132,30 @@ async def test_periodic_can_start_again_after_stop() -> None:
     await asyncio.sleep(0)
     await periodic.stop()
     assert runs == 2
+
+
+async def test_between_two_slices_a_chain_of_callbacks_started_meanwhile_runs_to_its_end() -> None:
+    """A request is a chain of callbacks, each scheduling the next: all of it runs before the
+    next slice of long work (one asyncio.sleep(0) let one link run a slice)."""
+    loop = asyncio.get_running_loop()
+    order: list[str] = []
+
+    def link(n: int) -> None:
+        order.append(f"link {n}")
+        if n < 4:
+            loop.call_soon(link, n + 1)
+
+    async def long_work() -> None:
+        for i in range(3):
+            order.append(f"slice {i}")
+            if i == 0:
+                loop.call_soon(link, 1)  # a request read during the first slice
+            await let_others_run()
+
+    await long_work()
+    assert order == [
+        "slice 0",
+        *(f"link {n}" for n in range(1, 5)),
+        "slice 1",
+        "slice 2",
+    ]
