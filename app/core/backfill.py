@@ -52,6 +52,9 @@ Shapes = tuple[Shape, ...]
 SUBSETS_LIMIT = 512
 """Distinct sums of a node's pods looked at before holding the whole node."""
 
+CAPPED_SHAPES = 16
+"""Member shapes whose holds' capped bins are kept (Remainders.capped)."""
+
 
 def shapes_of(demands: Sequence[Demand]) -> Shapes:
     """The member shapes of a gang, counted: gangs alike share one remainder per node."""
@@ -301,7 +304,9 @@ class Remainders:
         same)."""
         memo = self._capped.get(shapes)
         if memo is None:
-            if len(self._capped) > 64:
+            # A copy of every node's bin per shapes: fewer kept than remainders (more aged
+            # shapes than that in line make copies again, as before the memo).
+            if len(self._capped) >= CAPPED_SHAPES:
                 self._capped.clear()
             memo = self._capped[shapes] = {}
         return memo
